@@ -1,0 +1,23 @@
+//===- MoEToLinalg.h - moe to linalg/tensor/scf conversion ------*- C++ -*-===//
+#ifndef MOE_CONVERSION_MOETOLINALG_MOETOLINALG_H
+#define MOE_CONVERSION_MOETOLINALG_MOETOLINALG_H
+
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace mlir::moe {
+
+/// Adds `!moe.mx<...>` -> (data tensor, scale tensor) to `converter`.
+void populateMXTypeConversion(TypeConverter &converter);
+
+/// Adds the patterns that lower moe ops (other than moe.experts and
+/// moe.grouped_mlp, which are expanded first) to upstream ops.
+void populateMoEToLinalgConversionPatterns(const TypeConverter &converter,
+                                           RewritePatternSet &patterns);
+
+/// Rewrites every moe.experts op under `root` into an scf.for over experts
+/// running the body on each expert's rows.
+LogicalResult lowerExpertsToLoops(Operation *root);
+
+} // namespace mlir::moe
+
+#endif

@@ -1,0 +1,16 @@
+//===- Passes.h - moe-mlir conversion passes --------------------*- C++ -*-===//
+#ifndef MOE_CONVERSION_PASSES_H
+#define MOE_CONVERSION_PASSES_H
+
+#include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::moe {
+
+#define GEN_PASS_DECL
+#define GEN_PASS_REGISTRATION
+#include "moe/Conversion/Passes.h.inc"
+
+} // namespace mlir::moe
+
+#endif

@@ -1,0 +1,19 @@
+//===- Passes.h - moe dialect passes ----------------------------*- C++ -*-===//
+#ifndef MOE_DIALECT_MOE_TRANSFORMS_PASSES_H
+#define MOE_DIALECT_MOE_TRANSFORMS_PASSES_H
+
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::moe {
+
+#define GEN_PASS_DECL
+#define GEN_PASS_REGISTRATION
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
+
+/// moe.grouped_mlp -> its defining sequence of moe ops.
+void populateExpandGroupedMlpPatterns(RewritePatternSet &patterns);
+
+} // namespace mlir::moe
+
+#endif

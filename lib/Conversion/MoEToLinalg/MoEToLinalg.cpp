@@ -1,0 +1,1040 @@
+//===- MoEToLinalg.cpp - moe to linalg/tensor/scf/arith/math --------------===//
+//
+// The reference semantics of every moe op, as upstream tensor-level IR. The
+// code favours being obviously right over being fast: GPU lowerings bring
+// their own kernels; this is what they are checked against.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
+#include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Utils/MXNumerics.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/Patterns.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_CONVERTMOETOLINALG
+#include "moe/Conversion/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+using utils::IteratorType;
+
+//===----------------------------------------------------------------------===//
+// Building blocks
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// One builder and location, with the small helpers every lowering uses.
+struct Emitter {
+  OpBuilder &b;
+  Location loc;
+
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value zeroOf(Type t) {
+    return arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
+  }
+  Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }
+  SmallVector<OpFoldResult> sizes(Value t) {
+    return tensor::getMixedSizes(b, loc, t);
+  }
+
+  Value empty(ArrayRef<OpFoldResult> sizes, Type elt) {
+    return tensor::EmptyOp::create(b, loc, sizes, elt);
+  }
+  Value fill(Value init, Value v) {
+    return linalg::FillOp::create(b, loc, v, init).getResult(0);
+  }
+  /// A tensor of the given sizes filled with zeros.
+  Value zeros(ArrayRef<OpFoldResult> sizes, Type elt) {
+    return fill(empty(sizes, elt), zeroOf(elt));
+  }
+
+  /// Scalar conversions to and from the f32 in which everything is computed.
+  Value toF32(Value v) {
+    if (v.getType().isF32())
+      return v;
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+  }
+  Value fromF32(Value v, Type t) {
+    if (t.isF32())
+      return v;
+    return arith::TruncFOp::create(b, loc, t, v);
+  }
+  /// Integer tensor element <-> index.
+  Value toIndex(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  Value fromIndex(Value v, Type t) {
+    return arith::IndexCastOp::create(b, loc, t, v);
+  }
+  Value extract(Value t, ValueRange at) {
+    return tensor::ExtractOp::create(b, loc, t, at);
+  }
+  Value extractIndex(Value t, ValueRange at) { return toIndex(extract(t, at)); }
+  Value insert(Value v, Value t, ValueRange at) {
+    return tensor::InsertOp::create(b, loc, v, t, at);
+  }
+  Value insertIndex(Value v, Value t, ValueRange at) {
+    return insert(fromIndex(v, cast<RankedTensorType>(t.getType())
+                                   .getElementType()),
+                  t, at);
+  }
+  Value minI(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value maxI(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value addI(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value subI(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value sel(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+
+  /// A linalg.generic with one result per `outs` and a body that returns the
+  /// values to yield.
+  ValueRange generic(
+      ValueRange ins, ValueRange outs, ArrayRef<AffineMap> maps,
+      ArrayRef<IteratorType> iterators,
+      function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>
+          body) {
+    SmallVector<Type> types;
+    for (Value o : outs)
+      types.push_back(o.getType());
+    auto op = linalg::GenericOp::create(
+        b, loc, types, ins, outs, maps, iterators,
+        [&](OpBuilder &nb, Location nl, ValueRange args) {
+          linalg::YieldOp::create(nb, nl, body(nb, nl, args));
+        });
+    return op.getResults();
+  }
+
+  /// Elementwise map of same-shaped tensors into a fresh tensor of `elt`.
+  Value map(ValueRange ins, Type elt,
+            function_ref<Value(Emitter &, ValueRange)> body) {
+    Value init = empty(sizes(ins[0]), elt);
+    int64_t rank = cast<RankedTensorType>(init.getType()).getRank();
+    SmallVector<AffineMap> maps(ins.size() + 1,
+                                b.getMultiDimIdentityMap(rank));
+    SmallVector<IteratorType> its(rank, IteratorType::parallel);
+    return generic(ins, init, maps, its,
+                   [&](OpBuilder &nb, Location nl, ValueRange args) {
+                     Emitter e{nb, nl};
+                     return SmallVector<Value>{
+                         body(e, args.take_front(ins.size()))};
+                   })[0];
+  }
+
+  /// Converts every element of `t` to `elt` (f32 in between).
+  Value castElements(Value t, Type elt) {
+    if (cast<RankedTensorType>(t.getType()).getElementType() == elt)
+      return t;
+    return map(t, elt, [&](Emitter &e, ValueRange a) {
+      return e.fromF32(e.toF32(a[0]), elt);
+    });
+  }
+
+  /// A counted loop with tensors carried through it.
+  ValueRange forLoop(Value lb, Value ub, ValueRange inits,
+                     function_ref<SmallVector<Value>(Emitter &, Value,
+                                                     ValueRange)>
+                         body) {
+    auto loop = scf::ForOp::create(
+        b, loc, lb, ub, idx(1), inits,
+        [&](OpBuilder &nb, Location nl, Value iv, ValueRange iter) {
+          Emitter e{nb, nl};
+          scf::YieldOp::create(nb, nl, body(e, iv, iter));
+        });
+    return loop.getResults();
+  }
+
+  /// Rows [lo, lo + size) of expert `e`'s group, clamped to [0, rows) so that
+  /// malformed offsets read nothing out of bounds.
+  std::pair<Value, Value> groupBounds(Value offsets, Value e, Value rows) {
+    Value lo = extractIndex(offsets, e);
+    Value hi = extractIndex(offsets, addI(e, idx(1)));
+    lo = minI(maxI(lo, idx(0)), rows);
+    hi = minI(maxI(hi, lo), rows);
+    return {lo, subI(hi, lo)};
+  }
+
+  /// Rows [lo, lo + size) of a 2-d tensor.
+  Value rowSlice(Value t, Value lo, Value size) {
+    auto type = cast<RankedTensorType>(t.getType());
+    auto result = RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1)},
+                                        type.getElementType());
+    return tensor::ExtractSliceOp::create(
+        b, loc, result, t, ArrayRef<OpFoldResult>{lo, b.getIndexAttr(0)},
+        ArrayRef<OpFoldResult>{size, sizes(t)[1]},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+  }
+
+  /// Slice `e` of a tensor stacked on a leading expert dimension, without
+  /// that dimension.
+  Value expertSlice(Value t, Value e) {
+    auto type = cast<RankedTensorType>(t.getType());
+    int64_t rank = type.getRank();
+    SmallVector<OpFoldResult> offs(rank, b.getIndexAttr(0)), sz = sizes(t),
+        strides(rank, b.getIndexAttr(1));
+    offs[0] = e;
+    sz[0] = b.getIndexAttr(1);
+    auto result = RankedTensorType::get(type.getShape().drop_front(),
+                                        type.getElementType());
+    return tensor::ExtractSliceOp::create(b, loc, result, t, offs, sz, strides);
+  }
+
+  /// Inserts `src` (all of it) into `dest` at `offsets`, with sizes taken
+  /// from `srcSizes` (dest rank; leading 1s drop dimensions).
+  Value insertAt(Value src, Value dest, ArrayRef<OpFoldResult> offsets,
+                 ArrayRef<OpFoldResult> srcSizes) {
+    SmallVector<OpFoldResult> strides(offsets.size(), b.getIndexAttr(1));
+    return tensor::InsertSliceOp::create(b, loc, src, dest, offsets, srcSizes,
+                                         strides);
+  }
+
+  /// C[m, n] += A[m, k] * B[k, n] (or B[n, k] with transposeB), in f32 in
+  /// order of increasing k. C is f32.
+  Value matmul(Value a, Value bm, Value c, bool transposeB) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr m, n, k;
+    bindDims(ctx, m, n, k);
+    auto mapA = AffineMap::get(3, 0, {m, k}, ctx);
+    auto mapB = AffineMap::get(3, 0, transposeB ? ArrayRef<AffineExpr>{n, k}
+                                                : ArrayRef<AffineExpr>{k, n},
+                               ctx);
+    auto mapC = AffineMap::get(3, 0, {m, n}, ctx);
+    return generic({a, bm}, c, {mapA, mapB, mapC},
+                   {IteratorType::parallel, IteratorType::parallel,
+                    IteratorType::reduction},
+                   [&](OpBuilder &nb, Location nl, ValueRange args) {
+                     Emitter e{nb, nl};
+                     Value p = arith::MulFOp::create(nb, nl, e.toF32(args[0]),
+                                                     e.toF32(args[1]));
+                     return SmallVector<Value>{
+                         arith::AddFOp::create(nb, nl, args[2], p)};
+                   })[0];
+  }
+
+  Value sigmoid(Value x) {
+    Value neg = arith::NegFOp::create(b, loc, x);
+    Value ex = math::ExpOp::create(b, loc, neg);
+    Value den = arith::AddFOp::create(b, loc, f32(1.0), ex);
+    return arith::DivFOp::create(b, loc, f32(1.0), den);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// MX quantize / dequantize on tensors
+//===----------------------------------------------------------------------===//
+
+/// How an MX tensor's blocks sit in its shape: the scaled axis `a` is split
+/// into (a / block, block), the block dimension at index a + 1.
+struct BlockView {
+  MXTensorType type;
+  SmallVector<ReassociationIndices> reassociation;
+  int64_t blockDim;
+
+  explicit BlockView(MXTensorType t) : type(t) {
+    int64_t j = 0;
+    for (int64_t i = 0; i < t.getRank(); ++i) {
+      if (i == int64_t(t.getAxis())) {
+        reassociation.push_back({j, j + 1});
+        blockDim = j + 1;
+        j += 2;
+      } else {
+        reassociation.push_back({j++});
+      }
+    }
+  }
+  int64_t expandedRank() const { return type.getRank() + 1; }
+
+  /// Splits the scaled axis of `t` (of the MX type's shape).
+  Value expand(Emitter &e, Value t) const {
+    auto tt = cast<RankedTensorType>(t.getType());
+    SmallVector<int64_t> shape;
+    for (int64_t i = 0; i < tt.getRank(); ++i) {
+      if (i == int64_t(type.getAxis())) {
+        shape.push_back(tt.getDimSize(i) / type.getBlockSize());
+        shape.push_back(type.getBlockSize());
+      } else {
+        shape.push_back(tt.getDimSize(i));
+      }
+    }
+    auto rt = RankedTensorType::get(shape, tt.getElementType());
+    return tensor::ExpandShapeOp::create(e.b, e.loc, rt, t, reassociation);
+  }
+  Value collapse(Emitter &e, Value t, Type elt) const {
+    auto rt = RankedTensorType::get(type.getShape(), elt);
+    return tensor::CollapseShapeOp::create(e.b, e.loc, rt, t, reassociation);
+  }
+  /// Sizes of the expanded tensor and of the scale tensor, from a tensor of
+  /// the MX type's shape.
+  SmallVector<OpFoldResult> expandedSizes(Emitter &e, Value like) const {
+    SmallVector<OpFoldResult> s;
+    for (auto [i, sz] : llvm::enumerate(e.sizes(like))) {
+      if (int64_t(i) == int64_t(type.getAxis())) {
+        s.push_back(e.b.getIndexAttr(type.getShape()[i] / type.getBlockSize()));
+        s.push_back(e.b.getIndexAttr(type.getBlockSize()));
+      } else {
+        s.push_back(sz);
+      }
+    }
+    return s;
+  }
+  SmallVector<OpFoldResult> scaleSizes(Emitter &e, Value like) const {
+    SmallVector<OpFoldResult> s = e.sizes(like);
+    s[type.getAxis()] =
+        e.b.getIndexAttr(type.getShape()[type.getAxis()] / type.getBlockSize());
+    return s;
+  }
+  AffineMap identity(MLIRContext *ctx) const {
+    return AffineMap::getMultiDimIdentityMap(expandedRank(), ctx);
+  }
+  /// The expanded iteration space -> the scale tensor (drops the block dim).
+  AffineMap toScales(MLIRContext *ctx) const {
+    SmallVector<AffineExpr> exprs;
+    for (int64_t i = 0; i < expandedRank(); ++i)
+      if (i != blockDim)
+        exprs.push_back(getAffineDimExpr(i, ctx));
+    return AffineMap::get(expandedRank(), 0, exprs, ctx);
+  }
+};
+
+/// Quantizes `x` (shape of `type`) to (data, scales) with the MX rules.
+std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
+                                   ScaleMode mode) {
+  MLIRContext *ctx = e.b.getContext();
+  BlockView view(type);
+  MXFormat fmt = MXFormat::get(type.getElementType());
+  Value xe = view.expand(e, x);
+  SmallVector<IteratorType> par(view.expandedRank(), IteratorType::parallel);
+  SmallVector<IteratorType> red = par;
+  red[view.blockDim] = IteratorType::reduction;
+  Type f32 = e.b.getF32Type(), i8 = e.b.getI8Type();
+
+  // 1. amax per block (NaN-propagating).
+  Value amaxInit = e.zeros(view.scaleSizes(e, x), f32);
+  Value amax = e.generic(xe, amaxInit, {view.identity(ctx), view.toScales(ctx)},
+                         red,
+                         [&](OpBuilder &nb, Location nl, ValueRange a) {
+                           Emitter n{nb, nl};
+                           Value mag = math::AbsFOp::create(nb, nl, n.toF32(a[0]));
+                           return SmallVector<Value>{
+                               arith::MaximumFOp::create(nb, nl, a[1], mag)};
+                         })[0];
+  // 2. the scale byte per block.
+  Value scales = e.map(amax, type.getScaleType(), [&](Emitter &n, ValueRange a) {
+    Value byte = buildScaleByte(n.b, n.loc, a[0], fmt, mode);
+    return arith::BitcastOp::create(n.b, n.loc, type.getScaleType(), byte)
+        .getResult();
+  });
+  // 3. the elements.
+  Value dataInit = e.empty(view.expandedSizes(e, x), type.getElementType());
+  Value data = e.generic(
+      {xe, scales}, dataInit,
+      {view.identity(ctx), view.toScales(ctx), view.identity(ctx)}, par,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter n{nb, nl};
+        Value byte = arith::BitcastOp::create(nb, nl, i8, a[1]);
+        Value v = arith::MulFOp::create(nb, nl, n.toF32(a[0]),
+                                        buildInverseScale(nb, nl, byte));
+        Value code = buildEncode(nb, nl, v, fmt);
+        return SmallVector<Value>{arith::BitcastOp::create(
+            nb, nl, type.getElementType(), code)};
+      })[0];
+  return {view.collapse(e, data, type.getElementType()), scales};
+}
+
+/// (data, scales) of `type` -> a float tensor of element type `elt`.
+Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
+                   Type elt) {
+  MLIRContext *ctx = e.b.getContext();
+  BlockView view(type);
+  MXFormat fmt = MXFormat::get(type.getElementType());
+  Type i8 = e.b.getI8Type();
+  Value de = view.expand(e, data);
+  Value init = e.empty(view.expandedSizes(e, data), elt);
+  SmallVector<IteratorType> par(view.expandedRank(), IteratorType::parallel);
+  Value out = e.generic(
+      {de, scales}, init,
+      {view.identity(ctx), view.toScales(ctx), view.identity(ctx)}, par,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter n{nb, nl};
+        Value q = buildDecode(nb, nl, arith::BitcastOp::create(nb, nl, i8, a[0]),
+                              fmt);
+        Value s = buildScaleValue(nb, nl,
+                                  arith::BitcastOp::create(nb, nl, i8, a[1]));
+        return SmallVector<Value>{
+            n.fromF32(arith::MulFOp::create(nb, nl, q, s), elt)};
+      })[0];
+  return view.collapse(e, out, elt);
+}
+
+/// A GEMM operand as a float tensor: MX operands are dequantized to f32.
+Value gemmOperand(Emitter &e, Type original, ValueRange converted) {
+  if (auto mx = dyn_cast<MXTensorType>(original))
+    return dequantizeMX(e, converted[0], converted[1], mx, e.b.getF32Type());
+  return converted[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Patterns
+//===----------------------------------------------------------------------===//
+
+struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(QuantizeOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    auto [data, scales] = quantizeMX(e, adaptor.getInput()[0],
+                                     op.getResult().getType(),
+                                     op.getScaleMode());
+    rewriter.replaceOpWithMultiple(op, {{data, scales}});
+    return success();
+  }
+};
+
+struct DequantizeLowering : OpConversionPattern<DequantizeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(DequantizeOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    ValueRange in = adaptor.getInput();
+    rewriter.replaceOp(op, dequantizeMX(e, in[0], in[1], op.getInput().getType(),
+                                        op.getType().getElementType()));
+    return success();
+  }
+};
+
+struct MXPackLowering : OpConversionPattern<MXPackOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(MXPackOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOpWithMultiple(
+        op, {{adaptor.getData()[0], adaptor.getScales()[0]}});
+    return success();
+  }
+};
+
+struct MXUnpackLowering : OpConversionPattern<MXUnpackOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(MXUnpackOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, adaptor.getInput());
+    return success();
+  }
+};
+
+/// One matmul per expert on its rows, inserted into a zero result.
+struct GroupedMatmulLowering : OpConversionPattern<GroupedMatmulOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(GroupedMatmulOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    Value a = gemmOperand(e, op.getLhs().getType(), adaptor.getLhs());
+    Value w = gemmOperand(e, op.getRhs().getType(), adaptor.getRhs());
+    Value offsets = adaptor.getOffsets()[0];
+    bool transpose = op.getTransposeRhs();
+    auto resultType = op.getType();
+    int64_t numExperts =
+        cast<RankedTensorType>(offsets.getType()).getDimSize(0) - 1;
+    Type f32 = rewriter.getF32Type();
+    SmallVector<OpFoldResult> outSizes = {e.sizes(a)[0],
+                                          e.sizes(w)[transpose ? 1 : 2]};
+    Value rows = e.dim(a, 0);
+    Value out = e.forLoop(
+        e.idx(0), e.idx(numExperts), e.zeros(outSizes, f32),
+        [&](Emitter &n, Value ex, ValueRange iter) {
+          auto [lo, size] = n.groupBounds(offsets, ex, rows);
+          Value as = n.rowSlice(a, lo, size);
+          Value ws = n.expertSlice(w, ex);
+          Value c = n.zeros({size, outSizes[1]}, f32);
+          Value mm = n.matmul(as, ws, c, transpose);
+          return SmallVector<Value>{n.insertAt(
+              mm, iter[0], {lo, n.b.getIndexAttr(0)}, {size, outSizes[1]})};
+        })[0];
+    rewriter.replaceOp(op, e.castElements(out, resultType.getElementType()));
+    return success();
+  }
+};
+
+/// result[e] = lhs[g]^T @ rhs[g] per expert group g.
+struct GroupedMatmulWgradLowering : OpConversionPattern<GroupedMatmulWgradOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(GroupedMatmulWgradOp op, OneToNOpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    Value a = gemmOperand(e, op.getLhs().getType(), adaptor.getLhs());
+    Value g = gemmOperand(e, op.getRhs().getType(), adaptor.getRhs());
+    Value offsets = adaptor.getOffsets()[0];
+    auto resultType = op.getType();
+    int64_t numExperts = resultType.getDimSize(0);
+    Type f32 = rewriter.getF32Type();
+    OpFoldResult kSize = e.sizes(a)[1], nSize = e.sizes(g)[1];
+    Value rows = e.dim(a, 0);
+    AffineExpr k, n, r;
+    bindDims(ctx, k, n, r);
+    SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {r, k}, ctx),
+                                   AffineMap::get(3, 0, {r, n}, ctx),
+                                   AffineMap::get(3, 0, {k, n}, ctx)};
+    Value out = e.forLoop(
+        e.idx(0), e.idx(numExperts),
+        e.zeros({e.b.getIndexAttr(numExperts), kSize, nSize}, f32),
+        [&](Emitter &em, Value ex, ValueRange iter) {
+          auto [lo, size] = em.groupBounds(offsets, ex, rows);
+          Value as = em.rowSlice(a, lo, size);
+          Value gs = em.rowSlice(g, lo, size);
+          Value c = em.zeros({kSize, nSize}, f32);
+          Value mm = em.generic(
+              {as, gs}, c, maps,
+              {IteratorType::parallel, IteratorType::parallel,
+               IteratorType::reduction},
+              [&](OpBuilder &nb, Location nl, ValueRange args) {
+                Emitter q{nb, nl};
+                Value p = arith::MulFOp::create(nb, nl, q.toF32(args[0]),
+                                                q.toF32(args[1]));
+                return SmallVector<Value>{
+                    arith::AddFOp::create(nb, nl, args[2], p)};
+              })[0];
+          return SmallVector<Value>{em.insertAt(
+              mm, iter[0],
+              {ex, em.b.getIndexAttr(0), em.b.getIndexAttr(0)},
+              {em.b.getIndexAttr(1), kSize, nSize})};
+        })[0];
+    rewriter.replaceOp(op, e.castElements(out, resultType.getElementType()));
+    return success();
+  }
+};
+
+/// The gate and up halves of the last dimension of `t` as strided slices.
+std::pair<SmallVector<OpFoldResult>, SmallVector<OpFoldResult>>
+gluSliceOffsets(Emitter &e, int64_t rank, int64_t half, SwigluLayout layout,
+                bool up) {
+  SmallVector<OpFoldResult> offs(rank, e.b.getIndexAttr(0)),
+      strides(rank, e.b.getIndexAttr(1));
+  if (layout == SwigluLayout::split) {
+    offs.back() = e.b.getIndexAttr(up ? half : 0);
+  } else {
+    offs.back() = e.b.getIndexAttr(up ? 1 : 0);
+    strides.back() = e.b.getIndexAttr(2);
+  }
+  return {offs, strides};
+}
+
+/// Half-size sizes of a [..., 2F] tensor.
+SmallVector<OpFoldResult> halfSizes(Emitter &e, Value full, int64_t half) {
+  SmallVector<OpFoldResult> s = e.sizes(full);
+  s.back() = e.b.getIndexAttr(half);
+  return s;
+}
+
+Value gluHalf(Emitter &e, Value full, SwigluLayout layout, bool up) {
+  auto type = cast<RankedTensorType>(full.getType());
+  int64_t half = type.getShape().back() / 2;
+  auto [offs, strides] = gluSliceOffsets(e, type.getRank(), half, layout, up);
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = half;
+  return tensor::ExtractSliceOp::create(
+      e.b, e.loc, RankedTensorType::get(shape, type.getElementType()), full,
+      offs, halfSizes(e, full, half), strides);
+}
+
+struct SwigluLowering : OpConversionPattern<SwigluOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SwigluOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    Value gate = gluHalf(e, adaptor.getInput(), op.getLayout(), false);
+    Value up = gluHalf(e, adaptor.getInput(), op.getLayout(), true);
+    Type elt = op.getType().getElementType();
+    rewriter.replaceOp(op, e.map({gate, up}, elt, [&](Emitter &n, ValueRange a) {
+      Value g = n.toF32(a[0]), u = n.toF32(a[1]);
+      // silu(g) = g / (1 + exp(-g))
+      Value ex = math::ExpOp::create(n.b, n.loc, arith::NegFOp::create(n.b, n.loc, g));
+      Value silu = arith::DivFOp::create(
+          n.b, n.loc, g, arith::AddFOp::create(n.b, n.loc, n.f32(1.0), ex));
+      return n.fromF32(arith::MulFOp::create(n.b, n.loc, silu, u), elt);
+    }));
+    return success();
+  }
+};
+
+struct SwigluGradLowering : OpConversionPattern<SwigluGradOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SwigluGradOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    Value in = adaptor.getInput(), dy = adaptor.getGrad();
+    SwigluLayout layout = op.getLayout();
+    Value gate = gluHalf(e, in, layout, false);
+    Value up = gluHalf(e, in, layout, true);
+    Type elt = op.getType().getElementType();
+    auto type = op.getType();
+    int64_t rank = type.getRank(), half = type.getShape().back() / 2;
+    SmallVector<OpFoldResult> hs = halfSizes(e, in, half);
+    SmallVector<AffineMap> maps(5, AffineMap::getMultiDimIdentityMap(rank, ctx));
+    SmallVector<IteratorType> par(rank, IteratorType::parallel);
+    ValueRange grads = e.generic(
+        {gate, up, dy}, {e.empty(hs, elt), e.empty(hs, elt)}, maps, par,
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter n{nb, nl};
+          Value g = n.toF32(a[0]), u = n.toF32(a[1]), d = n.toF32(a[2]);
+          Value s = n.sigmoid(g);
+          auto mul = [&](Value x, Value y) {
+            return arith::MulFOp::create(nb, nl, x, y).getResult();
+          };
+          // d_gate = d * u * s * (1 + g * (1 - s)); d_up = d * g * s
+          Value oneMinus = arith::SubFOp::create(nb, nl, n.f32(1.0), s);
+          Value inner = arith::AddFOp::create(nb, nl, n.f32(1.0), mul(g, oneMinus));
+          Value dg = mul(mul(mul(d, u), s), inner);
+          Value du = mul(mul(d, g), s);
+          return SmallVector<Value>{n.fromF32(dg, elt), n.fromF32(du, elt)};
+        });
+    Value out = e.empty(e.sizes(in), elt);
+    for (int which = 0; which < 2; ++which) {
+      auto [offs, strides] = gluSliceOffsets(e, rank, half, layout, which == 1);
+      out = tensor::InsertSliceOp::create(rewriter, op.getLoc(), grads[which],
+                                          out, offs, hs, strides);
+    }
+    rewriter.replaceOp(op, out);
+    return success();
+  }
+};
+
+/// Scores, top-k selection by loops (lower index wins ties, NaN never wins
+/// against a number), then the weights.
+struct RouterLowering : OpConversionPattern<RouterOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RouterOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    Type f32 = rewriter.getF32Type();
+    Value logits = e.castElements(adaptor.getLogits(), f32);
+    auto lt = cast<RankedTensorType>(logits.getType());
+    int64_t numTokens = lt.getDimSize(0), numExperts = lt.getDimSize(1);
+    int64_t k = op.getTopK();
+    bool softmax = op.getScore() == ScoreFunction::softmax;
+    bool after = op.getSoftmaxAfterTopk();
+    AffineExpr t, x;
+    bindDims(ctx, t, x);
+    auto mapTE = AffineMap::get(2, 0, {t, x}, ctx);
+    auto mapT = AffineMap::get(2, 0, {t}, ctx);
+    SmallVector<IteratorType> rowReduce = {IteratorType::parallel,
+                                           IteratorType::reduction};
+    Value tokensDim = e.dim(logits, 0);
+    float inf = std::numeric_limits<float>::infinity();
+
+    /// Row-wise softmax of a [T, n] f32 tensor.
+    auto rowSoftmax = [&](Value v) {
+      OpFoldResult rows = e.sizes(v)[0];
+      Value maxInit = e.fill(e.empty({rows}, f32), e.f32(-inf));
+      Value rowMax = e.generic(v, maxInit, {mapTE, mapT}, rowReduce,
+                               [&](OpBuilder &nb, Location nl, ValueRange a) {
+                                 return SmallVector<Value>{
+                                     arith::MaximumFOp::create(nb, nl, a[1], a[0])};
+                               })[0];
+      Value sum = e.generic({v, rowMax}, e.zeros({rows}, f32),
+                            {mapTE, mapT, mapT}, rowReduce,
+                            [&](OpBuilder &nb, Location nl, ValueRange a) {
+                              Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
+                              Value ex = math::ExpOp::create(nb, nl, d);
+                              return SmallVector<Value>{
+                                  arith::AddFOp::create(nb, nl, a[2], ex)};
+                            })[0];
+      Value init = e.empty(e.sizes(v), f32);
+      return e.generic({v, rowMax, sum}, init, {mapTE, mapT, mapT, mapTE},
+                       {IteratorType::parallel, IteratorType::parallel},
+                       [&](OpBuilder &nb, Location nl, ValueRange a) {
+                         Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
+                         Value ex = math::ExpOp::create(nb, nl, d);
+                         return SmallVector<Value>{
+                             arith::DivFOp::create(nb, nl, ex, a[2])};
+                       })[0];
+    };
+    /// Divides every row of a [T, k] tensor by its sum (in slot order).
+    auto rowNormalize = [&](Value v) {
+      OpFoldResult rows = e.sizes(v)[0];
+      Value sum = e.generic(v, e.zeros({rows}, f32), {mapTE, mapT}, rowReduce,
+                            [&](OpBuilder &nb, Location nl, ValueRange a) {
+                              return SmallVector<Value>{
+                                  arith::AddFOp::create(nb, nl, a[1], a[0])};
+                            })[0];
+      return e.generic({v, sum}, e.empty(e.sizes(v), f32),
+                       {mapTE, mapT, mapTE},
+                       {IteratorType::parallel, IteratorType::parallel},
+                       [&](OpBuilder &nb, Location nl, ValueRange a) {
+                         return SmallVector<Value>{
+                             arith::DivFOp::create(nb, nl, a[0], a[1])};
+                       })[0];
+    };
+
+    Value scores = logits;
+    if (!softmax)
+      scores = e.map(logits, f32, [](Emitter &n, ValueRange a) {
+        return n.sigmoid(a[0]);
+      });
+    else if (!after)
+      scores = rowSoftmax(logits);
+
+    // Top-k by repeated arg-max over the experts not yet taken.
+    Type idxElt = op.getIndices().getType().getElementType();
+    SmallVector<OpFoldResult> tk = {e.sizes(logits)[0], e.b.getIndexAttr(k)};
+    Value taken = e.fill(e.empty(e.sizes(logits), e.b.getI1Type()),
+                         arith::ConstantIntOp::create(e.b, e.loc, 0, 1));
+    ValueRange sel = e.forLoop(
+        e.idx(0), tokensDim,
+        {e.zeros(tk, idxElt), e.zeros(tk, f32), taken},
+        [&](Emitter &n, Value tok, ValueRange it) {
+          return llvm::to_vector(n.forLoop(
+              n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange it2) {
+                ValueRange best = m.forLoop(
+                    m.idx(0), m.idx(numExperts), {m.idx(-1), m.f32(-inf)},
+                    [&](Emitter &q, Value ex, ValueRange cur) {
+                      Value v = q.extract(scores, {tok, ex});
+                      Value isNaN = arith::CmpFOp::create(
+                          q.b, q.loc, arith::CmpFPredicate::UNO, v, v);
+                      Value key = q.sel(isNaN, q.f32(-inf), v);
+                      Value free = arith::XOrIOp::create(
+                          q.b, q.loc, q.extract(it2[2], {tok, ex}),
+                          arith::ConstantIntOp::create(q.b, q.loc, 1, 1));
+                      Value none = q.cmpI(arith::CmpIPredicate::slt, cur[0],
+                                          q.idx(0));
+                      Value greater = arith::CmpFOp::create(
+                          q.b, q.loc, arith::CmpFPredicate::OGT, key, cur[1]);
+                      Value better = arith::AndIOp::create(
+                          q.b, q.loc, free,
+                          arith::OrIOp::create(q.b, q.loc, none, greater));
+                      return SmallVector<Value>{q.sel(better, ex, cur[0]),
+                                                q.sel(better, key, cur[1])};
+                    });
+                Value bestE = best[0];
+                Value val = m.extract(scores, {tok, bestE});
+                return SmallVector<Value>{
+                    m.insertIndex(bestE, it2[0], {tok, j}),
+                    m.insert(val, it2[1], {tok, j}),
+                    m.insert(arith::ConstantIntOp::create(m.b, m.loc, 1, 1),
+                             it2[2], {tok, bestE})};
+              }));
+        });
+    Value indices = sel[0], weights = sel[1];
+    (void)numTokens;
+    if (after)
+      weights = rowSoftmax(weights);
+    else if (op.getNormTopkProb())
+      weights = rowNormalize(weights);
+    rewriter.replaceOp(op, {indices, weights});
+    return success();
+  }
+};
+
+/// Counts, (capacity,) padded offsets, then one pass over the token copies
+/// in token order that places each in its expert's group.
+struct DispatchLowering : OpConversionPattern<DispatchOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(DispatchOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    Value tokens = adaptor.getTokens(), indices = adaptor.getIndices();
+    int64_t numExperts = op.getNumExperts(), padTo = op.getPadTo();
+    int64_t capacity = op.getCapacity();
+    int64_t k = op.getIndices().getType().getDimSize(1);
+    auto countsType = op.getCounts().getType();
+    auto offsetsType = op.getOffsets().getType();
+    auto posType = op.getPositions().getType();
+    auto sortedType = op.getSorted().getType();
+    Value numTok = e.dim(indices, 0);
+    Value eMax = e.idx(numExperts);
+    using P = arith::CmpIPredicate;
+
+    /// The expert of copy (t, j), whether it is in range, and a safe index.
+    auto expertOf = [&](Emitter &n, Value t, Value j) {
+      Value ex = n.extractIndex(indices, {t, j});
+      Value ok = arith::AndIOp::create(
+          n.b, n.loc, n.cmpI(P::sge, ex, n.idx(0)), n.cmpI(P::slt, ex, eMax));
+      return std::make_pair(n.sel(ok, ex, n.idx(0)), ok);
+    };
+
+    // 1. raw counts.
+    Value counts = e.forLoop(
+        e.idx(0), numTok, e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType()),
+        [&](Emitter &n, Value t, ValueRange it) {
+          return llvm::to_vector(n.forLoop(
+              n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange c) {
+                auto [ex, ok] = expertOf(m, t, j);
+                Value old = m.extractIndex(c[0], ex);
+                Value inc = m.sel(ok, m.addI(old, m.idx(1)), old);
+                return SmallVector<Value>{m.insertIndex(inc, c[0], ex)};
+              }));
+        })[0];
+    // 2. kept counts and padded group offsets.
+    ValueRange ko = e.forLoop(
+        e.idx(0), eMax,
+        {e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType()),
+         e.zeros({e.b.getIndexAttr(numExperts + 1)}, offsetsType.getElementType())},
+        [&](Emitter &n, Value ex, ValueRange it) {
+          Value kept = n.extractIndex(counts, ex);
+          if (capacity >= 0)
+            kept = n.minI(kept, n.idx(capacity));
+          Value m = n.idx(padTo);
+          Value padded = arith::MulIOp::create(
+              n.b, n.loc,
+              arith::DivUIOp::create(n.b, n.loc,
+                                     n.addI(kept, n.subI(m, n.idx(1))), m),
+              m);
+          Value start = n.extractIndex(it[1], ex);
+          return SmallVector<Value>{
+              n.insertIndex(kept, it[0], ex),
+              n.insertIndex(n.addI(start, padded), it[1],
+                            n.addI(ex, n.idx(1)))};
+        });
+    Value kept = ko[0], offsets = ko[1];
+    // 3. place every copy.
+    Value posInit = e.fill(e.empty(e.sizes(indices), posType.getElementType()),
+                           arith::ConstantOp::create(
+                               e.b, e.loc,
+                               e.b.getIntegerAttr(posType.getElementType(), -1)));
+    Value sortedInit = e.zeros({e.b.getIndexAttr(sortedType.getDimSize(0)),
+                                e.sizes(tokens)[1]},
+                               sortedType.getElementType());
+    Value cursorInit =
+        e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType());
+    OpFoldResult hidden = e.sizes(tokens)[1];
+    ValueRange placed = e.forLoop(
+        e.idx(0), numTok, {sortedInit, posInit, cursorInit},
+        [&](Emitter &n, Value t, ValueRange it) {
+          return llvm::to_vector(n.forLoop(
+              n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange s) {
+                auto [ex, ok] = expertOf(m, t, j);
+                Value cur = m.extractIndex(s[2], ex);
+                Value keep = arith::AndIOp::create(
+                    m.b, m.loc, ok,
+                    m.cmpI(P::slt, cur, m.extractIndex(kept, ex)));
+                Value row = m.addI(m.extractIndex(offsets, ex), cur);
+                Value pos = m.insertIndex(m.sel(keep, row, m.idx(-1)), s[1],
+                                          {t, j});
+                Value cursor = m.insertIndex(
+                    m.sel(keep, m.addI(cur, m.idx(1)), cur), s[2], ex);
+                auto ifOp = scf::IfOp::create(
+                    m.b, m.loc, keep,
+                    [&](OpBuilder &ib, Location il) {
+                      Emitter q{ib, il};
+                      Value src = q.rowSlice(tokens, t, q.idx(1));
+                      Value upd = q.insertAt(src, s[0], {row, ib.getIndexAttr(0)},
+                                             {ib.getIndexAttr(1), hidden});
+                      scf::YieldOp::create(ib, il, upd);
+                    },
+                    [&](OpBuilder &ib, Location il) {
+                      scf::YieldOp::create(ib, il, s[0]);
+                    });
+                return SmallVector<Value>{ifOp.getResult(0), pos, cursor};
+              }));
+        });
+    rewriter.replaceOp(op, {placed[0], offsets, kept, placed[1]});
+    return success();
+  }
+};
+
+/// out[t, h] = sum_j w[t, j] * y[pos[t, j], h] over the kept copies.
+struct CombineLowering : OpConversionPattern<CombineOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(CombineOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    Value y = adaptor.getExpertOut(), w = adaptor.getWeights(),
+          pos = adaptor.getPositions();
+    Type f32 = rewriter.getF32Type();
+    AffineExpr t, h, j;
+    bindDims(ctx, t, h, j);
+    auto mapTJ = AffineMap::get(3, 0, {t, j}, ctx);
+    auto mapTH = AffineMap::get(3, 0, {t, h}, ctx);
+    Value rows = e.dim(y, 0);
+    Value out = e.generic(
+        {w, pos}, e.zeros({e.sizes(w)[0], e.sizes(y)[1]}, f32),
+        {mapTJ, mapTJ, mapTH},
+        {IteratorType::parallel, IteratorType::parallel,
+         IteratorType::reduction},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter n{nb, nl};
+          Value p = n.toIndex(a[1]);
+          Value ok = arith::AndIOp::create(
+              nb, nl, n.cmpI(arith::CmpIPredicate::sge, p, n.idx(0)),
+              n.cmpI(arith::CmpIPredicate::slt, p, rows));
+          Value safe = n.sel(ok, p, n.idx(0));
+          Value hIdx = linalg::IndexOp::create(nb, nl, 1);
+          Value v = n.toF32(n.extract(y, {safe, hIdx}));
+          Value prod = arith::MulFOp::create(nb, nl, a[0], v);
+          Value sum = arith::AddFOp::create(nb, nl, a[2], prod);
+          return SmallVector<Value>{n.sel(ok, sum, a[2])};
+        })[0];
+    rewriter.replaceOp(op, e.castElements(out, op.getType().getElementType()));
+    return success();
+  }
+};
+
+/// Over a group of one rank: copy the rows (cut or zero-padded).
+struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(AllToAllOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    SymbolTableCollection symbols;
+    auto grid = shard::getGridOrNull(op, op.getGridAttr(), symbols);
+    int64_t p = 1;
+    if (grid) {
+      ArrayRef<int64_t> shape = grid.getShape();
+      SmallVector<int64_t> axes;
+      if (op.getGridAxes().empty())
+        axes = llvm::to_vector(llvm::seq<int64_t>(0, shape.size()));
+      else
+        for (int16_t a : op.getGridAxes())
+          axes.push_back(a);
+      for (int64_t a : axes)
+        p = ShapedType::isDynamic(shape[a]) || p < 0 ? -1 : p * shape[a];
+    }
+    if (!grid || p != 1)
+      return op.emitOpError(
+          "exchanges rows between several ranks; -convert-moe-to-linalg only "
+          "lowers groups of one rank (use the communication runtime lowering)");
+    Emitter e{rewriter, op.getLoc()};
+    Value in = adaptor.getInput();
+    auto rt = op.getResult().getType();
+    SmallVector<OpFoldResult> outSizes = {e.b.getIndexAttr(rt.getDimSize(0)),
+                                          e.sizes(in)[1]};
+    if (rt.isDynamicDim(0))
+      outSizes[0] = e.sizes(in)[0];
+    Value out = e.zeros(outSizes, rt.getElementType());
+    Value n = e.minI(e.dim(in, 0), e.dim(out, 0));
+    Value rowsIn = e.rowSlice(in, e.idx(0), n);
+    out = e.insertAt(rowsIn, out, {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
+                     {n, outSizes[1]});
+    out = tensor::CastOp::create(rewriter, op.getLoc(), rt, out);
+    rewriter.replaceOp(op, {out, adaptor.getSendCounts()});
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+struct ConvertMoEToLinalgPass
+    : moe::impl::ConvertMoEToLinalgBase<ConvertMoEToLinalgPass> {
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    ModuleOp module = getOperation();
+
+    RewritePatternSet expand(ctx);
+    populateExpandGroupedMlpPatterns(expand);
+    if (failed(applyPatternsGreedily(module, std::move(expand))) ||
+        failed(lowerExpertsToLoops(module)))
+      return signalPassFailure();
+
+    TypeConverter converter;
+    populateMXTypeConversion(converter);
+    ConversionTarget target(*ctx);
+    target.addIllegalDialect<MoEDialect>();
+    target.markUnknownOpDynamicallyLegal(
+        [&](Operation *op) { return converter.isLegal(op); });
+    target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp op) {
+      return converter.isSignatureLegal(op.getFunctionType()) &&
+             converter.isLegal(&op.getBody());
+    });
+    RewritePatternSet patterns(ctx);
+    populateMoEToLinalgConversionPatterns(converter, patterns);
+    populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
+                                                                   converter);
+    populateCallOpTypeConversionPattern(patterns, converter);
+    populateReturnOpTypeConversionPattern(patterns, converter);
+    scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
+                                                         target);
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      signalPassFailure();
+  }
+};
+} // namespace
+
+void mlir::moe::populateMXTypeConversion(TypeConverter &converter) {
+  converter.addConversion([](Type t) { return t; });
+  converter.addConversion(
+      [](MXTensorType t, SmallVectorImpl<Type> &results) -> LogicalResult {
+        results.push_back(t.getDataType());
+        results.push_back(t.getScalesType());
+        return success();
+      });
+}
+
+void mlir::moe::populateMoEToLinalgConversionPatterns(
+    const TypeConverter &converter, RewritePatternSet &patterns) {
+  patterns.add<QuantizeLowering, DequantizeLowering, MXPackLowering,
+               MXUnpackLowering, GroupedMatmulLowering,
+               GroupedMatmulWgradLowering, SwigluLowering, SwigluGradLowering,
+               RouterLowering, DispatchLowering, CombineLowering,
+               AllToAllLowering>(converter, patterns.getContext());
+}
+
+LogicalResult mlir::moe::lowerExpertsToLoops(Operation *root) {
+  SmallVector<ExpertsOp> ops;
+  root->walk([&](ExpertsOp op) { ops.push_back(op); });
+  for (ExpertsOp op : ops) {
+    OpBuilder b(op);
+    Emitter e{b, op.getLoc()};
+    Value tokens = op.getTokens(), offsets = op.getOffsets();
+    auto resultType = op.getResult().getType();
+    SmallVector<OpFoldResult> outSizes = {e.sizes(tokens)[0],
+                                          b.getIndexAttr(resultType.getDimSize(1))};
+    Value rows = e.dim(tokens, 0);
+    Block &body = op.getBody().front();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    Value out = e.forLoop(
+        e.idx(0), e.idx(op.getNumExperts()),
+        e.zeros(outSizes, resultType.getElementType()),
+        [&](Emitter &n, Value ex, ValueRange it) {
+          auto [lo, size] = n.groupBounds(offsets, ex, rows);
+          IRMapping mapping;
+          mapping.map(body.getArgument(0), n.rowSlice(tokens, lo, size));
+          for (auto [i, w] : llvm::enumerate(op.getWeights()))
+            mapping.map(body.getArgument(i + 1), n.expertSlice(w, ex));
+          for (Operation &inner : body.without_terminator())
+            n.b.clone(inner, mapping);
+          Value y = mapping.lookup(yield.getValue());
+          return SmallVector<Value>{
+              n.insertAt(y, it[0], {lo, n.b.getIndexAttr(0)},
+                         {size, outSizes[1]})};
+        })[0];
+    op.getResult().replaceAllUsesWith(out);
+    op.erase();
+  }
+  return success();
+}

@@ -1,0 +1,616 @@
+//===- MoEOps.cpp - moe dialect operations --------------------------------===//
+//
+// Verifiers speak the user's terms (tokens, experts, hidden size), folders
+// and canonicalization patterns keep the IR small.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+#include "moe/Dialect/MoE/IR/MoEEnums.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static ArrayRef<int64_t> shapeOf(Type type) {
+  if (auto t = dyn_cast<RankedTensorType>(type))
+    return t.getShape();
+  return cast<MXTensorType>(type).getShape();
+}
+
+static std::string dimStr(int64_t d) {
+  return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
+}
+
+/// Checks that dimension `got` of something called `what` equals `expected`
+/// (dynamic sizes match anything).
+static LogicalResult expectDim(Operation *op, const Twine &what, int64_t got,
+                               int64_t expected) {
+  if (ShapedType::isDynamic(got) || ShapedType::isDynamic(expected) ||
+      got == expected)
+    return success();
+  return op->emitOpError("expects ")
+         << what << " to be " << expected << ", got " << got;
+}
+
+static LogicalResult expectRank(Operation *op, const Twine &what, Type type,
+                                int64_t rank) {
+  int64_t got = shapeOf(type).size();
+  if (got == rank)
+    return success();
+  return op->emitOpError("expects ") << what << " to have rank " << rank
+                                     << ", got rank " << got << " (" << type
+                                     << ")";
+}
+
+/// Checks an `offsets` operand: 1-d, E + 1 entries, E = `numExperts`.
+static LogicalResult verifyOffsets(Operation *op, Type offsets,
+                                   int64_t numExperts) {
+  if (failed(expectRank(op, "offsets", offsets, 1)))
+    return failure();
+  int64_t n = shapeOf(offsets)[0];
+  if (ShapedType::isDynamic(n))
+    return op->emitOpError("expects a static number of offsets (experts + 1)");
+  if (ShapedType::isDynamic(numExperts))
+    return success();
+  if (n != numExperts + 1)
+    return op->emitOpError("expects ")
+           << numExperts + 1 << " offsets (one more than the " << numExperts
+           << " experts), got " << n;
+  return success();
+}
+
+/// Checks that a block-scaled operand has its blocks along `axis`.
+static LogicalResult expectMXAxis(Operation *op, const Twine &what, Type type,
+                                  unsigned axis, StringRef why) {
+  auto mx = dyn_cast<MXTensorType>(type);
+  if (!mx || mx.getAxis() == axis)
+    return success();
+  return op->emitOpError("expects the MX blocks of ")
+         << what << " along dimension " << axis << " (" << why
+         << "), got axis = " << mx.getAxis();
+}
+
+//===----------------------------------------------------------------------===//
+// RouterOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RouterOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "logits", getLogits().getType(), 2)) ||
+      failed(expectRank(op, "indices", getIndices().getType(), 2)) ||
+      failed(expectRank(op, "weights", getWeights().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> logits = shapeOf(getLogits().getType());
+  int64_t k = getTopK();
+  if (!ShapedType::isDynamic(logits[1]) && k > logits[1])
+    return emitOpError("expects top_k <= number of experts, got top_k = ")
+           << k << " with " << logits[1] << " experts";
+  for (auto [name, type] :
+       {std::pair<StringRef, Type>{"indices", getIndices().getType()},
+        {"weights", getWeights().getType()}}) {
+    ArrayRef<int64_t> s = shapeOf(type);
+    if (failed(expectDim(op, Twine(name) + " dim 0 (tokens)", s[0],
+                         logits[0])) ||
+        failed(expectDim(op, Twine(name) + " dim 1 (top_k)", s[1], k)))
+      return failure();
+  }
+  if (getSoftmaxAfterTopk() && getScore() != ScoreFunction::softmax)
+    return emitOpError("softmax_after_topk needs the softmax score function");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// DispatchOp
+//===----------------------------------------------------------------------===//
+
+static int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+int64_t DispatchOp::getCapacity() {
+  if (!getCapacityFactor())
+    return -1;
+  ArrayRef<int64_t> idx = shapeOf(getIndices().getType());
+  if (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1]))
+    return -1;
+  double c = getCapacityFactor()->convertToDouble() * double(idx[0] * idx[1]) /
+             double(getNumExperts());
+  return int64_t(std::ceil(c));
+}
+
+int64_t DispatchOp::getMinRows() {
+  ArrayRef<int64_t> idx = shapeOf(getIndices().getType());
+  if (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1]))
+    return ShapedType::kDynamic;
+  int64_t copies = idx[0] * idx[1], e = getNumExperts(), m = getPadTo();
+  int64_t dropless = (copies + e * (m - 1)) / m * m;
+  int64_t cap = getCapacity();
+  if (cap < 0)
+    return dropless;
+  return std::min(dropless, e * roundUp(cap, m));
+}
+
+LogicalResult DispatchOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "tokens", getTokens().getType(), 2)) ||
+      failed(expectRank(op, "indices", getIndices().getType(), 2)) ||
+      failed(expectRank(op, "sorted", getSorted().getType(), 2)) ||
+      failed(expectRank(op, "counts", getCounts().getType(), 1)) ||
+      failed(expectRank(op, "positions", getPositions().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> tokens = shapeOf(getTokens().getType());
+  ArrayRef<int64_t> idx = shapeOf(getIndices().getType());
+  ArrayRef<int64_t> sorted = shapeOf(getSorted().getType());
+  ArrayRef<int64_t> pos = shapeOf(getPositions().getType());
+  int64_t e = getNumExperts();
+  if (failed(expectDim(op, "indices dim 0 (tokens)", idx[0], tokens[0])) ||
+      failed(expectDim(op, "sorted dim 1 (hidden)", sorted[1], tokens[1])) ||
+      failed(verifyOffsets(op, getOffsets().getType(), e)) ||
+      failed(expectDim(op, "counts size (experts)",
+                       shapeOf(getCounts().getType())[0], e)) ||
+      failed(expectDim(op, "positions dim 0 (tokens)", pos[0], tokens[0])) ||
+      failed(expectDim(op, "positions dim 1 (top_k)", pos[1], idx[1])))
+    return failure();
+  if (getTokens().getType().getElementType() !=
+      getSorted().getType().getElementType())
+    return emitOpError("expects sorted to have the element type of tokens (")
+           << getTokens().getType().getElementType() << "), got "
+           << getSorted().getType().getElementType();
+  if (getCapacityFactor() &&
+      (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1])))
+    return emitOpError("capacity_factor needs a static number of tokens and "
+                       "top_k");
+  int64_t minRows = getMinRows();
+  if (ShapedType::isDynamic(sorted[0]) || ShapedType::isDynamic(minRows))
+    return emitOpError("expects static token and row counts");
+  if (sorted[0] < minRows)
+    return emitOpError("expects sorted to have at least ")
+           << minRows << " rows (the worst case for " << idx[0] << " tokens x "
+           << idx[1] << " experts each over " << e << " experts"
+           << (getPadTo() > 1 ? ", padded to " + std::to_string(getPadTo())
+                              : std::string())
+           << "), got " << sorted[0];
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CombineOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CombineOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "expert_out", getExpertOut().getType(), 2)) ||
+      failed(expectRank(op, "weights", getWeights().getType(), 2)) ||
+      failed(expectRank(op, "positions", getPositions().getType(), 2)) ||
+      failed(expectRank(op, "result", getResult().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> y = shapeOf(getExpertOut().getType());
+  ArrayRef<int64_t> w = shapeOf(getWeights().getType());
+  ArrayRef<int64_t> p = shapeOf(getPositions().getType());
+  ArrayRef<int64_t> r = shapeOf(getResult().getType());
+  return success(
+      succeeded(expectDim(op, "positions dim 0 (tokens)", p[0], w[0])) &&
+      succeeded(expectDim(op, "positions dim 1 (top_k)", p[1], w[1])) &&
+      succeeded(expectDim(op, "result dim 0 (tokens)", r[0], w[0])) &&
+      succeeded(expectDim(op, "result dim 1 (hidden)", r[1], y[1])));
+}
+
+//===----------------------------------------------------------------------===//
+// ExpertsOp
+//===----------------------------------------------------------------------===//
+
+int64_t ExpertsOp::getNumExperts() {
+  int64_t n = shapeOf(getOffsets().getType())[0];
+  return ShapedType::isDynamic(n) ? n : n - 1;
+}
+
+LogicalResult ExpertsOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "tokens", getTokens().getType(), 2)) ||
+      failed(expectRank(op, "result", getResult().getType(), 2)) ||
+      failed(verifyOffsets(op, getOffsets().getType(), ShapedType::kDynamic)))
+    return failure();
+  int64_t e = getNumExperts();
+  for (auto [i, w] : llvm::enumerate(getWeights())) {
+    auto t = cast<RankedTensorType>(w.getType());
+    if (t.getRank() < 1)
+      return emitOpError("expects weight #") << i << " to have a leading "
+                                                "expert dimension";
+    if (failed(expectDim(op, "weight #" + Twine(i) + " dim 0 (experts)",
+                         t.getDimSize(0), e)))
+      return failure();
+  }
+  return expectDim(op, "result dim 0 (rows)",
+                   shapeOf(getResult().getType())[0],
+                   shapeOf(getTokens().getType())[0]);
+}
+
+LogicalResult ExpertsOp::verifyRegions() {
+  Block &body = getBody().front();
+  unsigned want = 1 + getWeights().size();
+  if (body.getNumArguments() != want)
+    return emitOpError("expects the body to take ")
+           << want << " arguments (the group's rows and one per weight), got "
+           << body.getNumArguments();
+  auto tokens = cast<RankedTensorType>(getTokens().getType());
+  auto rowsType = RankedTensorType::get({ShapedType::kDynamic,
+                                         tokens.getDimSize(1)},
+                                        tokens.getElementType());
+  if (body.getArgument(0).getType() != rowsType)
+    return emitOpError("expects body argument #0 (the group's rows) to be ")
+           << rowsType << ", got " << body.getArgument(0).getType();
+  for (auto [i, w] : llvm::enumerate(getWeights())) {
+    auto t = cast<RankedTensorType>(w.getType());
+    auto slice =
+        RankedTensorType::get(t.getShape().drop_front(), t.getElementType());
+    if (body.getArgument(i + 1).getType() != slice)
+      return emitOpError("expects body argument #")
+             << i + 1 << " (one expert's slice of weight #" << i << ") to be "
+             << slice << ", got " << body.getArgument(i + 1).getType();
+  }
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("expects the body to end with moe.yield");
+  auto result = cast<RankedTensorType>(getResult().getType());
+  auto want2 = RankedTensorType::get({ShapedType::kDynamic, result.getDimSize(1)},
+                                     result.getElementType());
+  if (yield.getValue().getType() != want2)
+    return emitOpError("expects the body to yield ")
+           << want2 << " (the group's output rows), got "
+           << yield.getValue().getType();
+  return success();
+}
+
+namespace {
+/// Drops weights the body never reads: they cost a slice per expert and
+/// hide the body's real operands from grouping.
+struct DropUnusedExpertWeights : OpRewritePattern<ExpertsOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ExpertsOp op,
+                                PatternRewriter &rewriter) const override {
+    Block &body = op.getBody().front();
+    SmallVector<Value> keep;
+    llvm::BitVector drop(body.getNumArguments());
+    for (auto [i, w] : llvm::enumerate(op.getWeights())) {
+      if (body.getArgument(i + 1).use_empty())
+        drop.set(i + 1);
+      else
+        keep.push_back(w);
+    }
+    if (drop.none())
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getWeightsMutable().assign(keep);
+      body.eraseArguments(drop);
+    });
+    return success();
+  }
+};
+} // namespace
+
+void ExpertsOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *context) {
+  results.add<DropUnusedExpertWeights>(context);
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "lhs", getLhs().getType(), 2)) ||
+      failed(expectRank(op, "rhs (stacked expert weights)",
+                        getRhs().getType(), 3)) ||
+      failed(expectRank(op, "result", getResult().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(getLhs().getType());
+  ArrayRef<int64_t> b = shapeOf(getRhs().getType());
+  ArrayRef<int64_t> r = shapeOf(getResult().getType());
+  bool t = getTransposeRhs();
+  int64_t bk = t ? b[2] : b[1], bn = t ? b[1] : b[2];
+  if (failed(verifyOffsets(op, getOffsets().getType(), b[0])) ||
+      failed(expectDim(op, "rhs contraction dim (K, lhs dim 1)", bk, a[1])) ||
+      failed(expectDim(op, "result dim 0 (rows)", r[0], a[0])) ||
+      failed(expectDim(op, "result dim 1 (N)", r[1], bn)) ||
+      failed(expectMXAxis(op, "lhs", getLhs().getType(), 1,
+                          "the contraction dimension")) ||
+      failed(expectMXAxis(op, "rhs", getRhs().getType(), t ? 2 : 1,
+                          "the contraction dimension")))
+    return failure();
+  return success();
+}
+
+namespace {
+/// grouped_matmul(x, linalg.transpose(w, [0, 2, 1])) reads the untransposed
+/// weights with `transpose_rhs` toggled: the same products, no copy.
+struct FoldRhsTranspose : OpRewritePattern<GroupedMatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(GroupedMatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    auto transpose = op.getRhs().getDefiningOp<linalg::TransposeOp>();
+    if (!transpose || !transpose.hasPureTensorSemantics() ||
+        transpose.getPermutation() != ArrayRef<int64_t>{0, 2, 1})
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getRhsMutable().assign(transpose.getInput());
+      op.setTransposeRhs(!op.getTransposeRhs());
+    });
+    return success();
+  }
+};
+} // namespace
+
+void GroupedMatmulOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                  MLIRContext *context) {
+  results.add<FoldRhsTranspose>(context);
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulWgradOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulWgradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "lhs", getLhs().getType(), 2)) ||
+      failed(expectRank(op, "rhs", getRhs().getType(), 2)) ||
+      failed(expectRank(op, "result (stacked weight gradients)",
+                        getResult().getType(), 3)))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(getLhs().getType());
+  ArrayRef<int64_t> b = shapeOf(getRhs().getType());
+  ArrayRef<int64_t> r = shapeOf(getResult().getType());
+  return success(
+      succeeded(verifyOffsets(op, getOffsets().getType(), r[0])) &&
+      succeeded(expectDim(op, "rhs dim 0 (rows)", b[0], a[0])) &&
+      succeeded(expectDim(op, "result dim 1 (K)", r[1], a[1])) &&
+      succeeded(expectDim(op, "result dim 2 (N)", r[2], b[1])) &&
+      succeeded(expectMXAxis(op, "lhs", getLhs().getType(), 0,
+                             "the rows are contracted: columnwise")) &&
+      succeeded(expectMXAxis(op, "rhs", getRhs().getType(), 0,
+                             "the rows are contracted: columnwise")));
+}
+
+//===----------------------------------------------------------------------===//
+// SwigluOp / SwigluGradOp
+//===----------------------------------------------------------------------===//
+
+/// Checks `full` [..., 2F] against `half` [..., F].
+static LogicalResult verifyGluPair(Operation *op, RankedTensorType full,
+                                   StringRef fullName, RankedTensorType half,
+                                   StringRef halfName) {
+  if (full.getRank() < 1 || full.getRank() != half.getRank())
+    return op->emitOpError("expects ")
+           << fullName << " and " << halfName
+           << " to have the same rank (at least 1), got " << full.getRank()
+           << " and " << half.getRank();
+  int64_t last = full.getRank() - 1;
+  for (int64_t i = 0; i < last; ++i)
+    if (failed(expectDim(op, Twine(halfName) + " dim " + Twine(i),
+                         half.getDimSize(i), full.getDimSize(i))))
+      return failure();
+  int64_t two = full.getDimSize(last);
+  if (ShapedType::isDynamic(two))
+    return op->emitOpError("expects a static last dimension (gate and up)");
+  if (two % 2 != 0)
+    return op->emitOpError("expects the last dimension of ")
+           << fullName << " (gate and up) to be even, got " << two;
+  return expectDim(op, Twine(halfName) + " last dim (half of " + fullName + ")",
+                   half.getDimSize(last), two / 2);
+}
+
+LogicalResult SwigluOp::verify() {
+  return verifyGluPair(getOperation(), getInput().getType(), "input",
+                       getResult().getType(), "result");
+}
+
+LogicalResult SwigluGradOp::verify() {
+  if (getInput().getType().getShape() != getResult().getType().getShape())
+    return emitOpError("expects the result to have the input's shape ")
+           << getInput().getType() << ", got " << getResult().getType();
+  return verifyGluPair(getOperation(), getInput().getType(), "input",
+                       getGrad().getType(), "grad");
+}
+
+//===----------------------------------------------------------------------===//
+// Quantize / Dequantize / Pack / Unpack
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifySameShape(Operation *op, Type a, StringRef aName,
+                                     Type b, StringRef bName) {
+  ArrayRef<int64_t> sa = shapeOf(a), sb = shapeOf(b);
+  if (sa.size() != sb.size())
+    return op->emitOpError("expects ")
+           << aName << " and " << bName << " to have the same rank, got "
+           << sa.size() << " and " << sb.size();
+  for (auto [i, p] : llvm::enumerate(llvm::zip(sa, sb)))
+    if (failed(expectDim(op, Twine(bName) + " dim " + Twine(i) + " (from " +
+                                 aName + ")",
+                         std::get<1>(p), std::get<0>(p))))
+      return failure();
+  return success();
+}
+
+LogicalResult QuantizeOp::verify() {
+  return verifySameShape(getOperation(), getInput().getType(), "input",
+                         getResult().getType(), "result");
+}
+
+LogicalResult DequantizeOp::verify() {
+  return verifySameShape(getOperation(), getInput().getType(), "input",
+                         getResult().getType(), "result");
+}
+
+static LogicalResult verifyPackTypes(Operation *op, MXTensorType mx,
+                                     Type data, Type scales) {
+  if (data != mx.getDataType())
+    return op->emitOpError("expects the data of ")
+           << mx << " to be " << mx.getDataType() << ", got " << data;
+  if (scales != mx.getScalesType())
+    return op->emitOpError("expects the scales of ")
+           << mx << " to be " << mx.getScalesType() << ", got " << scales;
+  return success();
+}
+
+LogicalResult MXPackOp::verify() {
+  return verifyPackTypes(getOperation(), getResult().getType(),
+                         getData().getType(), getScales().getType());
+}
+
+LogicalResult MXUnpackOp::verify() {
+  return verifyPackTypes(getOperation(), getInput().getType(),
+                         getData().getType(), getScales().getType());
+}
+
+/// mx_pack(mx_unpack(x)) is x.
+OpFoldResult MXPackOp::fold(FoldAdaptor) {
+  auto unpack = getData().getDefiningOp<MXUnpackOp>();
+  if (unpack && getScales().getDefiningOp() == unpack &&
+      unpack.getInput().getType() == getType())
+    return unpack.getInput();
+  return {};
+}
+
+/// mx_unpack(mx_pack(d, s)) is (d, s).
+LogicalResult MXUnpackOp::fold(FoldAdaptor,
+                               SmallVectorImpl<OpFoldResult> &results) {
+  auto pack = getInput().getDefiningOp<MXPackOp>();
+  if (!pack)
+    return failure();
+  results.push_back(pack.getData());
+  results.push_back(pack.getScales());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMlpOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMlpOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "input", getInput().getType(), 2)) ||
+      failed(expectRank(op, "w1", getW1().getType(), 3)) ||
+      failed(expectRank(op, "w2", getW2().getType(), 3)) ||
+      failed(expectRank(op, "result", getResult().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getInput().getType());
+  ArrayRef<int64_t> w1 = shapeOf(getW1().getType());
+  ArrayRef<int64_t> w2 = shapeOf(getW2().getType());
+  ArrayRef<int64_t> r = shapeOf(getResult().getType());
+  if (failed(verifyOffsets(op, getOffsets().getType(), w1[0])) ||
+      failed(expectDim(op, "w2 dim 0 (experts)", w2[0], w1[0])) ||
+      failed(expectDim(op, "w1 dim 1 (hidden, input dim 1)", w1[1], x[1])) ||
+      failed(expectMXAxis(op, "input", getInput().getType(), 1,
+                          "the contraction dimension")) ||
+      failed(expectMXAxis(op, "w1", getW1().getType(), 1,
+                          "the contraction dimension")) ||
+      failed(expectMXAxis(op, "w2", getW2().getType(), 1,
+                          "the contraction dimension")))
+    return failure();
+  if (!ShapedType::isDynamic(w1[2]) && w1[2] % 2 != 0)
+    return emitOpError("expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
+           << w1[2];
+  if (!ShapedType::isDynamic(w1[2]) &&
+      failed(expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1],
+                       w1[2] / 2)))
+    return failure();
+  return success(succeeded(expectDim(op, "result dim 0 (rows)", r[0], x[0])) &&
+                 succeeded(expectDim(op, "result dim 1 (w2 dim 2)", r[1],
+                                     w2[2])));
+}
+
+//===----------------------------------------------------------------------===//
+// AllToAllOp
+//===----------------------------------------------------------------------===//
+
+/// The number of ranks in the op's group, or kDynamic / -1 if unknown.
+static int64_t groupSize(shard::GridOp grid, ArrayRef<int16_t> axes) {
+  ArrayRef<int64_t> shape = grid.getShape();
+  int64_t p = 1;
+  if (axes.empty()) {
+    for (int64_t d : shape) {
+      if (ShapedType::isDynamic(d))
+        return ShapedType::kDynamic;
+      p *= d;
+    }
+    return p;
+  }
+  for (int16_t a : axes) {
+    if (ShapedType::isDynamic(shape[a]))
+      return ShapedType::kDynamic;
+    p *= shape[a];
+  }
+  return p;
+}
+
+LogicalResult
+AllToAllOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbolTable);
+  if (!grid)
+    return emitOpError("expects '@")
+           << getGrid() << "' to name a shard.grid, found none";
+  llvm::SmallSet<int16_t, 4> seen;
+  for (int16_t a : getGridAxes()) {
+    if (a < 0 || a >= grid.getRank())
+      return emitOpError("grid axis ")
+             << a << " is out of range for the " << grid.getRank()
+             << "-d grid @" << getGrid();
+    if (!seen.insert(a).second)
+      return emitOpError("grid axis ") << a << " is listed twice";
+  }
+  int64_t p = groupSize(grid, getGridAxes());
+  int64_t c = getSendCounts().getType().getDimSize(0);
+  if (!ShapedType::isDynamic(p) && !ShapedType::isDynamic(c) && c % p != 0)
+    return emitOpError("expects the number of send counts (")
+           << c << ") to be a multiple of the group size (" << p
+           << " ranks), one or more counts per destination rank";
+  return success();
+}
+
+LogicalResult AllToAllOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "input", getInput().getType(), 2)) ||
+      failed(expectRank(op, "result", getResult().getType(), 2)) ||
+      failed(expectRank(op, "send_counts", getSendCounts().getType(), 1)))
+    return failure();
+  if (getInput().getType().getElementType() !=
+      getResult().getType().getElementType())
+    return emitOpError("expects the result to have the input's element type ")
+           << getInput().getType().getElementType() << ", got "
+           << getResult().getType().getElementType();
+  if (getSendCounts().getType() != getRecvCounts().getType())
+    return emitOpError("expects recv_counts to have the type of send_counts (")
+           << getSendCounts().getType() << "), got "
+           << getRecvCounts().getType();
+  return expectDim(op, "result dim 1 (row size)",
+                   getResult().getType().getDimSize(1),
+                   getInput().getType().getDimSize(1));
+}
+
+/// Over a group of one rank the exchange is the identity.
+LogicalResult AllToAllOp::fold(FoldAdaptor,
+                               SmallVectorImpl<OpFoldResult> &results) {
+  if (getInput().getType() != getResult().getType())
+    return failure();
+  SymbolTableCollection symbols;
+  auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbols);
+  if (!grid || groupSize(grid, getGridAxes()) != 1)
+    return failure();
+  results.push_back(getInput());
+  results.push_back(getSendCounts());
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "moe/Dialect/MoE/IR/MoEOps.cpp.inc"
