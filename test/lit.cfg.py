@@ -6,7 +6,7 @@ from lit.llvm import llvm_config
 
 config.name = "MOE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".py", ".test"]
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
@@ -15,6 +15,8 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.moe_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
+# Our Python (the project venv: numpy, ml_dtypes) before lit's own %python.
+config.substitutions.insert(0, ("%python", config.python_executable))
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
 config.substitutions.append(
     ("%mlir_runner_utils", config.mlir_runner_utils))
@@ -25,6 +27,9 @@ config.substitutions.append(
     ("%run_cpu",
      "moe-opt --moe-cpu-pipeline | mlir-runner -e main -entry-point-result=void "
      f"-shared-libs={config.mlir_runner_utils},{config.mlir_c_runner_utils}"))
+
+config.environment["MOE_RUNNER_LIBS"] = (
+    f"{config.mlir_runner_utils},{config.mlir_c_runner_utils}")
 
 tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

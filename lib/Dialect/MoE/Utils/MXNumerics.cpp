@@ -13,8 +13,9 @@ MXFormat MXFormat::get(Type t) {
     // 0.1111.110 = 1.75 * 2^8 = 448; S.1111.111 is NaN; no infinities.
     return {4, 3, 7, 8, 0x600000, 448.0, 0x7F, false};
   assert(isa<Float8E5M2Type>(t) && "MX element type");
-  // 0.11110.11 = 1.75 * 2^15 = 57344; exponent 11111 is Inf/NaN.
-  return {5, 2, 15, 15, 0x600000, 57344.0, 0x7F, true};
+  // 0.11110.11 = 1.75 * 2^15 = 57344; exponent 11111 is Inf/NaN. NaN is
+  // encoded as the quiet NaN 0.11111.10 (what CUDA's conversions produce).
+  return {5, 2, 15, 15, 0x600000, 57344.0, 0x7E, true};
 }
 
 namespace {
