@@ -31,5 +31,8 @@ config.substitutions.append(
 config.environment["MOE_RUNNER_LIBS"] = (
     f"{config.mlir_runner_utils},{config.mlir_c_runner_utils}")
 
+config.environment["PYTHONPATH"] = os.path.join(config.moe_src_root, "python")
+config.environment["MOE_MLIR_BUILD"] = config.moe_obj_root
+
 tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

@@ -6,62 +6,21 @@
 # ranges, f32 subnormals, exact powers of two, values at and beyond the
 # element maximum, zeros, NaN and Inf; E4M3 and E5M2; rceil and floor scales;
 # rowwise and columnwise blocks. Every data byte, scale byte and dequantized
-# value must match exactly (bit for bit).
-import math
-import os
-import re
-import subprocess
+# value must match exactly (bit for bit). The reference is moe_mlir.mx
+# (python/), written from the definition on top of ml_dtypes' casts.
 import sys
 
-import ml_dtypes
 import numpy as np
 
-FORMATS = {
-    "f8E4M3FN": (ml_dtypes.float8_e4m3fn, 448.0, 8),
-    "f8E5M2": (ml_dtypes.float8_e5m2, 57344.0, 15),
-}
-RUNNER_LIBS = os.environ.get("MOE_RUNNER_LIBS")
+from moe_mlir import mx, tools
 
-
-def ref_scale_exponent(amax, fmt, mode):
-    """The shared exponent e of a block, from the definition (exact)."""
-    _, max_elem, emax = FORMATS[fmt]
-    if math.isnan(amax) or math.isinf(amax):
-        return None
-    if amax == 0.0:
-        return -127
-    m, ex = math.frexp(amax)  # amax = m * 2^ex, m in [0.5, 1)
-    floor_log2 = ex - 1
-    if mode == "floor":
-        e = floor_log2 - emax
-    else:
-        # smallest e with amax <= max_elem * 2^e (exact in Python floats)
-        e = math.ceil(math.log2(amax / max_elem)) - 2
-        while amax > max_elem * 2.0**e:
-            e += 1
-    return max(-127, min(127, e))
+FORMATS = mx.FORMATS
 
 
 def ref_quantize(x, fmt, mode):
     """x: float32 [nblocks, 32] -> (data bytes, scale bytes, dequantized f32)."""
-    dtype, max_elem, _ = FORMATS[fmt]
-    data = np.zeros(x.shape, np.uint8)
-    scales = np.zeros(x.shape[0], np.uint8)
-    deq = np.zeros(x.shape, np.float32)
-    for i, block in enumerate(x):
-        amax = float(np.max(np.abs(block))) if not np.isnan(block).any() else math.nan
-        e = ref_scale_exponent(amax, fmt, mode)
-        inv = np.float32(1.0) if e is None else np.float32(2.0 ** -e)
-        v = block.astype(np.float32) * inv
-        # satfinite: clip first (NaN stays NaN), then round to nearest even.
-        v = np.where(np.isnan(v), v, np.clip(v, -max_elem, max_elem)).astype(np.float32)
-        q = v.astype(dtype)
-        data[i] = q.view(np.uint8)
-        scales[i] = 255 if e is None else e + 127
-        s = np.float32(math.nan) if e is None else np.float32(2.0**e)
-        with np.errstate(over="ignore"):  # 2^e * q may overflow to Inf, as in f32
-            deq[i] = q.astype(np.float32) * s
-    return data, scales, deq
+    data, scales = mx.quantize(x, fmt, axis=1, mode=mode)
+    return data, scales.ravel(), mx.dequantize(data, scales, fmt, axis=1)
 
 
 def random_blocks(rng, n):
@@ -164,19 +123,7 @@ func.func @main() {{
 
 
 def run(src):
-    libs = RUNNER_LIBS
-    opt = subprocess.run(["moe-opt", "--moe-cpu-pipeline"], input=src, text=True,
-                         capture_output=True)
-    if opt.returncode:
-        sys.exit("moe-opt failed:\n" + opt.stderr)
-    out = subprocess.run(["mlir-runner", "-e", "main", "-entry-point-result=void",
-                          "-shared-libs=" + libs], input=opt.stdout, text=True,
-                         capture_output=True)
-    if out.returncode:
-        sys.exit("mlir-runner failed:\n" + out.stderr)
-    dumps = out.stdout.split("Unranked Memref")[1:]
-    return [np.array([int(v) for v in re.findall(r"-?\d+", d.split("data =", 1)[1])],
-                     dtype=np.int64) for d in dumps]
+    return [t.astype(np.int64) for t in tools.run_cpu(src)]
 
 
 def main():
