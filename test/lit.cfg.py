@@ -34,5 +34,6 @@ config.environment["MOE_RUNNER_LIBS"] = (
 config.environment["PYTHONPATH"] = os.path.join(config.moe_src_root, "python")
 config.environment["MOE_MLIR_BUILD"] = config.moe_obj_root
 
-tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count"]
+tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count",
+         "moert-allocator-test", "moert-gpu-info"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

@@ -15,6 +15,7 @@
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
@@ -26,6 +27,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  // GPU modules are serialized (to PTX/cubin) inside the pass pipeline.
+  mlir::registerAllToLLVMIRTranslations(registry);
   registry.insert<mlir::moe::MoEDialect>();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(

@@ -1,0 +1,73 @@
+//===- Gpu.h - libmoert's GPU entry points ----------------------*- C++ -*-===//
+//
+// Two sets of C functions:
+// - the host ABI that MLIR's gpu-to-llvm lowering calls (mgpu*): modules,
+//   kernel launches, streams, events, device memory;
+// - moert_gpu_*: what tools and tests ask the runtime directly.
+// Every CUDA driver call is checked; a failure prints the call, the error and
+// exits with status 1.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_GPU_H
+#define MOERT_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// --- the MLIR GPU host ABI (LLVM 22) ---
+void *mgpuModuleLoad(void *data, size_t size);
+void *mgpuModuleLoadJIT(void *ptx, int optLevel);
+void mgpuModuleUnload(void *module);
+void *mgpuModuleGetFunction(void *module, const char *name);
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t sharedMemBytes, void *stream,
+                      void **params, void **extra, size_t paramsCount);
+void *mgpuStreamCreate(void);
+void mgpuStreamDestroy(void *stream);
+void mgpuStreamSynchronize(void *stream);
+void mgpuStreamWaitEvent(void *stream, void *event);
+void *mgpuEventCreate(void);
+void mgpuEventDestroy(void *event);
+void mgpuEventSynchronize(void *event);
+void mgpuEventRecord(void *event, void *stream);
+void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared);
+void mgpuMemFree(void *ptr, void *stream);
+void mgpuMemcpy(void *dst, void *src, size_t bytes, void *stream);
+void mgpuMemset16(void *dst, unsigned short value, size_t count, void *stream);
+void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream);
+void mgpuMemHostRegisterMemRef(int64_t rank, void *descriptor,
+                               int64_t elementBytes);
+void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
+                                 int64_t elementBytes);
+void mgpuSetDefaultDevice(int32_t device);
+
+// --- direct entry points ---
+struct moert_gpu_memory_stats {
+  size_t bytes_in_use;      ///< allocated by programs, not freed
+  size_t bytes_cached;      ///< freed, kept by the caching allocator
+  size_t peak_bytes_in_use; ///< high-water mark of bytes_in_use
+  uint64_t device_allocations;
+  uint64_t cache_reuses;
+};
+
+/// Number of GPUs, 0 when there is no driver or no device (never exits).
+int moert_gpu_device_count(void);
+/// The device this process uses: MOERT_DEVICE, else LOCAL_RANK, else 0,
+/// unless mgpuSetDefaultDevice chose one.
+int moert_gpu_device(void);
+void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats);
+/// Gives cached device memory back to the driver.
+void moert_gpu_empty_cache(void);
+/// Waits for all work on the device.
+void moert_gpu_synchronize(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

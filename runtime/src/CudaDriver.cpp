@@ -1,0 +1,72 @@
+//===- CudaDriver.cpp - the CUDA driver API, loaded at run time -----------===//
+
+#include "CudaDriver.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <mutex>
+
+namespace moert::cuda {
+
+/// Opens the driver library: MOERT_CUDA_DRIVER names it, else the system's.
+static void *openDriver(const char **error) {
+  const char *names[] = {"libcuda.so.1", "libcuda.so"};
+  void *handle = nullptr;
+  if (const char *path = std::getenv("MOERT_CUDA_DRIVER")) {
+    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  } else {
+    for (const char *name : names)
+      if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        break;
+  }
+  if (!handle)
+    *error = dlerror();
+  return handle;
+}
+
+bool driverAvailable() {
+  const char *error = nullptr;
+  return openDriver(&error) != nullptr;
+}
+
+const Driver &driver() {
+  static Driver table;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char *error = "unknown error";
+    void *handle = openDriver(&error);
+    if (!handle) {
+      std::fprintf(stderr,
+                   "moert: cannot load the CUDA driver: %s\n"
+                   "moert: this program needs an NVIDIA GPU and its driver\n",
+                   error);
+      std::exit(1);
+    }
+#define MOERT_LOAD(name)                                                       \
+  table.name = reinterpret_cast<decltype(table.name)>(                         \
+      dlsym(handle, MOERT_STR(name)));                                         \
+  if (!table.name) {                                                           \
+    std::fprintf(stderr,                                                       \
+                 "moert: the CUDA driver has no %s; update the driver\n",      \
+                 MOERT_STR(name));                                             \
+    std::exit(1);                                                              \
+  }
+    MOERT_CUDA_FUNCTIONS(MOERT_LOAD)
+#undef MOERT_LOAD
+  });
+  return table;
+}
+
+void fail(CUresult result, const char *call, const char *file, int line) {
+  const char *name = "unknown", *text = "";
+  const Driver &d = driver();
+  d.cuGetErrorName(result, &name);
+  d.cuGetErrorString(result, &text);
+  std::fprintf(stderr, "moert: %s failed: %s (%s) [%s:%d]\n", call, name,
+               text ? text : "", file, line);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+} // namespace moert::cuda

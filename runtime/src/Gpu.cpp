@@ -1,0 +1,318 @@
+//===- Gpu.cpp - the MLIR GPU host ABI on the CUDA driver API -------------===//
+
+#include "moert/Gpu.h"
+#include "moert/Allocator.h"
+
+#include "CudaDriver.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+using namespace moert;
+using moert::cuda::driver;
+
+namespace {
+
+int selectedDevice = -1;
+
+int chooseDevice() {
+  if (selectedDevice >= 0)
+    return selectedDevice;
+  for (const char *var : {"MOERT_DEVICE", "LOCAL_RANK"}) {
+    if (const char *value = std::getenv(var)) {
+      char *end = nullptr;
+      long device = std::strtol(value, &end, 10);
+      if (*value && end && !*end && device >= 0)
+        return int(device);
+      std::fprintf(stderr, "moert: %s=%s is not a device number\n", var, value);
+      std::exit(1);
+    }
+  }
+  return 0;
+}
+
+/// The primary context of the chosen device, retained for the life of the
+/// process (so modules can still be unloaded by static destructors).
+CUcontext context() {
+  static CUcontext ctx = [] {
+    const auto &d = driver();
+    MOERT_CU(d.cuInit(0));
+    int count = 0;
+    MOERT_CU(d.cuDeviceGetCount(&count));
+    int ordinal = chooseDevice();
+    if (ordinal >= count) {
+      std::fprintf(stderr, "moert: device %d requested, %d present\n", ordinal,
+                   count);
+      std::exit(1);
+    }
+    CUdevice device;
+    MOERT_CU(d.cuDeviceGet(&device, ordinal));
+    CUcontext c;
+    MOERT_CU(d.cuDevicePrimaryCtxRetain(&c, device));
+    return c;
+  }();
+  return ctx;
+}
+
+/// Makes the runtime's context current for a scope.
+struct Scoped {
+  Scoped() { MOERT_CU(driver().cuCtxPushCurrent(context())); }
+  ~Scoped() { MOERT_CU(driver().cuCtxPopCurrent(nullptr)); }
+};
+
+class DeviceBackend final : public Backend {
+public:
+  void *allocate(size_t bytes) override {
+    CUdeviceptr ptr = 0;
+    CUresult r = driver().cuMemAlloc(&ptr, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+      return nullptr;
+    if (r != CUDA_SUCCESS)
+      cuda::fail(r, "cuMemAlloc", __FILE__, __LINE__);
+    return reinterpret_cast<void *>(ptr);
+  }
+  void release(void *ptr) override {
+    MOERT_CU(driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+  }
+  void *recordEvent(void *stream) override {
+    CUevent event;
+    MOERT_CU(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+    MOERT_CU(driver().cuEventRecord(event, static_cast<CUstream>(stream)));
+    return event;
+  }
+  void waitEvent(void *stream, void *event) override {
+    MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
+                                        static_cast<CUevent>(event), 0));
+    destroyEvent(event);
+  }
+  void destroyEvent(void *event) override {
+    MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event)));
+  }
+  void synchronize() override { MOERT_CU(driver().cuCtxSynchronize()); }
+};
+
+CachingAllocator &allocator() {
+  // Never destroyed: blocks may be freed by static destructors after main.
+  static DeviceBackend *backend = new DeviceBackend();
+  static CachingAllocator *alloc = new CachingAllocator(*backend);
+  return *alloc;
+}
+
+/// The layout of a ranked MLIR memref descriptor.
+struct MemRefDescriptor {
+  char *allocated;
+  char *aligned;
+  int64_t offset;
+  int64_t sizesAndStrides[];
+};
+
+} // namespace
+
+extern "C" {
+
+void *mgpuModuleLoad(void *data, size_t /*size*/) {
+  Scoped scope;
+  CUmodule module = nullptr;
+  MOERT_CU(driver().cuModuleLoadData(&module, data));
+  return module;
+}
+
+void *mgpuModuleLoadJIT(void *ptx, int optLevel) {
+  Scoped scope;
+  CUmodule module = nullptr;
+  char log[8192] = {0};
+  CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {reinterpret_cast<void *>(intptr_t(optLevel)), log,
+                    reinterpret_cast<void *>(sizeof(log))};
+  CUresult r = driver().cuModuleLoadDataEx(&module, ptx, 3, options, values);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "moert: JIT compilation of PTX failed:\n%s\n", log);
+    cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+  }
+  return module;
+}
+
+void mgpuModuleUnload(void *module) {
+  Scoped scope;
+  CUresult r = driver().cuModuleUnload(static_cast<CUmodule>(module));
+  // At process exit the driver may already be shutting down.
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+    cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
+}
+
+void *mgpuModuleGetFunction(void *module, const char *name) {
+  CUfunction function = nullptr;
+  CUresult r = driver().cuModuleGetFunction(&function,
+                                            static_cast<CUmodule>(module), name);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "moert: kernel '%s' not found in its module\n", name);
+    cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__);
+  }
+  return function;
+}
+
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t sharedMemBytes, void *stream,
+                      void **params, void **extra, size_t /*paramsCount*/) {
+  Scoped scope;
+  auto f = static_cast<CUfunction>(function);
+  if (sharedMemBytes > 48 * 1024)
+    MOERT_CU(driver().cuFuncSetAttribute(
+        f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
+  MOERT_CU(driver().cuLaunchKernel(f, unsigned(gridX), unsigned(gridY),
+                                   unsigned(gridZ), unsigned(blockX),
+                                   unsigned(blockY), unsigned(blockZ),
+                                   unsigned(sharedMemBytes),
+                                   static_cast<CUstream>(stream), params, extra));
+}
+
+void *mgpuStreamCreate(void) {
+  Scoped scope;
+  CUstream stream = nullptr;
+  MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  return stream;
+}
+
+void mgpuStreamDestroy(void *stream) {
+  MOERT_CU(driver().cuStreamDestroy(static_cast<CUstream>(stream)));
+}
+
+void mgpuStreamSynchronize(void *stream) {
+  MOERT_CU(driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
+}
+
+void mgpuStreamWaitEvent(void *stream, void *event) {
+  MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
+                                      static_cast<CUevent>(event), 0));
+}
+
+void *mgpuEventCreate(void) {
+  Scoped scope;
+  CUevent event = nullptr;
+  MOERT_CU(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  return event;
+}
+
+void mgpuEventDestroy(void *event) {
+  MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event)));
+}
+
+void mgpuEventSynchronize(void *event) {
+  MOERT_CU(driver().cuEventSynchronize(static_cast<CUevent>(event)));
+}
+
+void mgpuEventRecord(void *event, void *stream) {
+  MOERT_CU(driver().cuEventRecord(static_cast<CUevent>(event),
+                                  static_cast<CUstream>(stream)));
+}
+
+void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
+  Scoped scope;
+  if (hostShared) {
+    CUdeviceptr ptr = 0;
+    MOERT_CU(driver().cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL));
+    return reinterpret_cast<void *>(ptr);
+  }
+  void *ptr = allocator().allocate(bytes, stream);
+  if (!ptr) {
+    size_t freeBytes = 0, total = 0;
+    driver().cuMemGetInfo(&freeBytes, &total);
+    std::fprintf(stderr,
+                 "moert: out of device memory allocating %llu bytes "
+                 "(%zu of %zu bytes free)\n",
+                 static_cast<unsigned long long>(bytes), freeBytes, total);
+    std::exit(1);
+  }
+  return ptr;
+}
+
+void mgpuMemFree(void *ptr, void *stream) {
+  Scoped scope;
+  if (!allocator().free(ptr, stream)) {
+    // Not ours: a host-shared (managed) allocation.
+    MOERT_CU(driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+  }
+}
+
+void mgpuMemcpy(void *dst, void *src, size_t bytes, void *stream) {
+  Scoped scope;
+  MOERT_CU(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                  reinterpret_cast<CUdeviceptr>(src), bytes,
+                                  static_cast<CUstream>(stream)));
+}
+
+void mgpuMemset16(void *dst, unsigned short value, size_t count, void *stream) {
+  Scoped scope;
+  MOERT_CU(driver().cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst), value,
+                                     count, static_cast<CUstream>(stream)));
+}
+
+void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream) {
+  Scoped scope;
+  MOERT_CU(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst), value,
+                                     count, static_cast<CUstream>(stream)));
+}
+
+static std::pair<char *, size_t> hostRange(int64_t rank, void *descriptor,
+                                           int64_t elementBytes) {
+  auto *d = static_cast<MemRefDescriptor *>(descriptor);
+  int64_t elements = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    elements *= d->sizesAndStrides[i];
+  return {d->aligned + d->offset * elementBytes,
+          size_t(elements) * size_t(elementBytes)};
+}
+
+void mgpuMemHostRegisterMemRef(int64_t rank, void *descriptor,
+                               int64_t elementBytes) {
+  Scoped scope;
+  auto [ptr, bytes] = hostRange(rank, descriptor, elementBytes);
+  MOERT_CU(driver().cuMemHostRegister(ptr, bytes, 0));
+}
+
+void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
+                                 int64_t elementBytes) {
+  Scoped scope;
+  MOERT_CU(driver().cuMemHostUnregister(
+      hostRange(rank, descriptor, elementBytes).first));
+}
+
+void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
+
+int moert_gpu_device_count(void) {
+  if (!cuda::driverAvailable())
+    return 0;
+  const auto &d = driver();
+  int count = 0;
+  if (d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+    return 0;
+  return count;
+}
+
+int moert_gpu_device(void) { return chooseDevice(); }
+
+void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
+  AllocatorStats s = allocator().stats();
+  stats->bytes_in_use = s.bytesInUse;
+  stats->bytes_cached = s.bytesCached;
+  stats->peak_bytes_in_use = s.peakBytesInUse;
+  stats->device_allocations = s.deviceAllocations;
+  stats->cache_reuses = s.reuses;
+}
+
+void moert_gpu_empty_cache(void) {
+  Scoped scope;
+  allocator().emptyCache();
+}
+
+void moert_gpu_synchronize(void) {
+  Scoped scope;
+  MOERT_CU(driver().cuCtxSynchronize());
+}
+
+} // extern "C"
