@@ -14,6 +14,7 @@
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -28,10 +29,6 @@ static ArrayRef<int64_t> shapeOf(Type type) {
   if (auto t = dyn_cast<RankedTensorType>(type))
     return t.getShape();
   return cast<MXTensorType>(type).getShape();
-}
-
-static std::string dimStr(int64_t d) {
-  return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
 }
 
 /// Checks that dimension `got` of something called `what` equals `expected`
@@ -63,12 +60,16 @@ static LogicalResult verifyOffsets(Operation *op, Type offsets,
   int64_t n = shapeOf(offsets)[0];
   if (ShapedType::isDynamic(n))
     return op->emitOpError("expects a static number of offsets (experts + 1)");
+  if (n < 1)
+    return op->emitOpError("expects at least one offset (experts + 1), got ")
+           << n;
   if (ShapedType::isDynamic(numExperts))
     return success();
-  if (n != numExperts + 1)
+  // Compare n - 1 (no overflow: n >= 1) so huge expert counts cannot wrap.
+  if (n - 1 != numExperts)
     return op->emitOpError("expects ")
-           << numExperts + 1 << " offsets (one more than the " << numExperts
-           << " experts), got " << n;
+           << uint64_t(numExperts) + 1 << " offsets (one more than the "
+           << numExperts << " experts), got " << n;
   return success();
 }
 
@@ -116,7 +117,13 @@ LogicalResult RouterOp::verify() {
 // DispatchOp
 //===----------------------------------------------------------------------===//
 
-static int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+/// `x` rounded up to a multiple of `m` (m >= 1), or nullopt on overflow.
+static std::optional<int64_t> checkedRoundUp(int64_t x, int64_t m) {
+  std::optional<int64_t> sum = llvm::checkedAdd(x, m - 1);
+  if (!sum)
+    return std::nullopt;
+  return *sum / m * m;
+}
 
 int64_t DispatchOp::getCapacity() {
   if (!getCapacityFactor())
@@ -124,21 +131,50 @@ int64_t DispatchOp::getCapacity() {
   ArrayRef<int64_t> idx = shapeOf(getIndices().getType());
   if (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1]))
     return -1;
-  double c = getCapacityFactor()->convertToDouble() * double(idx[0] * idx[1]) /
+  std::optional<int64_t> copies = llvm::checkedMul(idx[0], idx[1]);
+  if (!copies)
+    return -1;
+  double c = getCapacityFactor()->convertToDouble() * double(*copies) /
              double(getNumExperts());
+  // No expert can receive more than all T * k copies: a larger capacity
+  // (a huge or infinite factor) behaves exactly like T * k, and clamping
+  // keeps the conversion to int64_t defined.
+  if (!(c < double(*copies)))
+    return *copies;
   return int64_t(std::ceil(c));
 }
 
-int64_t DispatchOp::getMinRows() {
-  ArrayRef<int64_t> idx = shapeOf(getIndices().getType());
+/// The smallest row count `sorted` must have, kDynamic when the token count
+/// or top_k is dynamic, or nullopt when it does not fit in int64_t.
+static std::optional<int64_t> computeMinRows(DispatchOp op) {
+  ArrayRef<int64_t> idx = shapeOf(op.getIndices().getType());
   if (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1]))
     return ShapedType::kDynamic;
-  int64_t copies = idx[0] * idx[1], e = getNumExperts(), m = getPadTo();
-  int64_t dropless = (copies + e * (m - 1)) / m * m;
-  int64_t cap = getCapacity();
+  int64_t e = op.getNumExperts(), m = op.getPadTo();
+  std::optional<int64_t> copies = llvm::checkedMul(idx[0], idx[1]);
+  if (!copies)
+    return std::nullopt;
+  // Dropless: T*k + E*(m-1), rounded down to a multiple of m.
+  std::optional<int64_t> padding = llvm::checkedMul(e, m - 1);
+  if (!padding)
+    return std::nullopt;
+  std::optional<int64_t> sum = llvm::checkedAdd(*copies, *padding);
+  if (!sum)
+    return std::nullopt;
+  int64_t dropless = *sum / m * m;
+  int64_t cap = op.getCapacity();
   if (cap < 0)
     return dropless;
-  return std::min(dropless, e * roundUp(cap, m));
+  std::optional<int64_t> perExpert = checkedRoundUp(cap, m);
+  std::optional<int64_t> capped =
+      perExpert ? llvm::checkedMul(e, *perExpert) : std::nullopt;
+  if (!capped)
+    return dropless;
+  return std::min(dropless, *capped);
+}
+
+int64_t DispatchOp::getMinRows() {
+  return computeMinRows(*this).value_or(ShapedType::kDynamic);
 }
 
 LogicalResult DispatchOp::verify() {
@@ -171,9 +207,20 @@ LogicalResult DispatchOp::verify() {
       (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1])))
     return emitOpError("capacity_factor needs a static number of tokens and "
                        "top_k");
-  int64_t minRows = getMinRows();
-  if (ShapedType::isDynamic(sorted[0]) || ShapedType::isDynamic(minRows))
-    return emitOpError("expects static token and row counts");
+  if (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1]))
+    return emitOpError("expects a static number of tokens and top_k "
+                       "(indices dims 0 and 1), got ")
+           << getIndices().getType();
+  if (ShapedType::isDynamic(sorted[0]))
+    return emitOpError("expects sorted to have a static number of rows, got ")
+           << getSorted().getType();
+  std::optional<int64_t> minRowsOr = computeMinRows(*this);
+  if (!minRowsOr)
+    return emitOpError("expects the worst-case row count (")
+           << idx[0] << " tokens x " << idx[1] << " + " << e
+           << " experts x (pad_to - 1), pad_to = " << getPadTo()
+           << ") to fit in 64 bits";
+  int64_t minRows = *minRowsOr;
   if (sorted[0] < minRows)
     return emitOpError("expects sorted to have at least ")
            << minRows << " rows (the worst case for " << idx[0] << " tokens x "

@@ -7,6 +7,8 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -45,10 +47,17 @@ Type MXTensorType::parse(AsmParser &parser) {
   }
   if (parser.parseGreater())
     return {};
-  if (axis < 0 || block <= 0 || block > (1 << 20)) {
-    parser.emitError(loc, "expects a non-negative axis and a positive block "
-                          "size, got axis = ")
-        << axis << ", block = " << block;
+  if (axis < 0 || axis > std::numeric_limits<int32_t>::max()) {
+    // Out of range for any rank; checked here since `axis` is unsigned in
+    // the type and a large value would otherwise wrap around.
+    parser.emitError(loc, "expects the MX axis to be in [0, rank), got axis = ")
+        << axis << " for a " << shape.size() << "-d MX tensor";
+    return {};
+  }
+  if (block <= 0 || block > (1 << 20)) {
+    parser.emitError(loc, "expects the MX block size to be in [1, 1048576], "
+                          "got block = ")
+        << block;
     return {};
   }
   return parser.getChecked<MXTensorType>(loc, parser.getContext(), shape,
