@@ -719,22 +719,33 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
                 ValueRange best = m.forLoop(
                     m.idx(0), m.idx(numExperts), {m.idx(-1), m.f32(-inf)},
                     [&](Emitter &q, Value ex, ValueRange cur) {
+                      // `v` beats the best so far if it is greater, or if
+                      // it is a number and the best so far is NaN (so a NaN
+                      // never wins against a number, -inf included). Equal
+                      // scores keep the lower index.
                       Value v = q.extract(scores, {tok, ex});
-                      Value isNaN = arith::CmpFOp::create(
-                          q.b, q.loc, arith::CmpFPredicate::UNO, v, v);
-                      Value key = q.sel(isNaN, q.f32(-inf), v);
+                      Value isNum = arith::CmpFOp::create(
+                          q.b, q.loc, arith::CmpFPredicate::ORD, v, v);
+                      Value curNaN = arith::CmpFOp::create(
+                          q.b, q.loc, arith::CmpFPredicate::UNO, cur[1],
+                          cur[1]);
                       Value free = arith::XOrIOp::create(
                           q.b, q.loc, q.extract(it2[2], {tok, ex}),
                           arith::ConstantIntOp::create(q.b, q.loc, 1, 1));
                       Value none = q.cmpI(arith::CmpIPredicate::slt, cur[0],
                                           q.idx(0));
                       Value greater = arith::CmpFOp::create(
-                          q.b, q.loc, arith::CmpFPredicate::OGT, key, cur[1]);
+                          q.b, q.loc, arith::CmpFPredicate::OGT, v, cur[1]);
+                      Value replacesNaN =
+                          arith::AndIOp::create(q.b, q.loc, isNum, curNaN);
                       Value better = arith::AndIOp::create(
                           q.b, q.loc, free,
-                          arith::OrIOp::create(q.b, q.loc, none, greater));
+                          arith::OrIOp::create(
+                              q.b, q.loc, none,
+                              arith::OrIOp::create(q.b, q.loc, greater,
+                                                   replacesNaN)));
                       return SmallVector<Value>{q.sel(better, ex, cur[0]),
-                                                q.sel(better, key, cur[1])};
+                                                q.sel(better, v, cur[1])};
                     });
                 Value bestE = best[0];
                 Value val = m.extract(scores, {tok, bestE});
@@ -848,9 +859,13 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                     m.b, m.loc, keep,
                     [&](OpBuilder &ib, Location il) {
                       Emitter q{ib, il};
-                      Value src = q.rowSlice(tokens, t, q.idx(1));
+                      // The same (dynamic) size for the slice and the
+                      // insert: rowSlice types its result tensor<?xH>, so a
+                      // static 1 here would not verify.
+                      Value one = q.idx(1);
+                      Value src = q.rowSlice(tokens, t, one);
                       Value upd = q.insertAt(src, s[0], {row, ib.getIndexAttr(0)},
-                                             {ib.getIndexAttr(1), hidden});
+                                             {one, hidden});
                       scf::YieldOp::create(ib, il, upd);
                     },
                     [&](OpBuilder &ib, Location il) {
@@ -979,8 +994,23 @@ struct ConvertMoEToLinalgPass
     populateReturnOpTypeConversionPattern(patterns, converter);
     scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
                                                          target);
+    // The grids moe.all_to_all ops refer to, looked up before they are
+    // lowered.
+    llvm::SetVector<Operation *> grids;
+    SymbolTableCollection symbols;
+    module.walk([&](AllToAllOp op) {
+      if (auto grid = shard::getGridOrNull(op, op.getGridAttr(), symbols))
+        grids.insert(grid);
+    });
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
-      signalPassFailure();
+      return signalPassFailure();
+    // A grid that nothing refers to once its moe.all_to_all ops are lowered
+    // is dead: erase it, or the module cannot reach LLVM (shard.grid has no
+    // lowering, and mlir-runner does not even parse the shard dialect).
+    // Grids that other ops still use are kept.
+    for (Operation *grid : grids)
+      if (SymbolTable::symbolKnownUseEmpty(grid, module))
+        grid->erase();
   }
 };
 } // namespace
