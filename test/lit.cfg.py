@@ -34,6 +34,14 @@ config.environment["MOE_RUNNER_LIBS"] = (
 config.environment["PYTHONPATH"] = os.path.join(config.moe_src_root, "python")
 config.environment["MOE_MLIR_BUILD"] = config.moe_obj_root
 
+# The same, with the data-parallel lowering (what the GPU pipeline maps to
+# threads): results must not change.
+config.substitutions.append(
+    ("%run_parallel_cpu",
+     "moe-opt --convert-moe-to-linalg=parallel=true | moe-opt --moe-cpu-pipeline | "
+     "mlir-runner -e main -entry-point-result=void "
+     f"-shared-libs={config.mlir_runner_utils},{config.mlir_c_runner_utils}"))
+
 tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count",
          "moert-allocator-test", "moert-gpu-info"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

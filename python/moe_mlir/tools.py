@@ -38,20 +38,29 @@ def runner_libs():
                     for n in ("libmlir_runner_utils.so", "libmlir_c_runner_utils.so"))
 
 
-def compile_cpu(source, pipeline="--moe-cpu-pipeline"):
-    """MLIR text -> LLVM-dialect MLIR text."""
-    opt = subprocess.run([_find("moe-opt"), pipeline], input=source, text=True,
+def moe_opt(source, *args):
+    """Runs moe-opt with the given flags on MLIR text; returns its output."""
+    opt = subprocess.run([_find("moe-opt"), *args], input=source, text=True,
                          capture_output=True)
     if opt.returncode:
         raise ToolError("moe-opt failed:\n" + opt.stderr)
     return opt.stdout
 
 
-def run_cpu(source):
+def compile_cpu(source, parallel=False):
+    """MLIR text -> LLVM-dialect MLIR text. With ``parallel``, moe ops are
+    lowered in their data-parallel form (the one GPUs run) first."""
+    if parallel:
+        source = moe_opt(source, "--convert-moe-to-linalg=parallel=true")
+    return moe_opt(source, "--moe-cpu-pipeline")
+
+
+def run_cpu(source, parallel=False):
     """Compile and run ``@main``; return the printed tensors as numpy arrays."""
     out = subprocess.run([_find("mlir-runner"), "-e", "main", "-entry-point-result=void",
                           "-shared-libs=" + runner_libs()],
-                         input=compile_cpu(source), text=True, capture_output=True)
+                         input=compile_cpu(source, parallel), text=True,
+                         capture_output=True)
     if out.returncode:
         raise ToolError("mlir-runner failed:\n" + out.stderr)
     tensors = []

@@ -21,7 +21,18 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
       `moe.combine` a gather-and-reduce `linalg.generic`;
     - `moe.all_to_all` over a group of one rank is a copy; larger groups
       need the communication runtime and are reported as errors here.
+
+    With `parallel`, router, dispatch and the grouped matmuls are lowered
+    to data-parallel `linalg.generic`s instead (each output element computed
+    on its own, loops only inside generic bodies), with identical results:
+    the form GPU pipelines map to threads. `moe.experts` has no such form:
+    run `-moe-group-experts` first.
   }];
+  let options = [
+    Option<"parallel", "parallel", "bool", /*default=*/"false",
+           "Lower router, dispatch and grouped matmuls to data-parallel "
+           "linalg (for GPUs) instead of host loops">
+  ];
   let dependentDialects = [
     "::mlir::linalg::LinalgDialect",
     "::mlir::tensor::TensorDialect",

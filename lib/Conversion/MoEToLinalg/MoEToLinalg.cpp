@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Emitter.h"
+
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
@@ -31,291 +33,13 @@ namespace mlir::moe {
 
 using namespace mlir;
 using namespace mlir::moe;
-
-using utils::IteratorType;
+using namespace mlir::moe::detail;
 
 //===----------------------------------------------------------------------===//
 // Building blocks
 //===----------------------------------------------------------------------===//
 
-namespace {
-/// One builder and location, with the small helpers every lowering uses.
-struct Emitter {
-  OpBuilder &b;
-  Location loc;
-
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32(double v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
-  }
-  Value zeroOf(Type t) {
-    return arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
-  }
-  Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }
-  SmallVector<OpFoldResult> sizes(Value t) {
-    return tensor::getMixedSizes(b, loc, t);
-  }
-
-  Value empty(ArrayRef<OpFoldResult> sizes, Type elt) {
-    return tensor::EmptyOp::create(b, loc, sizes, elt);
-  }
-  Value fill(Value init, Value v) {
-    return linalg::FillOp::create(b, loc, v, init).getResult(0);
-  }
-  /// A tensor of the given sizes filled with zeros.
-  Value zeros(ArrayRef<OpFoldResult> sizes, Type elt) {
-    return fill(empty(sizes, elt), zeroOf(elt));
-  }
-
-  /// Scalar conversions to and from the f32 in which everything is computed.
-  Value toF32(Value v) {
-    if (v.getType().isF32())
-      return v;
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
-  }
-  Value fromF32(Value v, Type t) {
-    if (t.isF32())
-      return v;
-    return arith::TruncFOp::create(b, loc, t, v);
-  }
-  /// Integer tensor element <-> index.
-  Value toIndex(Value v) {
-    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
-  }
-  Value fromIndex(Value v, Type t) {
-    return arith::IndexCastOp::create(b, loc, t, v);
-  }
-  Value extract(Value t, ValueRange at) {
-    return tensor::ExtractOp::create(b, loc, t, at);
-  }
-  Value extractIndex(Value t, ValueRange at) { return toIndex(extract(t, at)); }
-  Value insert(Value v, Value t, ValueRange at) {
-    return tensor::InsertOp::create(b, loc, v, t, at);
-  }
-  Value insertIndex(Value v, Value t, ValueRange at) {
-    return insert(fromIndex(v, cast<RankedTensorType>(t.getType())
-                                   .getElementType()),
-                  t, at);
-  }
-  Value minI(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
-  Value maxI(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
-  Value addI(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
-  Value subI(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
-  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, p, x, y);
-  }
-  Value sel(Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, loc, c, x, y);
-  }
-
-  /// A linalg.generic with one result per `outs` and a body that returns the
-  /// values to yield.
-  ValueRange generic(
-      ValueRange ins, ValueRange outs, ArrayRef<AffineMap> maps,
-      ArrayRef<IteratorType> iterators,
-      function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>
-          body) {
-    SmallVector<Type> types;
-    for (Value o : outs)
-      types.push_back(o.getType());
-    auto op = linalg::GenericOp::create(
-        b, loc, types, ins, outs, maps, iterators,
-        [&](OpBuilder &nb, Location nl, ValueRange args) {
-          linalg::YieldOp::create(nb, nl, body(nb, nl, args));
-        });
-    return op.getResults();
-  }
-
-  /// Elementwise map of same-shaped tensors into a fresh tensor of `elt`.
-  Value map(ValueRange ins, Type elt,
-            function_ref<Value(Emitter &, ValueRange)> body) {
-    Value init = empty(sizes(ins[0]), elt);
-    int64_t rank = cast<RankedTensorType>(init.getType()).getRank();
-    SmallVector<AffineMap> maps(ins.size() + 1,
-                                b.getMultiDimIdentityMap(rank));
-    SmallVector<IteratorType> its(rank, IteratorType::parallel);
-    return generic(ins, init, maps, its,
-                   [&](OpBuilder &nb, Location nl, ValueRange args) {
-                     Emitter e{nb, nl};
-                     return SmallVector<Value>{
-                         body(e, args.take_front(ins.size()))};
-                   })[0];
-  }
-
-  /// Converts every element of `t` to `elt` (f32 in between).
-  Value castElements(Value t, Type elt) {
-    if (cast<RankedTensorType>(t.getType()).getElementType() == elt)
-      return t;
-    return map(t, elt, [&](Emitter &e, ValueRange a) {
-      return e.fromF32(e.toF32(a[0]), elt);
-    });
-  }
-
-  /// A counted loop with tensors carried through it.
-  ValueRange forLoop(Value lb, Value ub, ValueRange inits,
-                     function_ref<SmallVector<Value>(Emitter &, Value,
-                                                     ValueRange)>
-                         body) {
-    auto loop = scf::ForOp::create(
-        b, loc, lb, ub, idx(1), inits,
-        [&](OpBuilder &nb, Location nl, Value iv, ValueRange iter) {
-          Emitter e{nb, nl};
-          scf::YieldOp::create(nb, nl, body(e, iv, iter));
-        });
-    return loop.getResults();
-  }
-
-  /// Rows [lo, lo + size) of expert `e`'s group, clamped to [0, rows) so that
-  /// malformed offsets read nothing out of bounds.
-  std::pair<Value, Value> groupBounds(Value offsets, Value e, Value rows) {
-    Value lo = extractIndex(offsets, e);
-    Value hi = extractIndex(offsets, addI(e, idx(1)));
-    lo = minI(maxI(lo, idx(0)), rows);
-    hi = minI(maxI(hi, lo), rows);
-    return {lo, subI(hi, lo)};
-  }
-
-  /// Rows [lo, lo + size) of a 2-d tensor.
-  Value rowSlice(Value t, Value lo, Value size) {
-    auto type = cast<RankedTensorType>(t.getType());
-    auto result = RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1)},
-                                        type.getElementType());
-    return tensor::ExtractSliceOp::create(
-        b, loc, result, t, ArrayRef<OpFoldResult>{lo, b.getIndexAttr(0)},
-        ArrayRef<OpFoldResult>{size, sizes(t)[1]},
-        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
-  }
-
-  /// Slice `e` of a tensor stacked on a leading expert dimension, without
-  /// that dimension.
-  Value expertSlice(Value t, Value e) {
-    auto type = cast<RankedTensorType>(t.getType());
-    int64_t rank = type.getRank();
-    SmallVector<OpFoldResult> offs(rank, b.getIndexAttr(0)), sz = sizes(t),
-        strides(rank, b.getIndexAttr(1));
-    offs[0] = e;
-    sz[0] = b.getIndexAttr(1);
-    auto result = RankedTensorType::get(type.getShape().drop_front(),
-                                        type.getElementType());
-    return tensor::ExtractSliceOp::create(b, loc, result, t, offs, sz, strides);
-  }
-
-  /// Inserts `src` (all of it) into `dest` at `offsets`, with sizes taken
-  /// from `srcSizes` (dest rank; leading 1s drop dimensions).
-  Value insertAt(Value src, Value dest, ArrayRef<OpFoldResult> offsets,
-                 ArrayRef<OpFoldResult> srcSizes) {
-    SmallVector<OpFoldResult> strides(offsets.size(), b.getIndexAttr(1));
-    return tensor::InsertSliceOp::create(b, loc, src, dest, offsets, srcSizes,
-                                         strides);
-  }
-
-  /// C[m, n] += A[m, k] * B[k, n] (or B[n, k] with transposeB), in f32 in
-  /// order of increasing k. C is f32.
-  Value matmul(Value a, Value bm, Value c, bool transposeB) {
-    MLIRContext *ctx = b.getContext();
-    AffineExpr m, n, k;
-    bindDims(ctx, m, n, k);
-    auto mapA = AffineMap::get(3, 0, {m, k}, ctx);
-    auto mapB = AffineMap::get(3, 0, transposeB ? ArrayRef<AffineExpr>{n, k}
-                                                : ArrayRef<AffineExpr>{k, n},
-                               ctx);
-    auto mapC = AffineMap::get(3, 0, {m, n}, ctx);
-    return generic({a, bm}, c, {mapA, mapB, mapC},
-                   {IteratorType::parallel, IteratorType::parallel,
-                    IteratorType::reduction},
-                   [&](OpBuilder &nb, Location nl, ValueRange args) {
-                     Emitter e{nb, nl};
-                     Value p = arith::MulFOp::create(nb, nl, e.toF32(args[0]),
-                                                     e.toF32(args[1]));
-                     return SmallVector<Value>{
-                         arith::AddFOp::create(nb, nl, args[2], p)};
-                   })[0];
-  }
-
-  Value sigmoid(Value x) {
-    Value neg = arith::NegFOp::create(b, loc, x);
-    Value ex = math::ExpOp::create(b, loc, neg);
-    Value den = arith::AddFOp::create(b, loc, f32(1.0), ex);
-    return arith::DivFOp::create(b, loc, f32(1.0), den);
-  }
-};
-
-//===----------------------------------------------------------------------===//
-// MX quantize / dequantize on tensors
-//===----------------------------------------------------------------------===//
-
-/// How an MX tensor's blocks sit in its shape: the scaled axis `a` is split
-/// into (a / block, block), the block dimension at index a + 1.
-struct BlockView {
-  MXTensorType type;
-  SmallVector<ReassociationIndices> reassociation;
-  int64_t blockDim;
-
-  explicit BlockView(MXTensorType t) : type(t) {
-    int64_t j = 0;
-    for (int64_t i = 0; i < t.getRank(); ++i) {
-      if (i == int64_t(t.getAxis())) {
-        reassociation.push_back({j, j + 1});
-        blockDim = j + 1;
-        j += 2;
-      } else {
-        reassociation.push_back({j++});
-      }
-    }
-  }
-  int64_t expandedRank() const { return type.getRank() + 1; }
-
-  /// Splits the scaled axis of `t` (of the MX type's shape).
-  Value expand(Emitter &e, Value t) const {
-    auto tt = cast<RankedTensorType>(t.getType());
-    SmallVector<int64_t> shape;
-    for (int64_t i = 0; i < tt.getRank(); ++i) {
-      if (i == int64_t(type.getAxis())) {
-        shape.push_back(tt.getDimSize(i) / type.getBlockSize());
-        shape.push_back(type.getBlockSize());
-      } else {
-        shape.push_back(tt.getDimSize(i));
-      }
-    }
-    auto rt = RankedTensorType::get(shape, tt.getElementType());
-    return tensor::ExpandShapeOp::create(e.b, e.loc, rt, t, reassociation);
-  }
-  Value collapse(Emitter &e, Value t, Type elt) const {
-    auto rt = RankedTensorType::get(type.getShape(), elt);
-    return tensor::CollapseShapeOp::create(e.b, e.loc, rt, t, reassociation);
-  }
-  /// Sizes of the expanded tensor and of the scale tensor, from a tensor of
-  /// the MX type's shape.
-  SmallVector<OpFoldResult> expandedSizes(Emitter &e, Value like) const {
-    SmallVector<OpFoldResult> s;
-    for (auto [i, sz] : llvm::enumerate(e.sizes(like))) {
-      if (int64_t(i) == int64_t(type.getAxis())) {
-        s.push_back(e.b.getIndexAttr(type.getShape()[i] / type.getBlockSize()));
-        s.push_back(e.b.getIndexAttr(type.getBlockSize()));
-      } else {
-        s.push_back(sz);
-      }
-    }
-    return s;
-  }
-  SmallVector<OpFoldResult> scaleSizes(Emitter &e, Value like) const {
-    SmallVector<OpFoldResult> s = e.sizes(like);
-    s[type.getAxis()] =
-        e.b.getIndexAttr(type.getShape()[type.getAxis()] / type.getBlockSize());
-    return s;
-  }
-  AffineMap identity(MLIRContext *ctx) const {
-    return AffineMap::getMultiDimIdentityMap(expandedRank(), ctx);
-  }
-  /// The expanded iteration space -> the scale tensor (drops the block dim).
-  AffineMap toScales(MLIRContext *ctx) const {
-    SmallVector<AffineExpr> exprs;
-    for (int64_t i = 0; i < expandedRank(); ++i)
-      if (i != blockDim)
-        exprs.push_back(getAffineDimExpr(i, ctx));
-    return AffineMap::get(expandedRank(), 0, exprs, ctx);
-  }
-};
+namespace mlir::moe::detail {
 
 /// Quantizes `x` (shape of `type`) to (data, scales) with the MX rules.
 std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
@@ -393,6 +117,10 @@ Value gemmOperand(Emitter &e, Type original, ValueRange converted) {
     return dequantizeMX(e, converted[0], converted[1], mx, e.b.getF32Type());
   return converted[0];
 }
+
+} // namespace mlir::moe::detail
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Patterns
@@ -628,6 +356,96 @@ struct SwigluGradLowering : OpConversionPattern<SwigluGradOp> {
   }
 };
 
+} // namespace
+
+namespace {
+/// Maps and iterator kinds for row-wise work on a [T, n] tensor.
+struct RowMaps {
+  AffineMap mapTE, mapT;
+  SmallVector<IteratorType> rowReduce = {IteratorType::parallel,
+                                         IteratorType::reduction};
+  explicit RowMaps(MLIRContext *ctx) {
+    AffineExpr t, x;
+    bindDims(ctx, t, x);
+    mapTE = AffineMap::get(2, 0, {t, x}, ctx);
+    mapT = AffineMap::get(2, 0, {t}, ctx);
+  }
+};
+
+/// Row-wise softmax of a [T, n] f32 tensor (max-subtracted).
+Value rowSoftmax(Emitter &e, Value v) {
+  RowMaps rm(e.b.getContext());
+  auto mapTE = rm.mapTE, mapT = rm.mapT;
+  auto rowReduce = rm.rowReduce;
+  Type f32 = e.b.getF32Type();
+  float inf = std::numeric_limits<float>::infinity();
+  OpFoldResult rows = e.sizes(v)[0];
+  Value maxInit = e.fill(e.empty({rows}, f32), e.f32(-inf));
+  Value rowMax = e.generic(v, maxInit, {mapTE, mapT}, rowReduce,
+                           [&](OpBuilder &nb, Location nl, ValueRange a) {
+                             return SmallVector<Value>{
+                                 arith::MaximumFOp::create(nb, nl, a[1], a[0])};
+                           })[0];
+  Value sum = e.generic({v, rowMax}, e.zeros({rows}, f32),
+                        {mapTE, mapT, mapT}, rowReduce,
+                        [&](OpBuilder &nb, Location nl, ValueRange a) {
+                          Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
+                          Value ex = math::ExpOp::create(nb, nl, d);
+                          return SmallVector<Value>{
+                              arith::AddFOp::create(nb, nl, a[2], ex)};
+                        })[0];
+  Value init = e.empty(e.sizes(v), f32);
+  return e.generic({v, rowMax, sum}, init, {mapTE, mapT, mapT, mapTE},
+                   {IteratorType::parallel, IteratorType::parallel},
+                   [&](OpBuilder &nb, Location nl, ValueRange a) {
+                     Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
+                     Value ex = math::ExpOp::create(nb, nl, d);
+                     return SmallVector<Value>{
+                         arith::DivFOp::create(nb, nl, ex, a[2])};
+                   })[0];
+}
+
+/// Divides every row of a [T, k] f32 tensor by its sum (in slot order).
+Value rowNormalize(Emitter &e, Value v) {
+  RowMaps rm(e.b.getContext());
+  auto mapTE = rm.mapTE, mapT = rm.mapT;
+  auto rowReduce = rm.rowReduce;
+  Type f32 = e.b.getF32Type();
+  OpFoldResult rows = e.sizes(v)[0];
+  Value sum = e.generic(v, e.zeros({rows}, f32), {mapTE, mapT}, rowReduce,
+                        [&](OpBuilder &nb, Location nl, ValueRange a) {
+                          return SmallVector<Value>{
+                              arith::AddFOp::create(nb, nl, a[1], a[0])};
+                        })[0];
+  return e.generic({v, sum}, e.empty(e.sizes(v), f32),
+                   {mapTE, mapT, mapTE},
+                   {IteratorType::parallel, IteratorType::parallel},
+                   [&](OpBuilder &nb, Location nl, ValueRange a) {
+                     return SmallVector<Value>{
+                         arith::DivFOp::create(nb, nl, a[0], a[1])};
+                   })[0];
+}
+} // namespace
+
+Value mlir::moe::detail::routerScores(Emitter &e, RouterOp op, Value logits) {
+  if (op.getScore() == ScoreFunction::sigmoid)
+    return e.map(logits, e.b.getF32Type(),
+                 [](Emitter &n, ValueRange a) { return n.sigmoid(a[0]); });
+  if (op.getSoftmaxAfterTopk())
+    return logits;
+  return rowSoftmax(e, logits);
+}
+
+Value mlir::moe::detail::routerWeights(Emitter &e, RouterOp op, Value picked) {
+  if (op.getSoftmaxAfterTopk())
+    return rowSoftmax(e, picked);
+  if (op.getNormTopkProb())
+    return rowNormalize(e, picked);
+  return picked;
+}
+
+namespace {
+
 /// Scores, top-k selection by loops (lower index wins ties, NaN never wins
 /// against a number), then the weights.
 struct RouterLowering : OpConversionPattern<RouterOp> {
@@ -636,74 +454,14 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
   matchAndRewrite(RouterOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
-    MLIRContext *ctx = rewriter.getContext();
     Type f32 = rewriter.getF32Type();
     Value logits = e.castElements(adaptor.getLogits(), f32);
     auto lt = cast<RankedTensorType>(logits.getType());
-    int64_t numTokens = lt.getDimSize(0), numExperts = lt.getDimSize(1);
+    int64_t numExperts = lt.getDimSize(1);
     int64_t k = op.getTopK();
-    bool softmax = op.getScore() == ScoreFunction::softmax;
-    bool after = op.getSoftmaxAfterTopk();
-    AffineExpr t, x;
-    bindDims(ctx, t, x);
-    auto mapTE = AffineMap::get(2, 0, {t, x}, ctx);
-    auto mapT = AffineMap::get(2, 0, {t}, ctx);
-    SmallVector<IteratorType> rowReduce = {IteratorType::parallel,
-                                           IteratorType::reduction};
     Value tokensDim = e.dim(logits, 0);
     float inf = std::numeric_limits<float>::infinity();
-
-    /// Row-wise softmax of a [T, n] f32 tensor.
-    auto rowSoftmax = [&](Value v) {
-      OpFoldResult rows = e.sizes(v)[0];
-      Value maxInit = e.fill(e.empty({rows}, f32), e.f32(-inf));
-      Value rowMax = e.generic(v, maxInit, {mapTE, mapT}, rowReduce,
-                               [&](OpBuilder &nb, Location nl, ValueRange a) {
-                                 return SmallVector<Value>{
-                                     arith::MaximumFOp::create(nb, nl, a[1], a[0])};
-                               })[0];
-      Value sum = e.generic({v, rowMax}, e.zeros({rows}, f32),
-                            {mapTE, mapT, mapT}, rowReduce,
-                            [&](OpBuilder &nb, Location nl, ValueRange a) {
-                              Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
-                              Value ex = math::ExpOp::create(nb, nl, d);
-                              return SmallVector<Value>{
-                                  arith::AddFOp::create(nb, nl, a[2], ex)};
-                            })[0];
-      Value init = e.empty(e.sizes(v), f32);
-      return e.generic({v, rowMax, sum}, init, {mapTE, mapT, mapT, mapTE},
-                       {IteratorType::parallel, IteratorType::parallel},
-                       [&](OpBuilder &nb, Location nl, ValueRange a) {
-                         Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
-                         Value ex = math::ExpOp::create(nb, nl, d);
-                         return SmallVector<Value>{
-                             arith::DivFOp::create(nb, nl, ex, a[2])};
-                       })[0];
-    };
-    /// Divides every row of a [T, k] tensor by its sum (in slot order).
-    auto rowNormalize = [&](Value v) {
-      OpFoldResult rows = e.sizes(v)[0];
-      Value sum = e.generic(v, e.zeros({rows}, f32), {mapTE, mapT}, rowReduce,
-                            [&](OpBuilder &nb, Location nl, ValueRange a) {
-                              return SmallVector<Value>{
-                                  arith::AddFOp::create(nb, nl, a[1], a[0])};
-                            })[0];
-      return e.generic({v, sum}, e.empty(e.sizes(v), f32),
-                       {mapTE, mapT, mapTE},
-                       {IteratorType::parallel, IteratorType::parallel},
-                       [&](OpBuilder &nb, Location nl, ValueRange a) {
-                         return SmallVector<Value>{
-                             arith::DivFOp::create(nb, nl, a[0], a[1])};
-                       })[0];
-    };
-
-    Value scores = logits;
-    if (!softmax)
-      scores = e.map(logits, f32, [](Emitter &n, ValueRange a) {
-        return n.sigmoid(a[0]);
-      });
-    else if (!after)
-      scores = rowSoftmax(logits);
+    Value scores = routerScores(e, op, logits);
 
     // Top-k by repeated arg-max over the experts not yet taken.
     Type idxElt = op.getIndices().getType().getElementType();
@@ -756,13 +514,7 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
                              it2[2], {tok, bestE})};
               }));
         });
-    Value indices = sel[0], weights = sel[1];
-    (void)numTokens;
-    if (after)
-      weights = rowSoftmax(weights);
-    else if (op.getNormTopkProb())
-      weights = rowNormalize(weights);
-    rewriter.replaceOp(op, {indices, weights});
+    rewriter.replaceOp(op, {sel[0], routerWeights(e, op, sel[1])});
     return success();
   }
 };
@@ -966,14 +718,25 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
 
 struct ConvertMoEToLinalgPass
     : moe::impl::ConvertMoEToLinalgBase<ConvertMoEToLinalgPass> {
+  using ConvertMoEToLinalgBase::ConvertMoEToLinalgBase;
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     ModuleOp module = getOperation();
 
     RewritePatternSet expand(ctx);
     populateExpandGroupedMlpPatterns(expand);
-    if (failed(applyPatternsGreedily(module, std::move(expand))) ||
-        failed(lowerExpertsToLoops(module)))
+    if (failed(applyPatternsGreedily(module, std::move(expand))))
+      return signalPassFailure();
+    if (parallel) {
+      WalkResult experts = module.walk([](ExpertsOp op) {
+        op.emitOpError("has no data-parallel lowering: run -moe-group-experts "
+                       "first to turn its body into grouped ops");
+        return WalkResult::interrupt();
+      });
+      if (experts.wasInterrupted())
+        return signalPassFailure();
+    }
+    if (failed(lowerExpertsToLoops(module)))
       return signalPassFailure();
 
     TypeConverter converter;
@@ -988,6 +751,8 @@ struct ConvertMoEToLinalgPass
     });
     RewritePatternSet patterns(ctx);
     populateMoEToLinalgConversionPatterns(converter, patterns);
+    if (parallel)
+      populateMoEToParallelLinalgPatterns(converter, patterns);
     populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
                                                                    converter);
     populateCallOpTypeConversionPattern(patterns, converter);

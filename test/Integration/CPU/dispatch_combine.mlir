@@ -1,4 +1,5 @@
 // RUN: cat %s | %run_cpu | FileCheck %s
+// RUN: cat %s | %run_parallel_cpu | FileCheck %s
 
 // moe.dispatch and moe.combine on the CPU.
 //

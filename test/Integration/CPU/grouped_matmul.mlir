@@ -1,4 +1,5 @@
 // RUN: cat %s | %run_cpu | FileCheck %s
+// RUN: cat %s | %run_parallel_cpu | FileCheck %s
 
 // moe.grouped_matmul and moe.grouped_matmul_wgrad on the CPU, each compared
 // with an explicit per-expert loop written in this file (scf.for over the

@@ -1,4 +1,5 @@
 // RUN: cat %s | %run_cpu | FileCheck %s
+// RUN: cat %s | %run_parallel_cpu | FileCheck %s
 
 // moe.router on the CPU: top-k selection (ties: the lower expert index wins;
 // NaN never wins against a number) and the four weight recipes.

@@ -14,6 +14,12 @@ void populateMXTypeConversion(TypeConverter &converter);
 void populateMoEToLinalgConversionPatterns(const TypeConverter &converter,
                                            RewritePatternSet &patterns);
 
+/// Adds data-parallel lowerings of the ops whose reference lowering loops on
+/// the host (router, dispatch, grouped matmuls), with a higher benefit than
+/// the reference patterns: same results, every output element independent.
+void populateMoEToParallelLinalgPatterns(const TypeConverter &converter,
+                                         RewritePatternSet &patterns);
+
 /// Rewrites every moe.experts op under `root` into an scf.for over experts
 /// running the body on each expert's rows.
 LogicalResult lowerExpertsToLoops(Operation *root);
