@@ -42,6 +42,11 @@ config.substitutions.append(
      "mlir-runner -e main -entry-point-result=void "
      f"-shared-libs={config.mlir_runner_utils},{config.mlir_c_runner_utils}"))
 
-tools = ["moe-opt", "mlir-runner", "FileCheck", "not", "count",
+# ptxas (from the CUDA toolkit) checks the generated kernels.
+import shutil
+cuda_bin = os.path.dirname(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+llvm_config.with_environment("PATH", cuda_bin, append_path=True)
+
+tools = ["moe-opt", "moe-compile", "mlir-runner", "FileCheck", "not", "count",
          "moert-allocator-test", "moert-gpu-info"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

@@ -8,10 +8,17 @@
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/Pipelines/Passes.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+
+#include <cstdlib>
 
 using namespace mlir;
 
@@ -28,11 +35,15 @@ void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
 
+  pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(arith::createArithExpandOpsPass());
+  // f32 -> bf16 in integer ops (not every C library has __truncsfbf2).
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createConvertMathToLibmPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
@@ -44,7 +55,71 @@ void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
+/// Kernels link libdevice (math functions) from the CUDA toolkit, which MLIR
+/// finds through CUDA_ROOT, CUDA_HOME or CUDA_PATH. When none is set, point
+/// CUDA_HOME at the toolkit holding the ptxas or nvcc on PATH (or
+/// /usr/local/cuda), so compiling does not depend on the caller's shell.
+static void findCUDAToolkit() {
+  for (const char *var : {"CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"})
+    if (const char *v = std::getenv(var); v && *v)
+      return;
+  for (const char *tool : {"ptxas", "nvcc"}) {
+    if (auto path = llvm::sys::findProgramByName(tool)) {
+      llvm::SmallString<256> root(*path);
+      llvm::sys::path::remove_filename(root); // .../bin
+      llvm::sys::path::remove_filename(root); // the toolkit
+      ::setenv("CUDA_HOME", root.c_str(), /*overwrite=*/0);
+      return;
+    }
+  }
+  if (llvm::sys::fs::exists("/usr/local/cuda/nvvm/libdevice"))
+    ::setenv("CUDA_HOME", "/usr/local/cuda", 0);
+}
+
+void mlir::moe::buildGPUPipeline(OpPassManager &pm,
+                                 const GPUPipelineOptions &options) {
+  findCUDAToolkit();
+  moe::ConvertMoEToLinalgOptions lowering;
+  lowering.parallel = true;
+  pm.addPass(moe::createConvertMoEToLinalg(lowering));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+
+  bufferization::OneShotBufferizePassOptions bufferization;
+  bufferization.bufferizeFunctionBoundaries = true;
+  bufferization.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
+  bufferization::BufferDeallocationPipelineOptions dealloc;
+  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  pm.addPass(createCanonicalizerPass());
+
+  pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
+  moe::MoEGPUMapLoopsOptions mapping;
+  mapping.blockSize = options.blockSize;
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGPUMapLoops(mapping));
+  pm.addNestedPass<func::FuncOp>(createGpuMapParallelLoopsPass());
+  pm.addPass(createConvertParallelLoopToGpuPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(moe::createMoEGPUDeviceBuffers());
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
+
+  gpu::GPUToNVVMPipelineOptions nvvm;
+  nvvm.cubinChip = options.chip;
+  nvvm.cubinFeatures = options.features;
+  nvvm.cubinFormat = options.format;
+  gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
+}
+
 void mlir::moe::registerMoEPipelines() {
+  PassPipelineRegistration<GPUPipelineOptions>(
+      "moe-gpu-pipeline",
+      "Lower moe programs to the LLVM dialect with embedded NVIDIA GPU kernels "
+      "(data-parallel moe lowering, bufferization, loops mapped to blocks and "
+      "threads, device buffers, NVVM, PTX/cubin)",
+      buildGPUPipeline);
   PassPipelineRegistration<>(
       "moe-cpu-pipeline",
       "Lower moe programs to the LLVM dialect for the host CPU (reference "

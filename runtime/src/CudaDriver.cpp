@@ -63,8 +63,8 @@ void fail(CUresult result, const char *call, const char *file, int line) {
   const Driver &d = driver();
   d.cuGetErrorName(result, &name);
   d.cuGetErrorString(result, &text);
-  std::fprintf(stderr, "moert: %s failed: %s (%s) [%s:%d]\n", call, name,
-               text ? text : "", file, line);
+  std::fprintf(stderr, "moert: %s failed: %s (error %d: %s) [%s:%d]\n", call,
+               name, int(result), text ? text : "", file, line);
   std::fflush(stderr);
   std::_Exit(1);
 }

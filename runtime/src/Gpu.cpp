@@ -101,6 +101,37 @@ CachingAllocator &allocator() {
   return *alloc;
 }
 
+struct LazyModule {
+  void *data;
+  size_t size;
+  bool jit;
+  int optLevel;
+  CUmodule module;
+  std::once_flag once;
+};
+
+/// Loads (once) the module's cubin/fatbin, or JIT-compiles its PTX.
+CUmodule load(LazyModule &m) {
+  std::call_once(m.once, [&] {
+    if (!m.jit) {
+      MOERT_CU(driver().cuModuleLoadData(&m.module, m.data));
+      return;
+    }
+    char log[8192] = {0};
+    CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_ERROR_LOG_BUFFER,
+                              CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[] = {reinterpret_cast<void *>(intptr_t(m.optLevel)), log,
+                      reinterpret_cast<void *>(sizeof(log))};
+    CUresult r =
+        driver().cuModuleLoadDataEx(&m.module, m.data, 3, options, values);
+    if (r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "moert: JIT compilation of PTX failed:\n%s\n", log);
+      cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+    }
+  });
+  return m.module;
+}
+
 /// The layout of a ranked MLIR memref descriptor.
 struct MemRefDescriptor {
   char *allocated;
@@ -113,41 +144,37 @@ struct MemRefDescriptor {
 
 extern "C" {
 
-void *mgpuModuleLoad(void *data, size_t /*size*/) {
-  Scoped scope;
-  CUmodule module = nullptr;
-  MOERT_CU(driver().cuModuleLoadData(&module, data));
-  return module;
+// Modules are loaded lazily, on their first kernel lookup: MLIR registers
+// them from global constructors, which run inside dlopen, where initializing
+// the CUDA driver is not safe.
+void *mgpuModuleLoad(void *data, size_t size) {
+  return new LazyModule{data, size, /*jit=*/false, 0, nullptr, {}};
 }
 
 void *mgpuModuleLoadJIT(void *ptx, int optLevel) {
-  Scoped scope;
-  CUmodule module = nullptr;
-  char log[8192] = {0};
-  CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_ERROR_LOG_BUFFER,
-                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void *values[] = {reinterpret_cast<void *>(intptr_t(optLevel)), log,
-                    reinterpret_cast<void *>(sizeof(log))};
-  CUresult r = driver().cuModuleLoadDataEx(&module, ptx, 3, options, values);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "moert: JIT compilation of PTX failed:\n%s\n", log);
-    cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+  return new LazyModule{ptx, 0, /*jit=*/true, optLevel, nullptr, {}};
+}
+
+void mgpuModuleUnload(void *handle) {
+  auto *m = static_cast<LazyModule *>(handle);
+  if (m->module) {
+    // At process exit the driver may already be shutting down.
+    CUresult r = driver().cuCtxPushCurrent(context());
+    if (r == CUDA_SUCCESS) {
+      r = driver().cuModuleUnload(m->module);
+      driver().cuCtxPopCurrent(nullptr);
+    }
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+      cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
   }
-  return module;
+  delete m;
 }
 
-void mgpuModuleUnload(void *module) {
+void *mgpuModuleGetFunction(void *handle, const char *name) {
   Scoped scope;
-  CUresult r = driver().cuModuleUnload(static_cast<CUmodule>(module));
-  // At process exit the driver may already be shutting down.
-  if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
-    cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
-}
-
-void *mgpuModuleGetFunction(void *module, const char *name) {
+  CUmodule module = load(*static_cast<LazyModule *>(handle));
   CUfunction function = nullptr;
-  CUresult r = driver().cuModuleGetFunction(&function,
-                                            static_cast<CUmodule>(module), name);
+  CUresult r = driver().cuModuleGetFunction(&function, module, name);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "moert: kernel '%s' not found in its module\n", name);
     cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__);
@@ -164,11 +191,18 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   if (sharedMemBytes > 48 * 1024)
     MOERT_CU(driver().cuFuncSetAttribute(
         f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
-  MOERT_CU(driver().cuLaunchKernel(f, unsigned(gridX), unsigned(gridY),
-                                   unsigned(gridZ), unsigned(blockX),
-                                   unsigned(blockY), unsigned(blockZ),
-                                   unsigned(sharedMemBytes),
-                                   static_cast<CUstream>(stream), params, extra));
+  CUresult r = driver().cuLaunchKernel(
+      f, unsigned(gridX), unsigned(gridY), unsigned(gridZ), unsigned(blockX),
+      unsigned(blockY), unsigned(blockZ), unsigned(sharedMemBytes),
+      static_cast<CUstream>(stream), params, extra);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr,
+                 "moert: kernel launch with grid (%ld, %ld, %ld), block (%ld, "
+                 "%ld, %ld), %d bytes of shared memory failed\n",
+                 long(gridX), long(gridY), long(gridZ), long(blockX),
+                 long(blockY), long(blockZ), int(sharedMemBytes));
+    cuda::fail(r, "cuLaunchKernel", __FILE__, __LINE__);
+  }
 }
 
 void *mgpuStreamCreate(void) {
@@ -219,6 +253,15 @@ void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
     return reinterpret_cast<void *>(ptr);
   }
   void *ptr = allocator().allocate(bytes, stream);
+  // MOERT_POISON=1: fill new buffers with 0xFF bytes (NaN in every float
+  // format) so results a kernel forgot to write cannot pass as right.
+  static const bool poison = [] {
+    const char *v = std::getenv("MOERT_POISON");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  if (ptr && poison)
+    MOERT_CU(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr), 0xFF,
+                                      bytes, static_cast<CUstream>(stream)));
   if (!ptr) {
     size_t freeBytes = 0, total = 0;
     driver().cuMemGetInfo(&freeBytes, &total);
@@ -295,6 +338,8 @@ int moert_gpu_device_count(void) {
 }
 
 int moert_gpu_device(void) { return chooseDevice(); }
+
+void moert_gpu_init(void) { (void)context(); }
 
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
   AllocatorStats s = allocator().stats();

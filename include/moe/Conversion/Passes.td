@@ -43,4 +43,48 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
   ];
 }
 
+def MoECopyToLinalg : Pass<"moe-copy-to-linalg", "func::FuncOp"> {
+  let summary = "Turn memref.copy into linalg.copy";
+  let description = [{
+    Buffer copies then lower like every other linalg op (to loops on the
+    CPU, to kernels on the GPU) instead of calling the `memrefCopy` runtime
+    function, so compiled artifacts need no MLIR runtime library.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
+def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
+  let summary = "Turn bufferized linalg ops into parallel loops mapped to GPU blocks and threads";
+  let description = [{
+    Prepares bufferized programs (after `-moe-copy-to-linalg`) for
+    `convert-parallel-loops-to-gpu`: every linalg op becomes an
+    `scf.parallel` nest (reductions stay sequential inside); the innermost
+    parallel dimension is tiled by `block-size`, the tiles go to GPU blocks
+    and the points of a tile to the threads of a block.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
+           "Threads per block along the innermost parallel dimension">
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::linalg::LinalgDialect"];
+}
+
+def MoEGPUDeviceBuffers : Pass<"moe-gpu-device-buffers", "ModuleOp"> {
+  let summary = "Place every buffer of host code in GPU memory";
+  let description = [{
+    After loops became `gpu.launch`es, host code only allocates, copies and
+    launches. This pass makes that true for memory too: `memref.alloc` and
+    `memref.dealloc` become `gpu.alloc`/`gpu.dealloc`; a `memref.get_global`
+    (constants) becomes a device buffer filled by `gpu.memcpy` from the host
+    global; host loops still touching buffers (sequential reductions) run as
+    one-thread kernels. Function arguments and results are device buffers.
+    Host code that would read a device buffer itself (a scalar feeding host
+    control flow) is reported as an error with its location.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
 #endif

@@ -3,6 +3,7 @@
 #define MOE_PIPELINES_PIPELINES_H
 
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
 
 namespace mlir::moe {
 
@@ -10,7 +11,31 @@ namespace mlir::moe {
 /// convert-moe-to-linalg, bufferization, loops, LLVM.
 void buildCPUPipeline(OpPassManager &pm);
 
-/// Registers the named pipelines (`-moe-cpu-pipeline`).
+/// Options of the GPU pipeline.
+struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
+  PassOptions::Option<std::string> chip{
+      *this, "chip", llvm::cl::desc("The GPU architecture (sm_90a: H100/H200)"),
+      llvm::cl::init("sm_90a")};
+  PassOptions::Option<std::string> features{
+      *this, "features", llvm::cl::desc("PTX version to target"),
+      llvm::cl::init("+ptx80")};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("Kernel binary format: isa (PTX text, JIT-compiled by the "
+                     "driver), bin (cubin, needs ptxas) or fatbin"),
+      llvm::cl::init("isa")};
+  PassOptions::Option<int64_t> blockSize{
+      *this, "block-size",
+      llvm::cl::desc("Threads per block of the generic kernels"),
+      llvm::cl::init(128)};
+};
+
+/// `moe` + tensor-level upstream IR -> the LLVM dialect with embedded GPU
+/// kernels: the data-parallel moe lowering, bufferization, loops mapped to
+/// blocks and threads, device buffers, NVVM, PTX.
+void buildGPUPipeline(OpPassManager &pm, const GPUPipelineOptions &options);
+
+/// Registers the named pipelines (`-moe-cpu-pipeline`, `-moe-gpu-pipeline`).
 void registerMoEPipelines();
 
 } // namespace mlir::moe

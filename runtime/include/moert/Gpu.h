@@ -55,6 +55,9 @@ struct moert_gpu_memory_stats {
   uint64_t cache_reuses;
 };
 
+/// Initializes the driver and the device's context now (otherwise the first
+/// GPU call does). Exits with a message when there is no usable GPU.
+void moert_gpu_init(void);
 /// Number of GPUs, 0 when there is no driver or no device (never exits).
 int moert_gpu_device_count(void);
 /// The device this process uses: MOERT_DEVICE, else LOCAL_RANK, else 0,

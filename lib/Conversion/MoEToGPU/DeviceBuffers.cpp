@@ -1,0 +1,130 @@
+//===- DeviceBuffers.cpp - every host buffer in GPU memory ----------------===//
+
+#include "moe/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEGPUDEVICEBUFFERS
+#include "moe/Conversion/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+
+namespace {
+
+bool inKernel(Operation *op) {
+  return op->getParentOfType<gpu::LaunchOp>() ||
+         op->getParentOfType<gpu::GPUModuleOp>();
+}
+
+/// Whether `op` (or something inside it) reads or writes a buffer.
+bool touchesMemory(Operation *op) {
+  WalkResult r = op->walk([](Operation *inner) {
+    if (isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp>(inner))
+      return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return r.wasInterrupted();
+}
+
+/// Runs `op` (which has no results) in a kernel of one thread.
+void wrapInSingleThreadKernel(IRRewriter &rewriter, Operation *op) {
+  rewriter.setInsertionPoint(op);
+  Location loc = op->getLoc();
+  Value one = arith::ConstantIndexOp::create(rewriter, loc, 1);
+  auto launch = gpu::LaunchOp::create(rewriter, loc, one, one, one, one, one,
+                                      one);
+  Block &body = launch.getBody().front();
+  rewriter.setInsertionPointToEnd(&body);
+  auto terminator = gpu::TerminatorOp::create(rewriter, loc);
+  op->moveBefore(terminator);
+}
+
+struct MoEGPUDeviceBuffersPass
+    : moe::impl::MoEGPUDeviceBuffersBase<MoEGPUDeviceBuffersPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    IRRewriter rewriter(&getContext());
+    bool failed = false;
+
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      // Host loops and stores still touching buffers: one-thread kernels.
+      SmallVector<Operation *> sequential;
+      for (Block &block : func.getBody())
+        for (Operation &op : block)
+          if (!isa<gpu::LaunchOp>(op) && op.getNumRegions() &&
+              touchesMemory(&op))
+            sequential.push_back(&op);
+      func.walk([&](memref::StoreOp op) {
+        if (!inKernel(op) && op->getParentOp() == func)
+          sequential.push_back(op);
+      });
+      for (Operation *op : sequential) {
+        if (isa<scf::ParallelOp>(op)) {
+          op->emitError("parallel loop was not mapped to GPU blocks and "
+                        "threads (run -moe-gpu-map-loops, "
+                        "-gpu-map-parallel-loops and "
+                        "-convert-parallel-loops-to-gpu first)");
+          failed = true;
+          continue;
+        }
+        if (op->getNumResults()) {
+          op->emitError("computes a value on the host from device buffers; "
+                        "keep such results in tensors the program returns");
+          failed = true;
+          continue;
+        }
+        wrapInSingleThreadKernel(rewriter, op);
+      }
+      func.walk([&](memref::LoadOp op) {
+        if (!inKernel(op)) {
+          op.emitError("reads a device buffer on the host; return the tensor "
+                       "instead of using its elements in host code");
+          failed = true;
+        }
+      });
+
+      func.walk([&](Operation *op) {
+        if (inKernel(op))
+          return;
+        rewriter.setInsertionPoint(op);
+        if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
+          rewriter.replaceOpWithNewOp<gpu::AllocOp>(
+              alloc, alloc.getType(), /*asyncToken=*/Type(),
+              /*asyncDependencies=*/ValueRange{}, alloc.getDynamicSizes(),
+              alloc.getSymbolOperands(), /*hostShared=*/false);
+        } else if (auto alloca = dyn_cast<memref::AllocaOp>(op)) {
+          rewriter.replaceOpWithNewOp<gpu::AllocOp>(
+              alloca, alloca.getType(), Type(), ValueRange{},
+              alloca.getDynamicSizes(), alloca.getSymbolOperands(), false);
+        } else if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
+          rewriter.replaceOpWithNewOp<gpu::DeallocOp>(
+              dealloc, /*asyncToken=*/Type(), ValueRange{},
+              dealloc.getMemref());
+        } else if (auto global = dyn_cast<memref::GetGlobalOp>(op)) {
+          // Constants: a device copy of the host global.
+          rewriter.setInsertionPointAfter(global);
+          auto device = gpu::AllocOp::create(
+              rewriter, global.getLoc(), global.getType(), Type(),
+              ValueRange{}, ValueRange{}, ValueRange{}, false);
+          auto copy = gpu::MemcpyOp::create(rewriter, global.getLoc(), Type(),
+                                            ValueRange{}, device.getMemref(),
+                                            global.getResult());
+          rewriter.replaceAllUsesExcept(global.getResult(), device.getMemref(),
+                                        copy);
+        }
+      });
+    }
+    if (failed)
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,389 @@
+//===- moert-check.cpp - run a compiled function on CPU and GPU, compare --===//
+//
+//   moert-check cpu.so gpu.so [--seed N] [--repeat N] [--only NAME]
+//   moert-check --gpu-only gpu.so --repeat N      (timing, no reference)
+//
+// Both artifacts come from the same source (moe-compile --target=cpu and
+// --target=sm_90a). For every function of the manifest: random inputs (ints
+// in the range the function declares), the CPU result as the reference, the
+// GPU result on device buffers (new device buffers are poisoned first:
+// MOERT_POISON), then a comparison: integer and 8-bit float results must be
+// bit-identical, other floats within the function's declared tolerance
+// (|gpu - cpu| <= atol + rtol * |cpu|; exact when none is declared). Prints
+// one line per result and a summary; exits 1 on any mismatch. With
+// --repeat N it also times N GPU calls and prints the median.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Gpu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t lo = 0, hi = 0;
+  bool hasRange = false;
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t elementBytes() const {
+    if (dtype == "f32" || dtype == "i32")
+      return 4;
+    if (dtype == "f64" || dtype == "i64" || dtype == "index")
+      return 8;
+    if (dtype == "bf16" || dtype == "f16" || dtype == "i16")
+      return 2;
+    return 1; // i8, i1 and the 8-bit floats
+  }
+  size_t bytes() const { return size_t(elements()) * elementBytes(); }
+  bool isFloat() const { return dtype == "f32" || dtype == "bf16" || dtype == "f16"; }
+};
+
+struct Function {
+  std::string name;
+  std::vector<Tensor> args, results;
+  double atol = 0, rtol = 0;
+};
+
+std::vector<Function> parseManifest(const char *text) {
+  std::vector<Function> fns;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind == "function") {
+      fns.emplace_back();
+      ls >> fns.back().name;
+    } else if ((kind == "arg" || kind == "result") && !fns.empty()) {
+      Tensor t;
+      int rank = 0;
+      ls >> t.dtype >> rank;
+      t.shape.resize(rank);
+      for (auto &d : t.shape)
+        ls >> d;
+      std::string word;
+      if (ls >> word && word == "range") {
+        ls >> t.lo >> t.hi;
+        t.hasRange = true;
+      }
+      (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);
+    } else if (kind == "tolerance" && !fns.empty()) {
+      ls >> fns.back().atol >> fns.back().rtol;
+    }
+  }
+  return fns;
+}
+
+/// A ranked memref descriptor: allocated, aligned, offset, sizes, strides.
+std::vector<int64_t> descriptor(void *data, const Tensor &t) {
+  std::vector<int64_t> d = {int64_t(reinterpret_cast<intptr_t>(data)),
+                            int64_t(reinterpret_cast<intptr_t>(data)), 0};
+  for (int64_t s : t.shape)
+    d.push_back(s);
+  int64_t stride = 1;
+  std::vector<int64_t> strides(t.shape.size());
+  for (int i = int(t.shape.size()) - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= t.shape[i];
+  }
+  for (int64_t s : strides)
+    d.push_back(s);
+  return d;
+}
+
+float bf16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t floatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1); // round to nearest even
+  return uint16_t(bits >> 16);
+}
+
+double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
+  if (t.dtype == "f32") {
+    float f;
+    std::memcpy(&f, &buf[i * 4], 4);
+    return f;
+  }
+  if (t.dtype == "bf16") {
+    uint16_t b;
+    std::memcpy(&b, &buf[i * 2], 2);
+    return bf16ToFloat(b);
+  }
+  if (t.dtype == "i32") {
+    int32_t v;
+    std::memcpy(&v, &buf[i * 4], 4);
+    return v;
+  }
+  if (t.dtype == "i64") {
+    int64_t v;
+    std::memcpy(&v, &buf[i * 8], 8);
+    return double(v);
+  }
+  return buf[i];
+}
+
+void fillRandom(const Tensor &t, std::vector<uint8_t> &buf, std::mt19937_64 &rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < t.elements(); ++i) {
+    if (t.hasRange) {
+      std::uniform_int_distribution<int64_t> u(t.lo, t.hi - 1);
+      int64_t v = u(rng);
+      if (t.dtype == "i64")
+        std::memcpy(&buf[i * 8], &v, 8);
+      else {
+        int32_t w = int32_t(v);
+        std::memcpy(&buf[i * 4], &w, 4);
+      }
+    } else if (t.dtype == "f32") {
+      float f = normal(rng);
+      std::memcpy(&buf[i * 4], &f, 4);
+    } else if (t.dtype == "bf16") {
+      uint16_t b = floatToBf16(normal(rng));
+      std::memcpy(&buf[i * 2], &b, 2);
+    } else {
+      for (size_t k = 0; k < t.elementBytes(); ++k)
+        buf[i * t.elementBytes() + k] = uint8_t(rng());
+    }
+  }
+}
+
+using Entry = void (*)(...);
+
+/// Calls `_mlir_ciface_<name>(results*, arg descriptors*...)`.
+void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
+  std::vector<void *> p;
+  if (results)
+    p.push_back(results);
+  for (auto &a : args)
+    p.push_back(a.data());
+  auto f = reinterpret_cast<Entry>(fn);
+  switch (p.size()) {
+  case 1: f(p[0]); break;
+  case 2: f(p[0], p[1]); break;
+  case 3: f(p[0], p[1], p[2]); break;
+  case 4: f(p[0], p[1], p[2], p[3]); break;
+  case 5: f(p[0], p[1], p[2], p[3], p[4]); break;
+  case 6: f(p[0], p[1], p[2], p[3], p[4], p[5]); break;
+  case 7: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6]); break;
+  case 8: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]); break;
+  default:
+    std::fprintf(stderr, "moert-check: at most 7 arguments supported\n");
+    std::exit(2);
+  }
+}
+
+/// Where result `i`'s data pointer (aligned) sits in the results buffer.
+size_t resultOffset(const Function &f, size_t i) {
+  size_t off = 0;
+  for (size_t k = 0; k < i; ++k)
+    off += (3 + 2 * f.results[k].shape.size()) * 8;
+  return off;
+}
+
+void *open(const char *path, const char **manifest) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    std::fprintf(stderr, "moert-check: cannot load %s: %s\n", path, dlerror());
+    std::exit(2);
+  }
+  *manifest = static_cast<const char *>(dlsym(h, "moe_manifest"));
+  if (!*manifest) {
+    std::fprintf(stderr, "moert-check: %s has no moe_manifest (not from moe-compile?)\n", path);
+    std::exit(2);
+  }
+  return h;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool gpuOnly = argc > 1 && !std::strcmp(argv[1], "--gpu-only");
+  if (gpuOnly) {
+    ++argv;
+    --argc;
+  }
+  if (argc < (gpuOnly ? 2 : 3)) {
+    std::fprintf(stderr, "usage: moert-check cpu.so gpu.so [--seed N] [--repeat N] [--only NAME]\n"
+                         "       moert-check --gpu-only gpu.so --repeat N [--only NAME]\n");
+    return 2;
+  }
+  uint64_t seed = 1;
+  int repeat = 0;
+  std::string only;
+  for (int i = gpuOnly ? 2 : 3; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--seed"))
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--repeat"))
+      repeat = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--only"))
+      only = argv[i + 1];
+  }
+  moert_gpu_init();
+  const char *cpuManifest = nullptr, *gpuManifest;
+  void *cpu = gpuOnly ? nullptr : open(argv[1], &cpuManifest);
+  void *gpu = open(argv[gpuOnly ? 1 : 2], &gpuManifest);
+  std::vector<Function> fns = parseManifest(gpuOnly ? gpuManifest : cpuManifest);
+  int checked = 0, failed = 0;
+  std::mt19937_64 rng(seed);
+  for (const Function &f : fns) {
+    if (!only.empty() && f.name != only)
+      continue;
+    std::string sym = "_mlir_ciface_" + f.name;
+    void *cf = cpu ? dlsym(cpu, sym.c_str()) : nullptr;
+    void *gf = dlsym(gpu, sym.c_str());
+    if ((!cf && !gpuOnly) || !gf) {
+      std::fprintf(stderr, "moert-check: %s missing from an artifact\n", sym.c_str());
+      return 2;
+    }
+    // Inputs.
+    std::vector<std::vector<uint8_t>> host;
+    for (const Tensor &t : f.args) {
+      host.emplace_back(t.bytes());
+      fillRandom(t, host.back(), rng);
+    }
+    size_t resultBytes = resultOffset(f, f.results.size());
+    // CPU reference.
+    std::vector<std::vector<int64_t>> cpuArgs;
+    for (size_t i = 0; i < f.args.size(); ++i)
+      cpuArgs.push_back(descriptor(host[i].data(), f.args[i]));
+    std::vector<uint8_t> cpuResults(resultBytes);
+    if (!gpuOnly)
+      call(cf, f.results.empty() ? nullptr : cpuResults.data(), cpuArgs);
+    // GPU.
+    void *stream = mgpuStreamCreate();
+    std::vector<void *> devIn;
+    std::vector<std::vector<int64_t>> gpuArgs;
+    for (size_t i = 0; i < f.args.size(); ++i) {
+      void *d = mgpuMemAlloc(f.args[i].bytes(), stream, false);
+      mgpuMemcpy(d, host[i].data(), f.args[i].bytes(), stream);
+      devIn.push_back(d);
+      gpuArgs.push_back(descriptor(d, f.args[i]));
+    }
+    mgpuStreamSynchronize(stream);
+    std::vector<uint8_t> gpuResults(resultBytes);
+    call(gf, f.results.empty() ? nullptr : gpuResults.data(), gpuArgs);
+    moert_gpu_synchronize();
+    double medianMs = 0;
+    if (repeat > 0) {
+      std::vector<double> times;
+      std::vector<uint8_t> scratch(resultBytes);
+      for (int r = 0; r < repeat; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        call(gf, scratch.empty() ? nullptr : scratch.data(), gpuArgs);
+        moert_gpu_synchronize();
+        times.push_back(std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count());
+        for (size_t i = 0; i < f.results.size(); ++i) {
+          void *p;
+          std::memcpy(&p, &scratch[resultOffset(f, i)], 8);
+          mgpuMemFree(p, stream);
+        }
+      }
+      std::sort(times.begin(), times.end());
+      medianMs = times[times.size() / 2];
+    }
+    if (gpuOnly) {
+      std::printf("%-28s gpu median %.3f ms over %d runs\n", f.name.c_str(),
+                  medianMs, repeat);
+      for (size_t i = 0; i < f.results.size(); ++i) {
+        void *p;
+        std::memcpy(&p, &gpuResults[resultOffset(f, i)], 8);
+        mgpuMemFree(p, stream);
+      }
+    }
+    for (size_t i = 0; !gpuOnly && i < f.results.size(); ++i) {
+      const Tensor &t = f.results[i];
+      // Descriptor fields: allocated pointer, aligned pointer, ...
+      void *cp, *gp, *cpuAllocated, *gpuAllocated;
+      std::memcpy(&cpuAllocated, &cpuResults[resultOffset(f, i)], 8);
+      std::memcpy(&cp, &cpuResults[resultOffset(f, i) + 8], 8);
+      std::memcpy(&gpuAllocated, &gpuResults[resultOffset(f, i)], 8);
+      std::memcpy(&gp, &gpuResults[resultOffset(f, i) + 8], 8);
+      std::vector<uint8_t> want(t.bytes()), got(t.bytes());
+      std::memcpy(want.data(), cp, t.bytes());
+      mgpuMemcpy(got.data(), gp, t.bytes(), stream);
+      mgpuStreamSynchronize(stream);
+      int64_t bad = 0, firstBad = -1;
+      double maxAbs = 0, maxRel = 0;
+      bool exact = !t.isFloat() || (f.atol == 0 && f.rtol == 0);
+      for (int64_t e = 0; e < t.elements(); ++e) {
+        if (exact) {
+          size_t w = t.elementBytes();
+          if (std::memcmp(&want[e * w], &got[e * w], w) != 0) {
+            // NaN == NaN for floats.
+            double a = valueAt(t, want, e), b = valueAt(t, got, e);
+            if (!(t.isFloat() && std::isnan(a) && std::isnan(b))) {
+              ++bad;
+              if (firstBad < 0)
+                firstBad = e;
+            }
+          }
+          continue;
+        }
+        double a = valueAt(t, want, e), b = valueAt(t, got, e);
+        if (std::isnan(a) && std::isnan(b))
+          continue;
+        double diff = std::fabs(a - b);
+        maxAbs = std::max(maxAbs, diff);
+        if (a != 0)
+          maxRel = std::max(maxRel, diff / std::fabs(a));
+        if (!(diff <= f.atol + f.rtol * std::fabs(a))) {
+          ++bad;
+          if (firstBad < 0)
+            firstBad = e;
+        }
+      }
+      ++checked;
+      failed += bad != 0;
+      std::printf("%-28s result %zu %-5s %9lld elems  %s", f.name.c_str(), i,
+                  t.dtype.c_str(), (long long)t.elements(),
+                  bad ? "MISMATCH" : "ok");
+      if (exact)
+        std::printf("  bit-identical%s", bad ? "" : "");
+      else
+        std::printf("  max abs %.3g, max rel %.3g (atol %.3g, rtol %.3g)", maxAbs,
+                    maxRel, f.atol, f.rtol);
+      if (bad)
+        std::printf("  %lld bad, first at %lld: cpu %g gpu %g", (long long)bad,
+                    (long long)firstBad, valueAt(t, want, firstBad),
+                    valueAt(t, got, firstBad));
+      if (repeat > 0 && i == 0)
+        std::printf("  gpu median %.3f ms", medianMs);
+      std::printf("\n");
+      mgpuMemFree(gpuAllocated, stream);
+      std::free(cpuAllocated);
+    }
+    for (void *d : devIn)
+      mgpuMemFree(d, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+  }
+  std::printf("%d results checked, %d mismatching\n", checked, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU integration tests: every function of test/Integration/GPU/*.mlir runs on
+# the GPU and on the CPU on the same fresh random inputs, and the results are
+# compared (moert-check: integer and 8-bit results bit-identical, floats within
+# each function's declared tolerance; device buffers poisoned before use).
+#
+#   scripts/gpu-check.sh prepare   # on a machine with MLIR: compile the tests
+#                                  # (cpu and sm_90a) into gpu-artifacts/
+#   scripts/gpu-check.sh run       # on a GPU machine (CUDA, no MLIR needed):
+#                                  # build libmoert, run, print a table
+#   scripts/gpu-check.sh           # both, on a machine that has everything
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+artifacts="$root/gpu-artifacts"
+chip=${MOE_GPU_CHIP:-sm_90a}
+mode=${1:-all}
+
+prepare() {
+  "$root/scripts/build.sh"
+  mkdir -p "$artifacts"
+  for src in "$root"/test/Integration/GPU/*.mlir "$root"/bench/*.mlir; do
+    [ -f "$src" ] || continue
+    name=$(basename "$src" .mlir)
+    echo "compile: $name (cpu, $chip)"
+    "$root/build/bin/moe-compile" "$src" --target=cpu -o "$artifacts/$name.cpu.so"
+    "$root/build/bin/moe-compile" "$src" --target="$chip" -o "$artifacts/$name.$chip.so"
+  done
+}
+
+run() {
+  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
+  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
+    { tail -20 /tmp/moert-cmake.log; exit 1; }
+  cmake --build "$rt" -j8 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  "$rt/bin/moert-gpu-info"
+  local status=0
+  for gpu in "$artifacts"/*."$chip".so; do
+    name=$(basename "$gpu" ".$chip.so")
+    case "$name" in bench_*) continue ;; esac
+    echo "== $name"
+    MOERT_POISON=1 "$rt/bin/moert-check" "$artifacts/$name.cpu.so" "$gpu" \
+      --seed "${MOE_SEED:-$RANDOM}" || status=1
+  done
+  return $status
+}
+
+case "$mode" in
+  prepare) prepare ;;
+  run) run ;;
+  all) prepare; run ;;
+  *) echo "usage: scripts/gpu-check.sh [prepare|run]" >&2; exit 2 ;;
+esac

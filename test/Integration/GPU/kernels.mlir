@@ -1,0 +1,150 @@
+// Every moe op on the GPU against the CPU reference, on fresh random inputs.
+// scripts/gpu-check.sh compiles this file for the CPU and for sm_90a with
+// moe-compile and runs `moert-check` on a GPU machine: integer and 8-bit
+// results must be bit-identical; float results within the tolerance each
+// function declares (moe.test_tolerance = [atol, rtol]) and justifies.
+// On machines without a GPU, lit checks that the GPU pipeline compiles every
+// function and that ptxas accepts the kernels:
+// RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
+// CHECK: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// RUN: moe-compile %s --target=cpu -o %t.cpu.so
+
+// MXFP8 quantize, rowwise, bf16 in: bit-identical (integer/exact f32 math).
+func.func @quantize_rowwise(%x: tensor<256x512xbf16>)
+    -> (tensor<256x512xf8E4M3FN>, tensor<256x16xf8E8M0FNU>) {
+  %q = moe.quantize %x : tensor<256x512xbf16> -> !moe.mx<256x512xf8E4M3FN, axis = 1>
+  %d, %s = moe.mx_unpack %q : !moe.mx<256x512xf8E4M3FN, axis = 1>
+      -> tensor<256x512xf8E4M3FN>, tensor<256x16xf8E8M0FNU>
+  return %d, %s : tensor<256x512xf8E4M3FN>, tensor<256x16xf8E8M0FNU>
+}
+
+// Columnwise (blocks along tokens, for weight gradients), E5M2, floor scale.
+func.func @quantize_columnwise(%x: tensor<512x96xf32>)
+    -> (tensor<512x96xf8E5M2>, tensor<16x96xf8E8M0FNU>) {
+  %q = moe.quantize %x scale(floor) : tensor<512x96xf32> -> !moe.mx<512x96xf8E5M2, axis = 0>
+  %d, %s = moe.mx_unpack %q : !moe.mx<512x96xf8E5M2, axis = 0>
+      -> tensor<512x96xf8E5M2>, tensor<16x96xf8E8M0FNU>
+  return %d, %s : tensor<512x96xf8E5M2>, tensor<16x96xf8E8M0FNU>
+}
+
+// Dequantize arbitrary bytes (NaN codes and NaN scales included): q * 2^e is
+// exact in f32 on both (no flush of subnormals), so bit-identical.
+func.func @dequantize(%d: tensor<128x256xf8E4M3FN>, %s: tensor<128x8xf8E8M0FNU>)
+    -> tensor<128x256xf32> {
+  %q = moe.mx_pack %d, %s : tensor<128x256xf8E4M3FN>, tensor<128x8xf8E8M0FNU>
+      -> !moe.mx<128x256xf8E4M3FN, axis = 1>
+  %y = moe.dequantize %q : !moe.mx<128x256xf8E4M3FN, axis = 1> -> tensor<128x256xf32>
+  return %y : tensor<128x256xf32>
+}
+
+// SwiGLU and its gradient: exp differs by an ulp or two between libm and
+// libdevice, and the GPU may contract a*b+c into one fma: a few f32 ulps.
+func.func @swiglu(%h: tensor<512x256xf32>) -> tensor<512x128xf32>
+    attributes {moe.test_tolerance = [1.0e-6, 1.0e-5]} {
+  %a = moe.swiglu %h : tensor<512x256xf32> -> tensor<512x128xf32>
+  return %a : tensor<512x128xf32>
+}
+
+func.func @swiglu_grad(%h: tensor<512x256xf32>, %dy: tensor<512x128xf32>)
+    -> tensor<512x256xf32> attributes {moe.test_tolerance = [1.0e-6, 1.0e-5]} {
+  %g = moe.swiglu_grad %h, %dy layout(interleaved)
+      : tensor<512x256xf32>, tensor<512x128xf32> -> tensor<512x256xf32>
+  return %g : tensor<512x256xf32>
+}
+
+// Router: the indices must match exactly (the ranking of f32 scores does
+// not depend on the last ulp of exp: both are monotonic, rows share the
+// denominator); weights within a few ulps.
+func.func @router(%logits: tensor<1024x64xf32>) -> (tensor<1024x8xi32>, tensor<1024x8xf32>)
+    attributes {moe.test_tolerance = [1.0e-7, 1.0e-5]} {
+  %i, %w = moe.router %logits top_k(8) softmax norm_topk_prob
+      : tensor<1024x64xf32> -> tensor<1024x8xi32>, tensor<1024x8xf32>
+  return %i, %w : tensor<1024x8xi32>, tensor<1024x8xf32>
+}
+
+// Dispatch moves data and counts: bit-identical.
+func.func @dispatch(%x: tensor<1024x64xbf16>,
+                    %idx: tensor<1024x4xi32> {moe.test_range = [0, 16]})
+    -> (tensor<4576x64xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x64xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  return %s, %o, %c, %p : tensor<4576x64xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+}
+
+// Combine: a k-term f32 weighted sum (fma contraction on the GPU).
+func.func @combine(%y: tensor<4096x64xf32>, %w: tensor<1024x4xf32>,
+                   %pos: tensor<1024x4xi32> {moe.test_range = [-1, 4096]})
+    -> tensor<1024x64xf32> attributes {moe.test_tolerance = [1.0e-5, 1.0e-5]} {
+  %o = moe.combine %y, %w, %pos : tensor<4096x64xf32>, tensor<1024x4xf32>, tensor<1024x4xi32>
+      -> tensor<1024x64xf32>
+  return %o : tensor<1024x64xf32>
+}
+
+// Grouped GEMMs over a real routing, bf16 and MXFP8 operands. Products of
+// bf16 (or dequantized MX) values are exact in f32; sums of K = 256 terms in
+// the same order, but the GPU may fuse each multiply-add: the difference is
+// bounded by K * ulp(|partial sums|) ~ 256 * 2^-24 * 16 = 2.4e-4 for unit
+// normal inputs, hence atol 1e-3 + rtol 1e-4.
+func.func @grouped_matmul_bf16(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                               %w: tensor<16x256x128xbf16>) -> tensor<4576x128xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %y = moe.grouped_matmul %s, %w, %o
+      : tensor<4576x256xbf16>, tensor<16x256x128xbf16>, tensor<17xi32> -> tensor<4576x128xf32>
+  return %y : tensor<4576x128xf32>
+}
+
+func.func @grouped_matmul_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                                %w: tensor<16x256x128xbf16>) -> tensor<4576x128xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %sq = moe.quantize %s : tensor<4576x256xbf16> -> !moe.mx<4576x256xf8E4M3FN, axis = 1>
+  %wq = moe.quantize %w : tensor<16x256x128xbf16> -> !moe.mx<16x256x128xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %sq, %wq, %o
+      : !moe.mx<4576x256xf8E4M3FN, axis = 1>, !moe.mx<16x256x128xf8E4M3FN, axis = 1>,
+        tensor<17xi32> -> tensor<4576x128xf32>
+  return %y : tensor<4576x128xf32>
+}
+
+// Weight gradient over the same routing (sums over each group's rows).
+func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                                %dy: tensor<4576x128xbf16>) -> tensor<16x256x128xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %dw = moe.grouped_matmul_wgrad %s, %dy, %o
+      : tensor<4576x256xbf16>, tensor<4576x128xbf16>, tensor<17xi32> -> tensor<16x256x128xf32>
+  return %dw : tensor<16x256x128xf32>
+}
+
+// The fused expert MLP with MXFP8 weights, and a whole layer.
+func.func @moe_layer_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                           %w1: tensor<16x256x256xbf16>, %w2: tensor<16x128x256xbf16>)
+    -> tensor<1024x256xf32> attributes {moe.test_tolerance = [5.0e-2, 1.0e-2]} {
+  %i, %wt = moe.router %logits top_k(4) softmax norm_topk_prob
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %sq = moe.quantize %s : tensor<4576x256xbf16> -> !moe.mx<4576x256xf8E4M3FN, axis = 1>
+  %w1q = moe.quantize %w1 : tensor<16x256x256xbf16> -> !moe.mx<16x256x256xf8E4M3FN, axis = 1>
+  %w2q = moe.quantize %w2 : tensor<16x128x256xbf16> -> !moe.mx<16x128x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_mlp %sq, %w1q, %w2q, %o
+      : !moe.mx<4576x256xf8E4M3FN, axis = 1>, !moe.mx<16x256x256xf8E4M3FN, axis = 1>,
+        !moe.mx<16x128x256xf8E4M3FN, axis = 1>, tensor<17xi32> -> tensor<4576x256xf32>
+  %out = moe.combine %y, %wt, %p
+      : tensor<4576x256xf32>, tensor<1024x4xf32>, tensor<1024x4xi32> -> tensor<1024x256xf32>
+  return %out : tensor<1024x256xf32>
+}
