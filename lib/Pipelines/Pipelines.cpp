@@ -24,6 +24,8 @@ using namespace mlir;
 
 void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   pm.addPass(moe::createConvertMoEToLinalg());
+  // Elementwise arith/math on whole tensors -> linalg.generic.
+  pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
@@ -34,6 +36,8 @@ void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
+  pm.addPass(createConvertBufferizationToMemRefPass());
 
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
@@ -82,6 +86,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   moe::ConvertMoEToLinalgOptions lowering;
   lowering.parallel = true;
   pm.addPass(moe::createConvertMoEToLinalg(lowering));
+  pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
@@ -92,6 +97,8 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
+  pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
@@ -108,7 +115,17 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
 
   gpu::GPUToNVVMPipelineOptions nvvm;
   nvvm.cubinChip = options.chip;
-  nvvm.cubinFeatures = options.features;
+  std::string features = options.features;
+  if (features.empty()) {
+    // Blackwell (sm_100a and later) needs PTX ISA 8.6.
+    StringRef chip = options.chip.getValue();
+    unsigned number = 0;
+    features = chip.consume_front("sm_") && !chip.consumeInteger(10, number) &&
+                       number >= 100
+                   ? "+ptx86"
+                   : "+ptx80";
+  }
+  nvvm.cubinFeatures = features;
   nvvm.cubinFormat = options.format;
   gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
 }

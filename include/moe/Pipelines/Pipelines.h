@@ -17,8 +17,10 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
       *this, "chip", llvm::cl::desc("The GPU architecture (sm_90a: H100/H200)"),
       llvm::cl::init("sm_90a")};
   PassOptions::Option<std::string> features{
-      *this, "features", llvm::cl::desc("PTX version to target"),
-      llvm::cl::init("+ptx80")};
+      *this, "features",
+      llvm::cl::desc("PTX version to target (default: +ptx80 for sm_90a, "
+                     "+ptx86 for Blackwell chips sm_100a and later)"),
+      llvm::cl::init("")};
   PassOptions::Option<std::string> format{
       *this, "format",
       llvm::cl::desc("Kernel binary format: isa (PTX text, JIT-compiled by the "
