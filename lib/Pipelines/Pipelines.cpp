@@ -2,6 +2,7 @@
 
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
@@ -130,7 +131,33 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
 }
 
+void mlir::moe::buildTrainPipeline(OpPassManager &pm,
+                                   const TrainPipelineOptions &options) {
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
+  pm.addPass(createCanonicalizerPass());
+  if (options.recipe != "none") {
+    moe::MoEQuantizeOptions quantize;
+    quantize.recipe = options.recipe;
+    quantize.scale = options.scale;
+    quantize.keepFirstLast = options.keepFirstLast;
+    pm.addPass(moe::createMoEQuantize(quantize));
+  }
+  pm.addPass(moe::createMoEFuseGroupedMlp());
+  if (options.epSize != 1) {
+    moe::MoEExpertParallelOptions parallel;
+    parallel.epSize = options.epSize;
+    pm.addPass(moe::createMoEExpertParallel(parallel));
+  }
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
 void mlir::moe::registerMoEPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "moe-train-pipeline",
+      "The moe training transformations: group experts, precision recipe "
+      "(mxfp8|bf16|none), fuse expert MLPs, expert parallelism (ep-size)",
+      buildTrainPipeline);
   PassPipelineRegistration<GPUPipelineOptions>(
       "moe-gpu-pipeline",
       "Lower moe programs to the LLVM dialect with embedded NVIDIA GPU kernels "

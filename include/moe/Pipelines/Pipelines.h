@@ -37,7 +37,35 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
 /// blocks and threads, device buffers, NVVM, PTX.
 void buildGPUPipeline(OpPassManager &pm, const GPUPipelineOptions &options);
 
-/// Registers the named pipelines (`-moe-cpu-pipeline`, `-moe-gpu-pipeline`).
+/// Options of the training pipeline.
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
+  PassOptions::Option<int64_t> epSize{
+      *this, "ep-size",
+      llvm::cl::desc("Ranks the experts are spread over (1: no expert "
+                     "parallelism)"),
+      llvm::cl::init(1)};
+  PassOptions::Option<std::string> recipe{
+      *this, "recipe",
+      llvm::cl::desc("Expert GEMM precision: mxfp8, bf16, or none (as written)"),
+      llvm::cl::init("mxfp8")};
+  PassOptions::Option<std::string> scale{
+      *this, "scale", llvm::cl::desc("MX scale choice: rceil or floor"),
+      llvm::cl::init("rceil")};
+  PassOptions::Option<bool> keepFirstLast{
+      *this, "keep-first-last",
+      llvm::cl::desc("Keep the first and last layer (moe.layer) in high "
+                     "precision"),
+      llvm::cl::init(false)};
+};
+
+/// The moe-level training transformations, in order: group the experts into
+/// grouped ops, apply the precision recipe, fuse the expert MLPs (forward
+/// and backward), shard the experts over `ep-size` ranks. The result is
+/// still `moe` IR; lower it with -moe-cpu-pipeline or -moe-gpu-pipeline.
+void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
+
+/// Registers the named pipelines (`-moe-train-pipeline`, `-moe-cpu-pipeline`,
+/// `-moe-gpu-pipeline`).
 void registerMoEPipelines();
 
 } // namespace mlir::moe

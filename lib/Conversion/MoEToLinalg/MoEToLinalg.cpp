@@ -723,6 +723,15 @@ struct ConvertMoEToLinalgPass
     MLIRContext *ctx = &getContext();
     ModuleOp module = getOperation();
 
+    // The grids moe.all_to_all ops refer to, looked up before they are
+    // lowered (or folded away by the expansion below).
+    llvm::SetVector<Operation *> grids;
+    SymbolTableCollection symbols;
+    module.walk([&](AllToAllOp op) {
+      if (auto grid = shard::getGridOrNull(op, op.getGridAttr(), symbols))
+        grids.insert(grid);
+    });
+
     RewritePatternSet expand(ctx);
     populateExpandGroupedMlpPatterns(expand);
     if (failed(applyPatternsGreedily(module, std::move(expand))))
@@ -759,14 +768,6 @@ struct ConvertMoEToLinalgPass
     populateReturnOpTypeConversionPattern(patterns, converter);
     scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
                                                          target);
-    // The grids moe.all_to_all ops refer to, looked up before they are
-    // lowered.
-    llvm::SetVector<Operation *> grids;
-    SymbolTableCollection symbols;
-    module.walk([&](AllToAllOp op) {
-      if (auto grid = shard::getGridOrNull(op, op.getGridAttr(), symbols))
-        grids.insert(grid);
-    });
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
     // A grid that nothing refers to once its moe.all_to_all ops are lowered

@@ -578,6 +578,71 @@ LogicalResult GroupedMlpOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// GroupedMlpBackwardOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMlpBackwardOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "x", getX().getType(), 2)) ||
+      failed(expectRank(op, "w1", getW1().getType(), 3)) ||
+      failed(expectRank(op, "w2", getW2().getType(), 3)) ||
+      failed(expectRank(op, "dy", getDy().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> x = shapeOf(getX().getType());
+  ArrayRef<int64_t> w1 = shapeOf(getW1().getType());
+  ArrayRef<int64_t> w2 = shapeOf(getW2().getType());
+  ArrayRef<int64_t> dy = shapeOf(getDy().getType());
+  if (failed(verifyOffsets(op, getOffsets().getType(), w1[0])) ||
+      failed(expectDim(op, "w2 dim 0 (experts)", w2[0], w1[0])) ||
+      failed(expectDim(op, "w1 dim 1 (hidden, x dim 1)", w1[1], x[1])) ||
+      failed(expectDim(op, "dy dim 0 (rows, x dim 0)", dy[0], x[0])) ||
+      failed(expectDim(op, "dy dim 1 (w2 dim 2)", dy[1], w2[2])))
+    return failure();
+  if (ShapedType::isDynamic(w1[2]))
+    return emitOpError("expects a static w1 dim 2 (gate and up, 2 x ffn)");
+  if (w1[2] % 2 != 0)
+    return emitOpError("expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
+           << w1[2];
+  if (failed(expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1],
+                       w1[2] / 2)))
+    return failure();
+  // Every gradient has the shape of what it is the gradient of.
+  for (auto [name, grad, of] :
+       {std::tuple<StringRef, Type, Type>{"dx", getDx().getType(),
+                                          getX().getType()},
+        {"dw1", getDw1().getType(), getW1().getType()},
+        {"dw2", getDw2().getType(), getW2().getType()}})
+    if (failed(verifySameShape(op, of, name.drop_front(), grad, name)))
+      return failure();
+  std::optional<Type> gemmType = getGemmType();
+  if (!gemmType)
+    return success();
+  if (isa<Float8E4M3FNType, Float8E5M2Type>(*gemmType)) {
+    std::string typeName;
+    llvm::raw_string_ostream(typeName) << *gemmType;
+    // Every GEMM operand is quantized along its contraction dimension: R for
+    // the weight gradients, H, 2F and N for the others.
+    for (auto [what, size] :
+         {std::pair<StringRef, int64_t>{"rows (x dim 0)", x[0]},
+          {"hidden (x dim 1)", x[1]},
+          {"gate and up (w1 dim 2)", w1[2]},
+          {"output (w2 dim 2)", w2[2]}})
+      if (ShapedType::isDynamic(size) || size % 32 != 0)
+        return emitOpError("expects ")
+               << what << " to be a static multiple of the MX block size 32 "
+               << "with gemm_type(" << typeName << "), got "
+               << (ShapedType::isDynamic(size) ? std::string("?")
+                                               : std::to_string(size));
+    return success();
+  }
+  if (!gemmType->isBF16())
+    return emitOpError("expects gemm_type to be bf16, f8E4M3FN or f8E5M2, "
+                       "got ")
+           << *gemmType;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // AllToAllOp
 //===----------------------------------------------------------------------===//
 

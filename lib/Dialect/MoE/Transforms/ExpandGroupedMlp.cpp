@@ -1,6 +1,7 @@
 //===- ExpandGroupedMlp.cpp - moe.grouped_mlp -> its definition -----------===//
 
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
 
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -55,6 +56,50 @@ struct ExpandGroupedMlp : OpRewritePattern<GroupedMlpOp> {
   }
 };
 
+/// grouped_mlp_backward(x, w1, w2, off, dy) is, by definition (see its
+/// description), the backward sequence that recomputes h and the activation
+/// from x; Q brings every GEMM operand to the op's `gemm_type` along the
+/// GEMM's contraction dimension.
+struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(GroupedMlpBackwardOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Type gemmType = op.getGemmType().value_or(Type());
+    ScaleMode mode = op.getScaleMode();
+    SwigluLayout layout = op.getLayout();
+    auto q = [&](Value v, unsigned axis) {
+      return createGemmOperand(rewriter, loc, v, gemmType, axis, mode);
+    };
+    Value x = op.getX(), w1 = op.getW1(), w2 = op.getW2(), dy = op.getDy();
+    Value off = op.getOffsets();
+    int64_t rows = op.getX().getType().getDimSize(0);
+    int64_t twoF = op.getW1().getType().getDimSize(2);
+    Type f32 = rewriter.getF32Type();
+    auto hType = RankedTensorType::get({rows, twoF}, f32);
+    auto daType = RankedTensorType::get({rows, twoF / 2}, f32);
+    Type aElt = isMXElementType(gemmType) ? f32
+                                          : op.getW2().getType().getElementType();
+    Value h = GroupedMatmulOp::create(rewriter, loc, hType, q(x, 1), q(w1, 1),
+                                      off, /*transpose_rhs=*/false);
+    Value a = SwigluOp::create(rewriter, loc,
+                               RankedTensorType::get({rows, twoF / 2}, aElt), h,
+                               layout);
+    Value da = GroupedMatmulOp::create(rewriter, loc, daType, q(dy, 1),
+                                       q(w2, 2), off, /*transpose_rhs=*/true);
+    Value dh = SwigluGradOp::create(rewriter, loc, hType, h, da, layout);
+    Value dx = GroupedMatmulOp::create(rewriter, loc, op.getDx().getType(),
+                                       q(dh, 1), q(w1, 2), off,
+                                       /*transpose_rhs=*/true);
+    Value dw1 = GroupedMatmulWgradOp::create(
+        rewriter, loc, op.getDw1().getType(), q(x, 0), q(dh, 0), off);
+    Value dw2 = GroupedMatmulWgradOp::create(
+        rewriter, loc, op.getDw2().getType(), q(a, 0), q(dy, 0), off);
+    rewriter.replaceOp(op, {dx, dw1, dw2});
+    return success();
+  }
+};
+
 struct MoEExpandGroupedMlpPass
     : moe::impl::MoEExpandGroupedMlpBase<MoEExpandGroupedMlpPass> {
   void runOnOperation() override {
@@ -67,5 +112,6 @@ struct MoEExpandGroupedMlpPass
 } // namespace
 
 void mlir::moe::populateExpandGroupedMlpPatterns(RewritePatternSet &patterns) {
-  patterns.add<ExpandGroupedMlp>(patterns.getContext());
+  patterns.add<ExpandGroupedMlp, ExpandGroupedMlpBackward>(
+      patterns.getContext());
 }

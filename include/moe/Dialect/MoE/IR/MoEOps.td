@@ -500,6 +500,73 @@ def MoE_GroupedMlpOp : MoE_Op<"grouped_mlp", [Pure]> {
   let hasVerifier = 1;
 }
 
+def MoE_GroupedMlpBackwardOp : MoE_Op<"grouped_mlp_backward", [Pure]> {
+  let summary = "fused backward of the expert MLP: recomputes h, no saved intermediates";
+  let description = [{
+    The gradients of `moe.grouped_mlp` for every group, given the forward
+    input `x` `[R, H]`, the weights `w1` `[E, H, 2F]` and `w2` `[E, F, N]`,
+    the offsets and the gradient `dy` `[R, N]` of the forward result. The
+    pre-activation `h` and the activation `a` are recomputed from `x`: no
+    full-precision intermediate of the forward pass is kept. The op is
+    defined as this sequence of existing ops:
+
+    ```
+    h   = moe.grouped_matmul(Q(x, 1), Q(w1, 1), offsets)          // [R, 2F], f32
+    a   = moe.swiglu(h) {layout}     // [R, F]: f32 if gemm_type is an f8 type,
+                                     //         else w2's element type
+    da  = moe.grouped_matmul(Q(dy, 1), Q(w2, 2), offsets) transpose_rhs
+                                                                   // [R, F],  f32
+    dh  = moe.swiglu_grad(h, da) {layout}                         // [R, 2F], f32
+    dx  = moe.grouped_matmul(Q(dh, 1), Q(w1, 2), offsets) transpose_rhs
+    dw1 = moe.grouped_matmul_wgrad(Q(x, 0), Q(dh, 0), offsets)
+    dw2 = moe.grouped_matmul_wgrad(Q(a, 0), Q(dy, 0), offsets)
+    ```
+
+    `Q(v, k)` brings a GEMM operand to the recipe's precision, `k` being the
+    dimension the GEMM contracts (blocks run along it):
+    - no `gemm_type`: `Q(v, k) = v`;
+    - `gemm_type(bf16)`: `v` rounded to bf16 (nearest even) if it is f32,
+      else `v`;
+    - `gemm_type(f8E4M3FN)` or `gemm_type(f8E5M2)`:
+      `moe.quantize(v) {scale_mode}` to `!moe.mx<..., axis = k>` with those
+      elements (block 32).
+
+    The operands are the high-precision values (master weights): each feeds
+    GEMMs that contract along different dimensions (`x` rowwise for `h`,
+    columnwise for `dw1`), so the op quantizes them itself, as a
+    `-moe-quantize`d unfused sequence does. With an f8 `gemm_type`, R, H, 2F
+    and N (the dimensions the GEMMs contract) must be static multiples of 32. Results are accumulated in f32 and
+    rounded once to their types.
+
+    Example:
+
+    ```mlir
+    %dx, %dw1, %dw2 = moe.grouped_mlp_backward %x, %w1, %w2, %offsets, %dy
+        gemm_type(f8E4M3FN)
+        : tensor<64x32xbf16>, tensor<4x32x64xf32>, tensor<4x32x32xf32>,
+          tensor<5xi32>, tensor<64x32xbf16>
+        -> tensor<64x32xbf16>, tensor<4x32x64xf32>, tensor<4x32x32xf32>
+    ```
+  }];
+  let arguments = (ins MoE_FloatTensor:$x, MoE_FloatTensor:$w1,
+                       MoE_FloatTensor:$w2, MoE_IntTensor:$offsets,
+                       MoE_FloatTensor:$dy,
+                       DefaultValuedAttr<MoE_SwigluLayout,
+                                         "::mlir::moe::SwigluLayout::split">:$layout,
+                       DefaultValuedAttr<MoE_ScaleMode,
+                                         "::mlir::moe::ScaleMode::rceil">:$scale_mode,
+                       OptionalAttr<TypeAttr>:$gemm_type);
+  let results = (outs MoE_FloatTensor:$dx, MoE_FloatTensor:$dw1,
+                      MoE_FloatTensor:$dw2);
+  let assemblyFormat = [{
+    $x `,` $w1 `,` $w2 `,` $offsets `,` $dy (`layout` `(` $layout^ `)`)?
+    (`gemm_type` `(` $gemm_type^ `)`)? (`scale` `(` $scale_mode^ `)`)?
+    attr-dict `:` type($x) `,` type($w1) `,` type($w2) `,` type($offsets) `,`
+    type($dy) `->` type($dx) `,` type($dw1) `,` type($dw2)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Expert-parallel communication
 //===----------------------------------------------------------------------===//

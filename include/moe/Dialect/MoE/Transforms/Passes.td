@@ -5,14 +5,188 @@
 include "mlir/Pass/PassBase.td"
 
 def MoEExpandGroupedMlp : Pass<"moe-expand-grouped-mlp"> {
-  let summary = "Expand moe.grouped_mlp into grouped matmuls, SwiGLU and quantize";
+  let summary = "Expand moe.grouped_mlp (and its backward) into grouped matmuls, SwiGLU and quantize";
   let description = [{
     The inverse of fusion: every `moe.grouped_mlp` becomes the op sequence
     that defines it (`moe.grouped_matmul` to f32, `moe.swiglu`, a rowwise
-    `moe.quantize` when `w2` is block-scaled, `moe.grouped_matmul`). Used by
-    lowerings without a fused kernel and to check a fused kernel against its
+    `moe.quantize` when `w2` is block-scaled, `moe.grouped_matmul`); every
+    `moe.grouped_mlp_backward` becomes its backward sequence (GEMM1 and
+    SwiGLU recomputed, `moe.swiglu_grad`, the data- and weight-gradient
+    GEMMs, and the quantizations of its `gemm_type`). Used by lowerings
+    without a fused kernel and to check a fused kernel against its
     definition.
   }];
+}
+
+def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
+  let summary = "Quantize the operands of expert GEMMs as a training recipe does";
+  let description = [{
+    Inserts quantization where a low-precision training recipe puts it. Only
+    expert GEMMs are touched: `moe.grouped_matmul`, `moe.grouped_matmul_wgrad`,
+    `moe.grouped_mlp` and `moe.grouped_mlp_backward`. Dense `linalg.matmul`
+    (attention, shared experts, the router) stays as it is: the recipes
+    quantize the expert GEMMs only, which hold most of the FLOPs of an MoE
+    layer. Result types never change (accumulation stays f32, rounded once to
+    the result type); weights stay f32/bf16 tensors in the function (master
+    weights) and are quantized in the graph, on every use.
+
+    `recipe=mxfp8` (default): every float operand becomes
+    `moe.quantize ... -> !moe.mx<..xf8E4M3FN, axis = k>` with its blocks along
+    the GEMM's contraction dimension: rowwise (along K) for forward and
+    data-gradient operands (`lhs` axis 1; `rhs` axis 1, or axis 2 with
+    `transpose_rhs`), columnwise (axis 0, the rows) for both operands of
+    `moe.grouped_matmul_wgrad`. `moe.grouped_mlp`'s weights and input are
+    quantized rowwise; a block-scaled `w2` makes the op quantize its SwiGLU
+    activation too (with `scale_mode` set to this pass's `scale`).
+    `moe.grouped_mlp_backward` gets `gemm_type(f8E4M3FN)` (its operands feed
+    GEMMs along two different axes, so the op quantizes them itself).
+
+    `recipe=bf16`: every f32 operand is rounded to bf16 (a `linalg.generic`
+    around `arith.truncf`, round to nearest even); `moe.grouped_mlp_backward`
+    gets `gemm_type(bf16)`.
+
+    Operands that are already block-scaled, or not f32 under `bf16`, are left
+    as they are. A contraction dimension that is dynamic or not a multiple of
+    the MX block size (32) cannot be quantized: that GEMM is left unchanged
+    and a warning names the op and the dimension.
+
+    Layers: model builders put a discardable integer attribute `moe.layer`
+    on ops. GEMMs of the layers in `keep-layers`, and with `keep-first-last`
+    those of the smallest and largest `moe.layer` present in the module, are
+    kept in high precision (the first and last layers are the most sensitive
+    to quantization).
+
+    Run it before `-moe-fuse-grouped-mlp` (which recognizes the quantized
+    sequences) or after it (this pass quantizes the fused ops). The orders
+    agree, except where the graph rounds the SwiGLU activation (to bf16)
+    before GEMM2: quantizing first quantizes the rounded activation (two
+    roundings, so it stays unfused), fusing first quantizes the f32 one.
+  }];
+  let options = [
+    Option<"recipe", "recipe", "std::string", /*default=*/"\"mxfp8\"",
+           "the training recipe: mxfp8 (E4M3 elements, one E8M0 scale per 32 "
+           "values) or bf16 (f32 operands rounded to bf16)">,
+    ListOption<"keepLayers", "keep-layers", "int64_t",
+               "moe.layer indices whose GEMMs stay in high precision">,
+    Option<"keepFirstLast", "keep-first-last", "bool", /*default=*/"false",
+           "keep the smallest and largest moe.layer of the module in high "
+           "precision">,
+    Option<"scale", "scale", "std::string", /*default=*/"\"rceil\"",
+           "MX scale choice: rceil (NVIDIA recipes, never clips) or floor "
+           "(OCP MX spec)">,
+  ];
+}
+
+def MoEFuseGroupedMlp : Pass<"moe-fuse-grouped-mlp"> {
+  let summary = "Fuse the grouped GEMMs and SwiGLU of expert MLPs, forward and backward";
+  let description = [{
+    Forward: `moe.grouped_matmul(x, w1, off) -> f32`, `moe.swiglu`, then
+    either a rowwise `moe.quantize` to `w2`'s MX type (SwiGLU result f32) or
+    a SwiGLU result of `w2`'s element type, then
+    `moe.grouped_matmul(·, w2, off)` becomes one `moe.grouped_mlp`, when the
+    intermediates have no other uses, both GEMMs read the same offsets value
+    and the sequence is exactly `moe.grouped_mlp`'s definition.
+
+    Backward: `moe.swiglu_grad(h, da)` with `h = grouped_matmul(x, w1)` and
+    `da = grouped_matmul(dy, w2) transpose_rhs` (both f32), the data-gradient
+    GEMM `grouped_matmul(dh, w1) transpose_rhs`, the weight gradients
+    `grouped_matmul_wgrad(x, dh)` and `grouped_matmul_wgrad(swiglu(h), dy)`,
+    with their operands all used as they are, all rounded to bf16, or all
+    quantized to one MX type (what `-moe-quantize` inserts), becomes one
+    `moe.grouped_mlp_backward`, which recomputes `h` and the activation from
+    `x` instead of keeping them. `da` and `dh` (and their quantized copies)
+    must have no other uses; `h` and the activation may (the forward pass
+    uses them). Backward sequences are fused first, so that a forward and
+    backward in one function both fuse.
+
+    Anything else (different offsets, another layout or scale mode on one
+    side, an f32 activation before a bf16 `w2`, a mix of quantized and
+    unquantized operands) is left unfused.
+  }];
+}
+
+def MoEGroupExperts : Pass<"moe-group-experts", "func::FuncOp"> {
+  let summary = "Turn per-expert GEMMs into moe.grouped_matmul (all experts in one op)";
+  let description = [{
+    Rewrites the ways frontends write the experts of an MoE layer into ops
+    on all rows at once, bit-identically:
+
+    - A `moe.experts` whose body is a chain of row-wise ops on the group's
+      rows becomes the same chain on all rows: `linalg.matmul` of the rows
+      by a weight slice (also through `linalg.transpose` or `A @ B^T`
+      indexing maps) becomes `moe.grouped_matmul` (`transpose_rhs`),
+      `moe.swiglu` and elementwise linalg/arith/math ops apply to the whole
+      tensor. The yielded value must be +0 on rows outside every group
+      (it comes from a grouped matmul, or from ops f with f(+0) = +0, checked
+      by folding, applied to one).
+    - An `scf.for` over experts `e = 0..E` that slices rows
+      `[offsets[e], offsets[e+1])` of the tokens and slice `e` of stacked
+      weights, computes purely, and inserts the rows into a +0 result is
+      raised to `moe.experts`, which is then grouped as above (a raised
+      loop whose body cannot be grouped stays a `moe.experts`).
+    - E >= 2 unrolled `linalg.matmul`s of consecutive static row slices of
+      one tensor by per-expert weights (slices `e` of one stacked tensor, or
+      separate tensors of one type, then stacked), written to consecutive
+      rows of one result (`tensor.concat` or an `insert_slice` chain), become
+      one `moe.grouped_matmul` with constant offsets.
+
+    Matmuls are converted only when `moe.grouped_matmul` (f32 accumulation,
+    one rounding) gives the same bits: the `linalg.matmul` accumulates in
+    f32 from a +0 init, with f32/bf16/f16 operands. Shared experts (a dense
+    matmul on all tokens) stay dense. Anything else is left unchanged; with
+    `remarks` every such candidate gets a remark saying why.
+  }];
+  let dependentDialects = [
+    "moe::MoEDialect", "arith::ArithDialect", "linalg::LinalgDialect",
+    "tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Emit a remark on every candidate left unchanged, saying why">
+  ];
+}
+
+def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Shard the experts of every MoE layer over a grid axis (expert parallelism)";
+  let description = [{
+    Rewrites each MoE layer (`moe.dispatch` -> expert computation ->
+    `moe.combine`) into the program of one rank of `ep-size`, each holding
+    `E / ep-size` experts:
+
+    ```
+    dispatch(x, idx, E)                 rows grouped by global expert
+    all_to_all(rows, counts)            counts first, then rows to the expert owners
+    dispatch(received, local expert)    regrouped by local expert (original pad_to)
+    <expert computation>                local rows, local weight shards
+    combine(y, 1, positions)            back to the received order
+    all_to_all(y, received counts)      rows return to their ranks
+    combine(y, weights, positions)      the original weighted sum
+    ```
+
+    Stacked expert weights `[E, ...]` that are function arguments become the
+    rank's shard `[E / ep-size, ...]` (argument attribute `moe.expert_shard
+    = {grid = "ep", experts = E, local_experts = E / ep-size}`; rank r holds
+    experts `[r * E / ep-size, (r + 1) * E / ep-size)`); other expert weights are sliced at the
+    rank's offset (`shard.process_linear_index`). The grid is `shard.grid
+    @<grid>(shape = <ep-size>)`, created when missing. Capacity factors then
+    apply to each rank's own tokens. Results marked `moe.gradient_of = i`
+    whose argument `i` is not an expert shard (data-parallel parameters) are
+    summed over the grid with `shard.all_reduce`; expert gradients stay with
+    their owners. E must be a multiple of `ep-size`. With `ep-size=1` the
+    exchanges are identities and the result is that of the original layer.
+  }];
+  let options = [
+    Option<"epSize", "ep-size", "int64_t", /*default=*/"1",
+           "Number of ranks the experts are spread over">,
+    Option<"gridName", "grid", "std::string", /*default=*/"\"ep\"",
+           "Name of the shard.grid holding the expert-parallel axis">,
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Emit a remark on every MoE layer left unsharded, saying why">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 #endif

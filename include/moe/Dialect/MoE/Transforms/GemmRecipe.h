@@ -1,0 +1,49 @@
+//===- GemmRecipe.h - bringing GEMM operands to a recipe's precision -*- C++ -*-===//
+//
+// The operand conversions of the training recipes, shared by -moe-quantize
+// (which inserts them), -moe-fuse-grouped-mlp (which recognizes them) and the
+// definition of moe.grouped_mlp_backward (its `gemm_type`).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_DIALECT_MOE_TRANSFORMS_GEMMRECIPE_H
+#define MOE_DIALECT_MOE_TRANSFORMS_GEMMRECIPE_H
+
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::moe {
+
+/// The MX block size of every recipe.
+constexpr unsigned kMXBlock = 32;
+
+/// `v` (an f32 tensor) rounded to bf16, to nearest even: a `linalg.generic`
+/// around `arith.truncf`.
+Value createRoundToBF16(OpBuilder &b, Location loc, Value v);
+
+/// The f32 input of `v` if `v` is the result of createRoundToBF16's op, else
+/// a null value.
+Value getRoundToBF16Input(Value v);
+
+/// Whether `gemmType` names an MX element type (f8E4M3FN, f8E5M2).
+bool isMXElementType(Type gemmType);
+
+/// The MX type `v` (a ranked float tensor) quantizes to with blocks along
+/// `axis`, or null when that dimension is dynamic or not a multiple of 32.
+MXTensorType getMXTypeFor(Value v, Type elementType, unsigned axis);
+
+/// `Q(v, axis)` of moe.grouped_mlp_backward's definition: `v` as it is when
+/// `gemmType` is null; rounded to bf16 when `gemmType` is bf16 and `v` is
+/// f32; quantized to `!moe.mx<..xgemmType, axis>` with `mode` when
+/// `gemmType` is an MX element type.
+Value createGemmOperand(OpBuilder &b, Location loc, Value v, Type gemmType,
+                        unsigned axis, ScaleMode mode);
+
+/// Whether `operand` holds exactly createGemmOperand(source, gemmType, axis,
+/// mode): `source` itself, or an op that computes that from `source`.
+bool isGemmOperandOf(Value operand, Value source, Type gemmType,
+                     unsigned axis, ScaleMode mode);
+
+} // namespace mlir::moe
+
+#endif

@@ -1,0 +1,463 @@
+//===- ExpertParallel.cpp - shard experts over a grid axis ----------------===//
+//
+// Rewrites every MoE layer (moe.dispatch -> expert computation -> moe.combine)
+// into its expert-parallel form for one rank of `ep-size` ranks, each holding
+// E / ep-size experts:
+//
+//   dispatch(x, idx, E)            rows grouped by global expert (no padding)
+//   all_to_all(rows, counts)       rows of the experts of rank r go to rank r
+//   dispatch(recv, local expert)   regroup received rows by local expert
+//                                  (padding of the original dispatch here)
+//   <expert computation>           on the local rows, local weight shards
+//   combine(y, 1, positions)       back to the received order
+//   all_to_all(y, recv counts)     rows return to the ranks they came from
+//   combine(y, weights, positions) as before
+//
+// Expert weights [E, ...] that are function arguments become this rank's
+// shard [E / ep-size, ...] (argument attribute `moe.expert_shard`); other
+// expert weights are sliced at this rank's offset. Results marked
+// `moe.gradient_of = i` whose argument i is not an expert shard (data-parallel
+// parameters) are summed over the grid with `shard.all_reduce`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEEXPERTPARALLEL
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/// One MoE layer: the dispatch, the ops computing the experts' rows, the
+/// combine that reads them.
+struct Layer {
+  DispatchOp dispatch;
+  CombineOp combine;
+  SmallVector<Operation *> compute; // in program order
+};
+
+/// The ops between the dispatch's rows/offsets and the combine's expert
+/// outputs, if they form a closed expert computation.
+FailureOr<Layer> matchLayer(CombineOp combine, bool remarks) {
+  auto fail = [&](const Twine &why) -> FailureOr<Layer> {
+    if (remarks)
+      combine.emitRemark("not sharded: ") << why;
+    return failure();
+  };
+  auto dispatch = combine.getPositions().getDefiningOp<DispatchOp>();
+  if (!dispatch)
+    return fail("the combine's positions do not come from a moe.dispatch");
+  // Backward slice from the expert outputs to the dispatch.
+  llvm::SetVector<Operation *> slice;
+  SmallVector<Value> work = {combine.getExpertOut()};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    Operation *def = v.getDefiningOp();
+    if (!def || def == dispatch.getOperation() || slice.contains(def))
+      continue;
+    // Only values that depend on the dispatch belong to the computation.
+    bool dependent = false;
+    SmallVector<Value> stack = {v};
+    llvm::DenseSet<Value> seen;
+    while (!stack.empty() && !dependent) {
+      Value s = stack.pop_back_val();
+      if (!seen.insert(s).second)
+        continue;
+      Operation *d = s.getDefiningOp();
+      if (!d)
+        continue;
+      if (d == dispatch.getOperation()) {
+        dependent = true;
+        break;
+      }
+      for (Value o : d->getOperands())
+        stack.push_back(o);
+    }
+    if (!dependent)
+      continue;
+    if (!isa<GroupedMatmulOp, GroupedMlpOp, SwigluOp, QuantizeOp, DequantizeOp,
+             ExpertsOp>(def))
+      return fail(Twine("'") + def->getName().getStringRef() +
+                  "' in the expert computation has no sharded form");
+    slice.insert(def);
+    for (Value o : def->getOperands())
+      work.push_back(o);
+  }
+  if (slice.empty())
+    return fail("no expert computation between dispatch and combine");
+  // The computation may read only the dispatch's rows and offsets.
+  for (Operation *op : slice)
+    for (Value o : op->getOperands())
+      if (o.getDefiningOp() == dispatch.getOperation() &&
+          o != dispatch.getSorted() && o != dispatch.getOffsets())
+        return fail("the expert computation reads dispatch results other than "
+                    "the rows and offsets");
+  // Its values must not escape except into the combine.
+  for (Operation *op : slice)
+    for (Operation *user : op->getUsers())
+      if (!slice.contains(user) && user != combine.getOperation())
+        return fail("a value of the expert computation is used outside it");
+  Layer layer{dispatch, combine, {}};
+  for (Operation *op : slice)
+    layer.compute.push_back(op);
+  llvm::sort(layer.compute,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  Block *block = combine->getBlock();
+  for (Operation *op : layer.compute)
+    if (op->getBlock() != block)
+      return fail("the expert computation spans several blocks");
+  return layer;
+}
+
+/// `type` with its leading dimension replaced.
+Type withLeading(Type type, int64_t d) {
+  if (auto mx = dyn_cast<MXTensorType>(type)) {
+    SmallVector<int64_t> shape(mx.getShape());
+    shape[0] = d;
+    return MXTensorType::get(type.getContext(), shape, mx.getElementType(),
+                             mx.getAxis(), mx.getBlockSize());
+  }
+  auto t = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape(t.getShape());
+  shape[0] = d;
+  return RankedTensorType::get(shape, t.getElementType());
+}
+
+int64_t leading(Type type) {
+  if (auto mx = dyn_cast<MXTensorType>(type))
+    return mx.getShape()[0];
+  return cast<RankedTensorType>(type).getDimSize(0);
+}
+
+/// Operands that hold stacked expert weights ([E, ...]).
+SmallVector<unsigned> weightOperands(Operation *op) {
+  if (isa<GroupedMatmulOp>(op))
+    return {1};
+  if (isa<GroupedMlpOp>(op))
+    return {1, 2};
+  if (auto experts = dyn_cast<ExpertsOp>(op)) {
+    SmallVector<unsigned> idx;
+    for (unsigned i = 0; i < experts.getWeights().size(); ++i)
+      idx.push_back(2 + i);
+    return idx;
+  }
+  return {};
+}
+
+struct MoEExpertParallelPass
+    : moe::impl::MoEExpertParallelBase<MoEExpertParallelPass> {
+  using MoEExpertParallelBase::MoEExpertParallelBase;
+
+  shard::GridOp getOrCreateGrid(ModuleOp module) {
+    SymbolTable symbols(module);
+    if (auto grid = symbols.lookup<shard::GridOp>(gridName)) {
+      if (grid.getRank() != 1 || grid.getShape()[0] != epSize) {
+        grid.emitError("moe-expert-parallel: grid @")
+            << gridName << " exists with another shape; expected one axis of "
+            << int64_t(epSize) << " ranks";
+        return {};
+      }
+      return grid;
+    }
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    auto grid = shard::GridOp::create(b, module.getLoc(), gridName.getValue(),
+                                      ArrayRef<int64_t>{epSize});
+    symbols.insert(grid);
+    return grid;
+  }
+
+  /// This rank's E_local experts of a stacked weight.
+  Value localShard(OpBuilder &b, Location loc, Value weight, int64_t local,
+                   func::FuncOp func, llvm::DenseMap<Value, Value> &done) {
+    if (Value v = done.lookup(weight))
+      return v;
+    Value result;
+    auto arg = dyn_cast<BlockArgument>(weight);
+    bool onlyExperts =
+        arg && arg.getOwner()->isEntryBlock() &&
+        arg.getOwner()->getParentOp() == func.getOperation() &&
+        llvm::all_of(arg.getUsers(), [](Operation *u) {
+          return isa<GroupedMatmulOp, GroupedMlpOp, ExpertsOp, QuantizeOp>(u);
+        });
+    if (onlyExperts) {
+      // The argument itself becomes the shard.
+      Type shardType = withLeading(arg.getType(), local);
+      // Which slice of the experts this argument holds (a plain string names
+      // the grid: metadata, not a use that would keep the grid alive).
+      int64_t total = leading(weight.getType());
+      func.setArgAttr(
+          arg.getArgNumber(), "moe.expert_shard",
+          b.getDictionaryAttr(
+              {b.getNamedAttr("grid", b.getStringAttr(gridName)),
+               b.getNamedAttr("experts", b.getI64IntegerAttr(total)),
+               b.getNamedAttr("local_experts", b.getI64IntegerAttr(local))}));
+      arg.setType(shardType);
+      // Quantize users of the argument see the smaller type too.
+      for (Operation *u : arg.getUsers())
+        if (auto q = dyn_cast<QuantizeOp>(u))
+          q.getResult().setType(
+              cast<MXTensorType>(withLeading(q.getType(), local)));
+      result = arg;
+    } else {
+      // Slice at this rank's offset.
+      auto t = dyn_cast<RankedTensorType>(weight.getType());
+      if (!t)
+        return {};
+      auto index =
+          shard::ProcessLinearIndexOp::create(b, loc, StringRef(gridName));
+      Value off = arith::MulIOp::create(
+          b, loc, index, arith::ConstantIndexOp::create(b, loc, local));
+      SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)),
+          sizes, strides(t.getRank(), b.getIndexAttr(1));
+      offs[0] = off;
+      for (int64_t i = 0; i < t.getRank(); ++i)
+        sizes.push_back(b.getIndexAttr(i == 0 ? local : t.getDimSize(i)));
+      result = tensor::ExtractSliceOp::create(
+          b, loc, cast<RankedTensorType>(withLeading(t, local)), weight, offs,
+          sizes, strides);
+    }
+    done[weight] = result;
+    return result;
+  }
+
+  LogicalResult shardLayer(Layer &layer, func::FuncOp func) {
+    DispatchOp d = layer.dispatch;
+    int64_t experts = d.getNumExperts();
+    if (experts % epSize != 0)
+      return d.emitError("moe-expert-parallel: the ")
+             << experts << " experts do not divide evenly over ep-size="
+             << int64_t(epSize);
+    int64_t local = experts / epSize;
+    auto idxType = d.getIndices().getType();
+    int64_t tokens = idxType.getDimSize(0), k = idxType.getDimSize(1);
+    int64_t pad = d.getPadTo();
+    MLIRContext *ctx = &getContext();
+    Location loc = d.getLoc();
+    OpBuilder b(layer.combine);
+    Type i32 = b.getI32Type();
+    auto tokensType = d.getTokens().getType();
+    int64_t hidden = tokensType.getDimSize(1);
+    Type rowElt = tokensType.getElementType();
+
+    // 1. Dispatch by global expert, no padding (padding happens locally).
+    int64_t rows0 = tokens * k;
+    if (int64_t cap = d.getCapacity(); cap >= 0)
+      rows0 = std::min(rows0, experts * cap);
+    auto sortedType = RankedTensorType::get({rows0, hidden}, rowElt);
+    auto counts = RankedTensorType::get({experts}, i32);
+    auto global = DispatchOp::create(
+        b, loc, sortedType, RankedTensorType::get({experts + 1}, i32), counts,
+        RankedTensorType::get({tokens, k}, i32), d.getTokens(), d.getIndices(),
+        b.getI64IntegerAttr(experts), d.getCapacityFactorAttr(),
+        b.getI64IntegerAttr(1));
+    // 2. Rows to the ranks owning their experts.
+    int64_t recvRows = epSize * rows0;
+    auto grid = FlatSymbolRefAttr::get(ctx, gridName);
+    auto axes = b.getDenseI16ArrayAttr({0});
+    auto sent = AllToAllOp::create(
+        b, loc, RankedTensorType::get({recvRows, hidden}, rowElt), counts,
+        global.getSorted(), global.getCounts(), grid, axes);
+    // 3. The local expert of every received row (-1 past the received ones):
+    //    rows arrive by source rank, then local expert.
+    AffineMap id1 = b.getMultiDimIdentityMap(1);
+    Value recvCounts = sent.getRecvCounts();
+    Value localIdx =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{RankedTensorType::get({recvRows}, i32)},
+            ValueRange{},
+            ValueRange{tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{recvRows},
+                                               i32)},
+            ArrayRef<AffineMap>{id1},
+            ArrayRef<utils::IteratorType>{utils::IteratorType::parallel},
+            [&](OpBuilder &nb, Location nl, ValueRange) {
+              Value r = linalg::IndexOp::create(nb, nl, 0);
+              Value c0 = arith::ConstantIndexOp::create(nb, nl, 0);
+              Value c1 = arith::ConstantIndexOp::create(nb, nl, 1);
+              Value cE = arith::ConstantIndexOp::create(nb, nl, experts);
+              Value cL = arith::ConstantIndexOp::create(nb, nl, local);
+              Value none = arith::ConstantIntOp::create(nb, nl, -1, 32);
+              auto loop = scf::ForOp::create(
+                  nb, nl, c0, cE, c1, ValueRange{c0, none},
+                  [&](OpBuilder &lb, Location ll, Value slot, ValueRange it) {
+                    Value n = arith::IndexCastOp::create(
+                        lb, ll, lb.getIndexType(),
+                        tensor::ExtractOp::create(lb, ll, recvCounts, slot));
+                    Value end = arith::AddIOp::create(lb, ll, it[0], n);
+                    Value in = arith::AndIOp::create(
+                        lb, ll,
+                        arith::CmpIOp::create(lb, ll, arith::CmpIPredicate::sge,
+                                              r, it[0]),
+                        arith::CmpIOp::create(lb, ll, arith::CmpIPredicate::slt,
+                                              r, end));
+                    Value j = arith::IndexCastOp::create(
+                        lb, ll, lb.getI32Type(),
+                        arith::RemUIOp::create(lb, ll, slot, cL));
+                    scf::YieldOp::create(
+                        lb, ll,
+                        ValueRange{end, arith::SelectOp::create(lb, ll, in, j,
+                                                                it[1])});
+                  });
+              linalg::YieldOp::create(nb, nl, loop.getResult(1));
+            })
+            .getResult(0);
+    Value localIdx2 = tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get({recvRows, 1}, i32), localIdx,
+        ArrayRef<ReassociationIndices>{{0, 1}});
+    // 4. Regroup by local expert, with the original padding.
+    int64_t rows2 = roundUp((recvRows + local * (pad - 1)) / pad * pad, 32);
+    auto regroup = DispatchOp::create(
+        b, loc, RankedTensorType::get({rows2, hidden}, rowElt),
+        RankedTensorType::get({local + 1}, i32),
+        RankedTensorType::get({local}, i32),
+        RankedTensorType::get({recvRows, 1}, i32), sent.getResult(), localIdx2,
+        b.getI64IntegerAttr(local), FloatAttr(), b.getI64IntegerAttr(pad));
+    // 5. The expert computation on local rows and weight shards.
+    IRMapping mapping;
+    mapping.map(d.getSorted(), regroup.getSorted());
+    mapping.map(d.getOffsets(), regroup.getOffsets());
+    llvm::DenseMap<Value, Value> shards;
+    OpBuilder wb(func.getBody().front().getTerminator());
+    wb.setInsertionPoint(global);
+    for (Operation *op : layer.compute)
+      for (unsigned i : weightOperands(op)) {
+        Value w = op->getOperand(i);
+        if (mapping.contains(w))
+          continue;
+        // Weights quantized in the graph: shard the float weights.
+        if (auto q = w.getDefiningOp<QuantizeOp>();
+            q && !llvm::is_contained(layer.compute, q.getOperation())) {
+          Value s = localShard(wb, loc, q.getInput(), local, func, shards);
+          if (!s)
+            return op->emitError("moe-expert-parallel: cannot shard this "
+                                 "expert weight");
+          if (s != q.getInput()) {
+            OpBuilder qb(q);
+            qb.setInsertionPointAfterValue(s);
+            auto lq = QuantizeOp::create(
+                qb, q.getLoc(),
+                cast<MXTensorType>(withLeading(q.getType(), local)), s,
+                q.getScaleMode());
+            mapping.map(w, lq.getResult());
+          }
+          continue;
+        }
+        if (leading(w.getType()) != experts)
+          return op->emitError("moe-expert-parallel: expects the expert weight "
+                               "to have a leading dimension of ")
+                 << experts << " experts";
+        Value s = localShard(wb, loc, w, local, func, shards);
+        if (!s)
+          return op->emitError("moe-expert-parallel: cannot shard this expert "
+                               "weight");
+        if (s != w)
+          mapping.map(w, s);
+      }
+    Value localOut;
+    for (Operation *op : layer.compute) {
+      Operation *clone = b.clone(*op, mapping);
+      // Row results now have the local row count.
+      for (Value r : clone->getResults())
+        r.setType(withLeading(r.getType(), rows2));
+      for (auto [o, c] : llvm::zip(op->getResults(), clone->getResults()))
+        mapping.map(o, c);
+    }
+    localOut = mapping.lookup(layer.combine.getExpertOut());
+    auto outType = cast<RankedTensorType>(localOut.getType());
+    int64_t outCols = outType.getDimSize(1);
+    // 6. Back to the received order.
+    Value ones = arith::ConstantOp::create(
+        b, loc,
+        DenseElementsAttr::get(RankedTensorType::get({recvRows, 1}, b.getF32Type()),
+                               1.0f));
+    auto unsorted = CombineOp::create(
+        b, loc, RankedTensorType::get({recvRows, outCols}, outType.getElementType()),
+        localOut, ones, regroup.getPositions());
+    // 7. Rows return to where they came from.
+    auto back = AllToAllOp::create(
+        b, loc, RankedTensorType::get({rows0, outCols}, outType.getElementType()),
+        counts, unsorted.getResult(), recvCounts, grid, axes);
+    // 8. The original combine, on the returned rows.
+    auto result = CombineOp::create(b, loc, layer.combine.getType(),
+                                    back.getResult(),
+                                    layer.combine.getWeights(),
+                                    global.getPositions());
+    layer.combine.getResult().replaceAllUsesWith(result.getResult());
+    layer.combine.erase();
+    for (Operation *op : llvm::reverse(layer.compute))
+      if (op->use_empty())
+        op->erase();
+    if (d->use_empty())
+      d.erase();
+    return success();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (epSize < 1) {
+      module.emitError("moe-expert-parallel: ep-size must be at least 1, got ")
+          << int64_t(epSize);
+      return signalPassFailure();
+    }
+    if (!getOrCreateGrid(module))
+      return signalPassFailure();
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      SmallVector<CombineOp> combines;
+      func.walk([&](CombineOp op) { combines.push_back(op); });
+      for (CombineOp combine : combines) {
+        FailureOr<Layer> layer = matchLayer(combine, remarks);
+        if (failed(layer))
+          continue;
+        if (failed(shardLayer(*layer, func)))
+          return signalPassFailure();
+      }
+      // The function's signature follows its (possibly resharded) arguments.
+      func.setType(FunctionType::get(
+          &getContext(), func.getBody().front().getArgumentTypes(),
+          func.getResultTypes()));
+      // Data-parallel gradients: summed over the ranks.
+      if (epSize == 1)
+        continue;
+      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+      for (unsigned i = 0; i < func.getNumResults(); ++i) {
+        auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of");
+        if (!of)
+          continue;
+        int64_t argNo = of.getInt();
+        if (argNo < 0 || argNo >= int64_t(func.getNumArguments())) {
+          func.emitError("moe.gradient_of = ")
+              << argNo << " on result #" << i << " names no argument";
+          return signalPassFailure();
+        }
+        if (func.getArgAttr(argNo, "moe.expert_shard"))
+          continue; // each rank owns these experts' gradients
+        OpBuilder b(ret);
+        Value g = ret.getOperand(i);
+        SmallVector<shard::GridAxis> axes = {0};
+        auto reduced = shard::AllReduceOp::create(
+            b, ret.getLoc(), g, StringRef(gridName), axes,
+            shard::ReductionKind::Sum);
+        ret.setOperand(i, reduced.getResult());
+      }
+    }
+  }
+};
+} // namespace

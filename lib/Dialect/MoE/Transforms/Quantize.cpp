@@ -1,0 +1,268 @@
+//===- Quantize.cpp - -moe-quantize: a training recipe's quantization -----===//
+//
+// Brings the operands of expert GEMMs to the precision of a training recipe:
+// MXFP8 (E4M3 elements, one E8M0 scale per 32 values along the contraction
+// dimension) or bf16. Every rewrite only changes GEMM operands (or the
+// recipe attribute of the fused backward op); results keep their types.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEQUANTIZE
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+constexpr StringLiteral kLayerAttr = "moe.layer";
+
+/// What the pass's options say, parsed.
+struct Recipe {
+  /// bf16, or the MX element type (f8E4M3FN).
+  Type gemmType;
+  ScaleMode scale;
+  /// moe.layer values whose GEMMs stay in high precision.
+  llvm::DenseSet<int64_t> keptLayers;
+
+  bool isMX() const { return isMXElementType(gemmType); }
+  bool keeps(Operation *op) const {
+    auto layer = op->getAttrOfType<IntegerAttr>(kLayerAttr);
+    return layer && keptLayers.contains(layer.getInt());
+  }
+};
+
+/// One GEMM operand: where it is, the dimension its GEMM contracts (the MX
+/// blocks run along it) and how to name that dimension in a warning.
+struct OperandSpec {
+  OpOperand *operand;
+  unsigned axis;
+  StringRef what;
+};
+
+/// Rewrites the float operands of `op` to the recipe's precision, all of
+/// them or none: under MXFP8, a contraction dimension that is dynamic or not
+/// a multiple of 32 leaves the GEMM as it is, with a warning. Block-scaled
+/// operands (and, under bf16, operands that are not f32) are left alone.
+/// Returns whether anything changed.
+LogicalResult rewriteOperands(Operation *op, ArrayRef<OperandSpec> specs,
+                              const Recipe &recipe, PatternRewriter &rewriter) {
+  SmallVector<const OperandSpec *> todo;
+  for (const OperandSpec &spec : specs) {
+    auto type = dyn_cast<RankedTensorType>(spec.operand->get().getType());
+    if (!type)
+      continue; // already block-scaled
+    if (!recipe.isMX()) {
+      if (type.getElementType().isF32())
+        todo.push_back(&spec);
+      continue;
+    }
+    if (!getMXTypeFor(spec.operand->get(), recipe.gemmType, spec.axis)) {
+      int64_t size = type.getDimSize(spec.axis);
+      InFlightDiagnostic diag = op->emitWarning()
+                                << "moe-quantize: '" << op->getName()
+                                << "' left in high precision: " << spec.what;
+      if (ShapedType::isDynamic(size))
+        diag << " is dynamic, an MX block dimension must be static";
+      else
+        diag << " is " << size << ", not a multiple of the MX block size "
+             << kMXBlock;
+      return failure();
+    }
+    todo.push_back(&spec);
+  }
+  if (todo.empty())
+    return failure();
+  SmallVector<Value> replacements;
+  for (const OperandSpec *spec : todo) {
+    Value q = createGemmOperand(rewriter, op->getLoc(), spec->operand->get(),
+                                recipe.gemmType, spec->axis, recipe.scale);
+    // The conversion belongs to the GEMM's layer.
+    if (Attribute layer = op->getAttr(kLayerAttr))
+      q.getDefiningOp()->setAttr(kLayerAttr, layer);
+    replacements.push_back(q);
+  }
+  rewriter.modifyOpInPlace(op, [&] {
+    for (auto [spec, q] : llvm::zip(todo, replacements))
+      spec->operand->set(q);
+  });
+  return success();
+}
+
+/// grouped_matmul: lhs [R, K] and rhs [E, K, N] (or [E, N, K] with
+/// transpose_rhs) contract along K, so both are quantized rowwise along K;
+/// the result is, by the op's definition, that of the dequantized operands.
+struct QuantizeGroupedMatmul : OpRewritePattern<GroupedMatmulOp> {
+  QuantizeGroupedMatmul(MLIRContext *ctx, const Recipe &recipe)
+      : OpRewritePattern(ctx), recipe(recipe) {}
+  LogicalResult matchAndRewrite(GroupedMatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    if (recipe.keeps(op))
+      return failure();
+    bool t = op.getTransposeRhs();
+    OperandSpec specs[] = {
+        {&op.getLhsMutable(), 1, "lhs dim 1 (K)"},
+        {&op.getRhsMutable(), t ? 2u : 1u,
+         t ? "rhs dim 2 (K, transpose_rhs)" : "rhs dim 1 (K)"}};
+    return rewriteOperands(op, specs, recipe, rewriter);
+  }
+  const Recipe &recipe;
+};
+
+/// grouped_matmul_wgrad contracts each group's rows: both operands are
+/// quantized columnwise (axis 0), as the op requires of MX operands.
+struct QuantizeGroupedMatmulWgrad : OpRewritePattern<GroupedMatmulWgradOp> {
+  QuantizeGroupedMatmulWgrad(MLIRContext *ctx, const Recipe &recipe)
+      : OpRewritePattern(ctx), recipe(recipe) {}
+  LogicalResult matchAndRewrite(GroupedMatmulWgradOp op,
+                                PatternRewriter &rewriter) const override {
+    if (recipe.keeps(op))
+      return failure();
+    OperandSpec specs[] = {{&op.getLhsMutable(), 0, "lhs dim 0 (rows)"},
+                           {&op.getRhsMutable(), 0, "rhs dim 0 (rows)"}};
+    return rewriteOperands(op, specs, recipe, rewriter);
+  }
+  const Recipe &recipe;
+};
+
+/// grouped_mlp: input, w1 and w2 are quantized along their K dimension
+/// (axis 1, what the op requires). A block-scaled w2 makes the op quantize
+/// its SwiGLU activation rowwise too (its definition), with the recipe's
+/// scale mode; a bf16 w2 makes it round the activation to bf16.
+struct QuantizeGroupedMlp : OpRewritePattern<GroupedMlpOp> {
+  QuantizeGroupedMlp(MLIRContext *ctx, const Recipe &recipe)
+      : OpRewritePattern(ctx), recipe(recipe) {}
+  LogicalResult matchAndRewrite(GroupedMlpOp op,
+                                PatternRewriter &rewriter) const override {
+    if (recipe.keeps(op))
+      return failure();
+    bool w2WasMX = isa<MXTensorType>(op.getW2().getType());
+    OperandSpec specs[] = {{&op.getInputMutable(), 1, "input dim 1 (hidden)"},
+                           {&op.getW1Mutable(), 1, "w1 dim 1 (hidden)"},
+                           {&op.getW2Mutable(), 1, "w2 dim 1 (ffn)"}};
+    if (failed(rewriteOperands(op, specs, recipe, rewriter)))
+      return failure();
+    if (recipe.isMX() && !w2WasMX)
+      rewriter.modifyOpInPlace(op, [&] { op.setScaleMode(recipe.scale); });
+    return success();
+  }
+  const Recipe &recipe;
+};
+
+/// grouped_mlp_backward quantizes its operands itself (x feeds GEMMs along
+/// two dimensions): the recipe becomes its gemm_type. An op that already
+/// has one is left alone. Under MXFP8 the rows, hidden, gate/up and output
+/// sizes must be multiples of 32 (the op's verifier says so too).
+struct QuantizeGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
+  QuantizeGroupedMlpBackward(MLIRContext *ctx, const Recipe &recipe)
+      : OpRewritePattern(ctx), recipe(recipe) {}
+  LogicalResult matchAndRewrite(GroupedMlpBackwardOp op,
+                                PatternRewriter &rewriter) const override {
+    if (recipe.keeps(op) || op.getGemmType())
+      return failure();
+    if (recipe.isMX()) {
+      // The dimensions its GEMMs contract (see its definition).
+      ArrayRef<int64_t> x = op.getX().getType().getShape();
+      ArrayRef<int64_t> w1 = op.getW1().getType().getShape();
+      ArrayRef<int64_t> w2 = op.getW2().getType().getShape();
+      for (auto [what, size] :
+           {std::pair<StringRef, int64_t>{"x dim 0 (rows)", x[0]},
+            {"x dim 1 (hidden)", x[1]},
+            {"w1 dim 2 (gate and up)", w1[2]},
+            {"w2 dim 2 (output)", w2[2]}}) {
+        if (!ShapedType::isDynamic(size) && size % kMXBlock == 0)
+          continue;
+        InFlightDiagnostic diag = op->emitWarning()
+                                  << "moe-quantize: '" << op->getName()
+                                  << "' left in high precision: " << what;
+        if (ShapedType::isDynamic(size))
+          diag << " is dynamic, an MX block dimension must be static";
+        else
+          diag << " is " << size << ", not a multiple of the MX block size "
+               << kMXBlock;
+        return failure();
+      }
+    }
+    rewriter.modifyOpInPlace(op, [&] {
+      op.setGemmType(recipe.gemmType);
+      if (recipe.isMX())
+        op.setScaleMode(recipe.scale);
+    });
+    return success();
+  }
+  const Recipe &recipe;
+};
+
+struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
+  using MoEQuantizeBase::MoEQuantizeBase;
+
+  /// Checks the option values where the pipeline is parsed, so that a bad
+  /// one is an error naming the choices, not a crash later.
+  LogicalResult initializeOptions(
+      StringRef options,
+      function_ref<LogicalResult(const Twine &)> errorHandler) override {
+    if (failed(MoEQuantizeBase::initializeOptions(options, errorHandler)))
+      return failure();
+    if (std::optional<std::string> error = checkOptions())
+      return errorHandler(*error);
+    return success();
+  }
+
+  std::optional<std::string> checkOptions() const {
+    if (recipe != "mxfp8" && recipe != "bf16")
+      return "moe-quantize: unknown recipe '" + recipe +
+             "' (expected 'mxfp8' or 'bf16')";
+    if (scale != "rceil" && scale != "floor")
+      return "moe-quantize: unknown scale '" + scale +
+             "' (expected 'rceil' or 'floor')";
+    return std::nullopt;
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    // Options set from C++ never went through initializeOptions.
+    if (std::optional<std::string> error = checkOptions()) {
+      module.emitError(*error);
+      return signalPassFailure();
+    }
+    Recipe r;
+    r.gemmType = recipe == "bf16" ? Type(BFloat16Type::get(ctx))
+                                  : Type(Float8E4M3FNType::get(ctx));
+    r.scale = scale == "floor" ? ScaleMode::floor : ScaleMode::rceil;
+    r.keptLayers.insert(keepLayers.begin(), keepLayers.end());
+    if (keepFirstLast) {
+      std::optional<int64_t> lo, hi;
+      module.walk([&](Operation *op) {
+        if (auto layer = op->getAttrOfType<IntegerAttr>(kLayerAttr)) {
+          int64_t l = layer.getInt();
+          lo = lo ? std::min(*lo, l) : l;
+          hi = hi ? std::max(*hi, l) : l;
+        }
+      });
+      if (lo) {
+        r.keptLayers.insert(*lo);
+        r.keptLayers.insert(*hi);
+      }
+    }
+
+    RewritePatternSet patterns(ctx);
+    patterns.add<QuantizeGroupedMatmul, QuantizeGroupedMatmulWgrad,
+                 QuantizeGroupedMlp, QuantizeGroupedMlpBackward>(ctx, r);
+    // One walk: every GEMM is visited once (a refused one warns once), and
+    // the conversions it inserts are not GEMMs.
+    walkAndApplyPatterns(module, std::move(patterns));
+  }
+};
+
+} // namespace

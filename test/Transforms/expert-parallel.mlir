@@ -1,0 +1,93 @@
+// RUN: moe-opt %s -split-input-file --moe-expert-parallel=ep-size=2 | FileCheck %s
+// RUN: moe-opt %s -split-input-file --moe-expert-parallel="ep-size=2 remarks=true" -verify-diagnostics -o /dev/null
+
+// A layer with 8 experts over 2 ranks: the weight arguments become this
+// rank's 4 experts; rows go out by global expert, are regrouped by local
+// expert (the original pad_to), computed, unsorted and sent back.
+// CHECK: shard.grid @ep(shape = 2)
+// CHECK-LABEL: func.func @layer
+// CHECK-SAME: %[[W1:[a-z0-9]+]]: tensor<4x64x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK-SAME: %[[W2:[a-z0-9]+]]: tensor<4x32x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK: %{{.*}}, %[[W:.*]] = moe.router
+// CHECK: %[[S:.*]], %{{.*}}, %[[C:.*]], %[[P:.*]] = moe.dispatch %{{.*}} experts(8) : {{.*}} -> tensor<32x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<16x2xi32>
+// CHECK: %[[R:.*]], %[[RC:.*]] = moe.all_to_all %[[S]], %[[C]] on @ep grid_axes = [0] : tensor<32x64xf32>, tensor<8xi32> -> tensor<64x64xf32>, tensor<8xi32>
+// CHECK: %[[LOCAL:.*]] = linalg.generic
+// CHECK: %[[LI:.*]] = tensor.expand_shape %[[LOCAL]]
+// CHECK: %[[LS:.*]], %[[LO:.*]], %{{.*}}, %[[LP:.*]] = moe.dispatch %[[R]], %[[LI]] experts(4) pad_to(4)
+// CHECK: %[[H:.*]] = moe.grouped_matmul %[[LS]], %[[W1]], %[[LO]]
+// CHECK: moe.swiglu %[[H]]
+// CHECK: %[[Y:.*]] = moe.grouped_matmul %{{.*}}, %[[W2]], %[[LO]]
+// CHECK: %[[U:.*]] = moe.combine %[[Y]], %{{.*}}, %[[LP]] : tensor<96x64xf32>, tensor<64x1xf32>, tensor<64x1xi32> -> tensor<64x64xf32>
+// CHECK: %[[B:.*]], %{{.*}} = moe.all_to_all %[[U]], %[[RC]] on @ep grid_axes = [0] : tensor<64x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
+// CHECK: %[[OUT:.*]] = moe.combine %[[B]], %[[W]], %[[P]]
+// CHECK: return %[[OUT]]
+func.func @layer(%x: tensor<16x64xf32>, %logits: tensor<16x8xf32>,
+                 %w1: tensor<8x64x64xf32>, %w2: tensor<8x32x64xf32>) -> tensor<16x64xf32> {
+  %idx, %w = moe.router %logits top_k(2) softmax norm_topk_prob
+      : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(8) pad_to(4)
+      : tensor<16x64xf32>, tensor<16x2xi32> -> tensor<56x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<16x2xi32>
+  %h = moe.grouped_matmul %s, %w1, %o : tensor<56x64xf32>, tensor<8x64x64xf32>, tensor<9xi32> -> tensor<56x64xf32>
+  %a = moe.swiglu %h : tensor<56x64xf32> -> tensor<56x32xf32>
+  %y = moe.grouped_matmul %a, %w2, %o : tensor<56x32xf32>, tensor<8x32x64xf32>, tensor<9xi32> -> tensor<56x64xf32>
+  %out = moe.combine %y, %w, %p : tensor<56x64xf32>, tensor<16x2xf32>, tensor<16x2xi32> -> tensor<16x64xf32>
+  return %out : tensor<16x64xf32>
+}
+
+// -----
+
+// A weight that is not an argument (here: computed) is sliced at this
+// rank's offset; quantized-in-graph weights are sharded before quantizing.
+// CHECK-LABEL: func.func @computed_weight
+// CHECK: %[[RANK:.*]] = shard.process_linear_index on @ep
+// CHECK: %[[OFF:.*]] = arith.muli %[[RANK]], %c4
+// CHECK: tensor.extract_slice %{{.*}}[%[[OFF]], 0, 0] [4, 32, 32] [1, 1, 1] : tensor<8x32x32xf32> to tensor<4x32x32xf32>
+// CHECK: moe.quantize %{{.*}} : tensor<4x32x32xf32> -> !moe.mx<4x32x32xf8E4M3FN, axis = 1>
+func.func @computed_weight(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: tensor<8x32x32xf32>)
+    -> tensor<8x32xf32> {
+  %w2 = arith.mulf %w, %w : tensor<8x32x32xf32>
+  %wq = moe.quantize %w2 : tensor<8x32x32xf32> -> !moe.mx<8x32x32xf8E4M3FN, axis = 1>
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(8)
+      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x1xi32>
+  %y = moe.grouped_matmul %s, %wq, %o : tensor<8x32xf32>, !moe.mx<8x32x32xf8E4M3FN, axis = 1>, tensor<9xi32> -> tensor<8x32xf32>
+  %ones = arith.constant dense<1.0> : tensor<8x1xf32>
+  %out = moe.combine %y, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>
+  return %out : tensor<8x32xf32>
+}
+
+// -----
+
+// Gradients of data-parallel parameters are summed over the ranks; those of
+// expert shards stay with their owners.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[G:.*]] = shard.all_reduce %{{.*}} on @ep grid_axes = [0] : tensor<32x8xf32> -> tensor<32x8xf32>
+// CHECK-NOT: shard.all_reduce
+// CHECK: return %{{.*}}, %[[G]], %{{.*}}
+func.func @train_step(%x: tensor<8x32xf32>, %router: tensor<32x8xf32>, %w: tensor<8x32x32xf32>,
+                      %idx: tensor<8x1xi32>, %dr: tensor<32x8xf32>, %dw: tensor<8x32x32xf32>)
+    -> (tensor<8x32xf32>, tensor<32x8xf32> {moe.gradient_of = 1 : i64},
+        tensor<8x32x32xf32> {moe.gradient_of = 2 : i64}) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(8)
+      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x1xi32>
+  %y = moe.grouped_matmul %s, %w, %o : tensor<8x32xf32>, tensor<8x32x32xf32>, tensor<9xi32> -> tensor<8x32xf32>
+  %ones = arith.constant dense<1.0> : tensor<8x1xf32>
+  %out = moe.combine %y, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>
+  return %out, %dr, %dw : tensor<8x32xf32>, tensor<32x8xf32>, tensor<8x32x32xf32>
+}
+
+// -----
+
+// What it leaves alone, with a remark saying why.
+// CHECK-LABEL: func.func @unknown_op_in_experts
+// CHECK-NOT: moe.all_to_all
+func.func @unknown_op_in_experts(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: tensor<8x32x32xf32>)
+    -> tensor<8x32xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(8)
+      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x1xi32>
+  %y = moe.grouped_matmul %s, %w, %o : tensor<8x32xf32>, tensor<8x32x32xf32>, tensor<9xi32> -> tensor<8x32xf32>
+  %z = arith.addf %y, %y : tensor<8x32xf32>
+  %ones = arith.constant dense<1.0> : tensor<8x1xf32>
+  // expected-remark @+1 {{not sharded: 'arith.addf' in the expert computation has no sharded form}}
+  %out = moe.combine %z, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>
+  return %out : tensor<8x32xf32>
+}
