@@ -27,6 +27,7 @@ void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   pm.addPass(moe::createConvertMoEToLinalg());
   // Elementwise arith/math on whole tensors -> linalg.generic.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  pm.addNestedPass<func::FuncOp>(moe::createMoEDecomposeAggregates());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
@@ -84,10 +85,13 @@ static void findCUDAToolkit() {
 void mlir::moe::buildGPUPipeline(OpPassManager &pm,
                                  const GPUPipelineOptions &options) {
   findCUDAToolkit();
+  // moe.experts regions have no data-parallel form: group them first.
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
   moe::ConvertMoEToLinalgOptions lowering;
   lowering.parallel = true;
   pm.addPass(moe::createConvertMoEToLinalg(lowering));
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  pm.addNestedPass<func::FuncOp>(moe::createMoEDecomposeAggregates());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 

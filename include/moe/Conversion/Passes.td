@@ -53,6 +53,18 @@ def MoECopyToLinalg : Pass<"moe-copy-to-linalg", "func::FuncOp"> {
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }
 
+def MoEDecomposeAggregates : Pass<"moe-decompose-aggregates", "func::FuncOp"> {
+  let summary = "Decompose aggregate linalg ops (softmax, ...) into generics";
+  let description = [{
+    Ops such as `linalg.softmax` have no loop lowering of their own; their
+    `AggregatedOpInterface` decomposition into `linalg.generic`s and
+    reductions is applied on tensors, before bufferization.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
 def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
   let summary = "Turn bufferized linalg ops into parallel loops mapped to GPU blocks and threads";
   let description = [{

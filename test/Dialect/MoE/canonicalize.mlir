@@ -130,3 +130,34 @@ func.func @drop_unused_weights(%x: tensor<12x16xf32>, %off: tensor<5xi32>,
   }
   return %y : tensor<12x16xf32>
 }
+
+// -----
+
+// Every moe op is free of side effects: unused results are erased (and the
+// experts region with them).
+shard.grid @g1(shape = 1)
+// CHECK-LABEL: func.func @dead_ops
+// CHECK-NOT: moe.
+// CHECK: return
+func.func @dead_ops(%logits: tensor<6x4xf32>, %x: tensor<6x32xf32>, %w1: tensor<4x32x64xf32>,
+                    %w2: tensor<4x32x32xf32>, %dy: tensor<8x32xf32>) {
+  %i, %w = moe.router %logits top_k(2) softmax : tensor<6x4xf32> -> tensor<6x2xi32>, tensor<6x2xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(4)
+      : tensor<6x32xf32>, tensor<6x2xi32> -> tensor<12x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<6x2xi32>
+  %cmb = moe.combine %s, %w, %p : tensor<12x32xf32>, tensor<6x2xf32>, tensor<6x2xi32> -> tensor<6x32xf32>
+  %h = moe.grouped_matmul %s, %w1, %o : tensor<12x32xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<12x64xf32>
+  %dw = moe.grouped_matmul_wgrad %s, %h, %o : tensor<12x32xf32>, tensor<12x64xf32>, tensor<5xi32> -> tensor<4x32x64xf32>
+  %a = moe.swiglu %h : tensor<12x64xf32> -> tensor<12x32xf32>
+  %da = moe.swiglu_grad %h, %a : tensor<12x64xf32>, tensor<12x32xf32> -> tensor<12x64xf32>
+  %q = moe.quantize %x : tensor<6x32xf32> -> !moe.mx<6x32xf8E4M3FN, axis = 1>
+  %dq = moe.dequantize %q : !moe.mx<6x32xf8E4M3FN, axis = 1> -> tensor<6x32xf32>
+  %d, %sc = moe.mx_unpack %q : !moe.mx<6x32xf8E4M3FN, axis = 1> -> tensor<6x32xf8E4M3FN>, tensor<6x1xf8E8M0FNU>
+  %pk = moe.mx_pack %d, %sc : tensor<6x32xf8E4M3FN>, tensor<6x1xf8E8M0FNU> -> !moe.mx<6x32xf8E4M3FN, axis = 1>
+  %y = moe.grouped_mlp %s, %w1, %w2, %o : tensor<12x32xf32>, tensor<4x32x64xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<12x32xf32>
+  %ex = moe.experts %s, %o : tensor<12x32xf32>, tensor<5xi32> -> tensor<12x32xf32> {
+  ^bb0(%rows: tensor<?x32xf32>):
+    moe.yield %rows : tensor<?x32xf32>
+  }
+  %r, %rc = moe.all_to_all %dy, %c on @g1 : tensor<8x32xf32>, tensor<4xi32> -> tensor<16x32xf32>, tensor<4xi32>
+  return
+}

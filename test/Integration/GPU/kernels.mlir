@@ -151,3 +151,71 @@ func.func @moe_layer_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf3
       : tensor<4576x256xf32>, tensor<1024x4xf32>, tensor<1024x4xi32> -> tensor<1024x256xf32>
   return %out : tensor<1024x256xf32>
 }
+
+// The fused expert MLP's backward (recomputes h and the activation; MXFP8
+// operands along each GEMM's contraction axis): the recomputed activation
+// is quantized, so a 1-ulp difference in exp can flip one element's E4M3
+// rounding; hence the wider tolerance (one E4M3 quantum, 2^-3 relative, of
+// one term among F = 128).
+func.func @grouped_mlp_backward(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                                %w1: tensor<16x256x256xbf16>, %w2: tensor<16x128x256xbf16>,
+                                %dy: tensor<4576x256xf32>)
+    -> (tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %dx, %dw1, %dw2 = moe.grouped_mlp_backward %s, %w1, %w2, %o, %dy gemm_type(f8E4M3FN)
+      : tensor<4576x256xbf16>, tensor<16x256x256xbf16>, tensor<16x128x256xbf16>, tensor<17xi32>,
+        tensor<4576x256xf32> -> tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
+  return %dx, %dw1, %dw2 : tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
+}
+
+// Dense layers around the experts: a matmul (shared expert, router
+// projection) and a row softmax from upstream ops; f32 sums of 256 terms in
+// the same order, fma contraction allowed on the GPU.
+func.func @dense_matmul_softmax(%x: tensor<512x256xf32>, %w: tensor<256x64xf32>)
+    -> tensor<512x64xf32> attributes {moe.test_tolerance = [1.0e-5, 1.0e-4]} {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512x64xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<512x64xf32>) -> tensor<512x64xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<512x256xf32>, tensor<256x64xf32>)
+                     outs(%z : tensor<512x64xf32>) -> tensor<512x64xf32>
+  %s = linalg.softmax dimension(1) ins(%y : tensor<512x64xf32>) outs(%e : tensor<512x64xf32>) -> tensor<512x64xf32>
+  return %s : tensor<512x64xf32>
+}
+
+// An expert body as frontends write it (grouped by -moe-group-experts in
+// the GPU pipeline), and an all_to_all within one rank (a copy).
+func.func @experts_region(%x: tensor<1024x64xf32>, %logits: tensor<1024x16xf32>,
+                          %w: tensor<16x64x64xf32>) -> tensor<4576x64xf32>
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %y = moe.experts %s, %o weights(%w : tensor<16x64x64xf32>)
+      : tensor<4576x64xf32>, tensor<17xi32> -> tensor<4576x64xf32> {
+  ^bb0(%rows: tensor<?x64xf32>, %we: tensor<64x64xf32>):
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %rows, %c0 : tensor<?x64xf32>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty(%n) : tensor<?x64xf32>
+    %z = linalg.fill ins(%zero : f32) outs(%e : tensor<?x64xf32>) -> tensor<?x64xf32>
+    %h = linalg.matmul ins(%rows, %we : tensor<?x64xf32>, tensor<64x64xf32>)
+                       outs(%z : tensor<?x64xf32>) -> tensor<?x64xf32>
+    moe.yield %h : tensor<?x64xf32>
+  }
+  return %y : tensor<4576x64xf32>
+}
+
+shard.grid @single(shape = 1)
+func.func @all_to_all_one_rank(%x: tensor<512x64xbf16>, %n: tensor<4xi32> {moe.test_range = [0, 128]})
+    -> (tensor<640x64xbf16>, tensor<4xi32>) {
+  %r, %rc = moe.all_to_all %x, %n on @single
+      : tensor<512x64xbf16>, tensor<4xi32> -> tensor<640x64xbf16>, tensor<4xi32>
+  return %r, %rc : tensor<640x64xbf16>, tensor<4xi32>
+}
