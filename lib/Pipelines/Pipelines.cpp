@@ -23,9 +23,15 @@
 
 using namespace mlir;
 
-void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
-  pm.addPass(moe::createConvertMoEToLinalg());
-  // Elementwise arith/math on whole tensors -> linalg.generic.
+/// Both pipelines' common part: moe ops (reference or data-parallel form)
+/// and whole-tensor ops to linalg, then buffers with deallocation.
+static void addTensorLoweringAndBufferization(OpPassManager &pm,
+                                              bool parallel) {
+  moe::ConvertMoEToLinalgOptions lowering;
+  lowering.parallel = parallel;
+  pm.addPass(moe::createConvertMoEToLinalg(lowering));
+  // Elementwise arith/math on whole tensors -> linalg.generic; aggregate ops
+  // (linalg.softmax) -> generics.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addNestedPass<func::FuncOp>(moe::createMoEDecomposeAggregates());
   pm.addPass(createCanonicalizerPass());
@@ -40,7 +46,10 @@ void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
   // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
   pm.addPass(createConvertBufferizationToMemRefPass());
+}
 
+void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
+  addTensorLoweringAndBufferization(pm, /*parallel=*/false);
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
@@ -87,23 +96,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   findCUDAToolkit();
   // moe.experts regions have no data-parallel form: group them first.
   pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
-  moe::ConvertMoEToLinalgOptions lowering;
-  lowering.parallel = true;
-  pm.addPass(moe::createConvertMoEToLinalg(lowering));
-  pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
-  pm.addNestedPass<func::FuncOp>(moe::createMoEDecomposeAggregates());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-
-  bufferization::OneShotBufferizePassOptions bufferization;
-  bufferization.bufferizeFunctionBoundaries = true;
-  bufferization.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
-  bufferization::BufferDeallocationPipelineOptions dealloc;
-  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
-  // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
-  pm.addPass(createConvertBufferizationToMemRefPass());
+  addTensorLoweringAndBufferization(pm, /*parallel=*/true);
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
