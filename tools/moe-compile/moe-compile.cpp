@@ -4,52 +4,23 @@
 //
 // Runs the CPU or GPU pipeline, translates to LLVM IR, compiles for the host
 // and links one shared object holding the host code and, for GPU targets,
-// the kernels (PTX, plus a cubin in a fatbin when ptxas is found). Every
-// public function gets a C entry point `_mlir_ciface_<name>` taking memref
-// descriptors; the object also exports `moe_manifest`, a text description of
-// those functions (argument and result shapes and element types, one item per
-// line) so a runtime can call them without MLIR. GPU artifacts call the mgpu* ABI that
-// libmoert implements; they take and return device buffers.
+// the kernels (PTX, plus a cubin in a fatbin when ptxas is found). See
+// include/moe/Compiler/Compiler.h for the artifact's interface.
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Compiler/Compiler.h"
 #include "moe/Conversion/Passes.h"
-#include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
-#include "moe/Pipelines/Pipelines.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
-#include "mlir/Target/LLVMIR/Dialect/All.h"
-#include "mlir/Target/LLVMIR/Export.h"
-
-#include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/LegacyPassManager.h"
-#include "llvm/IR/Module.h"
-#include "llvm/MC/TargetRegistry.h"
-#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/TargetSelect.h"
-#include "llvm/Support/ToolOutputFile.h"
-#include "llvm/Target/TargetMachine.h"
-#include "llvm/Target/TargetOptions.h"
-#include "llvm/TargetParser/Host.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -83,82 +54,6 @@ static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"));
 
-static int fail(const llvm::Twine &message) {
-  llvm::errs() << "moe-compile: " << message << "\n";
-  return 1;
-}
-
-/// One manifest line for a type: `<dtype> <rank> <dims...>` (-1 = dynamic).
-static std::string describe(Type type) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  auto shaped = dyn_cast<ShapedType>(type);
-  if (!shaped) {
-    type.print(os);
-    os << " 0";
-    return s;
-  }
-  shaped.getElementType().print(os);
-  os << " " << shaped.getRank();
-  for (int64_t d : shaped.getShape())
-    os << " " << (ShapedType::isDynamic(d) ? -1 : d);
-  return s;
-}
-
-/// The public functions' signatures, one item per line:
-///   function <name>
-///   arg <dtype> <rank> <dims...> [range <lo> <hi>]
-///   result <dtype> <rank> <dims...>
-///   tolerance <atol> <rtol>       (from moe.test_tolerance = [atol, rtol])
-static std::string manifest(ModuleOp module, StringRef targetName) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << "target " << targetName << "\n";
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (func.isExternal() || func.isPrivate())
-      continue;
-    os << "function " << func.getSymName() << "\n";
-    for (auto [i, t] : llvm::enumerate(func.getArgumentTypes())) {
-      os << "arg " << describe(t);
-      if (auto range = func.getArgAttrOfType<ArrayAttr>(i, "moe.test_range"))
-        if (range.size() == 2 && isa<IntegerAttr>(range[0]) &&
-            isa<IntegerAttr>(range[1]))
-          os << " range " << cast<IntegerAttr>(range[0]).getInt() << " "
-             << cast<IntegerAttr>(range[1]).getInt();
-      os << "\n";
-    }
-    for (Type t : func.getResultTypes())
-      os << "result " << describe(t) << "\n";
-    if (auto tol = func->getAttrOfType<ArrayAttr>("moe.test_tolerance"))
-      if (tol.size() == 2 && isa<FloatAttr>(tol[0]) && isa<FloatAttr>(tol[1]))
-        os << "tolerance " << cast<FloatAttr>(tol[0]).getValueAsDouble() << " "
-           << cast<FloatAttr>(tol[1]).getValueAsDouble() << "\n";
-  }
-  return s;
-}
-
-/// Rejects MX values at the boundary: artifacts take plain tensors.
-static LogicalResult checkSignatures(ModuleOp module) {
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (func.isExternal() || func.isPrivate())
-      continue;
-    for (Type t : llvm::concat<const Type>(func.getArgumentTypes(),
-                                           func.getResultTypes()))
-      if (!isa<RankedTensorType, IntegerType, FloatType, IndexType>(t))
-        return func.emitError("public function @")
-               << func.getSymName() << " takes or returns " << t
-               << "; artifacts exchange ranked tensors and scalars "
-                  "(moe.mx_unpack an MX value to return its data and scales)";
-  }
-  return success();
-}
-
-static std::optional<std::string> findProgram(StringRef name) {
-  if (auto path = llvm::sys::findProgramByName(name))
-    return *path;
-  return std::nullopt;
-}
-
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerAllPasses();
@@ -169,189 +64,30 @@ int main(int argc, char **argv) {
       "moe-compile: compile a moe program to a shared object\n\n"
       "  moe-compile model.mlir -o model.so --target=cpu|sm_90a\n");
 
-  bool gpu = target != "cpu";
-  if (gpu && !StringRef(target).starts_with("sm_"))
-    return fail("unknown --target '" + target +
-                "': use cpu or a GPU chip such as sm_90a");
-
   DialectRegistry registry;
-  registerAllDialects(registry);
-  registerAllExtensions(registry);
-  registerAllToLLVMIRTranslations(registry);
-  registry.insert<moe::MoEDialect>();
+  moe::registerCompilerDialects(registry);
   MLIRContext context(registry);
 
   std::string error;
   auto file = openInputFile(inputFile, &error);
-  if (!file)
-    return fail(error);
+  if (!file) {
+    llvm::errs() << "moe-compile: " << error << "\n";
+    return 1;
+  }
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return 1;
-  if (failed(checkSignatures(*module)))
-    return 1;
-  std::string manifestText = manifest(*module, target);
 
-  // C entry points for every public function; the test annotations are in
-  // the manifest now.
-  for (auto func : module->getOps<func::FuncOp>()) {
-    if (func.isExternal() || func.isPrivate())
-      continue;
-    func->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
-                  UnitAttr::get(&context));
-    func->removeAttr("moe.test_tolerance");
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      func.removeArgAttr(i, "moe.test_range");
-  }
-
-  PassManager pm(&context);
-  if (gpu) {
-    moe::GPUPipelineOptions options;
-    options.chip = target;
-    std::string format = kernelFormat;
-    if (!emitKernels.empty() || verifyPTX)
-      format = "isa";
-    else if (format == "auto")
-      format = findProgram("ptxas") ? "fatbin" : "isa";
-    if (format != "isa" && format != "fatbin" && format != "bin")
-      return fail("unknown --kernel-format '" + format +
-                  "': use auto, isa, bin or fatbin");
-    options.format = format;
-    moe::buildGPUPipeline(pm, options);
-  } else {
-    moe::buildCPUPipeline(pm);
-  }
-  if (failed(pm.run(*module)))
-    return fail("lowering " + inputFile + " failed");
-
-  // The kernels' PTX, one module per gpu.binary (isa format).
-  SmallVector<std::pair<std::string, std::string>> ptxModules;
-  module->walk([&](gpu::BinaryOp binary) {
-    for (Attribute object : binary.getObjects())
-      if (auto o = dyn_cast<gpu::ObjectAttr>(object))
-        ptxModules.push_back({binary.getSymName().str(),
-                              o.getObject().getValue().str()});
-  });
-  if (!emitKernels.empty()) {
-    auto out = openOutputFile(emitKernels, &error);
-    if (!out)
-      return fail(error);
-    for (auto &[name, ptx] : ptxModules)
-      out->os() << "// ---- kernel module " << name << "\n" << ptx << "\n";
-    out->keep();
-  }
-  if (verifyPTX) {
-    auto ptxas = findProgram("ptxas");
-    if (!ptxas)
-      return fail("--verify-ptx needs ptxas on PATH (from the CUDA toolkit)");
-    for (auto &[name, ptx] : ptxModules) {
-      llvm::SmallString<128> path;
-      int ptxFd;
-      if (auto ec = llvm::sys::fs::createTemporaryFile("moe-kernel", "ptx",
-                                                       ptxFd, path))
-        return fail("cannot create a temporary file: " + ec.message());
-      llvm::FileRemover removePtx(path);
-      {
-        llvm::raw_fd_ostream os(ptxFd, /*shouldClose=*/true);
-        os << ptx;
-      }
-      std::string arch = "-arch=" + target;
-      llvm::SmallVector<llvm::StringRef> args = {*ptxas, arch, "-o",
-                                                 "/dev/null", path.str()};
-      std::string message;
-      if (llvm::sys::ExecuteAndWait(*ptxas, args, std::nullopt, {}, 0, 0,
-                                    &message) != 0)
-        return fail("ptxas rejected kernel module " + name +
-                    (message.empty() ? "" : ": " + message));
-    }
-    llvm::outs() << "ptxas accepted " << ptxModules.size()
-                 << " kernel modules for " << target << "\n";
-  }
-
-  // LLVM IR, with the manifest as an exported constant.
-  llvm::LLVMContext llvmContext;
-  auto llvmModule = translateModuleToLLVMIR(*module, llvmContext, "moe");
-  if (!llvmModule)
-    return fail("translation to LLVM IR failed");
-  {
-    auto *init = llvm::ConstantDataArray::getString(llvmContext, manifestText);
-    new llvm::GlobalVariable(*llvmModule, init->getType(), /*isConstant=*/true,
-                             llvm::GlobalValue::ExternalLinkage, init,
-                             "moe_manifest");
-  }
-
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  std::string triple = llvm::sys::getDefaultTargetTriple();
-  llvm::Triple hostTriple(triple);
-  const llvm::Target *llvmTarget =
-      llvm::TargetRegistry::lookupTarget(hostTriple, error);
-  if (!llvmTarget)
-    return fail("no LLVM target for " + triple + ": " + error);
-  llvm::TargetOptions targetOptions;
-  std::unique_ptr<llvm::TargetMachine> machine(llvmTarget->createTargetMachine(
-      llvm::Triple(triple), "x86-64-v2", "", targetOptions, llvm::Reloc::PIC_));
-  llvmModule->setTargetTriple(llvm::Triple(triple));
-  llvmModule->setDataLayout(machine->createDataLayout());
-
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(machine.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2)
-        .run(*llvmModule, mam);
-  }
-
-  if (!emitLLVM.empty()) {
-    auto out = openOutputFile(emitLLVM, &error);
-    if (!out)
-      return fail(error);
-    llvmModule->print(out->os(), nullptr);
-    out->keep();
-  }
-
-  llvm::SmallString<128> object;
-  int fd;
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-compile", "o", fd, object))
-    return fail("cannot create a temporary object file: " + ec.message());
-  llvm::FileRemover removeObject(object);
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, os, nullptr,
-                                     llvm::CodeGenFileType::ObjectFile))
-      return fail("the host target cannot emit object files");
-    codegen.run(*llvmModule);
-  }
-
-  auto cc = findProgram(linker);
-  if (!cc)
-    return fail("cannot find the linker driver '" + linker +
-                "' on PATH (set --linker)");
-  // Write to a temporary next to the output, then rename: a failed link
-  // leaves any previous artifact untouched.
-  std::string partial = outputFile + ".partial";
-  llvm::SmallVector<llvm::StringRef> args = {*cc, "-shared", "-o", partial,
-                                             object.str(), "-lm"};
-  std::string linkError;
-  int rc = llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0,
-                                     &linkError);
-  if (rc != 0) {
-    llvm::sys::fs::remove(partial);
-    return fail("linking " + outputFile + " failed" +
-                (linkError.empty() ? "" : ": " + linkError));
-  }
-  if (auto ec = llvm::sys::fs::rename(partial, outputFile))
-    return fail("cannot write " + outputFile + ": " + ec.message());
-  return 0;
+  moe::CompileOptions options;
+  options.target = target;
+  options.kernelFormat = kernelFormat;
+  options.verifyPTX = verifyPTX;
+  options.emitPTX = emitKernels;
+  options.emitLLVM = emitLLVM;
+  options.linker = linker;
+  return failed(moe::compileToSharedObject(*module, outputFile, options,
+                                           llvm::outs()));
 }

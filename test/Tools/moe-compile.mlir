@@ -1,0 +1,17 @@
+// moe-compile's errors, and that a failed compile leaves an existing artifact.
+// RUN: not moe-compile %s --target=sm_99 -o %t.so 2>&1 | FileCheck %s --check-prefix=CHIP
+// CHIP: error: moe-compile: unknown target 'sm_99'
+// RUN: not moe-compile %t.missing.mlir -o %t.so 2>&1 | FileCheck %s --check-prefix=MISSING
+// MISSING: moe-compile: cannot open input file
+// RUN: echo "previous artifact" > %t.keep.so
+// RUN: not moe-compile %s --target=cpu -o %t.keep.so 2>&1 | FileCheck %s --check-prefix=MX
+// MX: error: public function @takes_mx takes or returns '!moe.mx<4x32xf8E4M3FN, axis = 1>'
+// RUN: FileCheck %s --check-prefix=KEPT < %t.keep.so
+// KEPT: previous artifact
+// RUN: not moe-compile %s --target=sm_90a --kernel-format=elf -o %t.so 2>&1 | FileCheck %s --check-prefix=FORMAT
+// FORMAT: unknown kernel format 'elf'
+
+func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
+  %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
+}
