@@ -7,7 +7,8 @@ from lit.llvm import llvm_config
 config.name = "MOE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".py", ".test"]
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs",
+                   "consumer"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 
@@ -17,6 +18,9 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our Python (the project venv: numpy, ml_dtypes) before lit's own %python.
 config.substitutions.insert(0, ("%python", config.python_executable))
+config.substitutions.append(("%moe_obj_root", config.moe_obj_root))
+config.substitutions.append(("%cxx", config.cxx))
+config.substitutions.append(("%cc", config.cc))
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
 config.substitutions.append(
     ("%mlir_runner_utils", config.mlir_runner_utils))
@@ -47,6 +51,6 @@ import shutil
 cuda_bin = os.path.dirname(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
 llvm_config.with_environment("PATH", cuda_bin, append_path=True)
 
-tools = ["moe-opt", "moe-compile", "mlir-runner", "FileCheck", "not", "count",
+tools = ["moe-opt", "moe-compile", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
          "moert-allocator-test", "moert-gpu-info"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

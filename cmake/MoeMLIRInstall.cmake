@@ -1,0 +1,34 @@
+# `cmake --install` puts the tools, the libraries, the headers (including the
+# generated .inc files) and a CMake package (find_package(MoeMLIR)) under the
+# prefix.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(MOE_LIBRARIES MoEDialect MoEUtils MoETransforms MoEConversion
+    MoEGPUConversion MoEPipelines MoECompiler)
+foreach(lib ${MOE_LIBRARIES})
+  target_include_directories(${lib} INTERFACE
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+endforeach()
+install(TARGETS ${MOE_LIBRARIES} MoeMLIR-C moert
+  EXPORT MoeMLIRTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS moe-opt moe-compile moert-check moert-gpu-info
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/moe include/moe-c runtime/include/moert
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h" PATTERN "*.td")
+install(DIRECTORY ${PROJECT_BINARY_DIR}/include/moe
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.inc")
+install(EXPORT MoeMLIRTargets NAMESPACE MoeMLIR::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR)
+configure_package_config_file(cmake/MoeMLIRConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/MoeMLIRConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR)
+install(FILES ${PROJECT_BINARY_DIR}/MoeMLIRConfig.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR)
