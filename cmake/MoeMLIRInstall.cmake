@@ -4,8 +4,18 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(MOE_LIBRARIES MoEDialect MoEUtils MoETransforms MoEConversion
-    MoEGPUConversion MoEPipelines MoECompiler)
+# Installed tools and libraries find ours next to them and MLIR where it was.
+set(MOE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${LLVM_LIBRARY_DIR}")
+set_target_properties(moe-opt moe-compile moert-check moert-gpu-info MoeMLIR-C
+  moert PROPERTIES INSTALL_RPATH "${MOE_INSTALL_RPATH}")
+
+set(MOE_LIBRARIES)
+foreach(lib MoEDialect MoEUtils MoETransforms MoEConversion MoEGPUConversion
+            MoERuntimeConversion MoEPipelines MoECompiler)
+  if(TARGET ${lib})
+    list(APPEND MOE_LIBRARIES ${lib})
+  endif()
+endforeach()
 foreach(lib ${MOE_LIBRARIES})
   target_include_directories(${lib} INTERFACE
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

@@ -35,7 +35,7 @@ config.substitutions.append(
 config.environment["MOE_RUNNER_LIBS"] = (
     f"{config.mlir_runner_utils},{config.mlir_c_runner_utils}")
 
-config.environment["PYTHONPATH"] = os.path.join(config.moe_src_root, "python")
+config.environment["PYTHONPATH"] = os.path.join(config.moe_obj_root, "python_packages")
 config.environment["MOE_MLIR_BUILD"] = config.moe_obj_root
 
 # The same, with the data-parallel lowering (what the GPU pipeline maps to

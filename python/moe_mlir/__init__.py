@@ -1,11 +1,30 @@
 """moe-mlir from Python.
 
-- ``moe_mlir.mx``: the MX (OCP microscaling) block-scaled formats in numpy, an
-  independent reference of the compiler's ``moe.quantize``/``moe.dequantize``.
-- ``moe_mlir.tools``: compile a ``moe`` program for the CPU with ``moe-opt`` and
-  run it, reading the tensors it prints back as numpy arrays.
+- ``moe_mlir.Module``: parse and print MLIR, run pass pipelines, compile to a
+  shared object (the compiled extension ``moe_mlir._mlir`` over the C API).
+- ``moe_mlir.load(path)``: call a compiled artifact's functions with numpy
+  arrays (``moe_mlir.runtime``).
+- ``moe_mlir.layers``: MoE layers as MLIR, from arguments or a Hugging Face
+  ``config.json`` of the Qwen3-MoE family.
+- ``moe_mlir.mx``: the MX block-scaled formats in numpy (independent reference).
+- ``moe_mlir.tools``: drive the moe-opt / mlir-runner command-line tools.
 """
 
-from . import mx, tools  # noqa: F401
+from ._errors import MLIRError
 
-__all__ = ["mx", "tools"]
+__all__ = ["MLIRError", "Module", "load", "layers", "mx", "runtime", "tools"]
+
+
+def __getattr__(name):
+    # The extension is imported on first use, so the pure-Python parts work
+    # without it (e.g. from a source checkout).
+    if name == "Module":
+        from ._mlir import Module
+        return Module
+    if name == "load":
+        from .runtime import load
+        return load
+    if name in ("layers", "mx", "runtime", "tools"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'moe_mlir' has no attribute {name!r}")
