@@ -82,3 +82,182 @@ def from_config(config, tokens, recipe=None):
     return moe_layer(tokens, config["hidden_size"], config["moe_intermediate_size"],
                      config["num_experts"], config["num_experts_per_tok"],
                      norm_topk_prob=bool(config.get("norm_topk_prob", True)), recipe=recipe)
+
+
+def moe_layer_backward(tokens, hidden, ffn, experts, top_k, norm_topk_prob=True,
+                       name="moe_layer_backward"):
+    """MLIR for the gradient of moe_layer (f32 experts):
+
+    @moe_layer_backward(x, router_w, w1, w2, dy) -> (dx, d_router_w, dw1, dw2)
+
+    The forward is recomputed (nothing saved but the inputs); the expert MLP
+    backward is moe.grouped_mlp_backward; the gradient of the combine weights
+    flows through the top-k renormalization and the softmax to the router.
+    """
+    moe_layer(tokens, hidden, ffn, experts, top_k, norm_topk_prob)  # validates
+    T, H, F, E, K = tokens, hidden, ffn, experts, top_k
+    R = T * K
+    norm = " norm_topk_prob" if norm_topk_prob else ""
+    f32 = "f32"
+    # dp for the selected experts: with renormalization wt_j = p_j / S,
+    # d p_j = (dwt_j - sum_k dwt_k wt_k) / S; without, d p_j = dwt_j.
+    if norm_topk_prob:
+        dp_sel = """        %gs = tensor.extract %G[%t] : tensor<{T}xf32>
+        %ss = tensor.extract %S[%t] : tensor<{T}xf32>
+        %num = arith.subf %dwj, %gs : f32
+        %v = arith.divf %num, %ss : f32""".format(T=T)
+    else:
+        dp_sel = "        %v = arith.addf %dwj, %zero_f : f32"
+    return f"""#m_tk = affine_map<(t, j) -> (t, j)>
+#m_t2 = affine_map<(t, j) -> (t)>
+#m_tjh_tj = affine_map<(t, j, h) -> (t, j)>
+#m_tjh_th = affine_map<(t, j, h) -> (t, h)>
+#m_tjh = affine_map<(t, j, h) -> (t, j, h)>
+#m_te = affine_map<(t, e) -> (t, e)>
+#m_te_t = affine_map<(t, e) -> (t)>
+#m_het_te = affine_map<(h, e, t) -> (t, e)>
+#m_het_th = affine_map<(h, e, t) -> (t, h)>
+#m_het_he = affine_map<(h, e, t) -> (h, e)>
+#m_the_te = affine_map<(t, h, e) -> (t, e)>
+#m_the_he = affine_map<(t, h, e) -> (h, e)>
+#m_the_th = affine_map<(t, h, e) -> (t, h)>
+func.func @{name}(%x: tensor<{T}x{H}xf32>, %router_w: tensor<{H}x{E}xf32>,
+                  %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>,
+                  %dy: tensor<{T}x{H}xf32>)
+    -> (tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>) {{
+  %zero = arith.constant 0.0 : f32
+  %e_te = tensor.empty() : tensor<{T}x{E}xf32>
+  %z_te = linalg.fill ins(%zero : f32) outs(%e_te : tensor<{T}x{E}xf32>) -> tensor<{T}x{E}xf32>
+  %logits = linalg.matmul ins(%x, %router_w : tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32>)
+                          outs(%z_te : tensor<{T}x{E}xf32>) -> tensor<{T}x{E}xf32>
+  %idx, %w = moe.router %logits top_k({K}) softmax{norm}
+      : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts({E})
+      : tensor<{T}x{H}xf32>, tensor<{T}x{K}xi32>
+      -> tensor<{R}x{H}xf32>, tensor<{E+1}xi32>, tensor<{E}xi32>, tensor<{T}x{K}xi32>
+  %ye = moe.grouped_mlp %s, %w1, %w2, %o
+      : tensor<{R}x{H}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>, tensor<{E+1}xi32> -> tensor<{R}x{H}xf32>
+
+  // d weights[t, j] = <dy[t], ye[p[t, j]]>
+  %e_tk = tensor.empty() : tensor<{T}x{K}xf32>
+  %z_tk = linalg.fill ins(%zero : f32) outs(%e_tk : tensor<{T}x{K}xf32>) -> tensor<{T}x{K}xf32>
+  %dwt = linalg.generic {{indexing_maps = [#m_tjh_tj, #m_tjh_th, #m_tjh_tj],
+                          iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%p, %dy : tensor<{T}x{K}xi32>, tensor<{T}x{H}xf32>) outs(%z_tk : tensor<{T}x{K}xf32>) {{
+  ^bb0(%pos: i32, %g: f32, %acc: f32):
+    %hh = linalg.index 2 : index
+    %pi = arith.index_cast %pos : i32 to index
+    %c0 = arith.constant 0 : index
+    %ok = arith.cmpi sge, %pi, %c0 : index
+    %ps = arith.select %ok, %pi, %c0 : index
+    %yv = tensor.extract %ye[%ps, %hh] : tensor<{R}x{H}xf32>
+    %prod = arith.mulf %g, %yv : f32
+    %sum = arith.addf %acc, %prod : f32
+    %r = arith.select %ok, %sum, %acc : f32
+    linalg.yield %r : f32
+  }} -> tensor<{T}x{K}xf32>
+
+  // d ye: each copy's row is weights[t, j] * dy[t], in dispatch order (the
+  // copies (t, j) flattened as tokens of one slot keep the same order).
+  %e_tkh = tensor.empty() : tensor<{T}x{K}x{H}xf32>
+  %scaled = linalg.generic {{indexing_maps = [#m_tjh_tj, #m_tjh_th, #m_tjh],
+                             iterator_types = ["parallel", "parallel", "parallel"]}}
+      ins(%w, %dy : tensor<{T}x{K}xf32>, tensor<{T}x{H}xf32>) outs(%e_tkh : tensor<{T}x{K}x{H}xf32>) {{
+  ^bb0(%wv: f32, %g: f32, %o_: f32):
+    %m = arith.mulf %wv, %g : f32
+    linalg.yield %m : f32
+  }} -> tensor<{T}x{K}x{H}xf32>
+  %rows = tensor.collapse_shape %scaled [[0, 1], [2]] : tensor<{T}x{K}x{H}xf32> into tensor<{R}x{H}xf32>
+  %idx_flat = tensor.collapse_shape %idx [[0, 1]] : tensor<{T}x{K}xi32> into tensor<{R}xi32>
+  %idx_rows = tensor.expand_shape %idx_flat [[0, 1]] output_shape [{R}, 1] : tensor<{R}xi32> into tensor<{R}x1xi32>
+  %dye, %o2, %c2, %p2 = moe.dispatch %rows, %idx_rows experts({E})
+      : tensor<{R}x{H}xf32>, tensor<{R}x1xi32>
+      -> tensor<{R}x{H}xf32>, tensor<{E+1}xi32>, tensor<{E}xi32>, tensor<{R}x1xi32>
+  %ds, %dw1, %dw2 = moe.grouped_mlp_backward %s, %w1, %w2, %o, %dye
+      : tensor<{R}x{H}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>, tensor<{E+1}xi32>,
+        tensor<{R}x{H}xf32> -> tensor<{R}x{H}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>
+  // Rows back to their tokens: dx[t] = sum_j ds[p[t, j]].
+  %ones = arith.constant dense<1.0> : tensor<{T}x{K}xf32>
+  %dx_experts = moe.combine %ds, %ones, %p
+      : tensor<{R}x{H}xf32>, tensor<{T}x{K}xf32>, tensor<{T}x{K}xi32> -> tensor<{T}x{H}xf32>
+
+  // Router: p = softmax(logits); S = sum of the selected p; G = sum dwt * w.
+  %probs = linalg.softmax dimension(1) ins(%logits : tensor<{T}x{E}xf32>)
+      outs(%e_te : tensor<{T}x{E}xf32>) -> tensor<{T}x{E}xf32>
+  %e_t = tensor.empty() : tensor<{T}xf32>
+  %z_t = linalg.fill ins(%zero : f32) outs(%e_t : tensor<{T}xf32>) -> tensor<{T}xf32>
+  %S = linalg.generic {{indexing_maps = [#m_tk, #m_t2], iterator_types = ["parallel", "reduction"]}}
+      ins(%idx : tensor<{T}x{K}xi32>) outs(%z_t : tensor<{T}xf32>) {{
+  ^bb0(%i: i32, %acc: f32):
+    %t = linalg.index 0 : index
+    %ii = arith.index_cast %i : i32 to index
+    %pv = tensor.extract %probs[%t, %ii] : tensor<{T}x{E}xf32>
+    %sum = arith.addf %acc, %pv : f32
+    linalg.yield %sum : f32
+  }} -> tensor<{T}xf32>
+  %G = linalg.generic {{indexing_maps = [#m_tk, #m_tk, #m_t2], iterator_types = ["parallel", "reduction"]}}
+      ins(%dwt, %w : tensor<{T}x{K}xf32>, tensor<{T}x{K}xf32>) outs(%z_t : tensor<{T}xf32>) {{
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %sum = arith.addf %acc, %m : f32
+    linalg.yield %sum : f32
+  }} -> tensor<{T}xf32>
+  // d p[t, e]: nonzero for the selected experts only.
+  %dp = linalg.generic {{indexing_maps = [#m_te], iterator_types = ["parallel", "parallel"]}}
+      outs(%e_te : tensor<{T}x{E}xf32>) {{
+  ^bb0(%o_: f32):
+    %t = linalg.index 0 : index
+    %ee = linalg.index 1 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %cK = arith.constant {K} : index
+    %zero_f = arith.constant 0.0 : f32
+    %res = scf.for %j = %c0 to %cK step %c1 iter_args(%acc = %zero_f) -> (f32) {{
+      %i = tensor.extract %idx[%t, %j] : tensor<{T}x{K}xi32>
+      %ii = arith.index_cast %i : i32 to index
+      %hit = arith.cmpi eq, %ii, %ee : index
+      %dwj = tensor.extract %dwt[%t, %j] : tensor<{T}x{K}xf32>
+{dp_sel}
+      %next = arith.select %hit, %v, %acc : f32
+      scf.yield %next : f32
+    }}
+    linalg.yield %res : f32
+  }} -> tensor<{T}x{E}xf32>
+  // Softmax backward: dl = p * (dp - sum_e p * dp).
+  %dot = linalg.generic {{indexing_maps = [#m_te, #m_te, #m_te_t], iterator_types = ["parallel", "reduction"]}}
+      ins(%probs, %dp : tensor<{T}x{E}xf32>, tensor<{T}x{E}xf32>) outs(%z_t : tensor<{T}xf32>) {{
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %sum = arith.addf %acc, %m : f32
+    linalg.yield %sum : f32
+  }} -> tensor<{T}xf32>
+  %dl = linalg.generic {{indexing_maps = [#m_te, #m_te, #m_te_t, #m_te], iterator_types = ["parallel", "parallel"]}}
+      ins(%probs, %dp, %dot : tensor<{T}x{E}xf32>, tensor<{T}x{E}xf32>, tensor<{T}xf32>) outs(%e_te : tensor<{T}x{E}xf32>) {{
+  ^bb0(%a: f32, %b: f32, %d: f32, %o_: f32):
+    %diff = arith.subf %b, %d : f32
+    %r = arith.mulf %a, %diff : f32
+    linalg.yield %r : f32
+  }} -> tensor<{T}x{E}xf32>
+  // d router_w = x^T dl; dx += dl router_w^T.
+  %e_he = tensor.empty() : tensor<{H}x{E}xf32>
+  %z_he = linalg.fill ins(%zero : f32) outs(%e_he : tensor<{H}x{E}xf32>) -> tensor<{H}x{E}xf32>
+  %drw = linalg.generic {{indexing_maps = [#m_het_th, #m_het_te, #m_het_he],
+                          iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%x, %dl : tensor<{T}x{H}xf32>, tensor<{T}x{E}xf32>) outs(%z_he : tensor<{H}x{E}xf32>) {{
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %sum = arith.addf %acc, %m : f32
+    linalg.yield %sum : f32
+  }} -> tensor<{H}x{E}xf32>
+  %dx = linalg.generic {{indexing_maps = [#m_the_te, #m_the_he, #m_the_th],
+                         iterator_types = ["parallel", "parallel", "reduction"]}}
+      ins(%dl, %router_w : tensor<{T}x{E}xf32>, tensor<{H}x{E}xf32>) outs(%dx_experts : tensor<{T}x{H}xf32>) {{
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %sum = arith.addf %acc, %m : f32
+    linalg.yield %sum : f32
+  }} -> tensor<{T}x{H}xf32>
+  return %dx, %drw, %dw1, %dw2
+      : tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>
+}}
+"""
