@@ -4,24 +4,32 @@
     print(art.functions)                   # name -> (argument specs, result specs)
     y = art.moe_layer(x, router_w, w1, w2)  # numpy in, numpy out
 
-CPU artifacts only: GPU artifacts take device buffers (see moert-check).
+GPU artifacts (moe-compile --target=sm_90a) run through libmoert: numpy
+arguments are copied to the device and results back; CUDA torch tensors are
+passed in place and results come back as CUDA torch tensors. libmoert is
+found through MOERT_LIBRARY, MOE_MLIR_BUILD/lib or the loader's search path.
 """
 
 import ctypes
 import ctypes.util
 import os
 
-import ml_dtypes
 import numpy as np
+
+try:  # numpy dtypes for bf16 and the 8-bit floats
+    import ml_dtypes
+except ImportError:  # only f32/f16/integer arguments then
+    ml_dtypes = None
 
 from ._errors import MLIRError
 
 DTYPES = {
     "f32": np.float32, "f64": np.float64, "f16": np.float16,
-    "bf16": ml_dtypes.bfloat16, "f8E4M3FN": ml_dtypes.float8_e4m3fn,
-    "f8E5M2": ml_dtypes.float8_e5m2, "f8E8M0FNU": ml_dtypes.float8_e8m0fnu,
     "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8, "i1": np.bool_,
 }
+if ml_dtypes is not None:
+    DTYPES.update({"bf16": ml_dtypes.bfloat16, "f8E4M3FN": ml_dtypes.float8_e4m3fn,
+                   "f8E5M2": ml_dtypes.float8_e5m2, "f8E8M0FNU": ml_dtypes.float8_e8m0fnu})
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"))
 _libc.free.argtypes = [ctypes.c_void_p]
@@ -53,6 +61,43 @@ def parse_manifest(text):
     return target, functions
 
 
+_moert = None
+
+
+def moert():
+    """libmoert, loaded once with its symbols global (GPU artifacts need them)."""
+    global _moert
+    if _moert is None:
+        candidates = [os.environ.get("MOERT_LIBRARY")]
+        if os.environ.get("MOE_MLIR_BUILD"):
+            candidates.append(os.path.join(os.environ["MOE_MLIR_BUILD"], "lib", "libmoert.so"))
+        candidates.append("libmoert.so")
+        errors = []
+        for path in filter(None, candidates):
+            try:
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError as err:
+                errors.append(str(err))
+        else:
+            raise MLIRError("cannot load libmoert (set MOERT_LIBRARY): " + "; ".join(errors))
+        lib.mgpuStreamCreate.restype = ctypes.c_void_p
+        lib.mgpuMemAlloc.restype = ctypes.c_void_p
+        lib.mgpuMemAlloc.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_bool]
+        lib.mgpuMemFree.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.mgpuMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                   ctypes.c_void_p]
+        lib.mgpuStreamSynchronize.argtypes = [ctypes.c_void_p]
+        lib.mgpuStreamDestroy.argtypes = [ctypes.c_void_p]
+        lib.moert_gpu_init()
+        _moert = lib
+    return _moert
+
+
+def _is_torch(a):
+    return hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
+
+
 def _descriptor_type(rank):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
               ("offset", ctypes.c_int64)]
@@ -66,16 +111,23 @@ class Artifact:
         if not os.path.exists(path):
             raise FileNotFoundError(path)
         self.path = path
-        self._lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        # A GPU artifact's mgpu* calls resolve against libmoert; loading the
+        # runtime first is harmless for CPU artifacts only if it exists, so
+        # it is loaded on demand below.
+        try:
+            self._lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        except OSError as err:
+            if "mgpu" not in str(err):
+                raise
+            moert()
+            self._lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
         try:
             first = ctypes.c_char.in_dll(self._lib, "moe_manifest")
         except ValueError:
             raise MLIRError(f"{path} has no moe_manifest: not made by moe-compile") from None
         text = ctypes.cast(ctypes.addressof(first), ctypes.c_char_p).value.decode()
         self.target, self.functions = parse_manifest(text)
-        if self.target != "cpu":
-            raise MLIRError(f"{path} targets {self.target}: only CPU artifacts can be "
-                            "called from Python (GPU artifacts take device buffers)")
+        self.gpu = self.target != "cpu"
 
     def __getattr__(self, name):
         if name.startswith("_") or name not in self.functions:
@@ -84,49 +136,101 @@ class Artifact:
         return lambda *arrays: self.call(name, *arrays)
 
     def call(self, name, *arrays):
+        """Calls `name`. CPU: numpy in, numpy out. GPU: numpy in and out
+        (copied), or CUDA torch tensors in and out (in place)."""
         args, results = self.functions[name]
         if len(arrays) != len(args):
             raise TypeError(f"{name} takes {len(args)} arrays, got {len(arrays)}")
-        keep, pointers = [], []
-        for i, (a, spec) in enumerate(zip(arrays, args)):
-            dtype = DTYPES.get(spec.dtype)
-            if dtype is None:
-                raise TypeError(f"{name} argument #{i}: unsupported element type {spec.dtype}")
-            a = np.ascontiguousarray(a)
-            if a.dtype != np.dtype(dtype):
-                raise TypeError(f"{name} argument #{i}: expects {spec}, got an array of {a.dtype}")
-            if len(a.shape) != len(spec.shape) or any(
-                    d >= 0 and d != s for d, s in zip(spec.shape, a.shape)):
-                raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {a.shape}")
-            desc = _descriptor_type(a.ndim)()
-            desc.allocated = desc.aligned = a.ctypes.data
-            desc.offset = 0
-            for d in range(a.ndim):
-                desc.sizes[d] = a.shape[d]
-                desc.strides[d] = a.strides[d] // a.itemsize
-            keep += [a, desc]
-            pointers.append(ctypes.pointer(desc))
-        fields = [(f"r{i}", _descriptor_type(len(r.shape))) for i, r in enumerate(results)]
-        out = type("Results", (ctypes.Structure,), {"_fields_": fields})()
-        fn = getattr(self._lib, "_mlir_ciface_" + name)
-        fn.restype = None
-        if results:
-            fn(ctypes.pointer(out), *pointers)
-        else:
-            fn(*pointers)
-        values = []
-        for i, spec in enumerate(results):
-            desc = getattr(out, f"r{i}")
-            shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
-            dtype = np.dtype(DTYPES[spec.dtype])
-            count = int(np.prod(shape)) if shape else 1
-            buf = (ctypes.c_char * (count * dtype.itemsize)).from_address(
-                desc.aligned + desc.offset * dtype.itemsize)
-            values.append(np.frombuffer(bytes(buf), dtype=dtype).reshape(shape))
-            _libc.free(desc.allocated)
-        return values[0] if len(values) == 1 else tuple(values)
+        on_device = self.gpu and all(_is_torch(a) and a.is_cuda for a in arrays)
+        rt = moert() if self.gpu else None
+        stream = rt.mgpuStreamCreate() if self.gpu else None
+        keep, pointers, staged = [], [], []
+        try:
+            for i, (a, spec) in enumerate(zip(arrays, args)):
+                dtype = DTYPES.get(spec.dtype)
+                if dtype is None:
+                    raise TypeError(f"{name} argument #{i}: unsupported element type {spec.dtype}")
+                if on_device:
+                    a = a.contiguous()
+                    got_dtype, shape, ptr = str(a.dtype), tuple(a.shape), a.data_ptr()
+                    want = {"f32": "torch.float32", "bf16": "torch.bfloat16",
+                            "f16": "torch.float16", "i32": "torch.int32",
+                            "i64": "torch.int64"}.get(spec.dtype)
+                    if got_dtype != want:
+                        raise TypeError(f"{name} argument #{i}: expects {spec}, got {got_dtype}")
+                else:
+                    if _is_torch(a):
+                        a = a.detach().cpu().numpy()
+                    a = np.ascontiguousarray(a)
+                    if a.dtype != np.dtype(dtype):
+                        raise TypeError(f"{name} argument #{i}: expects {spec}, got an array of {a.dtype}")
+                    shape, ptr = a.shape, a.ctypes.data
+                    if self.gpu:  # stage on the device
+                        dev = rt.mgpuMemAlloc(max(a.nbytes, 1), stream, False)
+                        rt.mgpuMemcpy(dev, ptr, a.nbytes, stream)
+                        staged.append(dev)
+                        ptr = dev
+                if len(shape) != len(spec.shape) or any(
+                        d >= 0 and d != s for d, s in zip(spec.shape, shape)):
+                    raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+                desc = _descriptor_type(len(shape))()
+                desc.allocated = desc.aligned = ptr
+                desc.offset = 0
+                stride = 1
+                for d in reversed(range(len(shape))):
+                    desc.sizes[d] = shape[d]
+                    desc.strides[d] = stride
+                    stride *= shape[d]
+                keep += [a, desc]
+                pointers.append(ctypes.pointer(desc))
+            if self.gpu:
+                rt.mgpuStreamSynchronize(stream)
+                if on_device:
+                    import torch
+                    torch.cuda.synchronize()
+            fields = [(f"r{i}", _descriptor_type(len(r.shape))) for i, r in enumerate(results)]
+            out = type("Results", (ctypes.Structure,), {"_fields_": fields})()
+            fn = getattr(self._lib, "_mlir_ciface_" + name)
+            fn.restype = None
+            if results:
+                fn(ctypes.pointer(out), *pointers)
+            else:
+                fn(*pointers)
+            values = []
+            for i, spec in enumerate(results):
+                desc = getattr(out, f"r{i}")
+                shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
+                dtype = np.dtype(DTYPES[spec.dtype])
+                nbytes = (int(np.prod(shape)) if shape else 1) * dtype.itemsize
+                src = desc.aligned + desc.offset * dtype.itemsize
+                if not self.gpu:
+                    buf = (ctypes.c_char * nbytes).from_address(src)
+                    values.append(np.frombuffer(bytes(buf), dtype=dtype).reshape(shape))
+                    _libc.free(desc.allocated)
+                elif on_device:
+                    import torch
+                    tdtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+                              "i32": torch.int32, "i64": torch.int64}[spec.dtype]
+                    t = torch.empty(shape, dtype=tdtype, device="cuda")
+                    rt.mgpuMemcpy(t.data_ptr(), src, nbytes, stream)
+                    rt.mgpuStreamSynchronize(stream)
+                    rt.mgpuMemFree(desc.allocated, stream)
+                    values.append(t)
+                else:
+                    host = np.empty(shape, dtype=dtype)
+                    rt.mgpuMemcpy(host.ctypes.data, src, nbytes, stream)
+                    rt.mgpuStreamSynchronize(stream)
+                    rt.mgpuMemFree(desc.allocated, stream)
+                    values.append(host)
+            return values[0] if len(values) == 1 else tuple(values)
+        finally:
+            if self.gpu:
+                for dev in staged:
+                    rt.mgpuMemFree(dev, stream)
+                rt.mgpuStreamSynchronize(stream)
+                rt.mgpuStreamDestroy(stream)
 
 
 def load(path):
-    """Opens a CPU artifact of moe-compile."""
+    """Opens an artifact of moe-compile (CPU or GPU).""" 
     return Artifact(path)
