@@ -28,6 +28,10 @@ install(TARGETS ${MOE_LIBRARIES} MoeMLIR-C moert
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS moe-opt moe-compile moert-check moert-gpu-info
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET moert-ep-check)
+  install(TARGETS moert-ep-check RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  set_target_properties(moert-ep-check PROPERTIES INSTALL_RPATH "${MOE_INSTALL_RPATH}")
+endif()
 install(DIRECTORY include/moe include/moe-c runtime/include/moert
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h" PATTERN "*.td")

@@ -51,6 +51,25 @@ import shutil
 cuda_bin = os.path.dirname(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
 llvm_config.with_environment("PATH", cuda_bin, append_path=True)
 
+# Expert parallelism across processes: Open MPI's mpirun (as root in CI
+# containers, more ranks than cores, no ptrace-based single copy). Tests that
+# need it say `REQUIRES: mpi`; it is there when mpirun is and libmoert was
+# built with its MPI backend. Python tests get the command in MOE_MPIRUN.
+mpirun = shutil.which("mpirun")
+libmoert = os.path.join(config.moe_obj_root, "lib", "libmoert.so")
+try:
+    with open(libmoert, "rb") as f:
+        moert_has_mpi = b"MPI_Init_thread" in f.read()
+except OSError:
+    moert_has_mpi = False
+if mpirun and moert_has_mpi:
+    config.available_features.add("mpi")
+    # (under `timeout`: a test that hangs fails instead of stopping the suite)
+    mpirun_cmd = (f"timeout -k 10 300 {mpirun} --allow-run-as-root --oversubscribe "
+                  "--mca btl_vader_single_copy_mechanism none")
+    config.substitutions.append(("%mpirun", mpirun_cmd))
+    config.environment["MOE_MPIRUN"] = mpirun_cmd
+
 tools = ["moe-opt", "moe-compile", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
-         "moert-allocator-test", "moert-gpu-info"]
+         "moert-allocator-test", "moert-gpu-info", "moert-comm-test", "moert-ep-check"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

@@ -60,8 +60,8 @@ static std::string describe(Type type) {
 
 /// The public functions' signatures, one item per line:
 ///   function <name>
-///   arg <dtype> <rank> <dims...> [range <lo> <hi>]
-///   result <dtype> <rank> <dims...>
+///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
+///   result <dtype> <rank> <dims...> [gradient_of <arg>]
 ///   tolerance <atol> <rtol>       (from moe.test_tolerance = [atol, rtol])
 static std::string manifest(ModuleOp module, StringRef targetName) {
   std::string s;
@@ -78,10 +78,19 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
             isa<IntegerAttr>(range[1]))
           os << " range " << cast<IntegerAttr>(range[0]).getInt() << " "
              << cast<IntegerAttr>(range[1]).getInt();
+      // This rank's slice of stacked expert weights (-moe-expert-parallel).
+      if (auto shard = func.getArgAttrOfType<DictionaryAttr>(i, "moe.expert_shard"))
+        if (auto e = shard.getAs<IntegerAttr>("experts"))
+          if (auto l = shard.getAs<IntegerAttr>("local_experts"))
+            os << " shard " << e.getInt() << " " << l.getInt();
       os << "\n";
     }
-    for (Type t : func.getResultTypes())
-      os << "result " << describe(t) << "\n";
+    for (auto [i, t] : llvm::enumerate(func.getResultTypes())) {
+      os << "result " << describe(t);
+      if (auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of"))
+        os << " gradient_of " << of.getInt();
+      os << "\n";
+    }
     if (auto tol = func->getAttrOfType<ArrayAttr>("moe.test_tolerance"))
       if (tol.size() == 2 && isa<FloatAttr>(tol[0]) && isa<FloatAttr>(tol[1]))
         os << "tolerance " << cast<FloatAttr>(tol[0]).getValueAsDouble() << " "
@@ -162,8 +171,12 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     func->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                   UnitAttr::get(&context));
     func->removeAttr("moe.test_tolerance");
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       func.removeArgAttr(i, "moe.test_range");
+      func.removeArgAttr(i, "moe.expert_shard");
+    }
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      func.removeResultAttr(i, StringAttr::get(&context, "moe.gradient_of"));
   }
 
   PassManager pm(&context);

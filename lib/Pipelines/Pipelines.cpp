@@ -2,6 +2,7 @@
 
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Conversion/Passes.h"
+#include "moe/Conversion/MoEToGPU/DedicatedKernels.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -49,6 +50,9 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
 }
 
 void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
+  // Collectives over several ranks -> libmoert calls (one-rank exchanges are
+  // left to -convert-moe-to-linalg, which copies).
+  pm.addPass(moe::createConvertMoEToRuntime());
   addTensorLoweringAndBufferization(pm, /*parallel=*/false);
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
@@ -96,6 +100,14 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   findCUDAToolkit();
   // moe.experts regions have no data-parallel form: group them first.
   pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
+  // Ops with a kernel for this chip (Blackwell: MXFP8 grouped GEMMs on the
+  // block-scaled tcgen05 MMA) become calls of those kernels; the rest takes
+  // the generic data-parallel path below.
+  if (moe::hasDedicatedGPUKernels(options.chip)) {
+    moe::MoEGPUDedicatedKernelsOptions dedicated;
+    dedicated.chip = options.chip;
+    pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
+  }
   addTensorLoweringAndBufferization(pm, /*parallel=*/true);
   pm.addPass(createCanonicalizerPass());
 
@@ -108,6 +120,9 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addPass(createLowerAffinePass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(moe::createMoEGPUDeviceBuffers());
+  // Constants used in kernels stay in them instead of becoming kernel
+  // parameters (outlining alone passes every value from above).
+  pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
 
@@ -115,12 +130,14 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   nvvm.cubinChip = options.chip;
   std::string features = options.features;
   if (features.empty()) {
-    // Blackwell (sm_100a and later) needs PTX ISA 8.6.
+    // Blackwell (sm_100a and later) needs PTX ISA 8.6; its block-scaled
+    // MMA (tcgen05.mma...block_scale, whose default scale vector ptxas 13
+    // reads as `.block32`) needs 8.8.
     StringRef chip = options.chip.getValue();
     unsigned number = 0;
     features = chip.consume_front("sm_") && !chip.consumeInteger(10, number) &&
                        number >= 100
-                   ? "+ptx86"
+                   ? "+ptx88"
                    : "+ptx80";
   }
   nvvm.cubinFeatures = features;
@@ -164,6 +181,7 @@ void mlir::moe::registerMoEPipelines() {
   PassPipelineRegistration<>(
       "moe-cpu-pipeline",
       "Lower moe programs to the LLVM dialect for the host CPU (reference "
-      "semantics: convert-moe-to-linalg, one-shot bufferization, loops, LLVM)",
+      "semantics: convert-moe-to-runtime for collectives over several ranks, "
+      "convert-moe-to-linalg, one-shot bufferization, loops, LLVM)",
       buildCPUPipeline);
 }

@@ -89,9 +89,21 @@ def moert():
                                    ctypes.c_void_p]
         lib.mgpuStreamSynchronize.argtypes = [ctypes.c_void_p]
         lib.mgpuStreamDestroy.argtypes = [ctypes.c_void_p]
-        lib.moert_gpu_init()
         _moert = lib
     return _moert
+
+
+_gpu_ready = False
+
+
+def _gpu():
+    """libmoert with the GPU initialized (done once, before any GPU call)."""
+    global _gpu_ready
+    lib = moert()
+    if not _gpu_ready:
+        lib.moert_gpu_init()
+        _gpu_ready = True
+    return lib
 
 
 def _is_torch(a):
@@ -117,7 +129,9 @@ class Artifact:
         try:
             self._lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
         except OSError as err:
-            if "mgpu" not in str(err):
+            # GPU artifacts call mgpu*, expert-parallel ones moert_*: both
+            # come from libmoert, loaded with global symbols.
+            if "mgpu" not in str(err) and "moert" not in str(err):
                 raise
             moert()
             self._lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LOCAL | os.RTLD_NOW)
@@ -142,7 +156,7 @@ class Artifact:
         if len(arrays) != len(args):
             raise TypeError(f"{name} takes {len(args)} arrays, got {len(arrays)}")
         on_device = self.gpu and all(_is_torch(a) and a.is_cuda for a in arrays)
-        rt = moert() if self.gpu else None
+        rt = _gpu() if self.gpu else None
         stream = rt.mgpuStreamCreate() if self.gpu else None
         keep, pointers, staged = [], [], []
         try:

@@ -20,7 +20,8 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
     - `moe.router`, `moe.dispatch` become loops over tokens;
       `moe.combine` a gather-and-reduce `linalg.generic`;
     - `moe.all_to_all` over a group of one rank is a copy; larger groups
-      need the communication runtime and are reported as errors here.
+      need the communication runtime (`-convert-moe-to-runtime`, which the
+      CPU pipeline runs first) and are reported as errors here.
 
     With `parallel`, router, dispatch and the grouped matmuls are lowered
     to data-parallel `linalg.generic`s instead (each output element computed
@@ -40,6 +41,42 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
     "::mlir::arith::ArithDialect",
     "::mlir::math::MathDialect",
     "::mlir::func::FuncDialect"
+  ];
+}
+
+def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
+  let summary = "Lower collectives over several ranks to libmoert calls";
+  let description = [{
+    Expert-parallel programs (`-moe-expert-parallel`) exchange rows and sum
+    gradients over a `shard.grid`. On a grid of more than one rank these
+    become calls into the communication runtime (libmoert, `moert/Comm.h`),
+    at tensor level, before bufferization:
+
+    - `moe.all_to_all` -> `@moert_all_to_all_<f32|bf16|f16>`: the input rows
+      and send counts as buffers (`bufferization.to_buffer`), the result
+      rows and receive counts in new buffers (`memref.alloc`) that become
+      the results (`bufferization.to_tensor restrict writable`); i64 counts
+      travel as i32;
+    - `shard.all_reduce` (sum) -> `@moert_all_reduce_sum_<type>` on the
+      flattened tensor (f32, f64, bf16, f16, i32, i64; the input converted to
+      the result's element type first);
+    - `shard.process_linear_index` -> `@moert_comm_rank`.
+
+    The callees are declared `llvm.emit_c_interface` (they take memref
+    descriptors: libmoert defines `_mlir_ciface_moert_*`); each collective
+    also passes the grid's size, which the runtime checks against the
+    number of ranks launched. A grid that nothing refers to afterwards is
+    erased. Groups of one rank stay as they are (`-convert-moe-to-linalg`
+    copies; `shard.all_reduce` becomes its input, the index 0). Only 1-d
+    grids of static size (what `-moe-expert-parallel` makes) lower to the
+    runtime; others are reported as errors.
+  }];
+  let dependentDialects = [
+    "::mlir::func::FuncDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::tensor::TensorDialect"
   ];
 }
 
@@ -97,6 +134,55 @@ def MoEGPUDeviceBuffers : Pass<"moe-gpu-device-buffers", "ModuleOp"> {
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::memref::MemRefDialect"];
+}
+
+def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
+  let summary = "Replace moe ops by hand-scheduled GPU kernels for the chip";
+  let description = [{
+    Runs on tensors, before `-convert-moe-to-linalg`. Every op this pass has
+    a kernel for, for `chip`, becomes a `func.call` of a generated private
+    function taking and returning tensors, whose body converts the inputs
+    with `bufferization.to_buffer` (MX operands are split with
+    `moe.mx_unpack` at the call), allocates the result, runs the kernel as a
+    `gpu.launch` (gpu, memref, arith, scf, llvm and nvvm ops) and returns
+    `bufferization.to_tensor` of the result. The rest of the GPU pipeline
+    lowers it with the generic kernels. Ops without a kernel are left as they
+    are, silently; chips without kernels change nothing.
+
+    Kernels:
+    - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
+      operands (`!moe.mx<R x K x f8, axis = 1>`, `!moe.mx<E x K x N x f8,
+      axis = 1>`, f8E4M3FN or f8E5M2, blocks of 32), an f32 result, no
+      `transpose_rhs`, static shapes with K and N multiples of 128:
+      `@moe_bs_gmm_<R>x<K>x<N>_e<E>_...` on the block-scaled MMA
+      `tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale` (E8M0 scales,
+      one per 32 values along K) with the accumulator in tensor memory; one
+      128 x 128 tile per CTA, K in stages of 128, group by group (rows of
+      different experts are never accumulated together; rows in no group
+      are zero). Layouts and what could not be checked without the hardware
+      are documented in `lib/Conversion/MoEToGPU/DedicatedKernels.cpp`.
+
+    The pass also declares the memory effects of the NVVM ops its kernels
+    use (upstream declares none), so that the ownership-based buffer
+    deallocation accepts the generated functions; they are registered with
+    the pass, so deallocate in a pipeline that contains it.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "The GPU architecture the kernels are for (sm_100a has "
+           "kernels; other chips change nothing)">
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::moe::MoEDialect",
+    "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect"
+  ];
 }
 
 #endif

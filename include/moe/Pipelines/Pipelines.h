@@ -8,7 +8,8 @@
 namespace mlir::moe {
 
 /// `moe` + tensor-level upstream IR -> the LLVM dialect, for the host CPU:
-/// convert-moe-to-linalg, bufferization, loops, LLVM.
+/// convert-moe-to-runtime (collectives over several ranks -> libmoert
+/// calls), convert-moe-to-linalg, bufferization, loops, LLVM.
 void buildCPUPipeline(OpPassManager &pm);
 
 /// Options of the GPU pipeline.
@@ -19,7 +20,7 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
   PassOptions::Option<std::string> features{
       *this, "features",
       llvm::cl::desc("PTX version to target (default: +ptx80 for sm_90a, "
-                     "+ptx86 for Blackwell chips sm_100a and later)"),
+                     "+ptx88 for Blackwell chips sm_100a and later)"),
       llvm::cl::init("")};
   PassOptions::Option<std::string> format{
       *this, "format",

@@ -693,7 +693,7 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
     if (!grid || p != 1)
       return op.emitOpError(
           "exchanges rows between several ranks; -convert-moe-to-linalg only "
-          "lowers groups of one rank (use the communication runtime lowering)");
+          "lowers groups of one rank (run -convert-moe-to-runtime first)");
     Emitter e{rewriter, op.getLoc()};
     Value in = adaptor.getInput();
     auto rt = op.getResult().getType();

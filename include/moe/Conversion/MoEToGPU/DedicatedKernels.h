@@ -1,0 +1,16 @@
+//===- DedicatedKernels.h - chip-specific GPU kernels -----------*- C++ -*-===//
+#ifndef MOE_CONVERSION_MOETOGPU_DEDICATEDKERNELS_H
+#define MOE_CONVERSION_MOETOGPU_DEDICATEDKERNELS_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace mlir::moe {
+
+/// Whether `-moe-gpu-dedicated-kernels` has kernels for `chip` (an `sm_*`
+/// name): pipelines add the pass only then. Today: Blackwell's block-scaled
+/// MMA (tcgen05) for MXFP8 grouped GEMMs on sm_100a.
+bool hasDedicatedGPUKernels(llvm::StringRef chip);
+
+} // namespace mlir::moe
+
+#endif

@@ -1,0 +1,750 @@
+//===- DedicatedKernels.cpp - hand-scheduled GPU kernels for moe ops ------===//
+//
+// -moe-gpu-dedicated-kernels{chip=...} runs on tensors, before
+// -convert-moe-to-linalg. Every op it has a kernel for (for the chip) becomes
+// a call to a generated private function
+//
+//   func.func private @moe_bs_gmm_<shape>(tensors...) -> tensor<...> {
+//     bufferization.to_buffer (read-only) of every input
+//     memref.alloc of the result
+//     gpu.launch { the kernel: gpu, memref, arith, scf, llvm and nvvm ops }
+//     return bufferization.to_tensor of the result
+//   }
+//
+// so the rest of the GPU pipeline (bufferization, -moe-gpu-map-loops, which
+// leaves gpu.launch bodies alone, -moe-gpu-device-buffers, outlining, NVVM)
+// carries it to PTX with the generic kernels. Ops without a kernel are left
+// exactly as they are (no diagnostic): they take the generic data-parallel
+// path of -convert-moe-to-linalg=parallel=true.
+//
+// Kernels today
+// -------------
+// Blackwell (sm_100a): moe.grouped_matmul with MXFP8 operands,
+//   lhs !moe.mx<R x K x f8, axis = 1>, rhs !moe.mx<E x K x N x f8, axis = 1>
+//   (f8 = f8E4M3FN or f8E5M2, blocks of 32), f32 result, no transpose_rhs,
+//   static shapes, K and N multiples of 128 (R arbitrary), on the native
+//   block-scaled MMA: tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale
+//   with E8M0 scales and one scale per 32 values along K (scale_vec::1X).
+//
+// The block-scaled grouped GEMM kernel
+// ------------------------------------
+// Grid (ceil(R/128), N/128), 128 threads (4 warps). CTA (bx, by) owns output
+// rows [m0, m0+128) and columns [n0, n0+128), m0 = 128 bx, n0 = 128 by.
+//
+// Groups: rows of different experts never share an accumulation. The CTA
+// walks the experts e = 0..E-1 in order; for every expert whose clamped row
+// range [lo, hi) (clamped as the reference does) meets the tile it runs a
+// full K loop into a fresh accumulator (first MMA with enable_input_d =
+// false) and each thread stores its row only if lo <= row < hi. Rows of
+// other experts in the tile also go through the MMA (with expert e's
+// weights), but an MMA row depends only on its own A row, so they change
+// nothing stored; their results are discarded. Later experts overwrite
+// earlier ones, as in the reference (which matters only for malformed,
+// overlapping offsets). Rows in no group (rows at or beyond offsets[E], or
+// before offsets[0]) are written as zeros at the end. A tile is computed
+// once per expert it meets: with the sorted, dispatched rows of an MoE layer
+// that is at most E + ceil(R/128) passes over the whole grid.
+//
+// K loop: stages of 128 K values. Per stage all 128 threads copy
+//   - A: 128 rows x 128 bytes, B: 128 columns x 128 bytes (transposed to
+//     K-major while copying), into shared memory (layout below);
+//   - A's scales (128 rows x 4 blocks) and B's (128 columns x 4 blocks) into
+//     shared memory in the layout tcgen05.cp expects (below);
+// then fence.proxy.async (generic-proxy writes -> async proxy), bar.sync;
+// thread 0 issues tcgen05.cp (scales -> TMEM), four tcgen05.mma (K = 32
+// each, scale byte j of the 32-bit scale column for the j-th), and
+// tcgen05.commit to an mbarrier; every thread waits on the mbarrier phase
+// before the shared memory is overwritten. No pipelining: one stage in
+// flight (simple, correct first; TMA and a multi-stage ring come later).
+//
+// Epilogue: the accumulator (f32, 128 lanes x 128 columns of TMEM) is read
+// with tcgen05.ld.32x32b.x32 (warp w reads lanes 32w..32w+31, thread l of
+// warp w gets row 32w+l, 32 consecutive columns per load) and stored.
+//
+// Layouts. They are those of the PTX ISA sections "Shared memory descriptor"
+// (canonical layouts), "Instruction descriptor" and "Scale factor A/B
+// layout" for .scale_vec::1X; the ISA pages themselves were not at hand, so
+// they were taken from code that encodes them: CUTLASS's descriptor bit
+// fields and canonical-layout comments (cute/arch/mma_sm100_desc.hpp,
+// cute/atom/mma_traits_sm100.hpp), JAX Mosaic GPU's tcgen05 support
+// (jax/experimental/mosaic/gpu/tcgen05.py: scaled instruction descriptor,
+// scale copies) and MLIR's NVVM op definitions. Where two sources overlap
+// they agree (e.g. M >> 4 in bits 24-28 vs M >> 7 in bits 27-28 for M = 128).
+//
+//   Operands, K-major, no swizzle ("interleaved"): the canonical layout, in
+//   elements, is ((8,m),(T,2)) : ((1T,SBO),(1,LBO)), T = 16 bytes of
+//   elements: a core matrix is 8 rows x 16 bytes stored contiguously (128
+//   bytes); LBO is the byte distance between core matrices adjacent along K,
+//   SBO between core matrices adjacent along M (N). Here a tile row r, byte
+//   k of the 128-byte K slice lives at
+//       (r / 8) * 1024 + (k / 16) * 128 + (r % 8) * 16 + (k % 16)
+//   so LBO = 128 and SBO = 1024. The MMA with K = 32 (32 bytes = 2 core
+//   matrices along K) number j of a stage starts at byte 256 j. Descriptor
+//   fields hold byte values >> 4; bits 46-48 = 0b001 (tcgen05); base offset
+//   0; swizzle mode 0. A (128 rows) and B (128 rows = N columns) use the
+//   same layout; both are K-major (transpose bits 0), which avoids relying on
+//   MN-major FP8 operands.
+//
+//   Scales: for M = 128 and scale_vec::1X the MMA reads A's scale of row
+//   32q + l from TMEM lane l (of each 32-lane quarter), 32-bit column
+//   (sfa + q), byte "scale factor A id" (instruction descriptor bits 29-30);
+//   B's likewise for column 32q + l (column sfb + q, byte = bits 4-5). One
+//   column therefore holds 4 K blocks = 128 K values: the stage size. The
+//   copy tcgen05.cp.cta_group::1.32x128b.warpx4 takes 32 rows of 16 bytes
+//   (shared memory descriptor: no swizzle, SBO = 128 = one 8-row core
+//   matrix, LBO unused) to lanes 0-31 and replicates them to the other three
+//   lane quarters; row l, byte 4q + j is column q, byte j. So shared memory
+//   holds scale(row 32q + l, block j) at byte 16 l + 4 q + j. This is the
+//   layout CUTLASS calls the block-scaled basic chunk and JAX documents as
+//   scales.reshape(-1, 4, 32, 4).swapaxes(1, 2) for a (MN, 4) scale tile.
+//
+//   Instruction descriptor (kind::mxf8f6f4.block_scale): bits 4-5 B scale
+//   id, 7-9 A format, 10-12 B format (E4M3 = 0, E5M2 = 1), 15/16 transpose
+//   A/B (0: K-major), 17-22 N >> 3, 23 scale type (1: UE8M0), 24-28 M >> 4,
+//   29-30 A scale id, 31 K size (0: K = 32 dense); the rest 0.
+//
+//   Accumulator: M = 128, cta_group::1: row i of D is TMEM lane i, column j
+//   is column acc + j (f32).
+//
+// TMEM: 256 columns (power of two >= 32): accumulator 0..127, A scales
+// 128..131, B scales 132..135. Shared memory (dynamic, 33808 bytes): A tile
+// at 0, B tile at 16384, A scales at 32768, B scales at 33280, the mbarrier
+// at 33792, the TMEM address written by tcgen05.alloc at 33800.
+//
+// Numerics: the MMA computes sum_k (a_k 2^sa)(b_k 2^sb) with the products of
+// dequantized values accumulated in f32, as the op defines; the tensor core
+// adds the 32 products of a block and the partial sums in its own order (not
+// the reference's k-ascending f32 chain), so results match the reference to
+// f32 rounding, not bit for bit.
+//
+// PTX: the MMA is printed without a scale-vector qualifier, which for
+// kind::mxf8f6f4 means one scale per 32 values (.scale_vec::1X); CUDA 13's
+// ptxas reads it as `.block32` and wants PTX ISA 8.8 (the GPU pipeline
+// targets +ptx88 on Blackwell). ptxas notes a "potential out of bound
+// access" of `__dynamic_shmem__0`: MLIR declares the dynamic shared memory
+// symbol with size 0; the accesses are within the 33808 dynamic bytes the
+// launch requests.
+//
+// Not verified (no Blackwell GPU here): the kernel has never run. ptxas
+// accepts it for sm_100a and the PTX was read against the layouts above;
+// whether the hardware agrees with the sources named was not checked, nor
+// its treatment of the E8M0 NaN scale (0xFF) and of dequantized values
+// below the f32 normal range (flushed?), nor the in-order execution of
+// tcgen05.cp before tcgen05.mma from one thread (which JAX relies on too).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Conversion/MoEToGPU/DedicatedKernels.h"
+#include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/IR/MoEDialect.h"
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEGPUDEDICATEDKERNELS
+#include "moe/Conversion/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+using P = arith::CmpIPredicate;
+
+bool mlir::moe::hasDedicatedGPUKernels(llvm::StringRef chip) {
+  // The tcgen05 ops need an arch-specific data-center Blackwell target, and
+  // MLIR 22's NVVM accepts all of those the kernel uses for sm_100a only
+  // (tcgen05.alloc: sm_100a/sm_101a; tcgen05.mma.block_scale: sm_100a/
+  // sm_110a). Consumer Blackwell (sm_120) has no tensor memory.
+  return chip == "sm_100a";
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Memory effects of the NVVM ops the kernels use
+//===----------------------------------------------------------------------===//
+
+// Upstream NVVM declares no memory effects for the tcgen05, mbarrier, fence
+// and barrier ops. The ownership-based buffer deallocation, which runs over
+// the generated functions (gpu.launch and all), rejects ops with unknown
+// effects; these models declare what the ops do (they read and write shared
+// or tensor memory; the descriptor op computes a value only). Attached
+// through this pass's dependent-dialect registry, only where upstream has no
+// interface of its own.
+template <typename OpTy>
+struct ReadsAndWritesMemory
+    : MemoryEffectOpInterface::ExternalModel<ReadsAndWritesMemory<OpTy>, OpTy> {
+  void
+  getEffects(Operation *,
+             SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+                 &effects) const {
+    effects.emplace_back(MemoryEffects::Read::get());
+    effects.emplace_back(MemoryEffects::Write::get());
+  }
+};
+
+template <typename OpTy>
+struct NoMemoryEffects
+    : MemoryEffectOpInterface::ExternalModel<NoMemoryEffects<OpTy>, OpTy> {
+  void
+  getEffects(Operation *,
+             SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+                 &) const {}
+};
+
+template <template <typename> class Model, typename... Ops>
+void attachWhereMissing(MLIRContext *ctx) {
+  auto attach = [&](auto tag) {
+    using OpTy = typename decltype(tag)::type;
+    std::optional<RegisteredOperationName> name =
+        RegisteredOperationName::lookup(TypeID::get<OpTy>(), ctx);
+    if (name && !name->hasInterface<MemoryEffectOpInterface>())
+      OpTy::template attachInterface<Model<OpTy>>(*ctx);
+  };
+  (attach(llvm::type_identity<Ops>{}), ...);
+}
+
+void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
+  attachWhereMissing<
+      ReadsAndWritesMemory, NVVM::Tcgen05AllocOp, NVVM::Tcgen05DeallocOp,
+      NVVM::Tcgen05RelinquishAllocPermitOp, NVVM::Tcgen05FenceOp,
+      NVVM::Tcgen05WaitOp, NVVM::Tcgen05CommitOp, NVVM::Tcgen05CpOp,
+      NVVM::Tcgen05LdOp, NVVM::Tcgen05MMABlockScaleOp, NVVM::MBarrierInitOp,
+      NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp>(ctx);
+  attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp>(ctx);
+}
+
+//===----------------------------------------------------------------------===//
+// Which ops the block-scaled kernel handles
+//===----------------------------------------------------------------------===//
+
+// Tile sizes and the fixed shared / tensor memory plan (see the header).
+constexpr int64_t kTileM = 128;      // rows per CTA = MMA M = TMEM lanes
+constexpr int64_t kTileN = 128;      // columns per CTA = MMA N
+constexpr int64_t kTileK = 128;      // K per stage = 4 scale blocks = 4 MMAs
+constexpr int64_t kMmaK = 32;        // K of one kind::mxf8f6f4 MMA
+constexpr int64_t kBlock = 32;       // MX block = scale vector size (1X)
+constexpr int64_t kThreads = 128;    // 4 warps: one per 32-lane TMEM quarter
+constexpr int64_t kCoreBytes = 128;  // 8 rows x 16 bytes
+constexpr int64_t kLBO = kCoreBytes; // next core matrix along K
+constexpr int64_t kSBO = kTileK / 16 * kCoreBytes; // next 8 rows: 1024
+constexpr int64_t kSmemA = 0;
+constexpr int64_t kSmemB = kSmemA + kTileM * kTileK;    // 16384
+constexpr int64_t kSmemSFA = kSmemB + kTileN * kTileK;  // 32768
+constexpr int64_t kSmemSFB = kSmemSFA + kTileM * 4;     // 33280
+constexpr int64_t kSmemBarrier = kSmemSFB + kTileN * 4; // 33792 (8-aligned)
+constexpr int64_t kSmemTmemSlot = kSmemBarrier + 8;     // 33800
+constexpr int64_t kSmemBytes = kSmemTmemSlot + 8;       // 33808
+constexpr int64_t kTmemAcc = 0;
+constexpr int64_t kTmemSFA = kTileN;       // 128
+constexpr int64_t kTmemSFB = kTmemSFA + 4; // 132
+constexpr int64_t kTmemCols = 256;
+constexpr int64_t kWaitTicks = 0x989680; // mbarrier try_wait suspend hint
+
+/// One block-scaled grouped GEMM shape the kernel handles.
+struct BlockScaledGemm {
+  int64_t rows, k, n, experts;
+  Type lhsElt, rhsElt, offsetElt;
+
+  static std::string eltName(Type t) {
+    if (isa<Float8E4M3FNType>(t))
+      return "e4m3";
+    if (isa<Float8E5M2Type>(t))
+      return "e5m2";
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    t.print(os);
+    return s;
+  }
+  std::string name() const {
+    return llvm::formatv("moe_bs_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows, k, n,
+                         experts, eltName(lhsElt), eltName(rhsElt),
+                         eltName(offsetElt))
+        .str();
+  }
+  /// The MMA's element format code (instruction descriptor bits 7-9/10-12).
+  static uint32_t format(Type t) { return isa<Float8E5M2Type>(t) ? 1 : 0; }
+};
+
+bool isMXFP8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
+
+/// The shape of `op` if the block-scaled kernel computes it exactly as the op
+/// defines; nothing otherwise.
+std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op) {
+  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
+  auto offsets = cast<RankedTensorType>(op.getOffsets().getType());
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || lhs.getRank() != 2 || rhs.getRank() != 3 ||
+      lhs.getAxis() != 1 || rhs.getAxis() != 1 ||
+      lhs.getBlockSize() != kBlock || rhs.getBlockSize() != kBlock ||
+      !isMXFP8(lhs.getElementType()) || !isMXFP8(rhs.getElementType()) ||
+      !result.getElementType().isF32() || !result.hasStaticShape() ||
+      !offsets.hasStaticShape() || ShapedType::isDynamicShape(lhs.getShape()) ||
+      ShapedType::isDynamicShape(rhs.getShape()))
+    return std::nullopt;
+  int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
+  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
+  if (rows < 1 || k < kTileK || k % kTileK || n < kTileN || n % kTileN ||
+      experts < 1 || rhs.getShape()[1] != k ||
+      offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
+      result.getDimSize(1) != n)
+    return std::nullopt;
+  return BlockScaledGemm{rows,
+                         k,
+                         n,
+                         experts,
+                         lhs.getElementType(),
+                         rhs.getElementType(),
+                         offsets.getElementType()};
+}
+
+//===----------------------------------------------------------------------===//
+// The kernel
+//===----------------------------------------------------------------------===//
+
+/// Emits the body of the block-scaled grouped GEMM's gpu.launch.
+struct KernelEmitter {
+  OpBuilder &b;
+  Location loc;
+  const BlockScaledGemm &g;
+  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
+  // [E, K/32, N], offsets [E+1], result [R, N].
+  Value a, aScales, w, wScales, offsets, out;
+
+  // Per-thread values set by emit().
+  Value tid{}, m0{}, n0{}, row{}, smem{}, smemBase{}, tmemBase{}, laneBase{};
+
+  // -- small helpers ---------------------------------------------------------
+  Type i1() { return b.getI1Type(); }
+  Type i8() { return b.getI8Type(); }
+  Type i32() { return b.getI32Type(); }
+  Type i64() { return b.getI64Type(); }
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value int32(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); }
+  Value int8(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 8); }
+  Value boolean(bool v) { return arith::ConstantIntOp::create(b, loc, v, 1); }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value div(Value x, int64_t y) {
+    return arith::DivUIOp::create(b, loc, x, idx(y));
+  }
+  Value rem(Value x, int64_t y) {
+    return arith::RemUIOp::create(b, loc, x, idx(y));
+  }
+  Value cmp(P p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+  Value minS(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value maxS(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value land(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value lor(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value toIndex(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  /// An 8-bit element (f8 data, E8M0 scale) loaded as its bits.
+  Value loadBits(Value memref, ValueRange at) {
+    Value v = memref::LoadOp::create(b, loc, memref, at);
+    return arith::BitcastOp::create(b, loc, i8(), v);
+  }
+  void storeShared(Value byteOffset, Value bits) {
+    memref::StoreOp::create(b, loc, bits, smem, byteOffset);
+  }
+
+  void ifThen(Value cond, function_ref<void()> body) {
+    auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
+  }
+  SmallVector<Value> ifElse(TypeRange types, Value cond,
+                            function_ref<SmallVector<Value>()> thenBody,
+                            function_ref<SmallVector<Value>()> elseBody) {
+    auto op = scf::IfOp::create(b, loc, types, cond, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b, loc, thenBody());
+    b.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b, loc, elseBody());
+    return SmallVector<Value>(op.getResults());
+  }
+  SmallVector<Value>
+  forLoop(int64_t lb, Value ub, ValueRange inits,
+          function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto op = scf::ForOp::create(b, loc, idx(lb), ub, idx(1), inits);
+    OpBuilder::InsertionGuard guard(b);
+    if (inits.empty())
+      b.setInsertionPoint(op.getBody()->getTerminator());
+    else
+      b.setInsertionPointToStart(op.getBody());
+    SmallVector<Value> yielded =
+        body(op.getInductionVar(), op.getRegionIterArgs());
+    if (!inits.empty())
+      scf::YieldOp::create(b, loc, yielded);
+    return SmallVector<Value>(op.getResults());
+  }
+  void forLoop(int64_t lb, int64_t ub, function_ref<void(Value)> body) {
+    forLoop(lb, idx(ub), {}, [&](Value iv, ValueRange) {
+      body(iv);
+      return SmallVector<Value>{};
+    });
+  }
+
+  // -- shared and tensor memory addresses ------------------------------------
+  /// The shared::cta address of byte `offset` of the dynamic shared memory.
+  Value sharedAddress(int64_t offset) {
+    return arith::AddIOp::create(
+        b, loc, smemBase, arith::ConstantIntOp::create(b, loc, offset, 64));
+  }
+  Value sharedPtr(int64_t offset) {
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3),
+        sharedAddress(offset));
+  }
+  /// A tensor memory address: `lane` (i32, shifted into bits 16-31; null for
+  /// lane 0) and column `col` relative to the allocation.
+  Value tmemPtr(Value lane, int64_t col) {
+    Value addr = add(tmemBase, int32(col));
+    if (lane)
+      addr = add(addr, lane);
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 6), addr);
+  }
+  /// A shared memory matrix descriptor (no swizzle) for the matrix at byte
+  /// `offset`; LBO and SBO in bytes.
+  Value smemDescriptor(int64_t offset, int64_t lbo, int64_t sbo) {
+    Value addr = arith::TruncIOp::create(b, loc, i32(), sharedAddress(offset));
+    Value start = arith::ShRUIOp::create(b, loc, addr, int32(4));
+    return NVVM::Tcgen05MmaSmemDescOp::create(
+        b, loc, i64(), start, int32(lbo >> 4), int32(sbo >> 4), int8(0),
+        boolean(false), /*swizzle none*/ int8(0));
+  }
+  /// The instruction descriptor of the MMA using scale byte `j` of A's and
+  /// B's scale columns (layout in the header).
+  Value instrDescriptor(uint32_t j) {
+    uint32_t d = (j << 4) | (BlockScaledGemm::format(g.lhsElt) << 7) |
+                 (BlockScaledGemm::format(g.rhsElt) << 10) |
+                 uint32_t(kTileN >> 3) << 17 | 1u << 23 |
+                 uint32_t(kTileM >> 4) << 24 | (j << 29);
+    return arith::ConstantIntOp::create(b, loc, int64_t(d), 32);
+  }
+
+  // -- one K stage into shared memory ----------------------------------------
+  /// Row `r` (of 128), byte `k` (of 128) of a K-major tile at `base`.
+  Value tileOffset(int64_t base, Value r, Value k) {
+    Value off = add(mul(div(r, 8), idx(kSBO)), mul(div(k, 16), idx(kLBO)));
+    off = add(off, add(mul(rem(r, 8), idx(16)), rem(k, 16)));
+    return add(off, idx(base));
+  }
+
+  void loadStage(Value expert, Value stage) {
+    Value k0 = mul(stage, idx(kTileK));
+    Value rowsLast = idx(g.rows - 1);
+    Value zero8 = int8(0);
+    // A: thread t copies byte k0 + t of every row (coalesced); rows past R
+    // read as zeros.
+    forLoop(0, kTileM, [&](Value r) {
+      Value grow = add(m0, r);
+      Value bits = loadBits(a, {minS(grow, rowsLast), add(k0, tid)});
+      bits = select(cmp(P::slt, grow, idx(g.rows)), bits, zero8);
+      storeShared(tileOffset(kSmemA, r, tid), bits);
+    });
+    // B: thread t copies column n0 + t (row t of the K-major tile) for every
+    // k; consecutive threads read consecutive bytes of a row of B.
+    forLoop(0, kTileK, [&](Value k) {
+      Value bits = loadBits(w, {expert, add(k0, k), add(n0, tid)});
+      storeShared(tileOffset(kSmemB, tid, k), bits);
+    });
+    // Scales: thread t copies A's scales of row m0 + t and B's of column
+    // n0 + t, blocks 4 stage .. 4 stage + 3, to byte 16 l + 4 q + j
+    // (t = 32 q + l).
+    Value sfOffset = add(mul(rem(tid, 32), idx(16)), mul(div(tid, 32), idx(4)));
+    Value rowValid = cmp(P::slt, row, idx(g.rows));
+    Value safeRow = minS(row, rowsLast);
+    for (int64_t j = 0; j < kTileK / kBlock; ++j) {
+      Value block = add(mul(stage, idx(kTileK / kBlock)), idx(j));
+      Value sa = select(rowValid, loadBits(aScales, {safeRow, block}), zero8);
+      storeShared(add(sfOffset, idx(kSmemSFA + j)), sa);
+      Value sb = loadBits(wScales, {expert, block, add(n0, tid)});
+      storeShared(add(sfOffset, idx(kSmemSFB + j)), sb);
+    }
+  }
+
+  /// Thread 0: scales to TMEM, the stage's four MMAs, commit to the mbarrier.
+  void issueStage(Value stage) {
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+    auto copyScales = [&](int64_t smemOffset, int64_t tmemCol) {
+      NVVM::Tcgen05CpOp::create(
+          b, loc, NVVM::Tcgen05CpShape::SHAPE_32x128b,
+          NVVM::CTAGroupKind::CTA_1, NVVM::Tcgen05CpMulticast::WARPX4,
+          /*srcFormat=*/nullptr, tmemPtr(nullptr, tmemCol),
+          smemDescriptor(smemOffset, /*lbo=*/0, /*sbo=*/kCoreBytes));
+    };
+    copyScales(kSmemSFA, kTmemSFA);
+    copyScales(kSmemSFB, kTmemSFB);
+    // tcgen05.cp and tcgen05.mma issued by one thread execute in order: the
+    // MMAs see the copied scales without further synchronization.
+    Value notFirstStage = cmp(P::ne, stage, idx(0));
+    for (int64_t j = 0; j < kTileK / kMmaK; ++j) {
+      int64_t kBytes = j * kMmaK; // 2 core matrices along K per MMA
+      Value aDesc = smemDescriptor(kSmemA + kBytes / 16 * kLBO, kLBO, kSBO);
+      Value bDesc = smemDescriptor(kSmemB + kBytes / 16 * kLBO, kLBO, kSBO);
+      Value accumulate = j == 0 ? notFirstStage : boolean(true);
+      NVVM::Tcgen05MMABlockScaleOp::create(
+          b, loc, NVVM::MMABlockScaleKind::MXF8F6F4, NVVM::CTAGroupKind::CTA_1,
+          NVVM::Tcgen05MMABlockScale::DEFAULT,
+          NVVM::Tcgen05MMACollectorOp::DISCARD, tmemPtr(nullptr, kTmemAcc),
+          aDesc, bDesc, instrDescriptor(j), accumulate,
+          tmemPtr(nullptr, kTmemSFA), tmemPtr(nullptr, kTmemSFB));
+    }
+    NVVM::Tcgen05CommitOp::create(b, loc, sharedPtr(kSmemBarrier),
+                                  /*multicastMask=*/Value());
+  }
+
+  /// Every thread: its row of the accumulator, stored if it is in the group.
+  void storeRow(Value inGroup) {
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+    auto vecType = VectorType::get({32}, i32());
+    for (int64_t j = 0; j < kTileN / 32; ++j) {
+      Value v = NVVM::Tcgen05LdOp::create(
+          b, loc, vecType, /*pack=*/false, NVVM::Tcgen05LdStShape::SHAPE_32X32B,
+          tmemPtr(laneBase, kTmemAcc + 32 * j), /*offset=*/Value());
+      NVVM::Tcgen05WaitOp::create(b, loc, NVVM::Tcgen05WaitKind::LOAD);
+      ifThen(inGroup, [&] {
+        for (int64_t i = 0; i < 32; ++i) {
+          Value bits = LLVM::ExtractElementOp::create(b, loc, v, int32(i));
+          Value f = arith::BitcastOp::create(b, loc, b.getF32Type(), bits);
+          memref::StoreOp::create(b, loc, f, out,
+                                  ValueRange{row, add(n0, idx(32 * j + i))});
+        }
+      });
+    }
+    // The next expert's first MMA overwrites the accumulator: order these
+    // loads before the barrier that precedes it.
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::BEFORE_THREAD_SYNC);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    m0 = mul(launch.getBlockIds().x, idx(kTileM));
+    n0 = mul(launch.getBlockIds().y, idx(kTileN));
+    row = add(m0, tid);
+    smem = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
+                        gpu::AddressSpaceAttr::get(
+                            b.getContext(), gpu::AddressSpace::Workgroup)));
+    smemBase = arith::IndexCastOp::create(
+        b, loc, i64(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    Value isWarp0 = cmp(P::ult, tid, idx(32));
+    Value isLeader = cmp(P::eq, tid, idx(0));
+
+    // Tensor memory (one warp allocates and frees it) and the mbarrier.
+    ifThen(isWarp0, [&] {
+      NVVM::Tcgen05AllocOp::create(b, loc, sharedPtr(kSmemTmemSlot),
+                                   int32(kTmemCols));
+      NVVM::Tcgen05RelinquishAllocPermitOp::create(b, loc);
+    });
+    ifThen(isLeader, [&] {
+      NVVM::MBarrierInitOp::create(b, loc, sharedPtr(kSmemBarrier), int32(1),
+                                   /*predicate=*/Value());
+    });
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::BEFORE_THREAD_SYNC);
+    NVVM::Barrier0Op::create(b, loc);
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+    tmemBase = LLVM::LoadOp::create(b, loc, i32(), sharedPtr(kSmemTmemSlot));
+    // This warp's TMEM lane quarter, in the lane field (bits 16-31).
+    laneBase = arith::ShLIOp::create(
+        b, loc,
+        arith::IndexCastOp::create(b, loc, i32(), mul(div(tid, 32), idx(32))),
+        int32(16));
+
+    Value rowsEnd = idx(g.rows);
+    Value tileEnd = add(m0, idx(kTileM));
+    SmallVector<Value> state = forLoop(
+        0, idx(g.experts), {int32(0), boolean(false)},
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          // Clamped group bounds, as the reference computes them.
+          Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
+          Value hi =
+              toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
+          lo = minS(maxS(lo, idx(0)), rowsEnd);
+          hi = minS(maxS(hi, lo), rowsEnd);
+          Value meets =
+              cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd)); // CTA-uniform
+          return ifElse(
+              TypeRange{i32(), i1()}, meets,
+              [&]() -> SmallVector<Value> {
+                Value phase = forLoop(
+                    0, idx(g.k / kTileK), {carried[0]},
+                    [&](Value stage, ValueRange ph) -> SmallVector<Value> {
+                      loadStage(e, stage);
+                      NVVM::FenceProxyOp::create(
+                          b, loc, NVVM::ProxyKind::async_shared,
+                          NVVM::SharedSpaceAttr::get(
+                              b.getContext(), NVVM::SharedSpace::shared_cta));
+                      NVVM::Barrier0Op::create(b, loc);
+                      ifThen(isLeader, [&] { issueStage(stage); });
+                      // The MMAs have read shared memory and written
+                      // the accumulator once this phase completes.
+                      NVVM::MBarrierTryWaitParityOp::create(
+                          b, loc, sharedPtr(kSmemBarrier), ph[0],
+                          int32(kWaitTicks));
+                      return {arith::XOrIOp::create(b, loc, ph[0], int32(1))};
+                    })[0];
+                Value inGroup =
+                    land(cmp(P::sle, lo, row), cmp(P::slt, row, hi));
+                storeRow(inGroup);
+                return {phase, lor(carried[1], inGroup)};
+              },
+              [&]() -> SmallVector<Value> {
+                return {carried[0], carried[1]};
+              });
+        });
+
+    // Rows of the tile in no group are zero.
+    Value uncovered =
+        land(arith::XOrIOp::create(b, loc, state[1], boolean(true)),
+             cmp(P::slt, row, rowsEnd));
+    ifThen(uncovered, [&] {
+      Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+      forLoop(0, kTileN, [&](Value c) {
+        memref::StoreOp::create(b, loc, zero, out, ValueRange{row, add(n0, c)});
+      });
+    });
+
+    // Free the tensor memory once every warp is done with it.
+    NVVM::Tcgen05FenceOp::create(b, loc,
+                                 NVVM::Tcgen05FenceKind::BEFORE_THREAD_SYNC);
+    NVVM::Barrier0Op::create(b, loc);
+    ifThen(isWarp0, [&] {
+      NVVM::Tcgen05FenceOp::create(b, loc,
+                                   NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+      NVVM::Tcgen05DeallocOp::create(b, loc, tmemPtr(nullptr, 0),
+                                     int32(kTmemCols));
+    });
+  }
+};
+
+/// The private function computing one grouped GEMM shape (see the header):
+/// (A data, A scales, B data, B scales, offsets) -> result.
+func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
+                                       const BlockScaledGemm &g,
+                                       ArrayRef<Type> argTypes,
+                                       RankedTensorType resultType,
+                                       Location loc) {
+  MLIRContext *ctx = module.getContext();
+  auto type = FunctionType::get(ctx, argTypes, resultType);
+  std::string name = g.name();
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    if (existing.getFunctionType() == type &&
+        existing->hasAttr("moe.dedicated_kernel"))
+      return existing;
+
+  auto func = func::FuncOp::create(loc, name, type);
+  func.setPrivate();
+  func->setAttr("moe.dedicated_kernel",
+                StringAttr::get(ctx, "tcgen05.mma.block_scale mxf8f6f4"));
+  symbols.insert(func); // renamed if the name is taken
+  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
+
+  SmallVector<Value> buffers;
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    buffers.push_back(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
+        /*read_only=*/true));
+  }
+  auto outType =
+      MemRefType::get(resultType.getShape(), resultType.getElementType());
+  Value out = memref::AllocOp::create(b, loc, outType);
+
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(llvm::divideCeil(g.rows, kTileM)), c(g.n / kTileN), one,
+      c(kThreads), one, one,
+      arith::ConstantIntOp::create(b, loc, kSmemBytes, 32));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&launch.getBody().front());
+    KernelEmitter k{b,          loc,        g,          buffers[0], buffers[1],
+                    buffers[2], buffers[3], buffers[4], out};
+    k.emit(launch);
+    gpu::TerminatorOp::create(b, loc);
+  }
+  Value result = bufferization::ToTensorOp::create(
+      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b, loc, result);
+  return func;
+}
+
+struct MoEGPUDedicatedKernelsPass
+    : moe::impl::MoEGPUDedicatedKernelsBase<MoEGPUDedicatedKernelsPass> {
+  using MoEGPUDedicatedKernelsBase::MoEGPUDedicatedKernelsBase;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    MoEGPUDedicatedKernelsBase::getDependentDialects(registry);
+    registry.addExtension(declareNVVMMemoryEffects);
+  }
+
+  void runOnOperation() override {
+    if (!hasDedicatedGPUKernels(chip))
+      return;
+    ModuleOp module = getOperation();
+    SymbolTable symbols(module);
+    SmallVector<GroupedMatmulOp> candidates;
+    for (auto func : module.getOps<func::FuncOp>())
+      func.walk([&](GroupedMatmulOp op) { candidates.push_back(op); });
+
+    for (GroupedMatmulOp op : candidates) {
+      std::optional<BlockScaledGemm> gemm = matchBlockScaledGemm(op);
+      if (!gemm)
+        continue;
+      auto lhs = cast<MXTensorType>(op.getLhs().getType());
+      auto rhs = cast<MXTensorType>(op.getRhs().getType());
+      SmallVector<Type> argTypes = {lhs.getDataType(), lhs.getScalesType(),
+                                    rhs.getDataType(), rhs.getScalesType(),
+                                    op.getOffsets().getType()};
+      func::FuncOp kernel = getOrCreateKernelFunction(
+          module, symbols, *gemm, argTypes, op.getType(), op.getLoc());
+
+      OpBuilder b(op);
+      Location loc = op.getLoc();
+      auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
+                                         lhs.getScalesType(), op.getLhs());
+      auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
+                                         rhs.getScalesType(), op.getRhs());
+      auto call = func::CallOp::create(
+          b, loc, kernel,
+          ValueRange{lhsParts.getData(), lhsParts.getScales(),
+                     rhsParts.getData(), rhsParts.getScales(),
+                     op.getOffsets()});
+      op.getResult().replaceAllUsesWith(call.getResult(0));
+      op.erase();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,171 @@
+//===- Comm.h - libmoert's communication layer ------------------*- C++ -*-===//
+//
+// The collectives expert-parallel programs need, over a communicator of N
+// ranks (one process each):
+//
+//   allToAllV    variable-size exchange of rows: counts first, then rows
+//   allReduce    element-wise sum (f32, f64, bf16, f16, i32, i64)
+//   barrier, abort
+//
+// Backends: "mpi" (MPI_COMM_WORLD, when libmoert was built with MPI) and
+// "self" (one rank, nothing to exchange). The interface takes plain host
+// pointers; the NCCL backend will implement the same operations on device
+// buffers and a stream.
+//
+// Launch: `mpirun -np N prog` or a torchrun-style environment (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). With MPI, RANK and
+// WORLD_SIZE, when set, must agree with MPI's view; a variable that is
+// malformed, inconsistent or missing (RANK without WORLD_SIZE, ...) is an
+// error naming it. MOERT_COMM_BACKEND=auto|mpi|self picks the backend (auto:
+// mpi under an MPI launcher or with WORLD_SIZE > 1, else self).
+//
+// Faults: every collective is non-blocking underneath and polled against a
+// deadline, MOERT_COMM_TIMEOUT seconds (default 300). A rank that does not
+// arrive in time is named with the collective (`all_to_all #3 (f32 rows):
+// timed out after 300 s waiting for rank 1`) and the whole job is aborted
+// (MPI_Abort): no rank hangs forever. MPI errors are returned, not fatal
+// inside MPI, and reported by name. For tests, MOERT_TEST_FAIL_RANK=r makes
+// rank r exit (status 3, no finalization, as if it crashed) and
+// MOERT_TEST_STALL_RANK=r makes rank r sleep (MOERT_TEST_STALL_SECONDS,
+// default 3600) at collective MOERT_TEST_FAULT_AT (default 1).
+//
+// The communicator is created on first use (MPI_Init_thread unless MPI is
+// already initialized) and finalized at exit.
+//
+// GPUs (to come): the same C entry points receive device buffers from GPU
+// artifacts. An NCCL backend implements Communicator with a stream argument:
+// counts exchanged with ncclAllToAll-style ncclSend/ncclRecv groups and
+// copied to the host (the row counts size the row exchange), rows with a
+// second group, sums with ncclAllReduce; the deadline is kept by polling
+// ncclCommGetAsyncError and ending with ncclCommAbort. Its bootstrap (the
+// ncclUniqueId) goes through MPI when launched by mpirun, or through a TCP
+// store at MASTER_ADDR:MASTER_PORT in a torchrun-style launch.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_COMM_H
+#define MOERT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#include <string>
+
+namespace moert::comm {
+
+/// Element types the reductions know.
+enum class DType { F32, F64, BF16, F16, I32, I64 };
+const char *name(DType type);
+size_t bytes(DType type);
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual const char *backend() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// Variable-size exchange of rows of `rowBytes` bytes. `sendCounts` has
+  /// `slots * size()` entries: `slots` consecutive counts per destination
+  /// rank, in rank order; the rows of `send` go out in that order.
+  /// `recvCounts` (same length) receives, at `src * slots + j`, what rank
+  /// `src` sent for slot `j`; `recv` the rows, by source rank then slot, and
+  /// zeros beyond the received ones. More rows than `recvCapacity`, or send
+  /// counts that are negative or exceed `sendRows`, are errors naming the
+  /// sizes. `what` names the collective in messages ("f32 rows").
+  virtual void allToAllV(const void *send, int64_t sendRows,
+                         const int32_t *sendCounts, int64_t slots,
+                         int64_t rowBytes, void *recv, int64_t recvCapacity,
+                         int32_t *recvCounts, const char *what) = 0;
+
+  /// out[i] = sum over ranks of in[i]; `in` may equal `out`. bf16 and f16
+  /// are summed in f32 and rounded once (to nearest even).
+  virtual void allReduceSum(const void *in, void *out, int64_t count,
+                            DType type) = 0;
+
+  virtual void barrier() = 0;
+
+  /// Prints `message` (prefixed with the rank) and ends every rank of the
+  /// job with `code`. Never returns.
+  [[noreturn]] virtual void abort(int code, const std::string &message) = 0;
+};
+
+/// The world communicator, created on first use. Launch errors (bad
+/// environment, a backend that is not built) print a message and exit 1.
+Communicator &world();
+
+/// Seconds a collective may wait for the other ranks (MOERT_COMM_TIMEOUT).
+double timeoutSeconds();
+
+} // namespace moert::comm
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// --- what compiled programs call (-convert-moe-to-runtime) ---
+//
+// Memref arguments are MLIR's C-interface descriptors (a pointer to
+// {allocated, aligned, offset, sizes[rank], strides[rank]}), rows contiguous;
+// the `_mlir_ciface_` prefix is MLIR's name for a function taking them (the
+// program's declaration `func.func private @moert_all_to_all_f32(...)
+// attributes {llvm.emit_c_interface}` calls it). `group_size` is the number
+// of ranks the program was compiled for (its shard.grid); it must equal the
+// number launched.
+
+struct moert_memref1d {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t sizes[1];
+  int64_t strides[1];
+};
+struct moert_memref2d {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t sizes[2];
+  int64_t strides[2];
+};
+
+/// moe.all_to_all: rows [R, H] and send counts [C] (C/P per destination
+/// rank) in; received rows [R2, H] (source rank then slot, zero-filled) and
+/// received counts [C] out.
+#define MOERT_DECLARE_ALL_TO_ALL(T)                                            \
+  void _mlir_ciface_moert_all_to_all_##T(                                      \
+      struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      int64_t group_size);
+MOERT_DECLARE_ALL_TO_ALL(f32)
+MOERT_DECLARE_ALL_TO_ALL(bf16)
+MOERT_DECLARE_ALL_TO_ALL(f16)
+MOERT_DECLARE_ALL_TO_ALL(f64)
+#undef MOERT_DECLARE_ALL_TO_ALL
+
+/// shard.all_reduce (sum), on the flattened tensor: result = sum of input.
+#define MOERT_DECLARE_ALL_REDUCE(T)                                            \
+  void _mlir_ciface_moert_all_reduce_sum_##T(struct moert_memref1d *input,    \
+                                             struct moert_memref1d *result,   \
+                                             int64_t group_size);
+MOERT_DECLARE_ALL_REDUCE(f32)
+MOERT_DECLARE_ALL_REDUCE(f64)
+MOERT_DECLARE_ALL_REDUCE(bf16)
+MOERT_DECLARE_ALL_REDUCE(f16)
+MOERT_DECLARE_ALL_REDUCE(i32)
+MOERT_DECLARE_ALL_REDUCE(i64)
+#undef MOERT_DECLARE_ALL_REDUCE
+
+/// shard.process_linear_index of a 1-d grid: this process's rank.
+int32_t moert_comm_rank(void);
+/// The number of ranks launched.
+int32_t moert_comm_size(void);
+void moert_comm_barrier(void);
+/// Ends every rank with `code` after printing `message`.
+void moert_comm_abort(int32_t code, const char *message);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

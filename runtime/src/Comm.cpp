@@ -1,0 +1,478 @@
+//===- Comm.cpp - launch environment, backend choice, C entry points ------===//
+
+#include "CommImpl.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace moert::comm {
+
+const char *name(DType type) {
+  switch (type) {
+  case DType::F32: return "f32";
+  case DType::F64: return "f64";
+  case DType::BF16: return "bf16";
+  case DType::F16: return "f16";
+  case DType::I32: return "i32";
+  case DType::I64: return "i64";
+  }
+  return "?";
+}
+
+size_t bytes(DType type) {
+  switch (type) {
+  case DType::F64:
+  case DType::I64: return 8;
+  case DType::BF16:
+  case DType::F16: return 2;
+  default: return 4;
+  }
+}
+
+const char *name(Kind kind) {
+  switch (kind) {
+  case Kind::AllToAll: return "all_to_all";
+  case Kind::AllReduce: return "all_reduce_sum";
+  case Kind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+void fatal(const std::string &message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "moert: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+namespace {
+
+/// A non-negative integer variable; -1 when unset. Anything else is an error
+/// naming the variable.
+int intVar(const char *var) {
+  const char *value = std::getenv(var);
+  if (!value)
+    return -1;
+  char *end = nullptr;
+  errno = 0;
+  long v = std::strtol(value, &end, 10);
+  if (!*value || *end || errno || v < 0 || v > (1 << 24))
+    fatal(std::string(var) + "='" + value +
+          "' is not a non-negative integer");
+  return int(v);
+}
+
+LaunchEnv readLaunchEnv() {
+  LaunchEnv env;
+  env.rank = intVar("RANK");
+  env.worldSize = intVar("WORLD_SIZE");
+  env.localRank = intVar("LOCAL_RANK");
+  // MPI launchers announce themselves (Open MPI, PMIx, MPICH/hydra, Slurm).
+  for (auto [var, sizeVar] :
+       {std::pair<const char *, const char *>{"OMPI_COMM_WORLD_SIZE",
+                                              "OMPI_COMM_WORLD_SIZE"},
+        {"PMIX_RANK", nullptr},
+        {"PMI_SIZE", "PMI_SIZE"},
+        {"PMI_RANK", nullptr}}) {
+    if (std::getenv(var)) {
+      env.mpiLauncherVar = var;
+      if (sizeVar)
+        env.mpiLauncherSize = intVar(sizeVar);
+      break;
+    }
+  }
+  if (env.worldSize == 0)
+    fatal("WORLD_SIZE=0: there must be at least one rank");
+  // Under an MPI launcher, MPI gives the rank (RANK/WORLD_SIZE, if set, are
+  // checked against it); otherwise both must be set together.
+  if (env.worldSize > 0 && env.rank < 0 && !env.mpiLauncherVar)
+    fatal("RANK is not set, but WORLD_SIZE=" + std::to_string(env.worldSize) +
+          " is: set RANK to this process's rank (0.." +
+          std::to_string(env.worldSize - 1) + ")");
+  if (env.rank >= 0 && env.worldSize < 0 && !env.mpiLauncherVar)
+    fatal("WORLD_SIZE is not set, but RANK=" + std::to_string(env.rank) +
+          " is: set WORLD_SIZE to the number of ranks");
+  if (env.rank >= 0 && env.worldSize > 0 && env.rank >= env.worldSize)
+    fatal("RANK=" + std::to_string(env.rank) + " is not below WORLD_SIZE=" +
+          std::to_string(env.worldSize));
+  if (env.localRank >= 0 && env.worldSize > 0 && env.localRank >= env.worldSize)
+    fatal("LOCAL_RANK=" + std::to_string(env.localRank) +
+          " is not below WORLD_SIZE=" + std::to_string(env.worldSize));
+  if (const char *port = std::getenv("MASTER_PORT")) {
+    int p = intVar("MASTER_PORT");
+    if (p < 1 || p > 65535)
+      fatal(std::string("MASTER_PORT='") + port + "' is not a port (1..65535)");
+  }
+  if (const char *addr = std::getenv("MASTER_ADDR"); addr && !*addr)
+    fatal("MASTER_ADDR is set but empty");
+  return env;
+}
+
+/// One rank: every exchange is a copy.
+class SelfComm final : public Communicator {
+public:
+  const char *backend() const override { return "self"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+
+  void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    std::string label = seq.enter(0, Kind::AllToAll, what);
+    int64_t total = checkSendCounts(*this, label, sendRows, sendCounts, slots);
+    if (total > recvCapacity)
+      abort(1, label + ": receives " + std::to_string(total) +
+                   " rows but the result holds " +
+                   std::to_string(recvCapacity));
+    std::memmove(recvCounts, sendCounts, size_t(slots) * sizeof(int32_t));
+    std::memmove(recv, send, size_t(total * rowBytes));
+    std::memset(static_cast<char *>(recv) + total * rowBytes, 0,
+                size_t((recvCapacity - total) * rowBytes));
+  }
+
+  void allReduceSum(const void *in, void *out, int64_t count,
+                    DType type) override {
+    seq.enter(0, Kind::AllReduce, name(type));
+    if (in != out)
+      std::memmove(out, in, size_t(count) * bytes(type));
+  }
+
+  void barrier() override { seq.enter(0, Kind::Barrier, ""); }
+
+  [[noreturn]] void abort(int code, const std::string &message) override {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moert: rank 0: %s\n", message.c_str());
+    std::fflush(stderr);
+    std::exit(code);
+  }
+
+private:
+  Sequence seq;
+};
+
+std::unique_ptr<Communicator> create() {
+  const LaunchEnv &env = launchEnv();
+  std::string backend = "auto";
+  if (const char *b = std::getenv("MOERT_COMM_BACKEND"))
+    backend = b;
+  if (backend != "auto" && backend != "mpi" && backend != "self")
+    fatal("MOERT_COMM_BACKEND='" + backend + "' is not one of auto, mpi, self");
+  bool wantMpi = backend == "mpi" ||
+                 (backend == "auto" &&
+                  (env.mpiLauncherVar || env.worldSize > 1));
+  if (backend == "self" && (env.worldSize > 1 || env.mpiLauncherSize > 1))
+    fatal("MOERT_COMM_BACKEND=self runs one rank, but " +
+          std::string(env.worldSize > 1 ? "WORLD_SIZE" : env.mpiLauncherVar) +
+          "=" +
+          std::to_string(env.worldSize > 1 ? env.worldSize
+                                           : env.mpiLauncherSize) +
+          " ranks were launched");
+  if (!wantMpi)
+    return std::make_unique<SelfComm>();
+#ifdef MOERT_HAVE_MPI
+  if (env.worldSize > 1 && !env.mpiLauncherVar)
+    fatal("WORLD_SIZE=" + std::to_string(env.worldSize) +
+          " asks for several ranks, but this process was not started by an "
+          "MPI launcher: the MPI backend cannot meet the other ranks through "
+          "MASTER_ADDR/MASTER_PORT; start the ranks with `mpirun -np " +
+          std::to_string(env.worldSize) + "` (-H or --hostfile for several hosts)");
+  return createMpiCommunicator(env);
+#else
+  fatal(std::string("this program needs the MPI communication backend (") +
+        (backend == "mpi" ? "MOERT_COMM_BACKEND=mpi"
+         : env.mpiLauncherVar
+             ? std::string("launched by an MPI launcher: ") + env.mpiLauncherVar
+             : "WORLD_SIZE=" + std::to_string(env.worldSize)) +
+        "), but libmoert was built without MPI: install an MPI (Debian: "
+        "libopenmpi-dev openmpi-bin) and rebuild libmoert");
+#endif
+}
+
+double parseTimeout() {
+  const char *value = std::getenv("MOERT_COMM_TIMEOUT");
+  if (!value)
+    return 300.0;
+  char *end = nullptr;
+  double t = std::strtod(value, &end);
+  if (!*value || *end || !std::isfinite(t) || t <= 0)
+    fatal(std::string("MOERT_COMM_TIMEOUT='") + value +
+          "' is not a positive number of seconds");
+  return t;
+}
+
+int faultVar(const char *var) {
+  const char *value = std::getenv(var);
+  if (!value || !*value)
+    return -1;
+  return intVar(var);
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7FFFFFFF;
+  if (absx >= 0x7F800000) // Inf or NaN
+    return uint16_t(sign | 0x7C00 | (absx > 0x7F800000 ? 0x200 : 0));
+  if (absx >= 0x477FF000) // rounds to >= 65536: overflow to Inf
+    return uint16_t(sign | 0x7C00);
+  if (absx < 0x38800000) { // below the smallest normal half: subnormal
+    // value * 2^24 rounded to an integer (nearest even).
+    float a;
+    std::memcpy(&a, &absx, 4);
+    float scaled = a * 16777216.0f; // exact: a power of two
+    float r = std::nearbyint(scaled);  // default rounding: nearest even
+    return uint16_t(sign | uint32_t(r));
+  }
+  uint32_t mant = absx & 0x7FFFFF;
+  uint32_t exp = (absx >> 23) - 127 + 15;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
+    ++h; // may carry into the exponent: still right
+  return uint16_t(sign | h);
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(float(mant), -24);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    b |= sign;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  uint32_t b = exp == 31 ? (sign | 0x7F800000 | (mant << 13))
+                         : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+} // namespace
+
+const LaunchEnv &launchEnv() {
+  static LaunchEnv env = readLaunchEnv();
+  return env;
+}
+
+double timeoutSeconds() {
+  static double t = parseTimeout();
+  return t;
+}
+
+Communicator &world() {
+  static Communicator *comm = [] {
+    timeoutSeconds(); // a bad MOERT_COMM_TIMEOUT fails before any exchange
+    return create().release();
+  }();
+  return *comm;
+}
+
+std::string Sequence::enter(int rank, Kind kind, const char *what) {
+  ++total;
+  uint64_t n = ++perKind[int(kind)];
+  std::string label = std::string(name(kind)) + " #" + std::to_string(n);
+  if (what && *what)
+    label += std::string(" (") + what + ")";
+  static const int failRank = faultVar("MOERT_TEST_FAIL_RANK");
+  static const int stallRank = faultVar("MOERT_TEST_STALL_RANK");
+  static const int at = faultVar("MOERT_TEST_FAULT_AT");
+  if ((rank == failRank || rank == stallRank) &&
+      total == uint64_t(at < 0 ? 1 : at)) {
+    std::fflush(stdout);
+    if (rank == failRank) {
+      std::fprintf(stderr,
+                   "moert: rank %d: MOERT_TEST_FAIL_RANK: exiting at %s\n",
+                   rank, label.c_str());
+      std::fflush(stderr);
+      ::_exit(3); // as if it crashed: no finalization, no exit handlers
+    }
+    int seconds = faultVar("MOERT_TEST_STALL_SECONDS");
+    std::fprintf(stderr,
+                 "moert: rank %d: MOERT_TEST_STALL_RANK: sleeping %d s at %s\n",
+                 rank, seconds < 0 ? 3600 : seconds, label.c_str());
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::seconds(seconds < 0 ? 3600 : seconds));
+  }
+  return label;
+}
+
+int64_t checkSendCounts(Communicator &comm, const std::string &label,
+                        int64_t sendRows, const int32_t *sendCounts,
+                        int64_t count) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (sendCounts[i] < 0)
+      comm.abort(1, label + ": send count #" + std::to_string(i) + " is " +
+                        std::to_string(sendCounts[i]));
+    total += sendCounts[i];
+  }
+  if (total > sendRows)
+    comm.abort(1, label + ": the send counts add up to " +
+                      std::to_string(total) + " rows but the input has " +
+                      std::to_string(sendRows));
+  return total;
+}
+
+float toFloat(const void *p, DType type, int64_t i) {
+  if (type == DType::BF16) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const char *>(p) + 2 * i, 2);
+    uint32_t b = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const char *>(p) + 2 * i, 2);
+  return halfToFloat(h);
+}
+
+void fromFloat(void *p, DType type, int64_t i, float value) {
+  uint16_t h;
+  if (type == DType::BF16) {
+    uint32_t b;
+    std::memcpy(&b, &value, 4);
+    if ((b & 0x7FFFFFFF) > 0x7F800000)
+      h = uint16_t((b >> 16) | 0x40); // NaN stays NaN
+    else
+      h = uint16_t((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+  } else {
+    h = floatToHalf(value);
+  }
+  std::memcpy(static_cast<char *>(p) + 2 * i, &h, 2);
+}
+
+} // namespace moert::comm
+
+//===----------------------------------------------------------------------===//
+// C entry points
+//===----------------------------------------------------------------------===//
+
+using namespace moert::comm;
+
+namespace {
+
+Communicator &checkedWorld(const char *op, int64_t groupSize) {
+  Communicator &c = world();
+  if (groupSize != c.size())
+    c.abort(1, std::string(op) + ": the program was compiled for " +
+                   std::to_string(groupSize) +
+                   " ranks (its shard.grid), but " + std::to_string(c.size()) +
+                   " were launched (" + c.backend() + " backend)");
+  return c;
+}
+
+template <typename T> T *data(const moert_memref1d *m) {
+  return static_cast<T *>(m->aligned) + m->offset;
+}
+
+void checkContiguous(Communicator &c, const char *op, const char *what,
+                     const moert_memref1d *m) {
+  if (m->sizes[0] > 1 && m->strides[0] != 1)
+    c.abort(1, std::string(op) + ": " + what + " is not contiguous (stride " +
+                   std::to_string(m->strides[0]) + ")");
+}
+
+void checkRows(Communicator &c, const char *op, const char *what,
+               const moert_memref2d *m) {
+  if ((m->sizes[1] > 1 && m->strides[1] != 1) ||
+      (m->sizes[0] > 1 && m->strides[0] != m->sizes[1]))
+    c.abort(1, std::string(op) + ": " + what +
+                   " does not hold contiguous rows (strides " +
+                   std::to_string(m->strides[0]) + ", " +
+                   std::to_string(m->strides[1]) + ")");
+}
+
+void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
+              moert_memref1d *sendCounts, moert_memref2d *result,
+              moert_memref1d *recvCounts, int64_t groupSize) {
+  std::string op = std::string("moert_all_to_all_") + dtype;
+  Communicator &c = checkedWorld(op.c_str(), groupSize);
+  checkRows(c, op.c_str(), "the input", input);
+  checkRows(c, op.c_str(), "the result", result);
+  checkContiguous(c, op.c_str(), "send_counts", sendCounts);
+  checkContiguous(c, op.c_str(), "recv_counts", recvCounts);
+  int64_t count = sendCounts->sizes[0];
+  if (input->sizes[1] != result->sizes[1])
+    c.abort(1, op + ": rows of " + std::to_string(input->sizes[1]) +
+                   " values in, " + std::to_string(result->sizes[1]) + " out");
+  if (recvCounts->sizes[0] != count || count % c.size() != 0)
+    c.abort(1, op + ": " + std::to_string(count) + " send counts and " +
+                   std::to_string(recvCounts->sizes[0]) +
+                   " receive counts; both must be the same multiple of the " +
+                   std::to_string(c.size()) + " ranks");
+  int64_t rowBytes = input->sizes[1] * int64_t(elementBytes);
+  std::string what = std::string(dtype) + " rows";
+  c.allToAllV(static_cast<char *>(input->aligned) + input->offset * elementBytes,
+              input->sizes[0], data<int32_t>(sendCounts), count / c.size(),
+              rowBytes,
+              static_cast<char *>(result->aligned) +
+                  result->offset * elementBytes,
+              result->sizes[0], data<int32_t>(recvCounts), what.c_str());
+}
+
+void allReduce(const char *dtype, DType type, moert_memref1d *input,
+               moert_memref1d *result, int64_t groupSize) {
+  std::string op = std::string("moert_all_reduce_sum_") + dtype;
+  Communicator &c = checkedWorld(op.c_str(), groupSize);
+  checkContiguous(c, op.c_str(), "the input", input);
+  checkContiguous(c, op.c_str(), "the result", result);
+  if (input->sizes[0] != result->sizes[0])
+    c.abort(1, op + ": " + std::to_string(input->sizes[0]) + " values in, " +
+                   std::to_string(result->sizes[0]) + " out");
+  size_t eb = bytes(type);
+  c.allReduceSum(static_cast<char *>(input->aligned) + input->offset * eb,
+                 static_cast<char *>(result->aligned) + result->offset * eb,
+                 input->sizes[0], type);
+}
+
+} // namespace
+
+extern "C" {
+
+#define MOERT_DEFINE_ALL_TO_ALL(T, BYTES)                                      \
+  void _mlir_ciface_moert_all_to_all_##T(                                      \
+      moert_memref2d *input, moert_memref1d *send_counts,                      \
+      moert_memref2d *result, moert_memref1d *recv_counts,                     \
+      int64_t group_size) {                                                    \
+    allToAll(#T, BYTES, input, send_counts, result, recv_counts, group_size);  \
+  }
+MOERT_DEFINE_ALL_TO_ALL(f32, 4)
+MOERT_DEFINE_ALL_TO_ALL(bf16, 2)
+MOERT_DEFINE_ALL_TO_ALL(f16, 2)
+MOERT_DEFINE_ALL_TO_ALL(f64, 8)
+#undef MOERT_DEFINE_ALL_TO_ALL
+
+#define MOERT_DEFINE_ALL_REDUCE(T, TYPE)                                       \
+  void _mlir_ciface_moert_all_reduce_sum_##T(                                  \
+      moert_memref1d *input, moert_memref1d *result, int64_t group_size) {     \
+    allReduce(#T, DType::TYPE, input, result, group_size);                     \
+  }
+MOERT_DEFINE_ALL_REDUCE(f32, F32)
+MOERT_DEFINE_ALL_REDUCE(f64, F64)
+MOERT_DEFINE_ALL_REDUCE(bf16, BF16)
+MOERT_DEFINE_ALL_REDUCE(f16, F16)
+MOERT_DEFINE_ALL_REDUCE(i32, I32)
+MOERT_DEFINE_ALL_REDUCE(i64, I64)
+#undef MOERT_DEFINE_ALL_REDUCE
+
+int32_t moert_comm_rank(void) { return world().rank(); }
+int32_t moert_comm_size(void) { return world().size(); }
+void moert_comm_barrier(void) { world().barrier(); }
+void moert_comm_abort(int32_t code, const char *message) {
+  world().abort(code, message ? message : "aborted");
+}
+
+} // extern "C"

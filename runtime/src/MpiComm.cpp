@@ -1,0 +1,470 @@
+//===- MpiComm.cpp - the MPI communication backend ------------------------===//
+//
+// Every collective is built from non-blocking MPI calls that are polled
+// against a deadline (MOERT_COMM_TIMEOUT): a rank that crashed or stalls is
+// noticed by the others, named in the message with the collective, and the
+// job is ended with MPI_Abort. MPI errors are returned (MPI_ERRORS_RETURN on
+// the communicator) and reported by name.
+//
+// all_to_all: each pair of ranks exchanges a small header (the collective's
+//   number and kind, the row size, the counts) with Isend/Irecv, then the
+//   rows; a header that does not match means the ranks run different
+//   programs and is an error.
+// all_reduce: MPI_Iallreduce (bf16/f16 in f32), with the same kind of header
+//   sent to every peer first, so a missing rank can be named.
+// barrier: the header exchange alone.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CommImpl.h"
+
+// The C API only (no MPI-2 C++ bindings, which need libmpi_cxx).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moert::comm {
+namespace {
+
+constexpr int kHeaderTag = 0x6d6f; // "mo"
+constexpr int kRowsTag = 0x6d70;
+
+/// What a rank tells each peer when it enters a collective.
+struct Header {
+  int64_t seq;      ///< collectives so far on the sender, this one included
+  int64_t kind;     ///< Kind
+  int64_t rowBytes; ///< all_to_all: bytes per row; all_reduce: element count
+  int64_t type;     ///< all_reduce: DType
+};
+
+std::string mpiError(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    std::snprintf(text, sizeof(text), "MPI error %d", rc);
+  int cls = 0;
+  MPI_Error_class(rc, &cls);
+  static const std::map<int, const char *> classes = {
+      {MPI_ERR_BUFFER, "MPI_ERR_BUFFER"},   {MPI_ERR_COUNT, "MPI_ERR_COUNT"},
+      {MPI_ERR_TYPE, "MPI_ERR_TYPE"},       {MPI_ERR_TAG, "MPI_ERR_TAG"},
+      {MPI_ERR_COMM, "MPI_ERR_COMM"},       {MPI_ERR_RANK, "MPI_ERR_RANK"},
+      {MPI_ERR_REQUEST, "MPI_ERR_REQUEST"}, {MPI_ERR_ROOT, "MPI_ERR_ROOT"},
+      {MPI_ERR_OP, "MPI_ERR_OP"},           {MPI_ERR_ARG, "MPI_ERR_ARG"},
+      {MPI_ERR_TRUNCATE, "MPI_ERR_TRUNCATE"},
+      {MPI_ERR_OTHER, "MPI_ERR_OTHER"},     {MPI_ERR_INTERN, "MPI_ERR_INTERN"},
+      {MPI_ERR_PENDING, "MPI_ERR_PENDING"},
+      {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS"},
+      {MPI_ERR_NO_MEM, "MPI_ERR_NO_MEM"}};
+  auto it = classes.find(cls);
+  std::string s = it != classes.end() ? it->second
+                                      : "MPI error class " + std::to_string(cls);
+  // Open MPI's strings start with the class name already.
+  if (std::strncmp(text, s.c_str(), s.size()) == 0)
+    return text;
+  return s + ": " + text;
+}
+
+class MpiComm final : public Communicator {
+public:
+  explicit MpiComm(const LaunchEnv &env) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED,
+                               &provided);
+      if (rc != MPI_SUCCESS)
+        fatal("MPI_Init_thread failed: " + mpiError(rc));
+      initializedHere = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup", "setup");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", "setup");
+    check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", "setup");
+    if (initializedHere)
+      std::atexit(finalizeAtExit);
+    self = this;
+    // A torchrun-style environment, if any, must describe the same job.
+    if (env.worldSize >= 0 && env.worldSize != size_)
+      abort(1, "WORLD_SIZE=" + std::to_string(env.worldSize) +
+                   " disagrees with MPI: the launcher started " +
+                   std::to_string(size_) + " processes");
+    if (env.rank >= 0 && env.rank != rank_)
+      abort(1, "RANK=" + std::to_string(env.rank) +
+                   " disagrees with MPI, which gives this process rank " +
+                   std::to_string(rank_));
+    if (const char *ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        ompi && env.localRank >= 0 && std::atoi(ompi) != env.localRank)
+      abort(1, "LOCAL_RANK=" + std::to_string(env.localRank) +
+                   " disagrees with the MPI launcher's local rank " + ompi);
+  }
+
+  const char *backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
+    // 1. Headers and counts: [Header, counts for that peer (int64)].
+    const int64_t words = 4 + slots;
+    std::vector<int64_t> out(size_t(size_ * words)), in(size_t(size_ * words));
+    for (int p = 0; p < size_; ++p) {
+      int64_t *h = &out[size_t(p * words)];
+      h[0] = int64_t(seq.total);
+      h[1] = int64_t(Kind::AllToAll);
+      h[2] = rowBytes;
+      h[3] = slots;
+      for (int64_t j = 0; j < slots; ++j)
+        h[4 + j] = sendCounts[p * slots + j];
+    }
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> isRecv;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_)
+        continue;
+      reqs.emplace_back();
+      check(MPI_Irecv(&in[size_t(p * words)], int(words), MPI_INT64_T, p,
+                      kHeaderTag, comm, &reqs.back()),
+            "MPI_Irecv", label);
+      peers.push_back(p);
+      isRecv.push_back(true);
+    }
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_)
+        continue;
+      reqs.emplace_back();
+      check(MPI_Isend(&out[size_t(p * words)], int(words), MPI_INT64_T, p,
+                      kHeaderTag, comm, &reqs.back()),
+            "MPI_Isend", label);
+      peers.push_back(p);
+      isRecv.push_back(false);
+    }
+    std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
+    wait(reqs, peers, isRecv, label, "counts");
+    for (int p = 0; p < size_; ++p) {
+      const int64_t *h = &in[size_t(p * words)];
+      checkHeader(p, h, Kind::AllToAll, label);
+      if (h[2] != rowBytes || h[3] != slots)
+        abort(1, label + ": rank " + std::to_string(p) + " sends " +
+                     std::to_string(h[3]) + " counts per rank and rows of " +
+                     std::to_string(h[2]) + " bytes, this rank expects " +
+                     std::to_string(slots) + " and " +
+                     std::to_string(rowBytes) + " (different programs?)");
+    }
+    // 2. Where the rows go and come from.
+    std::vector<int64_t> sendRowsTo(size_, 0), recvRowsFrom(size_, 0);
+    int64_t received = 0;
+    for (int p = 0; p < size_; ++p)
+      for (int64_t j = 0; j < slots; ++j) {
+        int64_t n = in[size_t(p * words + 4 + j)];
+        if (n < 0 || n > INT32_MAX)
+          abort(1, label + ": rank " + std::to_string(p) +
+                       " announces a count of " + std::to_string(n));
+        recvCounts[p * slots + j] = int32_t(n);
+        recvRowsFrom[p] += n;
+        received += n;
+        sendRowsTo[p] += sendCounts[p * slots + j];
+      }
+    if (received > recvCapacity) {
+      std::string from;
+      for (int p = 0; p < size_; ++p)
+        from += (p ? ", " : "") + std::to_string(recvRowsFrom[p]) +
+                " from rank " + std::to_string(p);
+      abort(1, label + ": receives " + std::to_string(received) + " rows (" +
+                   from + ") but the result holds " +
+                   std::to_string(recvCapacity) + " rows");
+    }
+    // 3. The rows, as rows of a contiguous type (counts stay small).
+    MPI_Datatype row = rowType(rowBytes, label);
+    reqs.clear();
+    peers.clear();
+    isRecv.clear();
+    const char *src = static_cast<const char *>(send);
+    char *dst = static_cast<char *>(recv);
+    int64_t at = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_ && recvRowsFrom[p] > 0) {
+        for (int64_t done = 0; done < recvRowsFrom[p];) {
+          int n = int(std::min<int64_t>(recvRowsFrom[p] - done, INT_MAX));
+          reqs.emplace_back();
+          check(MPI_Irecv(dst + (at + done) * rowBytes, n, row, p, kRowsTag,
+                          comm, &reqs.back()),
+                "MPI_Irecv", label);
+          peers.push_back(p);
+          isRecv.push_back(true);
+          done += n;
+        }
+      }
+      at += recvRowsFrom[p];
+    }
+    int64_t from = 0, selfAt = 0;
+    for (int p = 0; p < rank_; ++p)
+      selfAt += recvRowsFrom[p];
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) {
+        std::memcpy(dst + selfAt * rowBytes, src + from * rowBytes,
+                    size_t(sendRowsTo[p] * rowBytes));
+      } else if (sendRowsTo[p] > 0) {
+        for (int64_t done = 0; done < sendRowsTo[p];) {
+          int n = int(std::min<int64_t>(sendRowsTo[p] - done, INT_MAX));
+          reqs.emplace_back();
+          check(MPI_Isend(src + (from + done) * rowBytes, n, row, p, kRowsTag,
+                          comm, &reqs.back()),
+                "MPI_Isend", label);
+          peers.push_back(p);
+          isRecv.push_back(false);
+          done += n;
+        }
+      }
+      from += sendRowsTo[p];
+    }
+    std::memset(dst + received * rowBytes, 0,
+                size_t((recvCapacity - received) * rowBytes));
+    wait(reqs, peers, isRecv, label, "rows");
+  }
+
+  void allReduceSum(const void *in, void *out, int64_t count,
+                    DType type) override {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string what =
+        std::string(name(type)) + ", " + std::to_string(count) + " values";
+    std::string label = seq.enter(rank_, Kind::AllReduce, what.c_str());
+    std::vector<Header> headers;
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> isRecv;
+    postHeaders(Kind::AllReduce, count, int64_t(type), label, headers, reqs,
+                peers, isRecv);
+    // bf16 / f16: summed in f32.
+    std::vector<float> wide;
+    void *buffer = out;
+    MPI_Datatype mpiType;
+    switch (type) {
+    case DType::F32: mpiType = MPI_FLOAT; break;
+    case DType::F64: mpiType = MPI_DOUBLE; break;
+    case DType::I32: mpiType = MPI_INT32_T; break;
+    case DType::I64: mpiType = MPI_INT64_T; break;
+    default:
+      mpiType = MPI_FLOAT;
+      wide.resize(size_t(count));
+      for (int64_t i = 0; i < count; ++i)
+        wide[size_t(i)] = toFloat(in, type, i);
+      buffer = wide.data();
+      break;
+    }
+    if (wide.empty() && in != out)
+      std::memcpy(out, in, size_t(count) * bytes(type));
+    size_t eb = wide.empty() ? bytes(type) : sizeof(float);
+    for (int64_t done = 0; done < count;) {
+      int n = int(std::min<int64_t>(count - done, INT_MAX));
+      reqs.emplace_back();
+      check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(buffer) + done * eb,
+                           n, mpiType, MPI_SUM, comm, &reqs.back()),
+            "MPI_Iallreduce", label);
+      peers.push_back(-1);
+      isRecv.push_back(true);
+      done += n;
+    }
+    wait(reqs, peers, isRecv, label, "values");
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        checkHeader(p, &headers[size_t(p)].seq, Kind::AllReduce, label);
+    if (!wide.empty())
+      for (int64_t i = 0; i < count; ++i)
+        fromFloat(out, type, i, wide[size_t(i)]);
+  }
+
+  void barrier() override {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string label = seq.enter(rank_, Kind::Barrier, "");
+    std::vector<Header> headers;
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> isRecv;
+    postHeaders(Kind::Barrier, 0, 0, label, headers, reqs, peers, isRecv);
+    wait(reqs, peers, isRecv, label, "arrival");
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        checkHeader(p, &headers[size_t(p)].seq, Kind::Barrier, label);
+  }
+
+  [[noreturn]] void abort(int code, const std::string &message) override {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    std::_Exit(code); // MPI_Abort does not return; in case it does
+  }
+
+private:
+  static void finalizeAtExit() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+      return;
+    if (self && self->comm != MPI_COMM_NULL) {
+      for (auto &[bytes, type] : self->rowTypes)
+        MPI_Type_free(&type);
+      MPI_Comm_free(&self->comm);
+    }
+    MPI_Finalize();
+  }
+
+  void check(int rc, const char *call, const std::string &label) {
+    if (rc == MPI_SUCCESS)
+      return;
+    abort(1, label + ": " + call + " failed: " + mpiError(rc));
+  }
+
+  MPI_Datatype rowType(int64_t rowBytes, const std::string &label) {
+    auto it = rowTypes.find(rowBytes);
+    if (it != rowTypes.end())
+      return it->second;
+    if (rowBytes > INT_MAX)
+      abort(1, label + ": rows of " + std::to_string(rowBytes) +
+                   " bytes are too large");
+    MPI_Datatype t;
+    check(MPI_Type_contiguous(int(rowBytes), MPI_BYTE, &t),
+          "MPI_Type_contiguous", label);
+    check(MPI_Type_commit(&t), "MPI_Type_commit", label);
+    rowTypes[rowBytes] = t;
+    return t;
+  }
+
+  /// Sends this rank's header to every peer and posts a receive for theirs.
+  void postHeaders(Kind kind, int64_t a, int64_t b, const std::string &label,
+                   std::vector<Header> &headers, std::vector<MPI_Request> &reqs,
+                   std::vector<int> &peers, std::vector<bool> &isRecv) {
+    headers.assign(size_t(size_) + 1, Header{});
+    Header &mine = headers[size_t(size_)];
+    mine = {int64_t(seq.total), int64_t(kind), a, b};
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_)
+        continue;
+      reqs.emplace_back();
+      check(MPI_Irecv(&headers[size_t(p)], 4, MPI_INT64_T, p, kHeaderTag, comm,
+                      &reqs.back()),
+            "MPI_Irecv", label);
+      peers.push_back(p);
+      isRecv.push_back(true);
+      reqs.emplace_back();
+      check(MPI_Isend(&mine, 4, MPI_INT64_T, p, kHeaderTag, comm, &reqs.back()),
+            "MPI_Isend", label);
+      peers.push_back(p);
+      isRecv.push_back(false);
+    }
+  }
+
+  /// Peers must be at the same collective of the same kind.
+  void checkHeader(int peer, const int64_t *h, Kind kind,
+                   const std::string &label) {
+    if (h[0] == int64_t(seq.total) && h[1] == int64_t(kind))
+      return;
+    const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
+    abort(1, label + ": rank " + std::to_string(peer) + " is at collective #" +
+                 std::to_string(h[0]) + " (" + theirs + "), this rank at #" +
+                 std::to_string(seq.total) + " (" + name(kind) +
+                 "): the ranks run different programs or call collectives in "
+                 "different orders");
+  }
+
+  /// Polls the requests until all complete or the deadline passes; then
+  /// names the ranks not heard from and aborts the job.
+  void wait(std::vector<MPI_Request> &reqs, const std::vector<int> &peers,
+            const std::vector<bool> &isRecv, const std::string &label,
+            const char *phase) {
+    if (reqs.empty())
+      return;
+    using clock = std::chrono::steady_clock;
+    double timeout = timeoutSeconds();
+    auto start = clock::now();
+    auto deadline = start + std::chrono::duration_cast<clock::duration>(
+                                std::chrono::duration<double>(timeout));
+    int spins = 0;
+    while (true) {
+      int done = 0;
+      int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done,
+                           MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS)
+        abort(1, label + ": waiting for " + phase + " failed: " + mpiError(rc));
+      if (done)
+        return;
+      if (clock::now() >= deadline)
+        break;
+      // Spin briefly (short exchanges), then sleep up to 1 ms between polls.
+      if (++spins > 64)
+        std::this_thread::sleep_for(std::chrono::microseconds(
+            std::min(1000, 10 * (spins - 64))));
+    }
+    // Who has not answered? Receives first: a missing peer never sends.
+    std::vector<int> missing, notReceiving;
+    bool collective = false;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      int flag = 0;
+      MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+      if (flag)
+        continue;
+      if (peers[i] < 0)
+        collective = true;
+      else if (isRecv[i])
+        missing.push_back(peers[i]);
+      else
+        notReceiving.push_back(peers[i]);
+    }
+    auto list = [](std::vector<int> v) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      std::string s = v.size() == 1 ? "rank " : "ranks ";
+      for (size_t i = 0; i < v.size(); ++i)
+        s += (i ? ", " : "") + std::to_string(v[i]);
+      return s;
+    };
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", timeout);
+    std::string who =
+        !missing.empty()        ? "waiting for " + list(missing)
+        : !notReceiving.empty() ? list(notReceiving) + " did not take its data"
+        : collective ? "every rank arrived but MPI did not complete the "
+                       "reduction"
+                     : "waiting";
+    abort(2, label + ": timed out after " + seconds + " s (MOERT_COMM_TIMEOUT) " +
+                 who + " (" + phase +
+                 "): that rank failed or stalls; aborting the job");
+  }
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  bool initializedHere = false;
+  std::mutex mu;
+  Sequence seq;
+  std::map<int64_t, MPI_Datatype> rowTypes;
+  static MpiComm *self;
+};
+
+MpiComm *MpiComm::self = nullptr;
+
+} // namespace
+
+std::unique_ptr<Communicator> createMpiCommunicator(const LaunchEnv &env) {
+  return std::make_unique<MpiComm>(env);
+}
+
+} // namespace moert::comm

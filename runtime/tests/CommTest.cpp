@@ -1,0 +1,202 @@
+//===- CommTest.cpp - libmoert's collectives on any number of ranks -------===//
+//
+//   mpirun -np N moert-comm-test               every check; "rank r: K checks, 0 failed"
+//   moert-comm-test overflow                   more rows arrive than fit (error)
+//   moert-comm-test bad-counts                 counts beyond the input (error)
+//   moert-comm-test group G                    a program compiled for G ranks
+//   moert-comm-test info                       "rank r of N (backend)"
+//
+// The exchanges go through the C entry points compiled programs call
+// (_mlir_ciface_moert_*), with memref descriptors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Comm.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace moert::comm;
+
+namespace {
+
+int checks = 0, failed = 0;
+int rank = 0, ranks = 1;
+
+void expect(bool ok, const std::string &what) {
+  ++checks;
+  if (!ok) {
+    ++failed;
+    std::printf("rank %d: FAIL %s\n", rank, what.c_str());
+  }
+}
+
+template <typename T> moert_memref1d vec(std::vector<T> &v) {
+  return {v.data(), v.data(), 0, {int64_t(v.size())}, {1}};
+}
+template <typename T> moert_memref2d mat(std::vector<T> &v, int64_t cols) {
+  return {v.data(), v.data(), 0, {int64_t(v.size()) / cols, cols}, {cols, 1}};
+}
+
+/// Rows rank `src` sends to `dst` for slot `j`.
+int count(int src, int dst, int j) { return (src + 2 * dst + j) % 3; }
+float value(int src, int dst, int j, int i, int c) {
+  return float(src * 1000 + dst * 100 + j * 10 + i) + float(c) / 8;
+}
+
+void allToAllCase(int slots, int cols, int extraRows) {
+  std::vector<int32_t> send(size_t(ranks * slots)), recvCounts(send.size(), -7);
+  std::vector<float> in;
+  for (int d = 0; d < ranks; ++d)
+    for (int j = 0; j < slots; ++j) {
+      send[size_t(d * slots + j)] = count(rank, d, j);
+      for (int i = 0; i < count(rank, d, j); ++i)
+        for (int c = 0; c < cols; ++c)
+          in.push_back(value(rank, d, j, i, c));
+    }
+  int64_t inRows = int64_t(in.size()) / cols + 1; // one spare row
+  in.resize(size_t(inRows * cols), -1.0f);
+  int64_t expectRows = 0;
+  for (int s = 0; s < ranks; ++s)
+    for (int j = 0; j < slots; ++j)
+      expectRows += count(s, rank, j);
+  std::vector<float> out(size_t((expectRows + extraRows) * cols), -5.0f);
+  auto a = mat(in, cols);
+  auto b = vec(send);
+  auto r = mat(out, cols);
+  auto rc = vec(recvCounts);
+  _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+  std::string label = "all_to_all slots=" + std::to_string(slots) +
+                      " cols=" + std::to_string(cols);
+  size_t at = 0;
+  bool countsOk = true, rowsOk = true;
+  for (int s = 0; s < ranks; ++s)
+    for (int j = 0; j < slots; ++j) {
+      countsOk &= recvCounts[size_t(s * slots + j)] == count(s, rank, j);
+      for (int i = 0; i < count(s, rank, j); ++i)
+        for (int c = 0; c < cols; ++c)
+          rowsOk &= out[at++] == value(s, rank, j, i, c);
+    }
+  bool zeros = true;
+  for (; at < out.size(); ++at)
+    zeros &= out[at] == 0.0f;
+  expect(countsOk, label + ": receive counts");
+  expect(rowsOk, label + ": rows by source rank, then slot");
+  expect(zeros, label + ": zeros beyond the received rows");
+}
+
+void allReduceCases() {
+  {
+    std::vector<float> in(37), out(37);
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = float(rank + 1) * float(i);
+    auto a = vec(in), b = vec(out);
+    _mlir_ciface_moert_all_reduce_sum_f32(&a, &b, ranks);
+    bool ok = true;
+    for (size_t i = 0; i < in.size(); ++i)
+      ok &= out[i] == float(ranks * (ranks + 1) / 2) * float(i);
+    expect(ok, "all_reduce_sum f32");
+  }
+  {
+    std::vector<double> v = {double(rank), 0.5};
+    auto a = vec(v);
+    _mlir_ciface_moert_all_reduce_sum_f64(&a, &a, ranks); // in place
+    expect(v[0] == ranks * (ranks - 1) / 2.0 && v[1] == 0.5 * ranks,
+           "all_reduce_sum f64 in place");
+  }
+  {
+    std::vector<int32_t> in = {rank, 1}, out(2);
+    auto a = vec(in), b = vec(out);
+    _mlir_ciface_moert_all_reduce_sum_i32(&a, &b, ranks);
+    expect(out[0] == ranks * (ranks - 1) / 2 && out[1] == ranks,
+           "all_reduce_sum i32");
+  }
+  {
+    std::vector<int64_t> in = {int64_t(1) << 40}, out(1);
+    auto a = vec(in), b = vec(out);
+    _mlir_ciface_moert_all_reduce_sum_i64(&a, &b, ranks);
+    expect(out[0] == (int64_t(1) << 40) * ranks, "all_reduce_sum i64");
+  }
+  {
+    // bf16: 1 + 2^-7 on every rank; summed in f32, rounded once.
+    std::vector<uint16_t> in = {0x3F81, 0xBF80}, out(2);
+    auto a = vec(in), b = vec(out);
+    _mlir_ciface_moert_all_reduce_sum_bf16(&a, &b, ranks);
+    float sum = float(ranks) * (1.0f + 1.0f / 128);
+    uint32_t bits;
+    std::memcpy(&bits, &sum, 4);
+    uint16_t expected = uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+    float neg = -float(ranks);
+    std::memcpy(&bits, &neg, 4);
+    expect(out[0] == expected && out[1] == uint16_t(bits >> 16),
+           "all_reduce_sum bf16");
+  }
+  {
+    // f16: 1.5 and 2^-24 (the smallest subnormal) on every rank.
+    std::vector<uint16_t> in = {0x3E00, 0x0001}, out(2);
+    auto a = vec(in), b = vec(out);
+    _mlir_ciface_moert_all_reduce_sum_f16(&a, &b, ranks);
+    // ranks * 1.5 is exact in f16 for small rank counts.
+    float s = 1.5f * float(ranks);
+    int e = 0;
+    float m = std::frexp(s, &e); // s = m * 2^e, m in [0.5, 1)
+    uint16_t expected =
+        uint16_t(((e - 1 + 15) << 10) | (uint16_t(std::ldexp(m, 11)) & 0x3FF));
+    expect(out[0] == expected && out[1] == uint16_t(ranks),
+           "all_reduce_sum f16 (normal and subnormal)");
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string mode = argc > 1 ? argv[1] : "all";
+  Communicator &comm = world();
+  rank = comm.rank();
+  ranks = comm.size();
+  if (mode == "info") {
+    std::printf("rank %d of %d (%s)\n", rank, ranks, comm.backend());
+    return 0;
+  }
+  if (mode == "group") {
+    int64_t g = argc > 2 ? std::atoll(argv[2]) : 0;
+    std::vector<float> v(4);
+    auto a = vec(v);
+    _mlir_ciface_moert_all_reduce_sum_f32(&a, &a, g);
+    std::printf("rank %d: no error\n", rank);
+    return 0;
+  }
+  if (mode == "overflow" || mode == "bad-counts") {
+    // Every rank sends 2 rows to every rank; the result holds fewer than
+    // 2 * ranks rows (overflow) or the counts exceed the input (bad-counts).
+    std::vector<float> in(size_t(2 * ranks * 4), 1.0f);
+    std::vector<int32_t> send(size_t(ranks), mode == "overflow" ? 2 : 3);
+    std::vector<int32_t> recv(static_cast<size_t>(ranks));
+    std::vector<float> out(size_t((2 * ranks - 1) * 4));
+    moert_memref2d a = mat(in, 4), r = mat(out, 4);
+    moert_memref1d b = vec(send), rc = vec(recv);
+    _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+    std::printf("rank %d: no error\n", rank);
+    return 0;
+  }
+  if (mode != "all") {
+    std::fprintf(stderr, "usage: moert-comm-test [info|overflow|bad-counts|group G]\n");
+    return 2;
+  }
+  allToAllCase(1, 3, 0);
+  allToAllCase(2, 5, 4);
+  allToAllCase(4, 1, 1);
+  allReduceCases();
+  comm.barrier();
+  expect(moert_comm_rank() == rank && moert_comm_size() == ranks,
+         "moert_comm_rank/size");
+  std::printf("rank %d: %d checks, %d failed\n", rank, checks, failed);
+  std::fflush(stdout);
+  int32_t total = failed;
+  comm.allReduceSum(&total, &total, 1, DType::I32);
+  return total ? 1 : 0;
+}

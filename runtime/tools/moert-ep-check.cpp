@@ -1,0 +1,516 @@
+//===- moert-ep-check.cpp - an expert-parallel layer equals one rank's ----===//
+//
+//   mpirun -np N moert-ep-check single.so ep.so [--seed S] [--function F]
+//                               [--replicate I,J,...] [--atol A] [--rtol R]
+//
+// single.so and ep.so are the same program compiled by moe-compile
+// --target=cpu, ep.so after `moe-opt --moe-expert-parallel=ep-size=N`. Every
+// rank draws the same random inputs (seed S) for the whole job:
+//
+//   - expert weights (arguments whose manifest line says `shard E L`): the
+//     full stack [E, ...]; the rank passes rows [r*L, (r+1)*L) to ep.so and
+//     all of them to single.so;
+//   - every other argument is data-parallel: a batch of N times its shape
+//     along the first dimension, of which rank r takes slice r (tokens,
+//     router logits); --replicate lists arguments that are the same on every
+//     rank instead (e.g. a router weight).
+//
+// Rank r then runs single.so on its slice with all experts, and ep.so on its
+// slice with its expert shard (its rows travel to the ranks owning their
+// experts and back), and compares the results: bit for bit by default
+// (an exact zero may differ in sign), else |ep - single| <= atol + rtol *
+// |single| (the manifest's tolerance or --atol/--rtol). Prints `rank r: ok`
+// or the first mismatches; exits 1 on every rank when any rank failed.
+//
+// Results marked `gradient_of I` in the manifest (moe.gradient_of) are
+// gradients of parameters: the reference is the sum over ranks of the
+// single-rank results (what the program's shard.all_reduce computes), and
+// for an expert shard's gradient this rank's rows of it (summed in another
+// order than the program does: within 1e-5 + 1e-4 |x| unless told).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Comm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using moert::comm::Communicator;
+
+namespace {
+
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t lo = 0, hi = 0;
+  bool hasRange = false;
+  int64_t experts = 0, local = 0; ///< `shard E L`
+  int64_t gradientOf = -1;        ///< `gradient_of I` (results)
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t elementBytes() const {
+    if (dtype == "f64" || dtype == "i64" || dtype == "index")
+      return 8;
+    if (dtype == "bf16" || dtype == "f16" || dtype == "i16")
+      return 2;
+    if (dtype == "f32" || dtype == "i32")
+      return 4;
+    return 1;
+  }
+  std::string str() const {
+    std::string s;
+    for (int64_t d : shape)
+      s += std::to_string(d) + "x";
+    return s + dtype;
+  }
+};
+
+struct Function {
+  std::string name;
+  std::vector<Tensor> args, results;
+  double atol = -1, rtol = -1;
+};
+
+std::vector<Function> parseManifest(const char *text) {
+  std::vector<Function> fns;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind == "function") {
+      fns.emplace_back();
+      ls >> fns.back().name;
+    } else if ((kind == "arg" || kind == "result") && !fns.empty()) {
+      Tensor t;
+      int rank = 0;
+      ls >> t.dtype >> rank;
+      t.shape.resize(size_t(rank));
+      for (auto &d : t.shape)
+        ls >> d;
+      std::string word;
+      while (ls >> word) {
+        if (word == "range") {
+          ls >> t.lo >> t.hi;
+          t.hasRange = true;
+        } else if (word == "shard") {
+          ls >> t.experts >> t.local;
+        } else if (word == "gradient_of") {
+          ls >> t.gradientOf;
+        }
+      }
+      (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);
+    } else if (kind == "tolerance" && !fns.empty()) {
+      ls >> fns.back().atol >> fns.back().rtol;
+    }
+  }
+  return fns;
+}
+
+std::vector<int64_t> descriptor(void *data, const Tensor &t) {
+  std::vector<int64_t> d = {int64_t(reinterpret_cast<intptr_t>(data)),
+                            int64_t(reinterpret_cast<intptr_t>(data)), 0};
+  for (int64_t s : t.shape)
+    d.push_back(s);
+  std::vector<int64_t> strides(t.shape.size());
+  int64_t stride = 1;
+  for (int i = int(t.shape.size()) - 1; i >= 0; --i) {
+    strides[size_t(i)] = stride;
+    stride *= t.shape[size_t(i)];
+  }
+  d.insert(d.end(), strides.begin(), strides.end());
+  return d;
+}
+
+float bf16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return uint16_t(bits >> 16);
+}
+
+double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
+  if (t.dtype == "f32") {
+    float f;
+    std::memcpy(&f, buf + i * 4, 4);
+    return f;
+  }
+  if (t.dtype == "f64") {
+    double f;
+    std::memcpy(&f, buf + i * 8, 8);
+    return f;
+  }
+  if (t.dtype == "bf16") {
+    uint16_t b;
+    std::memcpy(&b, buf + i * 2, 2);
+    return bf16ToFloat(b);
+  }
+  if (t.dtype == "i32") {
+    int32_t v;
+    std::memcpy(&v, buf + i * 4, 4);
+    return v;
+  }
+  if (t.dtype == "i64") {
+    int64_t v;
+    std::memcpy(&v, buf + i * 8, 8);
+    return double(v);
+  }
+  return buf[i];
+}
+
+bool isFloat(const Tensor &t) {
+  return t.dtype == "f32" || t.dtype == "f64" || t.dtype == "bf16" ||
+         t.dtype == "f16";
+}
+
+void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
+                std::mt19937_64 &rng) {
+  buf.assign(size_t(elements) * t.elementBytes(), 0);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < elements; ++i) {
+    if (t.hasRange) {
+      std::uniform_int_distribution<int64_t> u(t.lo, t.hi - 1);
+      int64_t v = u(rng);
+      if (t.elementBytes() == 8)
+        std::memcpy(&buf[size_t(i) * 8], &v, 8);
+      else {
+        int32_t w = int32_t(v);
+        std::memcpy(&buf[size_t(i) * 4], &w, 4);
+      }
+    } else if (t.dtype == "f32") {
+      float f = normal(rng);
+      std::memcpy(&buf[size_t(i) * 4], &f, 4);
+    } else if (t.dtype == "f64") {
+      double f = normal(rng);
+      std::memcpy(&buf[size_t(i) * 8], &f, 8);
+    } else if (t.dtype == "bf16") {
+      uint16_t b = floatToBf16(normal(rng));
+      std::memcpy(&buf[size_t(i) * 2], &b, 2);
+    } else {
+      for (size_t k = 0; k < t.elementBytes(); ++k)
+        buf[size_t(i) * t.elementBytes() + k] = uint8_t(rng());
+    }
+  }
+}
+
+using Entry = void (*)(...);
+
+void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
+  std::vector<void *> p;
+  if (results)
+    p.push_back(results);
+  for (auto &a : args)
+    p.push_back(a.data());
+  auto f = reinterpret_cast<Entry>(fn);
+  switch (p.size()) {
+  case 1: f(p[0]); break;
+  case 2: f(p[0], p[1]); break;
+  case 3: f(p[0], p[1], p[2]); break;
+  case 4: f(p[0], p[1], p[2], p[3]); break;
+  case 5: f(p[0], p[1], p[2], p[3], p[4]); break;
+  case 6: f(p[0], p[1], p[2], p[3], p[4], p[5]); break;
+  case 7: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6]); break;
+  case 8: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]); break;
+  case 9: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]); break;
+  case 10: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]); break;
+  case 11:
+    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10]);
+    break;
+  case 12:
+    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]);
+    break;
+  default:
+    moert::comm::world().abort(2, "moert-ep-check: at most 11 arguments");
+  }
+}
+
+size_t resultOffset(const Function &f, size_t i) {
+  size_t off = 0;
+  for (size_t k = 0; k < i; ++k)
+    off += (3 + 2 * f.results[k].shape.size()) * 8;
+  return off;
+}
+
+/// Calls `fn` and copies its results out.
+std::vector<std::vector<uint8_t>> run(void *handle, const Function &f,
+                                      std::vector<std::vector<uint8_t>> &inputs,
+                                      const std::vector<Tensor> &argTypes) {
+  std::string sym = "_mlir_ciface_" + f.name;
+  void *fn = dlsym(handle, sym.c_str());
+  if (!fn)
+    moert::comm::world().abort(2, "moert-ep-check: no " + sym);
+  std::vector<std::vector<int64_t>> descs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    descs.push_back(descriptor(inputs[i].data(), argTypes[i]));
+  size_t resultBytes = resultOffset(f, f.results.size());
+  std::vector<uint8_t> results(resultBytes + 8);
+  call(fn, f.results.empty() ? nullptr : results.data(), descs);
+  std::vector<std::vector<uint8_t>> out;
+  for (size_t i = 0; i < f.results.size(); ++i) {
+    int64_t *d = reinterpret_cast<int64_t *>(results.data() + resultOffset(f, i));
+    const Tensor &t = f.results[i];
+    size_t n = size_t(t.elements()) * t.elementBytes();
+    auto *aligned = reinterpret_cast<uint8_t *>(intptr_t(d[1]));
+    int64_t offset = d[2];
+    out.emplace_back(aligned + offset * int64_t(t.elementBytes()),
+                     aligned + offset * int64_t(t.elementBytes()) + n);
+  }
+  return out;
+}
+
+void *load(const char *path, const char **manifest) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    moert::comm::world().abort(
+        2, std::string("moert-ep-check: cannot load ") + path + ": " + dlerror());
+  *manifest = static_cast<const char *>(dlsym(h, "moe_manifest"));
+  if (!*manifest)
+    moert::comm::world().abort(2, std::string("moert-ep-check: ") + path +
+                                      " has no moe_manifest (not from "
+                                      "moe-compile?)");
+  return h;
+}
+
+bool dtypeOf(const std::string &s, moert::comm::DType &type) {
+  using moert::comm::DType;
+  if (s == "f32") type = DType::F32;
+  else if (s == "f64") type = DType::F64;
+  else if (s == "bf16") type = DType::BF16;
+  else if (s == "f16") type = DType::F16;
+  else if (s == "i32") type = DType::I32;
+  else if (s == "i64") type = DType::I64;
+  else return false;
+  return true;
+}
+
+std::string fmt(double v) {
+  char s[64];
+  std::snprintf(s, sizeof(s), "%.9g", v);
+  return s;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: mpirun -np N moert-ep-check single.so ep.so [--seed S] "
+                 "[--function F] [--replicate I,J] [--atol A] [--rtol R]\n");
+    return 2;
+  }
+  uint64_t seed = 1;
+  std::string only;
+  std::vector<bool> replicated(64, false);
+  double atolFlag = -1, rtolFlag = -1;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "moert-ep-check: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    std::string v = argv[++i];
+    if (a == "--seed")
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--function")
+      only = v;
+    else if (a == "--atol")
+      atolFlag = std::atof(v.c_str());
+    else if (a == "--rtol")
+      rtolFlag = std::atof(v.c_str());
+    else if (a == "--replicate") {
+      std::istringstream s(v);
+      std::string item;
+      while (std::getline(s, item, ','))
+        if (int k = std::atoi(item.c_str()); k >= 0 && k < 64)
+          replicated[size_t(k)] = true;
+    } else {
+      std::fprintf(stderr, "moert-ep-check: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+
+  Communicator &comm = moert::comm::world();
+  const int rank = comm.rank(), ranks = comm.size();
+  auto fail = [&](const std::string &m) { comm.abort(2, "moert-ep-check: " + m); };
+
+  const char *singleManifest, *epManifest;
+  void *single = load(argv[1], &singleManifest);
+  void *ep = load(argv[2], &epManifest);
+  std::vector<Function> singleFns = parseManifest(singleManifest);
+  std::vector<Function> epFns = parseManifest(epManifest);
+
+  int failures = 0, checked = 0;
+  std::string report;
+  for (const Function &fe : epFns) {
+    if (!only.empty() && fe.name != only)
+      continue;
+    const Function *fs = nullptr;
+    for (const Function &f : singleFns)
+      if (f.name == fe.name)
+        fs = &f;
+    if (!fs)
+      fail("@" + fe.name + " is in " + argv[2] + " but not in " + argv[1]);
+    if (fs->args.size() != fe.args.size() ||
+        fs->results.size() != fe.results.size())
+      fail("@" + fe.name + " has different signatures in the two artifacts");
+    ++checked;
+
+    // The whole job's inputs, drawn in argument order on every rank.
+    std::mt19937_64 rng(seed);
+    std::vector<std::vector<uint8_t>> singleIn, epIn;
+    for (size_t i = 0; i < fe.args.size(); ++i) {
+      const Tensor &ts = fs->args[i], &te = fe.args[i];
+      std::vector<uint8_t> global;
+      if (te.experts) {
+        // Stacked expert weights: all on the single rank, a shard here.
+        if (ts.shape.empty() || ts.shape[0] != te.experts ||
+            te.shape[0] != te.local)
+          fail("@" + fe.name + " argument #" + std::to_string(i) + ": " +
+               te.str() + " shard of " + std::to_string(te.experts) +
+               " experts does not match " + ts.str());
+        if (te.local * ranks != te.experts)
+          fail("@" + fe.name + " was compiled for " +
+               std::to_string(te.experts / te.local) +
+               " ranks (ep-size), but " + std::to_string(ranks) +
+               " were launched");
+        fillRandom(ts, ts.elements(), global, rng);
+        size_t per = size_t(te.elements()) * te.elementBytes();
+        singleIn.push_back(global);
+        epIn.emplace_back(global.begin() + long(per * size_t(rank)),
+                          global.begin() + long(per * size_t(rank + 1)));
+        continue;
+      }
+      if (ts.shape != te.shape || ts.dtype != te.dtype)
+        fail("@" + fe.name + " argument #" + std::to_string(i) + " is " +
+             ts.str() + " in " + argv[1] + " but " + te.str() + " in " +
+             argv[2]);
+      if (replicated[i] || ts.shape.empty()) {
+        fillRandom(ts, ts.elements(), global, rng);
+        singleIn.push_back(global);
+        epIn.push_back(global);
+        continue;
+      }
+      // Data-parallel: rank r's slice of a batch of `ranks` such tensors.
+      fillRandom(ts, ts.elements() * ranks, global, rng);
+      size_t per = size_t(ts.elements()) * ts.elementBytes();
+      std::vector<uint8_t> mine(global.begin() + long(per * size_t(rank)),
+                                global.begin() + long(per * size_t(rank + 1)));
+      singleIn.push_back(mine);
+      epIn.push_back(mine);
+    }
+
+    std::vector<std::vector<uint8_t>> ref = run(single, *fs, singleIn, fs->args);
+    std::vector<std::vector<uint8_t>> got = run(ep, fe, epIn, fe.args);
+
+    double atol = atolFlag >= 0 ? atolFlag : fe.atol >= 0 ? fe.atol : 0;
+    double rtol = rtolFlag >= 0 ? rtolFlag : fe.rtol >= 0 ? fe.rtol : 0;
+    for (size_t k = 0; k < fe.results.size(); ++k) {
+      const Tensor &t = fe.results[k];
+      const Tensor &ts = fs->results[k];
+      double resultAtol = atol, resultRtol = rtol;
+      // Gradients (`moe.gradient_of`, parameters replicated or sharded):
+      // what one rank computes from its tokens is a partial sum.
+      if (t.gradientOf >= 0 && size_t(t.gradientOf) < fe.args.size() &&
+          ts.gradientOf == t.gradientOf) {
+        moert::comm::DType type;
+        if (!dtypeOf(ts.dtype, type))
+          fail("@" + fe.name + " result #" + std::to_string(k) + ": cannot sum " +
+               ts.dtype + " gradients");
+        // The whole batch's gradient: the sum of every rank's.
+        comm.allReduceSum(ref[k].data(), ref[k].data(), ts.elements(), type);
+        const Tensor &arg = fe.args[size_t(t.gradientOf)];
+        if (arg.experts) {
+          // An expert shard's gradient: this rank's experts' rows, summed
+          // over every rank's tokens in another order than the reference.
+          size_t per = ref[k].size() / size_t(ranks);
+          ref[k] = std::vector<uint8_t>(ref[k].begin() + long(per * size_t(rank)),
+                                        ref[k].begin() + long(per * size_t(rank + 1)));
+          if (atolFlag < 0 && rtolFlag < 0 && fe.atol < 0) {
+            resultAtol = 1e-5;
+            resultRtol = 1e-4;
+          }
+          Tensor shardOf = ts;
+          shardOf.shape[0] /= ranks;
+          if (shardOf.shape != t.shape) {
+            report += "rank " + std::to_string(rank) + ": @" + fe.name +
+                      " result #" + std::to_string(k) + " is " + t.str() +
+                      ", expected this rank's " + shardOf.str() + "\n";
+            ++failures;
+            continue;
+          }
+        }
+      }
+      if (ref[k].size() != size_t(t.elements()) * t.elementBytes() ||
+          t.dtype != ts.dtype) {
+        report += "rank " + std::to_string(rank) + ": @" + fe.name +
+                  " result #" + std::to_string(k) + " is " + t.str() +
+                  ", single-rank " + fs->results[k].str() + "\n";
+        ++failures;
+        continue;
+      }
+      int64_t bad = 0;
+      double maxDiff = 0;
+      std::string first;
+      for (int64_t i = 0; i < t.elements(); ++i) {
+        double a = valueAt(t, ref[k].data(), i), b = valueAt(t, got[k].data(), i);
+        bool same;
+        if (isFloat(t) && resultAtol == 0 && resultRtol == 0)
+          same = a == b || (std::isnan(a) && std::isnan(b)); // +0 == -0
+        else
+          same = std::fabs(a - b) <= resultAtol + resultRtol * std::fabs(a) ||
+                 (std::isnan(a) && std::isnan(b));
+        if (!std::isnan(a - b))
+          maxDiff = std::max(maxDiff, std::fabs(a - b));
+        if (!same && bad++ < 3)
+          first += "  at " + std::to_string(i) + ": single " + fmt(a) +
+                   ", expert-parallel " + fmt(b) + "\n";
+      }
+      if (bad) {
+        ++failures;
+        report += "rank " + std::to_string(rank) + ": MISMATCH @" + fe.name +
+                  " result #" + std::to_string(k) + ": " + std::to_string(bad) +
+                  " of " + std::to_string(t.elements()) + " values differ\n" +
+                  first;
+      } else {
+        report += "rank " + std::to_string(rank) + ": @" + fe.name +
+                  " result #" + std::to_string(k) + " (" + t.str() +
+                  "): max |diff| " + fmt(maxDiff) + "\n";
+      }
+    }
+  }
+  if (!checked)
+    fail(only.empty() ? std::string("no functions in ") + argv[2]
+                      : "no function @" + only + " in " + argv[2]);
+
+  std::fputs(report.c_str(), stdout);
+  std::printf("rank %d: %s\n", rank, failures ? "MISMATCH" : "ok");
+  std::fflush(stdout);
+  int32_t total = failures;
+  comm.allReduceSum(&total, &total, 1, moert::comm::DType::I32);
+  if (rank == 0) {
+    std::printf("expert-parallel check on %d ranks (%s): %s\n", ranks,
+                comm.backend(), total ? "FAILED" : "all ranks ok");
+    std::fflush(stdout);
+  }
+  return total ? 1 : 0;
+}
