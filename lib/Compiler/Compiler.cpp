@@ -62,7 +62,7 @@ static std::string describe(Type type) {
 ///   function <name>
 ///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
 ///   result <dtype> <rank> <dims...> [gradient_of <arg>]
-///   tolerance <atol> <rtol>       (from moe.test_tolerance = [atol, rtol])
+///   tolerance <atol> <rtol> [<norm>] (moe.test_tolerance = [atol, rtol(, norm)])
 static std::string manifest(ModuleOp module, StringRef targetName) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -92,9 +92,13 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
       os << "\n";
     }
     if (auto tol = func->getAttrOfType<ArrayAttr>("moe.test_tolerance"))
-      if (tol.size() == 2 && isa<FloatAttr>(tol[0]) && isa<FloatAttr>(tol[1]))
-        os << "tolerance " << cast<FloatAttr>(tol[0]).getValueAsDouble() << " "
-           << cast<FloatAttr>(tol[1]).getValueAsDouble() << "\n";
+      if ((tol.size() == 2 || tol.size() == 3) &&
+          llvm::all_of(tol, [](Attribute a) { return isa<FloatAttr>(a); })) {
+        os << "tolerance";
+        for (Attribute a : tol)
+          os << " " << cast<FloatAttr>(a).getValueAsDouble();
+        os << "\n";
+      }
   }
   return s;
 }

@@ -11,7 +11,7 @@
 //   function <name>
 //   arg <dtype> <rank> <dims...> [range <lo> <hi>]
 //   result <dtype> <rank> <dims...>
-//   tolerance <atol> <rtol>
+//   tolerance <atol> <rtol> [<norm>]
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_COMPILER_COMPILER_H

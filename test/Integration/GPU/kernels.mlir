@@ -135,7 +135,7 @@ func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
 // The fused expert MLP with MXFP8 weights, and a whole layer.
 func.func @moe_layer_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
                            %w1: tensor<16x256x256xbf16>, %w2: tensor<16x128x256xbf16>)
-    -> tensor<1024x256xf32> attributes {moe.test_tolerance = [5.0e-2, 1.0e-2]} {
+    -> tensor<1024x256xf32> attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
   %i, %wt = moe.router %logits top_k(4) softmax norm_topk_prob
       : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
   %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
@@ -154,14 +154,16 @@ func.func @moe_layer_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf3
 
 // The fused expert MLP's backward (recomputes h and the activation; MXFP8
 // operands along each GEMM's contraction axis): the recomputed activation
-// is quantized, so a 1-ulp difference in exp can flip one element's E4M3
-// rounding; hence the wider tolerance (one E4M3 quantum, 2^-3 relative, of
-// one term among F = 128).
+// is quantized, so a 1-ulp difference in exp on the GPU can flip an
+// element's E4M3 rounding, moving one term of a weight-gradient sum by an
+// E4M3 quantum (2^-3 of the element). Such flips are rare and isolated:
+// the check is the relative Frobenius error of each result, bounded by
+// 1e-3 (a flip in one of 4576 rows moves ||dw|| by far less).
 func.func @grouped_mlp_backward(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
                                 %w1: tensor<16x256x256xbf16>, %w2: tensor<16x128x256xbf16>,
                                 %dy: tensor<4576x256xf32>)
     -> (tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>)
-    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2]} {
+    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2, 1.0e-3]} {
   %i, %wt = moe.router %logits top_k(4) softmax
       : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
   %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
