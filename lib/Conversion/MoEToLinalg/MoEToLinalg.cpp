@@ -677,20 +677,7 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
   matchAndRewrite(AllToAllOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     SymbolTableCollection symbols;
-    auto grid = shard::getGridOrNull(op, op.getGridAttr(), symbols);
-    int64_t p = 1;
-    if (grid) {
-      ArrayRef<int64_t> shape = grid.getShape();
-      SmallVector<int64_t> axes;
-      if (op.getGridAxes().empty())
-        axes = llvm::to_vector(llvm::seq<int64_t>(0, shape.size()));
-      else
-        for (int16_t a : op.getGridAxes())
-          axes.push_back(a);
-      for (int64_t a : axes)
-        p = ShapedType::isDynamic(shape[a]) || p < 0 ? -1 : p * shape[a];
-    }
-    if (!grid || p != 1)
+    if (op.getGroupSize(symbols) != 1)
       return op.emitOpError(
           "exchanges rows between several ranks; -convert-moe-to-linalg only "
           "lowers groups of one rank (run -convert-moe-to-runtime first)");

@@ -666,6 +666,11 @@ static int64_t groupSize(shard::GridOp grid, ArrayRef<int16_t> axes) {
   return p;
 }
 
+int64_t AllToAllOp::getGroupSize(SymbolTableCollection &symbols) {
+  auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbols);
+  return grid ? groupSize(grid, getGridAxes()) : ShapedType::kDynamic;
+}
+
 LogicalResult
 AllToAllOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbolTable);
@@ -716,8 +721,7 @@ LogicalResult AllToAllOp::fold(FoldAdaptor,
   if (getInput().getType() != getResult().getType())
     return failure();
   SymbolTableCollection symbols;
-  auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbols);
-  if (!grid || groupSize(grid, getGridAxes()) != 1)
+  if (getGroupSize(symbols) != 1)
     return failure();
   results.push_back(getInput());
   results.push_back(getSendCounts());

@@ -609,6 +609,12 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
                        FlatSymbolRefAttr:$grid,
                        DefaultValuedAttr<DenseI16ArrayAttr, "{}">:$grid_axes);
   let results = (outs MoE_FloatTensor:$result, MoE_IntTensor:$recv_counts);
+  let extraClassDeclaration = [{
+    /// The number of ranks exchanging rows (the product of the grid axes'
+    /// sizes; all axes if `grid_axes` is empty), or ShapedType::kDynamic when
+    /// the grid is missing or a size is dynamic.
+    int64_t getGroupSize(::mlir::SymbolTableCollection &symbols);
+  }];
   let assemblyFormat = [{
     $input `,` $send_counts `on` $grid (`grid_axes` `=` $grid_axes^)? attr-dict
     `:` type($input) `,` type($send_counts) `->` type($result) `,`
