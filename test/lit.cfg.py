@@ -71,5 +71,5 @@ if mpirun and moert_has_mpi:
     config.environment["MOE_MPIRUN"] = mpirun_cmd
 
 tools = ["moe-opt", "moe-compile", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
-         "moert-allocator-test", "moert-gpu-info", "moert-comm-test", "moert-ep-check"]
+         "moert-allocator-test", "moert-gpu-info", "moert-seq-info", "moert-comm-test", "moert-ep-check"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])
