@@ -98,10 +98,17 @@ static void findCUDAToolkit() {
 void mlir::moe::buildGPUPipeline(OpPassManager &pm,
                                  const GPUPipelineOptions &options) {
   findCUDAToolkit();
+  // Collectives over several ranks -> libmoert calls, as on the CPU. They
+  // stay on the host with memref descriptors of device buffers
+  // (-moe-gpu-device-buffers leaves calls alone); -gpu-async-region
+  // synchronizes the program's stream before each call and starts a new one
+  // after it, and libmoert runs the exchange on device memory (NCCL).
+  pm.addPass(moe::createConvertMoEToRuntime());
   // moe.experts regions have no data-parallel form: group them first.
   pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
   // Ops with a kernel for this chip (Blackwell: MXFP8 grouped GEMMs on the
-  // block-scaled tcgen05 MMA) become calls of those kernels; the rest takes
+  // block-scaled tcgen05 MMA; Hopper sm_90a: bf16 grouped GEMMs on wgmma)
+  // become calls of those kernels; the rest takes
   // the generic data-parallel path below.
   if (moe::hasDedicatedGPUKernels(options.chip)) {
     moe::MoEGPUDedicatedKernelsOptions dedicated;

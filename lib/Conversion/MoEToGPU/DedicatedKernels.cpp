@@ -25,6 +25,11 @@
 //   static shapes, K and N multiples of 128 (R arbitrary), on the native
 //   block-scaled MMA: tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale
 //   with E8M0 scales and one scale per 32 values along K (scale_vec::1X).
+// Hopper (sm_90a): moe.grouped_matmul with bf16 lhs [R, K] and rhs
+//   [E, K, N], f32 result, no transpose_rhs, static shapes, K a multiple of
+//   64 and N of 128 (R arbitrary), on warpgroup MMA (wgmma.mma_async
+//   m64n128k16 bf16 -> f32) fed by a 4-buffer cp.async ring; see "Hopper"
+//   below for its tiles, layouts and accumulator fragment.
 //
 // The block-scaled grouped GEMM kernel
 // ------------------------------------
@@ -165,7 +170,8 @@ bool mlir::moe::hasDedicatedGPUKernels(llvm::StringRef chip) {
   // MLIR 22's NVVM accepts all of those the kernel uses for sm_100a only
   // (tcgen05.alloc: sm_100a/sm_101a; tcgen05.mma.block_scale: sm_100a/
   // sm_110a). Consumer Blackwell (sm_120) has no tensor memory.
-  return chip == "sm_100a";
+  // Hopper: warpgroup MMA (wgmma) needs the arch-specific sm_90a target.
+  return chip == "sm_100a" || chip == "sm_90a";
 }
 
 namespace {
@@ -220,7 +226,10 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::Tcgen05RelinquishAllocPermitOp, NVVM::Tcgen05FenceOp,
       NVVM::Tcgen05WaitOp, NVVM::Tcgen05CommitOp, NVVM::Tcgen05CpOp,
       NVVM::Tcgen05LdOp, NVVM::Tcgen05MMABlockScaleOp, NVVM::MBarrierInitOp,
-      NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp>(ctx);
+      NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp,
+      NVVM::CpAsyncOp, NVVM::CpAsyncCommitGroupOp, NVVM::CpAsyncWaitGroupOp,
+      NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
+      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp>(ctx);
 }
 
@@ -315,17 +324,12 @@ std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op) {
 // The kernel
 //===----------------------------------------------------------------------===//
 
-/// Emits the body of the block-scaled grouped GEMM's gpu.launch.
-struct KernelEmitter {
+/// Builders shared by the kernels: arithmetic, control flow, shared memory.
+struct EmitterBase {
   OpBuilder &b;
   Location loc;
-  const BlockScaledGemm &g;
-  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
-  // [E, K/32, N], offsets [E+1], result [R, N].
-  Value a, aScales, w, wScales, offsets, out;
-
-  // Per-thread values set by emit().
-  Value tid{}, m0{}, n0{}, row{}, smem{}, smemBase{}, tmemBase{}, laneBase{};
+  // The dynamic shared memory and its shared::cta address (set by emit()).
+  Value smem{}, smemBase{};
 
   // -- small helpers ---------------------------------------------------------
   Type i1() { return b.getI1Type(); }
@@ -416,6 +420,18 @@ struct KernelEmitter {
         b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3),
         sharedAddress(offset));
   }
+};
+
+/// Emits the body of the block-scaled grouped GEMM's gpu.launch.
+struct KernelEmitter : EmitterBase {
+  const BlockScaledGemm &g;
+  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
+  // [E, K/32, N], offsets [E+1], result [R, N].
+  Value a, aScales, w, wScales, offsets, out;
+
+  // Per-thread values set by emit().
+  Value tid{}, m0{}, n0{}, row{}, tmemBase{}, laneBase{};
+
   /// A tensor memory address: `lane` (i32, shifted into bits 16-31; null for
   /// lane 0) and column `col` relative to the allocation.
   Value tmemPtr(Value lane, int64_t col) {
@@ -689,8 +705,405 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&launch.getBody().front());
-    KernelEmitter k{b,          loc,        g,          buffers[0], buffers[1],
+    KernelEmitter k{{b, loc},   g,          buffers[0], buffers[1],
                     buffers[2], buffers[3], buffers[4], out};
+    k.emit(launch);
+    gpu::TerminatorOp::create(b, loc);
+  }
+  Value result = bufferization::ToTensorOp::create(
+      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b, loc, result);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): bf16 grouped GEMM on warpgroup MMA (wgmma)
+//===----------------------------------------------------------------------===//
+//
+// Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N], f32
+// result, no transpose_rhs, static shapes, K % 64 == 0, N % 128 == 0 (R
+// arbitrary). Anything else keeps the generic path.
+//
+// Grid (N/128, ceil(R/128)), 128 threads = one warpgroup. CTA (bx, by) owns
+// output rows [m0, m0+128), m0 = 128 by, and columns [n0, n0+128), n0 =
+// 128 bx (the N tiles of one row tile run side by side, so the A rows they
+// share and the few experts' B they read stay in L2).
+//
+// Groups: as the Blackwell kernel. The CTA walks the experts in order; for
+// every expert whose clamped row range [lo, hi) meets the tile it runs a full
+// K loop into a fresh (zero) accumulator and stores only the rows in
+// [lo, hi). The MMA's rows are independent, so rows of other experts in the
+// tile (multiplied with this expert's weights) change nothing that is
+// stored. Rows in no group are written as zeros at the end; rows >= R are
+// loaded from row R-1 (clamped address) and never stored.
+//
+// K loop: stages of 64 K values, a ring of 4 shared-memory buffers of 32 KiB
+// (A tile 128 x 64 bf16, then B tile 64 x 128 bf16), filled with cp.async
+// (16 bytes per copy, .cg, 16 copies per thread per stage), two stages
+// loaded ahead. Iteration `it`:
+//   cp.async.wait_group 1        this thread's copies of stage `it` are done
+//   fence.proxy.async.shared::cta  (generic-proxy writes -> wgmma reads)
+//   bar.sync                     everyone's copies are done, and everyone
+//                                has passed wgmma.wait_group 1 of iteration
+//                                it-1, so the MMAs of it-2 are complete: its
+//                                buffer, (it+2) % 4, may be refilled
+//   cp.async stage it+2 (if any); cp.async.commit_group (always, so the group
+//                                count stays uniform)
+//   wgmma.fence; 8 x wgmma.mma_async m64n128k16 (4 K steps x 2 M halves);
+//   wgmma.commit_group; wgmma.wait_group 1 (one MMA group stays in flight
+//                                while the next stage's wait and barrier run)
+// and wgmma.wait_group 0 after the loop.
+//
+// Shared memory layouts (no swizzle, "interleaved"; PTX ISA, "Asynchronous
+// warpgroup level matrix shared memory layout", canonical layouts; T = 8
+// bf16 = 16 bytes, a core matrix is 8 x 16 bytes stored contiguously):
+//   A, K-major: ((8,m),(T,2k)):((1T,SBO),(1,LBO)). Row r, element k of the
+//     stage's 128 x 64 tile is at byte
+//       (r / 8) * 1024 + (k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2
+//     LBO = 128 (next core matrix along K), SBO = 1024 (next 8 rows).
+//   B, MN-major (the rhs is [K, N] with N contiguous; wgmma's transpose-B,
+//     layout `row` in NVVM, reads it as is): ((T,1,m),(8,k)):((1,T,SBO),
+//     (1T,LBO)). Element (k, n) of the stage's 64 x 128 tile is at byte
+//       (n / 8) * 1024 + (k / 8) * 128 + (k % 8) * 16 + (n % 8) * 2
+//     i.e. a core matrix is 8 K rows of 8 consecutive N values; LBO = 128
+//     (next core matrix along K), SBO = 1024 (next 8 columns).
+//   MMA j (K step of 16 = two core matrices along K) of half h uses A at
+//   byte 8192 h + 256 j and B at 256 j of the stage's tiles.
+//   Descriptor (sm_90 format): bits 0-13 start address >> 4, 16-29 LBO >> 4,
+//   32-45 SBO >> 4, 49-51 base offset (0), 62-63 swizzle (0 = none).
+//   Copies: thread t copies A chunks (row 8 (2i + t/64) + t%8, K chunk
+//   (t/8)%8) and B chunks (K row 8i + t%8, N chunk t/8), i = 0..7, so the
+//   eight 16-byte slots of a 128-byte line are hit by different lanes of a
+//   warp (no bank conflicts beyond the minimum).
+//
+// Accumulator (PTX ISA, "wgmma D matrix fragment", m64nNk16, f32): thread t
+// of the warpgroup (warp w = t/32, lane l = t%32) holds N/2 = 64 floats;
+// register i = 4 j + 2 h + c (j = 0..15, h, c = 0..1) is
+//   row 16 w + l/4 + 8 h, column 8 j + 2 (l%4) + c
+// of the 64 x 128 result of that MMA half. The NVVM op returns them as an
+// LLVM struct of 64 f32 in that order.
+//
+// Numerics: bf16 products accumulated in f32 by the tensor core, in its own
+// order: results match the reference to f32 rounding, not bit for bit.
+//
+// Not verified here (no GPU): the kernel runs only on the lead's H200.
+
+constexpr int64_t kHTileM = 128;     // rows per CTA: two m64 MMAs
+constexpr int64_t kHTileN = 128;     // columns per CTA = MMA N
+constexpr int64_t kHTileK = 64;      // K per stage
+constexpr int64_t kHMmaM = 64, kHMmaK = 16;
+constexpr int64_t kHStages = 4;      // shared-memory ring
+constexpr int64_t kHAhead = kHStages - 2; // stages loaded ahead
+constexpr int64_t kHThreads = 128;   // one warpgroup
+constexpr int64_t kHTileABytes = kHTileM * kHTileK * 2;  // 16384
+constexpr int64_t kHTileBBytes = kHTileK * kHTileN * 2;  // 16384
+constexpr int64_t kHStageBytes = kHTileABytes + kHTileBBytes;
+constexpr int64_t kHSmemBytes = kHStages * kHStageBytes; // 131072
+constexpr int64_t kHLBO = 128;                 // next core matrix along K
+constexpr int64_t kHSBO = kHTileK / 8 * 128;   // next 8 rows / columns: 1024
+constexpr int64_t kHAccRegs = kHTileN / 2;     // f32 per thread per MMA half
+
+/// One bf16 grouped GEMM shape the wgmma kernel handles.
+struct WgmmaGemm {
+  int64_t rows, k, n, experts;
+  Type offsetElt;
+  std::string name() const {
+    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16_{4}", rows, k, n,
+                         experts, BlockScaledGemm::eltName(offsetElt))
+        .str();
+  }
+};
+
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
+  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  auto lhs = dyn_cast<RankedTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
+  auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 3 ||
+      result.getRank() != 2 || offsets.getRank() != 1 ||
+      !lhs.getElementType().isBF16() || !rhs.getElementType().isBF16() ||
+      !result.getElementType().isF32() || !lhs.hasStaticShape() ||
+      !rhs.hasStaticShape() || !result.hasStaticShape() ||
+      !offsets.hasStaticShape() || !offsets.getElementType().isInteger())
+    return std::nullopt;
+  int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
+  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
+  if (rows < 1 || k < kHTileK || k % kHTileK || n < kHTileN || n % kHTileN ||
+      experts < 1 || rhs.getShape()[1] != k ||
+      offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
+      result.getDimSize(1) != n)
+    return std::nullopt;
+  return WgmmaGemm{rows, k, n, experts, offsets.getElementType()};
+}
+
+/// Emits the body of the wgmma grouped GEMM's gpu.launch.
+struct WgmmaEmitter : EmitterBase {
+  const WgmmaGemm &g;
+  // Buffers: A [R, K] bf16, B [E, K, N] bf16, offsets [E+1], result [R, N].
+  Value a, w, offsets, out;
+  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{}, descBase{};
+  LLVM::LLVMStructType accType{};
+
+  Value toI64(Value index) {
+    return arith::IndexCastOp::create(b, loc, i64(), index);
+  }
+  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
+  /// The address of a buffer's first element, as an i64.
+  Value baseAddress(Value memref) {
+    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
+  }
+  /// A global pointer `byteOffset` (index) bytes past `base` (i64).
+  Value globalPtr(Value base, Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
+  }
+  /// A shared pointer to byte `byteOffset` (index) of the dynamic memory.
+  Value sharedPtrAt(Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
+  }
+  void copy16(Value dstOffset, Value srcBase, Value srcOffset) {
+    NVVM::CpAsyncOp::create(b, loc, sharedPtrAt(dstOffset),
+                            globalPtr(srcBase, srcOffset), 16,
+                            NVVM::LoadCacheModifierKind::CG,
+                            /*cpSize=*/Value());
+  }
+
+  /// Stage `kt` (K values [64 kt, 64 kt + 64)) of expert `e` into ring
+  /// buffer `slot` (layouts in the header of this section).
+  void loadStage(Value e, Value kt, Value slot) {
+    Value stageBase = mul(slot, idx(kHStageBytes));
+    Value k0 = mul(kt, idx(kHTileK));
+    Value lane8 = rem(tid, 8);
+    // A: chunk (row 8 (2i + t/64) + t%8, K chunk (t/8)%8).
+    Value aChunk = rem(div(tid, 8), 8);
+    Value aRowGroup = div(tid, 64);
+    Value aDst = add(stageBase, add(mul(aRowGroup, idx(kHSBO)),
+                                    add(mul(aChunk, idx(kHLBO)),
+                                        mul(lane8, idx(16)))));
+    Value aCol = add(k0, mul(aChunk, idx(8)));
+    Value rowsLast = idx(g.rows - 1);
+    for (int64_t i = 0; i < kHTileM * kHTileK / 8 / kHThreads; ++i) {
+      Value r = add(lane8, mul(add(aRowGroup, idx(2 * i)), idx(8)));
+      Value grow = minS(add(m0, r), rowsLast);
+      Value src = mul(add(mul(grow, idx(g.k)), aCol), idx(2));
+      copy16(add(aDst, idx(2 * i * kHSBO)), aGlobal, src);
+    }
+    // B: chunk (K row 8i + t%8, N chunk t/8).
+    Value bChunk = div(tid, 8);
+    Value bDst = add(stageBase,
+                     add(idx(kHTileABytes), add(mul(bChunk, idx(kHSBO)),
+                                                mul(lane8, idx(16)))));
+    Value bRow0 = add(mul(e, idx(g.k)), add(k0, lane8));
+    Value bCol = add(n0, mul(bChunk, idx(8)));
+    for (int64_t i = 0; i < kHTileK / 8; ++i) {
+      Value krow = add(bRow0, idx(8 * i));
+      Value src = mul(add(mul(krow, idx(g.n)), bCol), idx(2));
+      copy16(add(bDst, idx(i * kHLBO)), wGlobal, src);
+    }
+  }
+
+  /// Descriptor of the matrix at byte `offset` of ring buffer `slotUnits`
+  /// (the slot's byte offset >> 4, i64).
+  Value descriptor(Value slotUnits, int64_t offset) {
+    return arith::AddIOp::create(
+        b, loc, descBase,
+        arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
+  }
+
+  SmallVector<Value> kLoop(Value e) {
+    int64_t nk = g.k / kHTileK;
+    for (int64_t p = 0; p < kHAhead; ++p) {
+      if (p < nk)
+        loadStage(e, idx(p), idx(p));
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    Value zero = LLVM::ZeroOp::create(b, loc, accType);
+    MLIRContext *ctx = b.getContext();
+    auto shape = NVVM::MMAShapeAttr::get(ctx, kHMmaM, kHTileN, kHMmaK);
+    auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
+    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    // A K-major (`row`), B MN-major (`row` = transposed B).
+    auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+    SmallVector<Value> acc = forLoop(
+        0, idx(nk), {zero, zero},
+        [&](Value it, ValueRange carried) -> SmallVector<Value> {
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, kHAhead - 1);
+          NVVM::FenceProxyOp::create(
+              b, loc, NVVM::ProxyKind::async_shared,
+              NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+          NVVM::Barrier0Op::create(b, loc);
+          Value next = add(it, idx(kHAhead));
+          ifThen(cmp(P::slt, next, idx(nk)),
+                 [&] { loadStage(e, next, rem(next, kHStages)); });
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+          Value slotUnits =
+              toI64(mul(rem(it, kHStages), idx(kHStageBytes >> 4)));
+          SmallVector<Value> d(carried.begin(), carried.end());
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          for (int64_t j = 0; j < kHTileK / kHMmaK; ++j) {
+            Value bDesc = descriptor(slotUnits, kHTileABytes + 256 * j);
+            for (int64_t h = 0; h < kHTileM / kHMmaM; ++h) {
+              Value aDesc =
+                  descriptor(slotUnits, h * (kHMmaM / 8) * kHSBO + 256 * j);
+              d[h] = NVVM::WgmmaMmaAsyncOp::create(
+                  b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
+                  scaleD, scaleIn, scaleIn, row, row,
+                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
+            }
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+          return d;
+        });
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    return acc;
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    n0 = mul(launch.getBlockIds().x, idx(kHTileN));
+    m0 = mul(launch.getBlockIds().y, idx(kHTileM));
+    smem = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
+                        gpu::AddressSpaceAttr::get(
+                            b.getContext(), gpu::AddressSpace::Workgroup)));
+    smemBase = arith::IndexCastOp::create(
+        b, loc, i64(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    aGlobal = baseAddress(a);
+    wGlobal = baseAddress(w);
+    // Start address >> 4 (the dynamic shared memory lies below 256 KiB, so it
+    // fits the 14-bit field and adding offsets >> 4 never carries out),
+    // LBO >> 4 at bit 16, SBO >> 4 at bit 32, no swizzle.
+    descBase = arith::OrIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, smemBase, int64(4)),
+        int64((kHLBO >> 4) << 16 | (kHSBO >> 4) << 32));
+    accType = LLVM::LLVMStructType::getLiteral(
+        b.getContext(), SmallVector<Type>(kHAccRegs, b.getF32Type()));
+
+    // This thread's accumulator rows: (half hf, h) -> m0 + 64 hf + 16 w +
+    // l/4 + 8 h; its columns n0 + 8 j + 2 (l%4) + c.
+    Value warp = div(tid, 32), lane = rem(tid, 32);
+    Value rowBase = add(m0, add(mul(warp, idx(16)), div(lane, 4)));
+    Value colBase = add(n0, mul(rem(lane, 4), idx(2)));
+    SmallVector<Value> rows;
+    for (int64_t hf = 0; hf < 2; ++hf)
+      for (int64_t h = 0; h < 2; ++h)
+        rows.push_back(add(rowBase, idx(kHMmaM * hf + 8 * h)));
+
+    Value rowsEnd = idx(g.rows);
+    Value tileEnd = add(m0, idx(kHTileM));
+    SmallVector<Value> noneCovered(rows.size(), boolean(false));
+    SmallVector<Value> covered = forLoop(
+        0, idx(g.experts), noneCovered,
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
+          Value hi =
+              toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
+          lo = minS(maxS(lo, idx(0)), rowsEnd);
+          hi = minS(maxS(hi, lo), rowsEnd);
+          Value meets = cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd));
+          SmallVector<Type> types(rows.size(), i1());
+          return ifElse(
+              types, meets,
+              [&]() -> SmallVector<Value> {
+                SmallVector<Value> acc = kLoop(e);
+                SmallVector<Value> result;
+                for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+                  Value r = rows[q];
+                  Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
+                  int64_t hf = q / 2, h = q % 2;
+                  ifThen(inGroup, [&] {
+                    for (int64_t j = 0; j < kHTileN / 8; ++j)
+                      for (int64_t c = 0; c < 2; ++c) {
+                        Value v = LLVM::ExtractValueOp::create(
+                            b, loc, acc[hf], ArrayRef<int64_t>{4 * j + 2 * h + c});
+                        memref::StoreOp::create(
+                            b, loc, v, out,
+                            ValueRange{r, add(colBase, idx(8 * j + c))});
+                      }
+                  });
+                  result.push_back(lor(carried[q], inGroup));
+                }
+                // Every warp is done with the ring before the next expert's
+                // loads overwrite it.
+                NVVM::Barrier0Op::create(b, loc);
+                return result;
+              },
+              [&]() -> SmallVector<Value> {
+                return SmallVector<Value>(carried.begin(), carried.end());
+              });
+        });
+
+    // Rows of the tile in no group are zero.
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+      Value uncovered =
+          land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
+               cmp(P::slt, rows[q], rowsEnd));
+      ifThen(uncovered, [&] {
+        for (int64_t j = 0; j < kHTileN / 8; ++j)
+          for (int64_t c = 0; c < 2; ++c)
+            memref::StoreOp::create(
+                b, loc, zero, out,
+                ValueRange{rows[q], add(colBase, idx(8 * j + c))});
+      });
+    }
+  }
+};
+
+/// The private function computing one bf16 grouped GEMM shape on wgmma:
+/// (A, B, offsets) -> result.
+func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
+                                      const WgmmaGemm &g,
+                                      ArrayRef<Type> argTypes,
+                                      RankedTensorType resultType,
+                                      Location loc) {
+  MLIRContext *ctx = module.getContext();
+  auto type = FunctionType::get(ctx, argTypes, resultType);
+  std::string name = g.name();
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    if (existing.getFunctionType() == type &&
+        existing->hasAttr("moe.dedicated_kernel"))
+      return existing;
+
+  auto func = func::FuncOp::create(loc, name, type);
+  func.setPrivate();
+  func->setAttr("moe.dedicated_kernel",
+                StringAttr::get(ctx, "wgmma.mma_async bf16"));
+  symbols.insert(func);
+  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
+
+  SmallVector<Value> buffers;
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    buffers.push_back(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
+        /*read_only=*/true));
+  }
+  auto outType =
+      MemRefType::get(resultType.getShape(), resultType.getElementType());
+  Value out = memref::AllocOp::create(b, loc, outType);
+
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(g.n / kHTileN), c(llvm::divideCeil(g.rows, kHTileM)), one,
+      c(kHThreads), one, one,
+      arith::ConstantIntOp::create(b, loc, kHSmemBytes, 32));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&launch.getBody().front());
+    WgmmaEmitter k{{b, loc}, g, buffers[0], buffers[1], buffers[2], out};
     k.emit(launch);
     gpu::TerminatorOp::create(b, loc);
   }
@@ -718,6 +1131,25 @@ struct MoEGPUDedicatedKernelsPass
     for (auto func : module.getOps<func::FuncOp>())
       func.walk([&](GroupedMatmulOp op) { candidates.push_back(op); });
 
+    if (chip == "sm_90a") {
+      for (GroupedMatmulOp op : candidates) {
+        std::optional<WgmmaGemm> gemm = matchWgmmaGemm(op);
+        if (!gemm)
+          continue;
+        SmallVector<Type> argTypes = {op.getLhs().getType(),
+                                      op.getRhs().getType(),
+                                      op.getOffsets().getType()};
+        func::FuncOp kernel = getOrCreateWgmmaFunction(
+            module, symbols, *gemm, argTypes, op.getType(), op.getLoc());
+        OpBuilder b(op);
+        auto call = func::CallOp::create(
+            b, op.getLoc(), kernel,
+            ValueRange{op.getLhs(), op.getRhs(), op.getOffsets()});
+        op.getResult().replaceAllUsesWith(call.getResult(0));
+        op.erase();
+      }
+      return;
+    }
     for (GroupedMatmulOp op : candidates) {
       std::optional<BlockScaledGemm> gemm = matchBlockScaledGemm(op);
       if (!gemm)

@@ -8,7 +8,8 @@ namespace mlir::moe {
 
 /// Whether `-moe-gpu-dedicated-kernels` has kernels for `chip` (an `sm_*`
 /// name): pipelines add the pass only then. Today: Blackwell's block-scaled
-/// MMA (tcgen05) for MXFP8 grouped GEMMs on sm_100a.
+/// MMA (tcgen05) for MXFP8 grouped GEMMs on sm_100a; Hopper's warpgroup MMA
+/// (wgmma) for bf16 grouped GEMMs on sm_90a.
 bool hasDedicatedGPUKernels(llvm::StringRef chip);
 
 } // namespace mlir::moe

@@ -1,0 +1,81 @@
+// bf16 grouped GEMMs on Hopper's warpgroup MMA (wgmma): the IR
+// -moe-gpu-dedicated-kernels{chip=sm_90a} produces, the PTX of the whole GPU
+// pipeline, and ptxas accepting it for sm_90a. Nothing of it runs here.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+//
+// Chips without the kernel keep the generic path.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
+
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+
+// PTX-LABEL: kernel module moe_wgmma_gmm_200x128x256_e3_bf16_i32_kernel
+// PTX: .target sm_90a
+// PTX: cp.async.cg.shared.global
+// PTX: cp.async.wait_group 1;
+// PTX: fence.proxy.async.shared::cta;
+// PTX: bar.sync 0;
+// PTX: wgmma.fence.sync.aligned;
+// PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 1;
+// PTX: wgmma.commit_group.sync.aligned;
+// PTX: wgmma.wait_group.sync.aligned 1;
+// PTX: wgmma.wait_group.sync.aligned 0;
+// PTX-LABEL: kernel module moe_wgmma_gmm_4576x256x128_e16_bf16_i64_kernel
+// PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+
+// NOKERNEL-NOT: moe_wgmma_gmm
+// NOKERNEL-NOT: gpu.launch
+
+// CHECK-LABEL: func.func @bf16
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[W:[a-z0-9]+]]: tensor<3x128x256xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
+// CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_200x128x256_e3_bf16_i32(%[[X]], %[[W]], %[[O]]) : (tensor<200x128xbf16>, tensor<3x128x256xbf16>, tensor<4xi32>) -> tensor<200x256xf32>
+// CHECK-NOT: moe.grouped_matmul
+// CHECK: return %[[Y]]
+func.func @bf16(%x: tensor<200x128xbf16>, %w: tensor<3x128x256xbf16>,
+                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<200x256xf32> {
+  %y = moe.grouped_matmul %x, %w, %off
+      : tensor<200x128xbf16>, tensor<3x128x256xbf16>, tensor<4xi32> -> tensor<200x256xf32>
+  return %y : tensor<200x256xf32>
+}
+
+// The shape of test/Integration/GPU/kernels.mlir (N = 128, i64 offsets).
+// CHECK-LABEL: func.func @kernels_shape
+// CHECK: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(
+func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
+                         %off: tensor<17xi64> {moe.test_range = [0, 4576]}) -> tensor<4576x128xf32> {
+  %y = moe.grouped_matmul %x, %w, %off
+      : tensor<4576x256xbf16>, tensor<16x256x128xbf16>, tensor<17xi64> -> tensor<4576x128xf32>
+  return %y : tensor<4576x128xf32>
+}
+
+// Ineligible: K not a multiple of 64, N not a multiple of 128, transposed
+// weights, f32 operands, MX operands. They stay moe.grouped_matmul.
+// CHECK-LABEL: func.func @ineligible
+// CHECK-NOT: call @moe_wgmma
+// CHECK-COUNT-5: moe.grouped_matmul
+// CHECK-NOT: call @moe_wgmma
+// CHECK: return
+func.func @ineligible(%x96: tensor<64x96xbf16>, %w96: tensor<2x96x128xbf16>,
+                      %x: tensor<64x128xbf16>, %w64: tensor<2x128x64xbf16>,
+                      %wt: tensor<2x128x128xbf16>, %xf: tensor<64x128xf32>,
+                      %wf: tensor<2x128x128xf32>, %off: tensor<3xi32>)
+    -> (tensor<64x128xf32>, tensor<64x64xf32>, tensor<64x128xf32>, tensor<64x128xf32>,
+        tensor<64x128xf32>) {
+  %a = moe.grouped_matmul %x96, %w96, %off
+      : tensor<64x96xbf16>, tensor<2x96x128xbf16>, tensor<3xi32> -> tensor<64x128xf32>
+  %b = moe.grouped_matmul %x, %w64, %off
+      : tensor<64x128xbf16>, tensor<2x128x64xbf16>, tensor<3xi32> -> tensor<64x64xf32>
+  %c = moe.grouped_matmul %x, %wt, %off transpose_rhs
+      : tensor<64x128xbf16>, tensor<2x128x128xbf16>, tensor<3xi32> -> tensor<64x128xf32>
+  %d = moe.grouped_matmul %xf, %wf, %off
+      : tensor<64x128xf32>, tensor<2x128x128xf32>, tensor<3xi32> -> tensor<64x128xf32>
+  %xq = moe.quantize %x : tensor<64x128xbf16> -> !moe.mx<64x128xf8E4M3FN, axis = 1>
+  %wq = moe.quantize %wt : tensor<2x128x128xbf16> -> !moe.mx<2x128x128xf8E4M3FN, axis = 1>
+  %e = moe.grouped_matmul %xq, %wq, %off
+      : !moe.mx<64x128xf8E4M3FN, axis = 1>, !moe.mx<2x128x128xf8E4M3FN, axis = 1>,
+        tensor<3xi32> -> tensor<64x128xf32>
+  return %a, %b, %c, %d, %e : tensor<64x128xf32>, tensor<64x64xf32>, tensor<64x128xf32>,
+      tensor<64x128xf32>, tensor<64x128xf32>
+}
