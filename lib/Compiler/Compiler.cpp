@@ -188,6 +188,7 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     moe::GPUPipelineOptions options;
     options.chip = target;
     options.format = format;
+    options.mxfp8FP8MMA = opts.mxfp8FP8MMA;
     moe::buildGPUPipeline(pm, options);
   } else {
     moe::buildCPUPipeline(pm);

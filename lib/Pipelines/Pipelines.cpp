@@ -113,6 +113,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   if (moe::hasDedicatedGPUKernels(options.chip)) {
     moe::MoEGPUDedicatedKernelsOptions dedicated;
     dedicated.chip = options.chip;
+    dedicated.fp8Mma = options.mxfp8FP8MMA;
     pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
   }
   addTensorLoweringAndBufferization(pm, /*parallel=*/true);

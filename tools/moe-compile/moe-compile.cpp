@@ -50,6 +50,12 @@ static cl::opt<bool> verifyPTX(
     cl::desc("Assemble every kernel module with ptxas for the target chip and "
              "fail if ptxas rejects one (the artifact then embeds PTX only)"),
     cl::init(false));
+static cl::opt<bool> mxfp8FP8MMA(
+    "mxfp8-fp8-mma",
+    cl::desc("Hopper: run MXFP8 grouped GEMMs on FP8 wgmma (faster; the "
+             "tensor core's FP8 accumulation differs from the exact result "
+             "by ~1e-3 relative)"),
+    cl::init(false));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"));
@@ -88,6 +94,7 @@ int main(int argc, char **argv) {
   options.emitPTX = emitKernels;
   options.emitLLVM = emitLLVM;
   options.linker = linker;
+  options.mxfp8FP8MMA = mxfp8FP8MMA;
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));
 }

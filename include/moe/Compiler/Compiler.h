@@ -37,6 +37,8 @@ struct CompileOptions {
   std::string emitPTX;
   /// If set, the optimized LLVM IR is written here.
   std::string emitLLVM;
+  /// Hopper: MXFP8 grouped GEMMs on FP8 wgmma (faster, not exact).
+  bool mxfp8FP8MMA = false;
   /// The C compiler driver used to link.
   std::string linker = "cc";
 };

@@ -27,6 +27,12 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::desc("Kernel binary format: isa (PTX text, JIT-compiled by the "
                      "driver), bin (cubin, needs ptxas) or fatbin"),
       llvm::cl::init("isa")};
+  PassOptions::Option<bool> mxfp8FP8MMA{
+      *this, "mxfp8-fp8-mma",
+      llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma (fast; ~1e-3 "
+                     "relative error from FP8 accumulation) instead of the "
+                     "exact generic kernel"),
+      llvm::cl::init(false)};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",
       llvm::cl::desc("Threads per block of the generic kernels"),

@@ -50,8 +50,9 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
   return %y : tensor<4576x128xf32>
 }
 
-// Ineligible: K not a multiple of 64, N not a multiple of 128, transposed
-// weights, f32 operands, MX operands. They stay moe.grouped_matmul.
+// Ineligible for the bf16 kernel: K not a multiple of 64, N not a multiple
+// of 128, transposed weights, f32 operands. They stay moe.grouped_matmul.
+// MX operands take the MXFP8 kernel (hopper-wgmma-mxfp8.mlir).
 // CHECK-LABEL: func.func @ineligible
 // CHECK-NOT: call @moe_wgmma
 // CHECK-COUNT-5: moe.grouped_matmul
