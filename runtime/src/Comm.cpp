@@ -158,15 +158,27 @@ private:
   Sequence seq;
 };
 
-std::unique_ptr<Communicator> create() {
+/// The error for ranks launched torchrun-style that no backend can join.
+std::string noLauncherMessage(const LaunchEnv &env, const std::string &ncclWhy) {
+  std::string n = std::to_string(env.worldSize);
+  std::string message =
+      "WORLD_SIZE=" + n +
+      " asks for several ranks, but this process was not started by an MPI "
+      "launcher: the MPI backend cannot meet the other ranks through "
+      "MASTER_ADDR/MASTER_PORT; start the ranks with `mpirun -np " + n +
+      "` (-H or --hostfile for several hosts)";
+  if (!ncclWhy.empty())
+    message += ". The NCCL backend, which meets them there (one GPU per "
+               "rank), cannot run here: " + ncclWhy;
+  return message;
+}
+
+/// The host communicator: MPI or one rank.
+std::unique_ptr<Communicator> createHost() {
   const LaunchEnv &env = launchEnv();
-  std::string backend = "auto";
-  if (const char *b = std::getenv("MOERT_COMM_BACKEND"))
-    backend = b;
-  if (backend != "auto" && backend != "mpi" && backend != "self")
-    fatal("MOERT_COMM_BACKEND='" + backend + "' is not one of auto, mpi, self");
+  const std::string &backend = backendChoice();
   bool wantMpi = backend == "mpi" ||
-                 (backend == "auto" &&
+                 (backend != "self" &&
                   (env.mpiLauncherVar || env.worldSize > 1));
   if (backend == "self" && (env.worldSize > 1 || env.mpiLauncherSize > 1))
     fatal("MOERT_COMM_BACKEND=self runs one rank, but " +
@@ -179,11 +191,7 @@ std::unique_ptr<Communicator> create() {
     return std::make_unique<SelfComm>();
 #ifdef MOERT_HAVE_MPI
   if (env.worldSize > 1 && !env.mpiLauncherVar)
-    fatal("WORLD_SIZE=" + std::to_string(env.worldSize) +
-          " asks for several ranks, but this process was not started by an "
-          "MPI launcher: the MPI backend cannot meet the other ranks through "
-          "MASTER_ADDR/MASTER_PORT; start the ranks with `mpirun -np " +
-          std::to_string(env.worldSize) + "` (-H or --hostfile for several hosts)");
+    fatal(noLauncherMessage(env, ""));
   return createMpiCommunicator(env);
 #else
   fatal(std::string("this program needs the MPI communication backend (") +
@@ -194,6 +202,41 @@ std::unique_ptr<Communicator> create() {
         "), but libmoert was built without MPI: install an MPI (Debian: "
         "libopenmpi-dev openmpi-bin) and rebuild libmoert");
 #endif
+}
+
+/// The NCCL communicator, created on first use; `why` says what asked for
+/// it (for the message when it cannot be made).
+Communicator &ncclWorld(const std::string &why) {
+  static Communicator *comm = [&] {
+    const LaunchEnv &env = launchEnv();
+    // A missing libnccl is reported before any rendezvous.
+    if (std::string error = ncclLibraryError(); !error.empty())
+      fatal(why + " needs the NCCL backend, but " + error);
+    NcclBootstrap b;
+    if (env.mpiLauncherVar) {
+#ifdef MOERT_HAVE_MPI
+      Communicator &mpi = hostWorld();
+      b.rank = mpi.rank();
+      b.size = mpi.size();
+      b.mpi = &mpi;
+#else
+      if (env.rank < 0 || env.worldSize < 0 || !std::getenv("MASTER_ADDR"))
+        fatal(std::string("launched by an MPI launcher (") + env.mpiLauncherVar +
+              "), but libmoert was built without MPI, through which the NCCL "
+              "backend would meet the other ranks: rebuild libmoert with MPI, "
+              "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+      b.rank = env.rank;
+      b.size = env.worldSize;
+      b.store = storeAddress(env.worldSize);
+#endif
+    } else if (env.worldSize > 1) {
+      b.rank = env.rank;
+      b.size = env.worldSize;
+      b.store = storeAddress(env.worldSize);
+    }
+    return createNcclCommunicator(b).release();
+  }();
+  return *comm;
 }
 
 double parseTimeout() {
@@ -266,6 +309,27 @@ const LaunchEnv &launchEnv() {
   return env;
 }
 
+const std::string &backendChoice() {
+  static const std::string backend = [] {
+    std::string b = "auto";
+    if (const char *v = std::getenv("MOERT_COMM_BACKEND"))
+      b = v;
+    if (b != "auto" && b != "mpi" && b != "self" && b != "nccl")
+      fatal("MOERT_COMM_BACKEND='" + b +
+            "' is not one of auto, mpi, self, nccl");
+    return b;
+  }();
+  return backend;
+}
+
+Communicator &hostWorld() {
+  static Communicator *comm = [] {
+    timeoutSeconds();
+    return createHost().release();
+  }();
+  return *comm;
+}
+
 double timeoutSeconds() {
   static double t = parseTimeout();
   return t;
@@ -274,7 +338,41 @@ double timeoutSeconds() {
 Communicator &world() {
   static Communicator *comm = [] {
     timeoutSeconds(); // a bad MOERT_COMM_TIMEOUT fails before any exchange
-    return create().release();
+    const LaunchEnv &env = launchEnv();
+    const std::string &backend = backendChoice();
+    if (backend == "nccl")
+      return &ncclWorld("MOERT_COMM_BACKEND=nccl");
+    if (backend == "auto" && !env.mpiLauncherVar && env.worldSize > 1) {
+      // torchrun-style: only NCCL meets the ranks at MASTER_ADDR:MASTER_PORT.
+      if (std::string why = ncclUnavailable(); !why.empty())
+        fatal(noLauncherMessage(env, why));
+      return &ncclWorld("WORLD_SIZE=" + std::to_string(env.worldSize) +
+                        " without an MPI launcher");
+    }
+    return &hostWorld();
+  }();
+  return *comm;
+}
+
+Communicator &deviceWorld() {
+  static Communicator *comm = [] {
+    timeoutSeconds();
+    const LaunchEnv &env = launchEnv();
+    const std::string &backend = backendChoice();
+    if (backend == "nccl")
+      return &ncclWorld("MOERT_COMM_BACKEND=nccl");
+    if (backend == "auto") {
+      int ranks = env.mpiLauncherVar ? hostWorld().size()
+                  : env.worldSize > 1 ? env.worldSize
+                                      : 1;
+      if (ranks > 1)
+        return &ncclWorld(
+            "exchanging device buffers between " + std::to_string(ranks) +
+            " ranks (MOERT_COMM_BACKEND=auto; MOERT_COMM_BACKEND=mpi copies "
+            "them through host memory instead)");
+    }
+    // One rank, or MPI asked for: through host memory.
+    return createStagedCommunicator(hostWorld()).release();
   }();
   return *comm;
 }
@@ -354,6 +452,22 @@ void fromFloat(void *p, DType type, int64_t i, float value) {
   std::memcpy(static_cast<char *>(p) + 2 * i, &h, 2);
 }
 
+namespace {
+struct Stats {
+  std::mutex mu;
+  moert_comm_stats s{};
+};
+Stats &stats() {
+  static Stats *s = new Stats();
+  return *s;
+}
+} // namespace
+
+void countBytesToPeers(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(stats().mu);
+  stats().s.all_to_all_bytes_to_peers += bytes;
+}
+
 } // namespace moert::comm
 
 //===----------------------------------------------------------------------===//
@@ -364,8 +478,26 @@ using namespace moert::comm;
 
 namespace {
 
-Communicator &checkedWorld(const char *op, int64_t groupSize) {
-  Communicator &c = world();
+/// A buffer a collective is given: where it starts and how many bytes.
+struct Buffer {
+  const void *data;
+  int64_t bytes;
+};
+
+/// The communicator for these buffers: deviceWorld() when they are device
+/// memory, else world(). Buffers on both sides are an error.
+Communicator &checkedWorld(const char *op, int64_t groupSize,
+                           std::initializer_list<Buffer> buffers) {
+  int onDevice = 0, onHost = 0;
+  for (const Buffer &b : buffers)
+    if (b.data && b.bytes > 0)
+      ++(isDevicePointer(b.data) ? onDevice : onHost);
+  if (onDevice && onHost)
+    world().abort(1, std::string(op) + ": " + std::to_string(onDevice) +
+                         " of its buffers are in device memory and " +
+                         std::to_string(onHost) +
+                         " in host memory; all must be on the same side");
+  Communicator &c = onDevice ? deviceWorld() : world();
   if (groupSize != c.size())
     c.abort(1, std::string(op) + ": the program was compiled for " +
                    std::to_string(groupSize) +
@@ -395,11 +527,42 @@ void checkRows(Communicator &c, const char *op, const char *what,
                    std::to_string(m->strides[1]) + ")");
 }
 
+/// Times a collective entry point for moert_comm_stats.
+struct Timed {
+  bool allToAll;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  explicit Timed(bool allToAll) : allToAll(allToAll) {}
+  ~Timed() {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             start)
+                   .count();
+    std::lock_guard<std::mutex> lock(stats().mu);
+    if (allToAll) {
+      ++stats().s.all_to_all_calls;
+      stats().s.all_to_all_seconds += s;
+    } else {
+      ++stats().s.all_reduce_calls;
+      stats().s.all_reduce_seconds += s;
+    }
+  }
+};
+
 void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
               moert_memref1d *sendCounts, moert_memref2d *result,
               moert_memref1d *recvCounts, int64_t groupSize) {
+  Timed timed(/*allToAll=*/true);
   std::string op = std::string("moert_all_to_all_") + dtype;
-  Communicator &c = checkedWorld(op.c_str(), groupSize);
+  auto bytesOf = [&](const moert_memref2d *m) {
+    return m->sizes[0] * m->sizes[1] * int64_t(elementBytes);
+  };
+  Communicator &c = checkedWorld(
+      op.c_str(), groupSize,
+      {{static_cast<char *>(input->aligned) + input->offset * elementBytes,
+        bytesOf(input)},
+       {data<int32_t>(sendCounts), sendCounts->sizes[0] * 4},
+       {static_cast<char *>(result->aligned) + result->offset * elementBytes,
+        bytesOf(result)},
+       {data<int32_t>(recvCounts), recvCounts->sizes[0] * 4}});
   checkRows(c, op.c_str(), "the input", input);
   checkRows(c, op.c_str(), "the result", result);
   checkContiguous(c, op.c_str(), "send_counts", sendCounts);
@@ -425,14 +588,20 @@ void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
 
 void allReduce(const char *dtype, DType type, moert_memref1d *input,
                moert_memref1d *result, int64_t groupSize) {
+  Timed timed(/*allToAll=*/false);
   std::string op = std::string("moert_all_reduce_sum_") + dtype;
-  Communicator &c = checkedWorld(op.c_str(), groupSize);
+  size_t eb = bytes(type);
+  Communicator &c = checkedWorld(
+      op.c_str(), groupSize,
+      {{static_cast<char *>(input->aligned) + input->offset * eb,
+        input->sizes[0] * int64_t(eb)},
+       {static_cast<char *>(result->aligned) + result->offset * eb,
+        result->sizes[0] * int64_t(eb)}});
   checkContiguous(c, op.c_str(), "the input", input);
   checkContiguous(c, op.c_str(), "the result", result);
   if (input->sizes[0] != result->sizes[0])
     c.abort(1, op + ": " + std::to_string(input->sizes[0]) + " values in, " +
                    std::to_string(result->sizes[0]) + " out");
-  size_t eb = bytes(type);
   c.allReduceSum(static_cast<char *>(input->aligned) + input->offset * eb,
                  static_cast<char *>(result->aligned) + result->offset * eb,
                  input->sizes[0], type);
@@ -471,6 +640,14 @@ MOERT_DEFINE_ALL_REDUCE(i64, I64)
 int32_t moert_comm_rank(void) { return world().rank(); }
 int32_t moert_comm_size(void) { return world().size(); }
 void moert_comm_barrier(void) { world().barrier(); }
+void moert_comm_get_stats(moert_comm_stats *s) {
+  std::lock_guard<std::mutex> lock(stats().mu);
+  *s = stats().s;
+}
+void moert_comm_reset_stats(void) {
+  std::lock_guard<std::mutex> lock(stats().mu);
+  stats().s = moert_comm_stats{};
+}
 void moert_comm_abort(int32_t code, const char *message) {
   world().abort(code, message ? message : "aborted");
 }

@@ -44,6 +44,9 @@ int64_t checkSendCounts(Communicator &comm, const std::string &label,
                         int64_t sendRows, const int32_t *sendCounts,
                         int64_t count);
 
+/// Adds bytes of rows an all_to_all sent to other ranks (moert_comm_stats).
+void countBytesToPeers(uint64_t bytes);
+
 /// bf16 / f16 <-> f32, round to nearest even.
 float toFloat(const void *p, DType type, int64_t i);
 void fromFloat(void *p, DType type, int64_t i, float value);
@@ -51,6 +54,66 @@ void fromFloat(void *p, DType type, int64_t i, float value);
 #ifdef MOERT_HAVE_MPI
 std::unique_ptr<Communicator> createMpiCommunicator(const LaunchEnv &env);
 #endif
+
+/// MOERT_COMM_BACKEND, checked: "auto", "mpi", "self" or "nccl".
+const std::string &backendChoice();
+
+/// The host communicator: MPI or one rank (never NCCL). Buffers in host
+/// memory, and the MPI bootstrap of NCCL.
+Communicator &hostWorld();
+
+/// Whether `p` points to device memory. Asks the CUDA driver only when this
+/// process has loaded it already (no driver, no device memory), so CPU
+/// programs never load or initialize CUDA.
+bool isDevicePointer(const void *p);
+
+/// Empty if libnccl loads (MOERT_NCCL_LIBRARY, else libnccl.so.2), else
+/// why not; never exits.
+std::string ncclLibraryError();
+
+/// Empty if the NCCL backend can run here (libnccl loads, a GPU is there),
+/// else why not; never exits.
+std::string ncclUnavailable();
+
+/// How an NCCL communicator meets its peers.
+struct StoreAddress {
+  std::string host;      ///< MASTER_ADDR
+  int port = 0;          ///< MASTER_PORT, or what replaces it
+  std::string portWhere; ///< where the port came from, for messages
+};
+
+struct NcclBootstrap {
+  int rank = 0, size = 1;
+  /// The MPI communicator when launched by MPI (the id goes through it, and
+  /// an abort ends the job with MPI_Abort); else the TCP store.
+  Communicator *mpi = nullptr;
+  StoreAddress store;
+};
+
+/// The NCCL communicator: libnccl opened at run time (MOERT_NCCL_LIBRARY
+/// overrides its path), the primary context of this process's GPU, the
+/// ncclUniqueId shared by MPI or the TCP store. Failures are fatal with a
+/// message naming what is missing.
+std::unique_ptr<Communicator> createNcclCommunicator(const NcclBootstrap &b);
+
+/// Device buffers over a host communicator (MPI, one rank): every exchange
+/// copies them to host memory and back.
+std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host);
+
+/// MASTER_ADDR and the port the store listens on: MOERT_STORE_PORT, else
+/// MASTER_PORT, or MASTER_PORT + 1 under torchrun's agent store
+/// (TORCHELASTIC_USE_AGENT_STORE=True: the agent holds MASTER_PORT).
+/// Missing variables are fatal, naming them.
+StoreAddress storeAddress(int worldSize);
+
+/// The TCP store's one operation: rank 0 listens on `address.port`, every
+/// other rank connects to `address.host` and receives `blob` from rank 0
+/// (its own argument is ignored). Rank 0 returns once all `size - 1` ranks
+/// have it, so this is also a rendezvous. A rank that does not show up
+/// within `timeout` seconds, disagreeing sizes or a rank number used twice
+/// are fatal, naming the ranks and the address.
+std::string storeBroadcast(const StoreAddress &address, int rank, int size,
+                           const std::string &blob, double timeout);
 
 } // namespace moert::comm
 

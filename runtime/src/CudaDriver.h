@@ -57,6 +57,7 @@ namespace moert::cuda {
   X(cuMemsetD32Async)                                                          \
   X(cuMemHostRegister)                                                         \
   X(cuMemHostUnregister)                                                       \
+  X(cuStreamQuery)                                                             \
   X(cuTensorMapEncodeTiled)
 
 struct Driver {
@@ -78,6 +79,13 @@ bool driverAvailable();
                        int line);
 
 } // namespace moert::cuda
+
+namespace moert::gpu {
+/// The primary context of the device this process uses (MOERT_DEVICE,
+/// LOCAL_RANK, the MPI launcher's local rank, else 0), created on first use;
+/// exits with a message when there is no usable GPU.
+CUcontext primaryContext();
+} // namespace moert::gpu
 
 /// Runs a driver call and exits with a message naming it on failure.
 #define MOERT_CU(call)                                                         \

@@ -18,19 +18,32 @@ namespace {
 
 int selectedDevice = -1;
 
-int chooseDevice() {
+/// Where the device number comes from: one GPU per process, the process's
+/// index on its host (torchrun's LOCAL_RANK, or the MPI launcher's: Open
+/// MPI, MPICH/hydra, Slurm).
+const char *const deviceVars[] = {"MOERT_DEVICE", "LOCAL_RANK",
+                                  "OMPI_COMM_WORLD_LOCAL_RANK",
+                                  "MPI_LOCALRANKID", "SLURM_LOCALID"};
+
+int chooseDevice(const char **source = nullptr) {
+  if (source)
+    *source = "mgpuSetDefaultDevice";
   if (selectedDevice >= 0)
     return selectedDevice;
-  for (const char *var : {"MOERT_DEVICE", "LOCAL_RANK"}) {
+  for (const char *var : deviceVars) {
     if (const char *value = std::getenv(var)) {
       char *end = nullptr;
       long device = std::strtol(value, &end, 10);
+      if (source)
+        *source = var;
       if (*value && end && !*end && device >= 0)
         return int(device);
       std::fprintf(stderr, "moert: %s=%s is not a device number\n", var, value);
       std::exit(1);
     }
   }
+  if (source)
+    *source = nullptr;
   return 0;
 }
 
@@ -42,10 +55,12 @@ CUcontext context() {
     MOERT_CU(d.cuInit(0));
     int count = 0;
     MOERT_CU(d.cuDeviceGetCount(&count));
-    int ordinal = chooseDevice();
+    const char *source = nullptr;
+    int ordinal = chooseDevice(&source);
     if (ordinal >= count) {
-      std::fprintf(stderr, "moert: device %d requested, %d present\n", ordinal,
-                   count);
+      std::fprintf(stderr, "moert: device %d requested%s%s%s, %d present\n",
+                   ordinal, source ? " (by " : "", source ? source : "",
+                   source ? ")" : "", count);
       std::exit(1);
     }
     CUdevice device;
@@ -56,6 +71,12 @@ CUcontext context() {
   }();
   return ctx;
 }
+
+} // namespace
+
+CUcontext moert::gpu::primaryContext() { return context(); }
+
+namespace {
 
 /// Makes the runtime's context current for a scope.
 struct Scoped {

@@ -193,6 +193,11 @@ public:
                    std::to_string(recvCapacity) + " rows");
     }
     // 3. The rows, as rows of a contiguous type (counts stay small).
+    uint64_t toPeers = 0;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        toPeers += uint64_t(sendRowsTo[size_t(p)] * rowBytes);
+    countBytesToPeers(toPeers);
     MPI_Datatype row = rowType(rowBytes, label);
     reqs.clear();
     peers.clear();

@@ -5,6 +5,9 @@
 //   moert-comm-test bad-counts                 counts beyond the input (error)
 //   moert-comm-test group G                    a program compiled for G ranks
 //   moert-comm-test info                       "rank r of N (backend)"
+//   mpirun -np N moert-comm-test device        every check on device buffers
+//                                              (a GPU per rank: NCCL, or MPI
+//                                              through host memory)
 //
 // The exchanges go through the C entry points compiled programs call
 // (_mlir_ciface_moert_*), with memref descriptors.
@@ -12,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/Comm.h"
+#include "moert/Gpu.h"
 
 #include <cmath>
 #include <cstdio>
@@ -27,6 +31,42 @@ namespace {
 int checks = 0, failed = 0;
 int rank = 0, ranks = 1;
 
+/// Device mode: every buffer a collective gets is a device copy of the
+/// vector, copied back by fetch().
+bool onDevice = false;
+struct Placed {
+  void *host, *device;
+  size_t bytes;
+};
+std::vector<Placed> placed;
+
+template <typename T> T *place(std::vector<T> &v) {
+  if (!onDevice)
+    return v.data();
+  for (Placed &p : placed)
+    if (p.host == v.data())
+      return static_cast<T *>(p.device);
+  size_t bytes = v.size() * sizeof(T);
+  void *d = mgpuMemAlloc(bytes, nullptr, false);
+  mgpuMemcpy(d, v.data(), bytes, nullptr);
+  moert_gpu_synchronize();
+  placed.push_back({v.data(), d, bytes});
+  return static_cast<T *>(d);
+}
+
+/// Copies the device buffers back to their vectors and frees them.
+void fetch() {
+  if (!onDevice)
+    return;
+  for (Placed &p : placed) {
+    mgpuMemcpy(p.host, p.device, p.bytes, nullptr);
+    moert_gpu_synchronize();
+    mgpuMemFree(p.device, nullptr);
+  }
+  moert_gpu_synchronize();
+  placed.clear();
+}
+
 void expect(bool ok, const std::string &what) {
   ++checks;
   if (!ok) {
@@ -36,10 +76,12 @@ void expect(bool ok, const std::string &what) {
 }
 
 template <typename T> moert_memref1d vec(std::vector<T> &v) {
-  return {v.data(), v.data(), 0, {int64_t(v.size())}, {1}};
+  T *p = place(v);
+  return {p, p, 0, {int64_t(v.size())}, {1}};
 }
 template <typename T> moert_memref2d mat(std::vector<T> &v, int64_t cols) {
-  return {v.data(), v.data(), 0, {int64_t(v.size()) / cols, cols}, {cols, 1}};
+  T *p = place(v);
+  return {p, p, 0, {int64_t(v.size()) / cols, cols}, {cols, 1}};
 }
 
 /// Rows rank `src` sends to `dst` for slot `j`.
@@ -70,6 +112,7 @@ void allToAllCase(int slots, int cols, int extraRows) {
   auto r = mat(out, cols);
   auto rc = vec(recvCounts);
   _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+  fetch();
   std::string label = "all_to_all slots=" + std::to_string(slots) +
                       " cols=" + std::to_string(cols);
   size_t at = 0;
@@ -96,6 +139,7 @@ void allReduceCases() {
       in[i] = float(rank + 1) * float(i);
     auto a = vec(in), b = vec(out);
     _mlir_ciface_moert_all_reduce_sum_f32(&a, &b, ranks);
+    fetch();
     bool ok = true;
     for (size_t i = 0; i < in.size(); ++i)
       ok &= out[i] == float(ranks * (ranks + 1) / 2) * float(i);
@@ -105,6 +149,7 @@ void allReduceCases() {
     std::vector<double> v = {double(rank), 0.5};
     auto a = vec(v);
     _mlir_ciface_moert_all_reduce_sum_f64(&a, &a, ranks); // in place
+    fetch();
     expect(v[0] == ranks * (ranks - 1) / 2.0 && v[1] == 0.5 * ranks,
            "all_reduce_sum f64 in place");
   }
@@ -112,6 +157,7 @@ void allReduceCases() {
     std::vector<int32_t> in = {rank, 1}, out(2);
     auto a = vec(in), b = vec(out);
     _mlir_ciface_moert_all_reduce_sum_i32(&a, &b, ranks);
+    fetch();
     expect(out[0] == ranks * (ranks - 1) / 2 && out[1] == ranks,
            "all_reduce_sum i32");
   }
@@ -119,6 +165,7 @@ void allReduceCases() {
     std::vector<int64_t> in = {int64_t(1) << 40}, out(1);
     auto a = vec(in), b = vec(out);
     _mlir_ciface_moert_all_reduce_sum_i64(&a, &b, ranks);
+    fetch();
     expect(out[0] == (int64_t(1) << 40) * ranks, "all_reduce_sum i64");
   }
   {
@@ -126,6 +173,7 @@ void allReduceCases() {
     std::vector<uint16_t> in = {0x3F81, 0xBF80}, out(2);
     auto a = vec(in), b = vec(out);
     _mlir_ciface_moert_all_reduce_sum_bf16(&a, &b, ranks);
+    fetch();
     float sum = float(ranks) * (1.0f + 1.0f / 128);
     uint32_t bits;
     std::memcpy(&bits, &sum, 4);
@@ -140,6 +188,7 @@ void allReduceCases() {
     std::vector<uint16_t> in = {0x3E00, 0x0001}, out(2);
     auto a = vec(in), b = vec(out);
     _mlir_ciface_moert_all_reduce_sum_f16(&a, &b, ranks);
+    fetch();
     // ranks * 1.5 is exact in f16 for small rank counts.
     float s = 1.5f * float(ranks);
     int e = 0;
@@ -183,8 +232,11 @@ int main(int argc, char **argv) {
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
-  if (mode != "all") {
-    std::fprintf(stderr, "usage: moert-comm-test [info|overflow|bad-counts|group G]\n");
+  if (mode == "device") {
+    onDevice = true;
+    moert_gpu_init();
+  } else if (mode != "all") {
+    std::fprintf(stderr, "usage: moert-comm-test [info|device|overflow|bad-counts|group G]\n");
     return 2;
   }
   allToAllCase(1, 3, 0);
@@ -194,7 +246,11 @@ int main(int argc, char **argv) {
   comm.barrier();
   expect(moert_comm_rank() == rank && moert_comm_size() == ranks,
          "moert_comm_rank/size");
-  std::printf("rank %d: %d checks, %d failed\n", rank, checks, failed);
+  std::printf("rank %d: %d checks, %d failed%s\n", rank, checks, failed,
+              onDevice ? (std::string(" (device buffers, ") +
+                          deviceWorld().backend() + ")")
+                             .c_str()
+                       : "");
   std::fflush(stdout);
   int32_t total = failed;
   comm.allReduceSum(&total, &total, 1, DType::I32);

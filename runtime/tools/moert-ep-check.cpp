@@ -28,10 +28,23 @@
 // for an expert shard's gradient this rank's rows of it (summed in another
 // order than the program does: within 1e-5 + 1e-4 |x| unless told).
 //
+// GPU artifacts (moe-compile --target=sm_90a, ...: the manifest's target)
+// run on this rank's GPU (LOCAL_RANK, or the MPI launcher's local rank:
+// one GPU per rank) with every input in device memory; the expert-parallel
+// one exchanges device buffers (NCCL under MOERT_COMM_BACKEND=auto). Then
+// [--repeat N] (default 10 on GPUs, 0 on CPUs) times N calls of each after
+// [--warmup W] (default 2) and prints the median per call, single-rank and
+// expert-parallel (the slowest rank's), and each rank's expert-weight
+// memory in both. Tensors of more than 2^20 elements are drawn from a fast
+// generator (uniform, unit variance) instead of the normal distribution.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moert/Comm.h"
+#include "moert/Gpu.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -82,6 +95,20 @@ struct Function {
   std::vector<Tensor> args, results;
   double atol = -1, rtol = -1;
 };
+
+/// The manifest's `target` line: cpu, or a GPU chip.
+std::string targetOf(const char *text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind, target;
+    ls >> kind >> target;
+    if (kind == "target")
+      return target;
+  }
+  return "cpu";
+}
 
 std::vector<Function> parseManifest(const char *text) {
   std::vector<Function> fns;
@@ -186,6 +213,27 @@ bool isFloat(const Tensor &t) {
 void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
                 std::mt19937_64 &rng) {
   buf.assign(size_t(elements) * t.elementBytes(), 0);
+  if (elements > (int64_t(1) << 20) && !t.hasRange &&
+      (t.dtype == "f32" || t.dtype == "bf16")) {
+    // Large tensors (a real layer's expert weights): uniform on
+    // [-sqrt(3), sqrt(3)) (unit variance) from splitmix64, seeded by `rng`.
+    uint64_t state = rng();
+    for (int64_t i = 0; i < elements; ++i) {
+      uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      float f = (float(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) *
+                1.7320508f;
+      if (t.dtype == "f32") {
+        std::memcpy(&buf[size_t(i) * 4], &f, 4);
+      } else {
+        uint16_t b = floatToBf16(f);
+        std::memcpy(&buf[size_t(i) * 2], &b, 2);
+      }
+    }
+    return;
+  }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < elements; ++i) {
     if (t.hasRange) {
@@ -251,31 +299,112 @@ size_t resultOffset(const Function &f, size_t i) {
   return off;
 }
 
-/// Calls `fn` and copies its results out.
-std::vector<std::vector<uint8_t>> run(void *handle, const Function &f,
-                                      std::vector<std::vector<uint8_t>> &inputs,
-                                      const std::vector<Tensor> &argTypes) {
+/// What running a function gave: its results (on the host) and, when
+/// timed, the median time per call.
+struct Run {
+  std::vector<std::vector<uint8_t>> results;
+  double medianMs = 0;
+  size_t deviceBytes = 0; ///< device memory the inputs took (GPU)
+  moert_comm_stats comm{}; ///< the collectives of the timed calls
+};
+
+/// Calls `fn` and copies its results out; on a GPU artifact, with every
+/// input in device memory. With `repeat`, times that many further calls
+/// (after `warmup` untimed ones and a barrier of `comm`).
+Run run(void *handle, const Function &f,
+        std::vector<std::vector<uint8_t>> &inputs,
+        const std::vector<Tensor> &argTypes, bool gpu, int warmup, int repeat,
+        Communicator &comm) {
   std::string sym = "_mlir_ciface_" + f.name;
   void *fn = dlsym(handle, sym.c_str());
   if (!fn)
-    moert::comm::world().abort(2, "moert-ep-check: no " + sym);
+    comm.abort(2, "moert-ep-check: no " + sym);
+  void *stream = gpu ? mgpuStreamCreate() : nullptr;
+  std::vector<void *> deviceIn;
   std::vector<std::vector<int64_t>> descs;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    descs.push_back(descriptor(inputs[i].data(), argTypes[i]));
+  Run r;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    void *data = inputs[i].data();
+    if (gpu) {
+      data = mgpuMemAlloc(inputs[i].size(), stream, false);
+      mgpuMemcpy(data, inputs[i].data(), inputs[i].size(), stream);
+      deviceIn.push_back(data);
+      r.deviceBytes += inputs[i].size();
+    }
+    descs.push_back(descriptor(data, argTypes[i]));
+  }
+  if (gpu)
+    mgpuStreamSynchronize(stream);
   size_t resultBytes = resultOffset(f, f.results.size());
   std::vector<uint8_t> results(resultBytes + 8);
+  // Frees what a call returned (the program allocated it).
+  auto release = [&](std::vector<uint8_t> &res) {
+    for (size_t i = 0; i < f.results.size(); ++i) {
+      void *allocated;
+      std::memcpy(&allocated, res.data() + resultOffset(f, i), 8);
+      bool isInput = false; // a result that is an argument's buffer
+      for (auto &d : descs)
+        isInput |= reinterpret_cast<void *>(intptr_t(d[0])) == allocated;
+      if (isInput || !allocated)
+        continue;
+      if (gpu)
+        mgpuMemFree(allocated, stream);
+      else
+        std::free(allocated);
+    }
+  };
   call(fn, f.results.empty() ? nullptr : results.data(), descs);
-  std::vector<std::vector<uint8_t>> out;
+  if (gpu)
+    moert_gpu_synchronize();
   for (size_t i = 0; i < f.results.size(); ++i) {
     int64_t *d = reinterpret_cast<int64_t *>(results.data() + resultOffset(f, i));
     const Tensor &t = f.results[i];
     size_t n = size_t(t.elements()) * t.elementBytes();
     auto *aligned = reinterpret_cast<uint8_t *>(intptr_t(d[1]));
     int64_t offset = d[2];
-    out.emplace_back(aligned + offset * int64_t(t.elementBytes()),
-                     aligned + offset * int64_t(t.elementBytes()) + n);
+    const uint8_t *at = aligned + offset * int64_t(t.elementBytes());
+    if (gpu) {
+      r.results.emplace_back(n);
+      mgpuMemcpy(r.results.back().data(), const_cast<uint8_t *>(at), n, stream);
+      mgpuStreamSynchronize(stream);
+    } else {
+      r.results.emplace_back(at, at + n);
+    }
   }
-  return out;
+  if (gpu)
+    release(results);
+  if (repeat > 0) {
+    std::vector<uint8_t> scratch(resultBytes + 8);
+    for (int w = 0; w < warmup; ++w) {
+      call(fn, f.results.empty() ? nullptr : scratch.data(), descs);
+      release(scratch);
+    }
+    if (gpu)
+      moert_gpu_synchronize();
+    comm.barrier();
+    moert_comm_reset_stats();
+    std::vector<double> times;
+    for (int k = 0; k < repeat; ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      call(fn, f.results.empty() ? nullptr : scratch.data(), descs);
+      if (gpu)
+        moert_gpu_synchronize();
+      times.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count());
+      release(scratch);
+    }
+    std::sort(times.begin(), times.end());
+    r.medianMs = times[times.size() / 2];
+    moert_comm_get_stats(&r.comm);
+  }
+  if (gpu) {
+    for (void *d : deviceIn)
+      mgpuMemFree(d, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+  }
+  return r;
 }
 
 void *load(const char *path, const char **manifest) {
@@ -322,6 +451,7 @@ int main(int argc, char **argv) {
   std::string only;
   std::vector<bool> replicated(64, false);
   double atolFlag = -1, rtolFlag = -1;
+  int repeat = -1, warmup = 2;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -337,6 +467,10 @@ int main(int argc, char **argv) {
       atolFlag = std::atof(v.c_str());
     else if (a == "--rtol")
       rtolFlag = std::atof(v.c_str());
+    else if (a == "--repeat")
+      repeat = std::atoi(v.c_str());
+    else if (a == "--warmup")
+      warmup = std::atoi(v.c_str());
     else if (a == "--replicate") {
       std::istringstream s(v);
       std::string item;
@@ -358,6 +492,27 @@ int main(int argc, char **argv) {
   void *ep = load(argv[2], &epManifest);
   std::vector<Function> singleFns = parseManifest(singleManifest);
   std::vector<Function> epFns = parseManifest(epManifest);
+  const std::string singleTarget = targetOf(singleManifest),
+                    epTarget = targetOf(epManifest);
+  const bool singleGpu = singleTarget != "cpu", epGpu = epTarget != "cpu";
+  const bool anyGpu = singleGpu || epGpu;
+  if (repeat < 0)
+    repeat = anyGpu ? 10 : 0;
+  std::string deviceBackend;
+  if (anyGpu) {
+    moert_gpu_init(); // this rank's GPU: LOCAL_RANK or the launcher's
+    std::printf("rank %d: GPU %d of %d\n", rank, moert_gpu_device(),
+                moert_gpu_device_count());
+    std::fflush(stdout);
+  }
+  if (epGpu) {
+    // The communicator of device buffers, now (NCCL's setup is not timed).
+    deviceBackend = moert::comm::deviceWorld().backend();
+  }
+  // Per function: [single ms, EP ms] per rank, and the weights' bytes.
+  std::vector<std::string> timed;
+  std::vector<double> times;
+  std::vector<double> weightBytes;
 
   int failures = 0, checked = 0;
   std::string report;
@@ -395,9 +550,9 @@ int main(int argc, char **argv) {
                " were launched");
         fillRandom(ts, ts.elements(), global, rng);
         size_t per = size_t(te.elements()) * te.elementBytes();
-        singleIn.push_back(global);
         epIn.emplace_back(global.begin() + long(per * size_t(rank)),
                           global.begin() + long(per * size_t(rank + 1)));
+        singleIn.push_back(std::move(global));
         continue;
       }
       if (ts.shape != te.shape || ts.dtype != te.dtype)
@@ -419,8 +574,51 @@ int main(int argc, char **argv) {
       epIn.push_back(mine);
     }
 
-    std::vector<std::vector<uint8_t>> ref = run(single, *fs, singleIn, fs->args);
-    std::vector<std::vector<uint8_t>> got = run(ep, fe, epIn, fe.args);
+    double singleWeights = 0, epWeights = 0;
+    for (size_t i = 0; i < fe.args.size(); ++i)
+      if (fe.args[i].experts) {
+        singleWeights += double(singleIn[i].size());
+        epWeights += double(epIn[i].size());
+      }
+    Run singleRun = run(single, *fs, singleIn, fs->args, singleGpu, warmup,
+                        repeat, comm);
+    singleIn.clear();
+    singleIn.shrink_to_fit();
+    Run epRun = run(ep, fe, epIn, fe.args, epGpu, warmup, repeat, comm);
+    std::vector<std::vector<uint8_t>> &ref = singleRun.results;
+    std::vector<std::vector<uint8_t>> &got = epRun.results;
+    if (repeat > 0 && epRun.comm.all_to_all_calls + epRun.comm.all_reduce_calls) {
+      const moert_comm_stats &c = epRun.comm;
+      double perCall = 1.0 / repeat;
+      std::string line = "rank " + std::to_string(rank) + ": @" + fe.name +
+                         " collectives per expert-parallel call: ";
+      char buf[256];
+      if (c.all_to_all_calls) {
+        double s = c.all_to_all_seconds;
+        std::snprintf(buf, sizeof(buf),
+                      "%.3g all_to_all, %.3f ms in all, %.2f MiB to other "
+                      "ranks (%.1f GB/s over the time in all_to_all)",
+                      double(c.all_to_all_calls) * perCall, 1e3 * s * perCall,
+                      double(c.all_to_all_bytes_to_peers) * perCall / 1048576.0,
+                      s > 0 ? double(c.all_to_all_bytes_to_peers) / s / 1e9 : 0.0);
+        line += buf;
+      }
+      if (c.all_reduce_calls) {
+        std::snprintf(buf, sizeof(buf), "%s%.3g all_reduce, %.3f ms",
+                      c.all_to_all_calls ? "; " : "",
+                      double(c.all_reduce_calls) * perCall,
+                      1e3 * c.all_reduce_seconds * perCall);
+        line += buf;
+      }
+      report += line + "\n";
+    }
+    if (repeat > 0) {
+      timed.push_back(fe.name);
+      times.push_back(singleRun.medianMs);
+      times.push_back(epRun.medianMs);
+      weightBytes.push_back(singleWeights);
+      weightBytes.push_back(epWeights);
+    }
 
     double atol = atolFlag >= 0 ? atolFlag : fe.atol >= 0 ? fe.atol : 0;
     double rtol = rtolFlag >= 0 ? rtolFlag : fe.rtol >= 0 ? fe.rtol : 0;
@@ -507,9 +705,54 @@ int main(int argc, char **argv) {
   std::fflush(stdout);
   int32_t total = failures;
   comm.allReduceSum(&total, &total, 1, moert::comm::DType::I32);
+
+  // Timing and memory: every rank's numbers to rank 0 (a sum of vectors that
+  // are zero except for the rank's own entries).
+  const size_t nf = timed.size();
+  std::vector<double> all(nf * 2 * size_t(ranks), 0.0);
+  for (size_t k = 0; k < nf; ++k)
+    for (size_t j = 0; j < 2; ++j)
+      all[(k * 2 + j) * size_t(ranks) + size_t(rank)] = times[k * 2 + j];
+  if (nf)
+    comm.allReduceSum(all.data(), all.data(), int64_t(all.size()),
+                      moert::comm::DType::F64);
+  for (size_t k = 0; k < nf; ++k) {
+    std::printf("rank %d: @%s expert weights in %s memory: %.1f MiB with "
+                "expert parallelism, %.1f MiB with every expert (%.0f%%)\n",
+                rank, timed[k].c_str(), epGpu ? "GPU" : "host",
+                weightBytes[k * 2 + 1] / 1048576.0,
+                weightBytes[k * 2] / 1048576.0,
+                weightBytes[k * 2] > 0
+                    ? 100.0 * weightBytes[k * 2 + 1] / weightBytes[k * 2]
+                    : 0.0);
+    std::printf("rank %d: @%s time per call (median of %d): %.3f ms single "
+                "(%s), %.3f ms expert-parallel (%s)\n",
+                rank, timed[k].c_str(), repeat, times[k * 2],
+                singleGpu ? "1 GPU" : "CPU", times[k * 2 + 1],
+                epGpu ? "GPUs" : "CPUs");
+  }
+  std::fflush(stdout);
+  comm.barrier();
   if (rank == 0) {
-    std::printf("expert-parallel check on %d ranks (%s): %s\n", ranks,
-                comm.backend(), total ? "FAILED" : "all ranks ok");
+    for (size_t k = 0; k < nf; ++k) {
+      double worstSingle = 0, worstEp = 0;
+      for (int r = 0; r < ranks; ++r) {
+        worstSingle = std::max(worstSingle, all[(k * 2) * size_t(ranks) + size_t(r)]);
+        worstEp = std::max(worstEp, all[(k * 2 + 1) * size_t(ranks) + size_t(r)]);
+      }
+      std::printf("@%s time per layer call, slowest rank: %.3f ms on %s with "
+                  "every expert, %.3f ms at EP=%d (%.2fx)\n",
+                  timed[k].c_str(), worstSingle, singleGpu ? "1 GPU" : "1 CPU",
+                  worstEp, ranks, worstEp > 0 ? worstSingle / worstEp : 0.0);
+    }
+    if (epGpu)
+      std::printf("expert-parallel check on %d ranks (%s, device buffers: "
+                  "%s): %s\n",
+                  ranks, comm.backend(), deviceBackend.c_str(),
+                  total ? "FAILED" : "all ranks ok");
+    else
+      std::printf("expert-parallel check on %d ranks (%s): %s\n", ranks,
+                  comm.backend(), total ? "FAILED" : "all ranks ok");
     std::fflush(stdout);
   }
   return total ? 1 : 0;

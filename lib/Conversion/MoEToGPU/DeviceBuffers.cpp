@@ -82,6 +82,16 @@ struct MoEGPUDeviceBuffersPass
           failed = true;
           continue;
         }
+        // Host calls (libmoert's collectives, which take device buffers)
+        // cannot move into a kernel with the loop around them.
+        if (op->walk([](func::CallOp) { return WalkResult::interrupt(); })
+                .wasInterrupted()) {
+          op->emitError("calls a host function inside a host loop that reads "
+                        "or writes device buffers; the loop would have to run "
+                        "in a GPU kernel, the call cannot");
+          failed = true;
+          continue;
+        }
         wrapInSingleThreadKernel(rewriter, op);
       }
       func.walk([&](memref::LoadOp op) {

@@ -7,39 +7,71 @@
 //   allReduce    element-wise sum (f32, f64, bf16, f16, i32, i64)
 //   barrier, abort
 //
-// Backends: "mpi" (MPI_COMM_WORLD, when libmoert was built with MPI) and
-// "self" (one rank, nothing to exchange). The interface takes plain host
-// pointers; the NCCL backend will implement the same operations on device
-// buffers and a stream.
+// Backends: "mpi" (MPI_COMM_WORLD, when libmoert was built with MPI), "self"
+// (one rank, nothing to exchange) and "nccl" (one process per GPU, device
+// buffers; libnccl opened at run time, see below).
 //
 // Launch: `mpirun -np N prog` or a torchrun-style environment (RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). With MPI, RANK and
 // WORLD_SIZE, when set, must agree with MPI's view; a variable that is
 // malformed, inconsistent or missing (RANK without WORLD_SIZE, ...) is an
-// error naming it. MOERT_COMM_BACKEND=auto|mpi|self picks the backend (auto:
-// mpi under an MPI launcher or with WORLD_SIZE > 1, else self).
+// error naming it.
+//
+// MOERT_COMM_BACKEND=auto|mpi|self|nccl picks the backend. auto (default):
+//   - host buffers: mpi under an MPI launcher, self for one process; a
+//     torchrun-style launch of several ranks (no MPI launcher) takes nccl
+//     (host buffers staged through device memory), or stops with a message
+//     when NCCL or a GPU is missing;
+//   - device buffers (the C entry points ask the CUDA driver,
+//     cuPointerGetAttribute, and only when the process has loaded it): nccl
+//     when more than one rank was launched, else a copy;
+// mpi: MPI, device buffers copied through host memory (no NCCL needed);
+// self: one rank; nccl: NCCL for every buffer.
 //
 // Faults: every collective is non-blocking underneath and polled against a
 // deadline, MOERT_COMM_TIMEOUT seconds (default 300). A rank that does not
 // arrive in time is named with the collective (`all_to_all #3 (f32 rows):
 // timed out after 300 s waiting for rank 1`) and the whole job is aborted
-// (MPI_Abort): no rank hangs forever. MPI errors are returned, not fatal
-// inside MPI, and reported by name. For tests, MOERT_TEST_FAIL_RANK=r makes
-// rank r exit (status 3, no finalization, as if it crashed) and
-// MOERT_TEST_STALL_RANK=r makes rank r sleep (MOERT_TEST_STALL_SECONDS,
-// default 3600) at collective MOERT_TEST_FAULT_AT (default 1).
+// (MPI_Abort; with NCCL, ncclCommAbort first): no rank hangs forever. MPI
+// and NCCL errors are returned, not fatal inside them, and reported by
+// name. For tests, MOERT_TEST_FAIL_RANK=r makes rank r exit (status 3, no
+// finalization, as if it crashed) and MOERT_TEST_STALL_RANK=r makes rank r
+// sleep (MOERT_TEST_STALL_SECONDS, default 3600) at collective
+// MOERT_TEST_FAULT_AT (default 1).
 //
 // The communicator is created on first use (MPI_Init_thread unless MPI is
 // already initialized) and finalized at exit.
 //
-// GPUs (to come): the same C entry points receive device buffers from GPU
-// artifacts. An NCCL backend implements Communicator with a stream argument:
-// counts exchanged with ncclAllToAll-style ncclSend/ncclRecv groups and
-// copied to the host (the row counts size the row exchange), rows with a
-// second group, sums with ncclAllReduce; the deadline is kept by polling
-// ncclCommGetAsyncError and ending with ncclCommAbort. Its bootstrap (the
-// ncclUniqueId) goes through MPI when launched by mpirun, or through a TCP
-// store at MASTER_ADDR:MASTER_PORT in a torchrun-style launch.
+// GPUs: the same C entry points receive device buffers from GPU artifacts
+// (-moe-gpu-pipeline keeps the calls on the host, with memref descriptors
+// of device memory). The NCCL backend (src/NcclComm.cpp):
+//   - libnccl.so.2 is dlopen'ed on first use (MOERT_NCCL_LIBRARY names
+//     another path); libmoert links neither NCCL nor CUDA, and builds and
+//     loads without them; a missing or wrong library is an error naming it;
+//   - device: the runtime's GPU (MOERT_DEVICE, LOCAL_RANK, else the MPI
+//     launcher's local rank, e.g. OMPI_COMM_WORLD_LOCAL_RANK);
+//   - bootstrap: the ncclUniqueId goes through MPI when launched by mpirun,
+//     else through a TCP rendezvous at MASTER_ADDR:MASTER_PORT (rank 0
+//     listens; MOERT_STORE_PORT overrides the port, and under torchrun's
+//     agent store, TORCHELASTIC_USE_AGENT_STORE=True, MASTER_PORT + 1 is
+//     used);
+//   - streams: a collective runs on the communicator's own stream and is
+//     complete when the call returns. Compiled programs synchronize their
+//     stream before each call (-gpu-async-region) and start a new one after
+//     it; the runtime also synchronizes the context on entry, so the input
+//     buffers are written whoever called;
+//   - all_to_all: counts copied to the host and checked, then a header (the
+//     collective's number, kind, row size) and the counts exchanged with
+//     grouped ncclSend/ncclRecv and copied back to size the rows, then the
+//     rows with a second group (own rows copied on the device, zeros after
+//     the last received row); all_reduce: the same header exchange, then
+//     ncclAllReduce (bf16/f16 on more than 2 ranks summed in f32 on the
+//     host: one rounding); barrier: the header exchange;
+//   - faults: the host polls the stream and ncclCommGetAsyncError against
+//     MOERT_COMM_TIMEOUT, then ncclCommAbort and the job ends (MPI_Abort
+//     under mpirun, else exit status 2) naming the rank, the collective and
+//     the phase; calls that block inside NCCL (ncclCommInitRank, connection
+//     setup) are guarded by a watchdog a few seconds past the deadline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_COMM_H
@@ -93,6 +125,11 @@ public:
 /// The world communicator, created on first use. Launch errors (bad
 /// environment, a backend that is not built) print a message and exit 1.
 Communicator &world();
+
+/// The communicator for device buffers (the C entry points use it when
+/// they are given device memory): NCCL, or MPI through host memory (see
+/// "Backends" above). Same ranks as world().
+Communicator &deviceWorld();
 
 /// Seconds a collective may wait for the other ranks (MOERT_COMM_TIMEOUT).
 double timeoutSeconds();
@@ -163,6 +200,19 @@ int32_t moert_comm_size(void);
 void moert_comm_barrier(void);
 /// Ends every rank with `code` after printing `message`.
 void moert_comm_abort(int32_t code, const char *message);
+
+/// What the collective entry points above did in this process: calls, the
+/// seconds spent in them (wall clock, from entry to return) and the bytes of
+/// rows sent to other ranks by all_to_all.
+struct moert_comm_stats {
+  uint64_t all_to_all_calls;
+  double all_to_all_seconds;
+  uint64_t all_to_all_bytes_to_peers;
+  uint64_t all_reduce_calls;
+  double all_reduce_seconds;
+};
+void moert_comm_get_stats(struct moert_comm_stats *stats);
+void moert_comm_reset_stats(void);
 
 #ifdef __cplusplus
 }

@@ -60,7 +60,9 @@ struct moert_gpu_memory_stats {
 void moert_gpu_init(void);
 /// Number of GPUs, 0 when there is no driver or no device (never exits).
 int moert_gpu_device_count(void);
-/// The device this process uses: MOERT_DEVICE, else LOCAL_RANK, else 0,
+/// The device this process uses: MOERT_DEVICE, else LOCAL_RANK, else the
+/// MPI launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+/// SLURM_LOCALID), else 0,
 /// unless mgpuSetDefaultDevice chose one.
 int moert_gpu_device(void);
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats);

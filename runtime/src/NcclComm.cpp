@@ -1,0 +1,871 @@
+//===- NcclComm.cpp - collectives on device buffers: NCCL, or staged ------===//
+//
+// The NCCL backend: one process per GPU, the collectives of Communicator on
+// device buffers (host buffers are staged through device memory).
+//
+// libnccl is opened at run time, like the CUDA driver (MOERT_NCCL_LIBRARY
+// names it, else libnccl.so.2): libmoert has no link-time dependency on it
+// and loads on machines without NCCL or a GPU. The few NCCL declarations it
+// needs are written out below (nccl.h's C ABI, stable since NCCL 2.7), so
+// building needs no nccl.h either.
+//
+// Streams: every collective runs on the communicator's own stream and is
+// complete when the call returns. Compiled GPU programs synchronize their
+// stream before calling the runtime (-gpu-async-region puts a host wait
+// before every call) and start a new one after it; other callers must have
+// finished writing the input buffers, and the runtime synchronizes the
+// context first (cuCtxSynchronize) to be safe.
+//
+// all_to_all: (1) the send counts are copied to the host and checked;
+// (2) each pair of ranks exchanges, with grouped ncclSend/ncclRecv, a header
+// (the collective's number and kind, the row size, the number of counts)
+// and the counts, which are copied back to the host: they size the row
+// exchange, and a header that does not match means the ranks run different
+// programs; (3) the rows, one grouped ncclSend/ncclRecv per peer with
+// something to send or receive, this rank's own rows copied on the device,
+// zeros after the last received row.
+// all_reduce: the same header exchange, then ncclAllReduce (bf16 and f16 on
+// more than 2 ranks are widened to f32 on the host first: the contract is
+// one rounding, and NCCL's ring rounds at every step).
+// barrier: the header exchange alone.
+//
+// Faults: the host polls the stream and ncclCommGetAsyncError; past
+// MOERT_COMM_TIMEOUT seconds, or on an asynchronous NCCL error, it prints
+// the rank, the collective and the phase, calls ncclCommAbort and ends the
+// job (MPI_Abort when launched by MPI, else exit status 2). Calls that block
+// inside NCCL (ncclCommInitRank, connection setup in ncclGroupEnd) are
+// guarded by a watchdog thread that ends the process a little after the
+// same deadline.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CommImpl.h"
+#include "CudaDriver.h"
+#include "moert/Gpu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace moert::comm {
+namespace {
+
+using cuda::driver;
+using Clock = std::chrono::steady_clock;
+
+//===----------------------------------------------------------------------===//
+// NCCL's C ABI, loaded at run time
+//===----------------------------------------------------------------------===//
+
+namespace nccl {
+typedef struct ncclComm *Comm;
+struct UniqueId {
+  char internal[128];
+};
+// ncclResult_t
+constexpr int Success = 0, InProgress = 7;
+// ncclDataType_t
+constexpr int Uint8 = 1, Int32 = 2, Int64 = 4, Float16 = 6, Float32 = 7,
+              Float64 = 8, Bfloat16 = 9;
+// ncclRedOp_t
+constexpr int Sum = 0;
+} // namespace nccl
+
+struct NcclApi {
+  int (*getVersion)(int *) = nullptr;
+  int (*getUniqueId)(nccl::UniqueId *) = nullptr;
+  int (*commInitRank)(nccl::Comm *, int, nccl::UniqueId, int) = nullptr;
+  int (*commAbort)(nccl::Comm) = nullptr;
+  int (*commGetAsyncError)(nccl::Comm, int *) = nullptr;
+  const char *(*getErrorString)(int) = nullptr;
+  const char *(*getLastError)(nccl::Comm) = nullptr; // 2.13+, optional
+  int (*allReduce)(const void *, void *, size_t, int, int, nccl::Comm,
+                   CUstream) = nullptr;
+  int (*send)(const void *, size_t, int, int, nccl::Comm, CUstream) = nullptr;
+  int (*recv)(void *, size_t, int, int, nccl::Comm, CUstream) = nullptr;
+  int (*groupStart)() = nullptr;
+  int (*groupEnd)() = nullptr;
+  int version = 0;
+  std::string path;
+  std::string versionText() const {
+    int major, minor, patch;
+    if (version >= 10000) { // NCCL_VERSION since 2.9: X*10000 + Y*100 + Z
+      major = version / 10000;
+      minor = version % 10000 / 100;
+    } else {
+      major = version / 1000;
+      minor = version % 1000 / 100;
+    }
+    patch = version % 100;
+    return std::to_string(major) + "." + std::to_string(minor) + "." +
+           std::to_string(patch);
+  }
+};
+
+/// Opens libnccl once; nullptr and `error` when it cannot be used.
+const NcclApi *loadNccl(std::string &error) {
+  static NcclApi api;
+  static std::string failure;
+  static bool loaded = false;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char *override = std::getenv("MOERT_NCCL_LIBRARY");
+    void *handle = nullptr;
+    std::string tried;
+    if (override && *override) {
+      handle = dlopen(override, RTLD_NOW | RTLD_LOCAL);
+      tried = std::string("MOERT_NCCL_LIBRARY=") + override;
+    } else {
+      for (const char *name : {"libnccl.so.2", "libnccl.so"})
+        if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+          tried = name;
+          break;
+        }
+      if (!handle)
+        tried = "libnccl.so.2";
+    }
+    if (!handle) {
+      const char *why = dlerror();
+      failure = "cannot load the NCCL library (" + tried +
+                "): " + (why ? why : "unknown error") +
+                (override && *override
+                     ? ""
+                     : "; install NCCL (Ubuntu: libnccl2) or set "
+                       "MOERT_NCCL_LIBRARY to libnccl.so.2's path");
+      return;
+    }
+    api.path = override && *override ? override : tried;
+    char origin[4096];
+    if (dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0 && !(override && *override))
+      api.path = std::string(origin) + "/" + tried;
+    struct Symbol {
+      const char *name;
+      void **slot;
+      bool required;
+    } symbols[] = {
+        {"ncclGetVersion", reinterpret_cast<void **>(&api.getVersion), true},
+        {"ncclGetUniqueId", reinterpret_cast<void **>(&api.getUniqueId), true},
+        {"ncclCommInitRank", reinterpret_cast<void **>(&api.commInitRank), true},
+        {"ncclCommAbort", reinterpret_cast<void **>(&api.commAbort), true},
+        {"ncclCommGetAsyncError",
+         reinterpret_cast<void **>(&api.commGetAsyncError), true},
+        {"ncclGetErrorString", reinterpret_cast<void **>(&api.getErrorString),
+         true},
+        {"ncclGetLastError", reinterpret_cast<void **>(&api.getLastError), false},
+        {"ncclAllReduce", reinterpret_cast<void **>(&api.allReduce), true},
+        {"ncclSend", reinterpret_cast<void **>(&api.send), true},
+        {"ncclRecv", reinterpret_cast<void **>(&api.recv), true},
+        {"ncclGroupStart", reinterpret_cast<void **>(&api.groupStart), true},
+        {"ncclGroupEnd", reinterpret_cast<void **>(&api.groupEnd), true},
+    };
+    for (Symbol &s : symbols) {
+      *s.slot = dlsym(handle, s.name);
+      if (!*s.slot && s.required) {
+        failure = "the NCCL library " + api.path + " has no " + s.name +
+                  ": it is not NCCL, or older than 2.7 (libmoert needs "
+                  "ncclSend/ncclRecv)";
+        return;
+      }
+    }
+    if (api.getVersion(&api.version) != nccl::Success) {
+      failure = "ncclGetVersion failed in " + api.path;
+      return;
+    }
+    if (api.version < 10000 && api.version < 2700) {
+      failure = "NCCL " + api.versionText() + " (" + api.path +
+                ") is too old: libmoert needs NCCL 2.7 or later";
+      return;
+    }
+    loaded = true;
+  });
+  if (!loaded) {
+    error = failure;
+    return nullptr;
+  }
+  return &api;
+}
+
+std::string secondsText(double t) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%g", t);
+  return s;
+}
+
+//===----------------------------------------------------------------------===//
+// The watchdog: ends the process when a blocking call outlives its deadline
+//===----------------------------------------------------------------------===//
+
+class Watchdog {
+public:
+  static Watchdog &get() {
+    static Watchdog *w = new Watchdog(); // never destroyed: runs until exit
+    return *w;
+  }
+
+  /// Ends the process with `message` unless disarmed within `seconds`.
+  void arm(const std::string &message, double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!started) {
+      std::thread([this] { loop(); }).detach();
+      started = true;
+    }
+    armed = true;
+    text = message;
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(seconds));
+    cv.notify_all();
+  }
+
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = false;
+    cv.notify_all();
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      if (!armed) {
+        cv.wait(lock);
+        continue;
+      }
+      if (Clock::now() < deadline) {
+        cv.wait_until(lock, deadline);
+        continue;
+      }
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s\n", text.c_str());
+      std::fflush(stderr);
+      std::_Exit(2);
+    }
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool started = false, armed = false;
+  std::string text;
+  Clock::time_point deadline;
+};
+
+/// Arms the watchdog for a scope.
+struct Guard {
+  Guard(const std::string &message, double seconds) {
+    Watchdog::get().arm(message, seconds);
+  }
+  ~Guard() { Watchdog::get().disarm(); }
+};
+
+/// Extra time the watchdog gives a blocking call beyond the deadline that
+/// the polling loop keeps (which then reports with more detail).
+constexpr double kWatchdogGrace = 5.0;
+
+//===----------------------------------------------------------------------===//
+// CUDA helpers
+//===----------------------------------------------------------------------===//
+
+/// Makes the runtime's context current for a scope.
+struct ContextScope {
+  ContextScope() { MOERT_CU(driver().cuCtxPushCurrent(gpu::primaryContext())); }
+  ~ContextScope() { driver().cuCtxPopCurrent(nullptr); }
+};
+
+/// A device buffer that grows as needed (contents not kept).
+struct Scratch {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  CUdeviceptr get(size_t n) {
+    if (n <= bytes)
+      return ptr;
+    if (ptr)
+      MOERT_CU(driver().cuMemFree(ptr));
+    size_t size = std::max<size_t>(n, std::max<size_t>(2 * bytes, 4096));
+    MOERT_CU(driver().cuMemAlloc(&ptr, size));
+    bytes = size;
+    return ptr;
+  }
+};
+
+CUdeviceptr dev(const void *p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+int ncclType(DType type) {
+  switch (type) {
+  case DType::F32: return nccl::Float32;
+  case DType::F64: return nccl::Float64;
+  case DType::BF16: return nccl::Bfloat16;
+  case DType::F16: return nccl::Float16;
+  case DType::I32: return nccl::Int32;
+  case DType::I64: return nccl::Int64;
+  }
+  return nccl::Float32;
+}
+
+//===----------------------------------------------------------------------===//
+// The NCCL communicator
+//===----------------------------------------------------------------------===//
+
+class NcclComm final : public Communicator {
+public:
+  NcclComm(const NcclApi &api, const NcclBootstrap &b)
+      : nc(api), rank_(b.rank), size_(b.size), mpi(b.mpi) {
+    ContextScope scope; // initializes the device: a missing GPU stops here
+    MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    double timeout = timeoutSeconds();
+    nccl::UniqueId id{};
+    if (rank_ == 0)
+      check(nc.getUniqueId(&id), "ncclGetUniqueId", "setup");
+    if (size_ > 1) {
+      if (mpi) {
+        // Rank 0's id, everyone else's zeros: the sum is the id.
+        static_assert(sizeof(id) % 8 == 0, "ncclUniqueId is 128 bytes");
+        std::vector<int64_t> words(sizeof(id) / 8, 0);
+        if (rank_ == 0)
+          std::memcpy(words.data(), &id, sizeof(id));
+        mpi->allReduceSum(words.data(), words.data(), int64_t(words.size()),
+                          DType::I64);
+        std::memcpy(&id, words.data(), sizeof(id));
+      } else {
+        std::string blob(reinterpret_cast<const char *>(&id), sizeof(id));
+        blob = storeBroadcast(b.store, rank_, size_, blob, timeout);
+        if (blob.size() != sizeof(id))
+          fatal("rank " + std::to_string(rank_) + ": the NCCL id from rank 0 "
+                "has " + std::to_string(blob.size()) + " bytes, not " +
+                std::to_string(sizeof(id)));
+        std::memcpy(&id, blob.data(), sizeof(id));
+      }
+    }
+    {
+      Guard guard(prefix() + "setup: ncclCommInitRank did not finish within " +
+                      secondsText(timeout + kWatchdogGrace) +
+                      " s (MOERT_COMM_TIMEOUT): a rank did not join the NCCL "
+                      "communicator; exiting",
+                  timeout + kWatchdogGrace);
+      check(nc.commInitRank(&comm, size_, id, rank_), "ncclCommInitRank",
+            "setup");
+    }
+  }
+
+  const char *backend() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ContextScope scope;
+    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    int64_t count = slots * size_;
+    if (isDevicePointer(sendCounts)) {
+      MOERT_CU(driver().cuCtxSynchronize()); // the inputs are written
+      exchange(label, dev(send), sendRows, dev(sendCounts), slots, rowBytes,
+               dev(recv), recvCapacity, dev(recvCounts));
+      return;
+    }
+    // Host buffers: through device memory.
+    size_t inBytes = size_t(sendRows * rowBytes),
+           outBytes = size_t(recvCapacity * rowBytes),
+           countBytes = size_t(count) * sizeof(int32_t);
+    CUdeviceptr in = stageIn.get(inBytes + 1), out = stageOut.get(outBytes + 1),
+                counts = stageCounts.get(2 * countBytes + 1);
+    copy(in, dev(send), inBytes);
+    copy(counts, dev(sendCounts), countBytes);
+    exchange(label, in, sendRows, counts, slots, rowBytes, out, recvCapacity,
+             counts + countBytes);
+    copy(dev(recv), out, outBytes);
+    copy(dev(recvCounts), counts + countBytes, countBytes);
+    MOERT_CU(driver().cuStreamSynchronize(stream));
+  }
+
+  void allReduceSum(const void *in, void *out, int64_t count,
+                    DType type) override {
+    std::lock_guard<std::mutex> lock(mu);
+    ContextScope scope;
+    std::string what =
+        std::string(name(type)) + ", " + std::to_string(count) + " values";
+    std::string label = seq.enter(rank_, Kind::AllReduce, what.c_str());
+    size_t n = size_t(count) * bytes(type);
+    if (isDevicePointer(in) || isDevicePointer(out)) {
+      MOERT_CU(driver().cuCtxSynchronize());
+      reduce(label, dev(in), dev(out), count, type);
+      return;
+    }
+    CUdeviceptr buffer = stageIn.get(n + 1);
+    copy(buffer, dev(in), n);
+    reduce(label, buffer, buffer, count, type);
+    copy(dev(out), buffer, n);
+    MOERT_CU(driver().cuStreamSynchronize(stream));
+  }
+
+  void barrier() override {
+    std::lock_guard<std::mutex> lock(mu);
+    ContextScope scope;
+    std::string label = seq.enter(rank_, Kind::Barrier, "");
+    headers(label, Kind::Barrier, 0, 0, "arrival");
+  }
+
+  [[noreturn]] void abort(int code, const std::string &message) override {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
+    std::fflush(stderr);
+    if (comm) {
+      // If even the abort hangs (a wedged device), end the process anyway.
+      Watchdog::get().arm(prefix() + "ncclCommAbort did not return; exiting",
+                          std::min(30.0, timeoutSeconds() + kWatchdogGrace));
+      nc.commAbort(comm);
+      comm = nullptr;
+    }
+    if (mpi)
+      mpi->abort(code, "ending the job (NCCL communicator aborted)");
+    std::_Exit(code);
+  }
+
+private:
+  std::string prefix() const {
+    return "moert: rank " + std::to_string(rank_) + ": ";
+  }
+
+  /// Every NCCL call is checked; a failure names the call and the collective.
+  void check(int rc, const char *call, const std::string &label) {
+    if (rc == nccl::Success || rc == nccl::InProgress)
+      return;
+    std::string detail = nc.getErrorString(rc);
+    if (nc.getLastError && comm)
+      if (const char *last = nc.getLastError(comm); last && *last)
+        detail += std::string(": ") + last;
+    abort(1, label + ": " + call + " failed: " + detail + " (NCCL " +
+                 nc.versionText() + ")");
+  }
+
+  /// Asynchronous copy on the communicator's stream (any direction: unified
+  /// addressing tells host from device).
+  void copy(CUdeviceptr to, CUdeviceptr from, size_t n) {
+    if (n)
+      MOERT_CU(driver().cuMemcpyAsync(to, from, n, stream));
+  }
+
+  /// Who the other ranks are, for messages.
+  std::string peers() const {
+    if (size_ == 2)
+      return "rank " + std::to_string(1 - rank_);
+    std::string s = "one of ranks ";
+    for (int p = 0, n = 0; p < size_; ++p)
+      if (p != rank_)
+        s += (n++ ? ", " : "") + std::to_string(p);
+    return s;
+  }
+
+  /// Polls the stream until its work is done. Past the deadline, or when
+  /// NCCL reports an asynchronous error, aborts the job naming the rank,
+  /// the collective and the phase.
+  void wait(const std::string &label, const char *phase) {
+    double timeout = timeoutSeconds();
+    auto start = Clock::now();
+    auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(timeout));
+    while (true) {
+      CUresult r = driver().cuStreamQuery(stream);
+      if (r == CUDA_SUCCESS)
+        return;
+      if (r != CUDA_ERROR_NOT_READY)
+        cuda::fail(r, "cuStreamQuery (waiting for NCCL)", __FILE__, __LINE__);
+      int async = nccl::Success;
+      if (nc.commGetAsyncError(comm, &async) == nccl::Success &&
+          async != nccl::Success && async != nccl::InProgress) {
+        std::string detail = nc.getErrorString(async);
+        if (nc.getLastError)
+          if (const char *last = nc.getLastError(comm); last && *last)
+            detail += std::string(": ") + last;
+        abort(2, label + ": NCCL failed while waiting for " + peers() + " (" +
+                     phase + "): " + detail +
+                     "; a rank failed; aborting the job (ncclCommAbort)");
+      }
+      auto now = Clock::now();
+      if (now >= deadline)
+        abort(2, label + ": timed out after " + secondsText(timeout) +
+                     " s (MOERT_COMM_TIMEOUT) waiting for " + peers() + " (" +
+                     phase + ", NCCL): that rank failed or stalls; aborting "
+                     "the job (ncclCommAbort)");
+      // Spin for short exchanges, then back off to at most 1 ms.
+      if (now - start < std::chrono::milliseconds(2))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(
+            now - start < std::chrono::milliseconds(200) ? 20 : 1000));
+    }
+  }
+
+  /// Sends `out[p * words ...]` to every peer p and receives theirs into
+  /// `in`, `words` int64 each; this rank's own part is copied. The group
+  /// (connection setup included) is guarded by the watchdog.
+  void exchangeWords(const std::string &label, const char *phase,
+                     const std::vector<int64_t> &out, std::vector<int64_t> &in,
+                     int64_t words) {
+    size_t part = size_t(words) * sizeof(int64_t);
+    CUdeviceptr m = meta.get(2 * part * size_t(size_));
+    CUdeviceptr mOut = m, mIn = m + part * size_t(size_);
+    copy(mOut, dev(out.data()), part * size_t(size_));
+    {
+      Guard guard(watchdogText(label, "ncclGroupEnd", phase),
+                  timeoutSeconds() + kWatchdogGrace);
+      check(nc.groupStart(), "ncclGroupStart", label);
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_)
+          continue;
+        check(nc.send(reinterpret_cast<void *>(mOut + part * size_t(p)),
+                      size_t(words), nccl::Int64, p, comm, stream),
+              "ncclSend", label);
+        check(nc.recv(reinterpret_cast<void *>(mIn + part * size_t(p)),
+                      size_t(words), nccl::Int64, p, comm, stream),
+              "ncclRecv", label);
+      }
+      check(nc.groupEnd(), "ncclGroupEnd", label);
+      wait(label, phase);
+    }
+    in.assign(out.size(), 0);
+    // Device -> pageable host memory is synchronous; the data is there.
+    MOERT_CU(driver().cuMemcpyDtoH(in.data(), mIn, part * size_t(size_)));
+    std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
+  }
+
+  std::string watchdogText(const std::string &label, const char *call,
+                           const char *phase) const {
+    return prefix() + label + ": timed out after " +
+           secondsText(timeoutSeconds() + kWatchdogGrace) +
+           " s (MOERT_COMM_TIMEOUT) inside " + call + " (" + phase +
+           ", NCCL) waiting for " + peers() +
+           ": that rank failed or stalls; exiting";
+  }
+
+  /// Peers must be at the same collective of the same kind.
+  void checkHeader(int peer, const int64_t *h, Kind kind,
+                   const std::string &label) {
+    if (h[0] == int64_t(seq.total) && h[1] == int64_t(kind))
+      return;
+    const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
+    abort(1, label + ": rank " + std::to_string(peer) + " is at collective #" +
+                 std::to_string(h[0]) + " (" + theirs + "), this rank at #" +
+                 std::to_string(seq.total) + " (" + name(kind) +
+                 "): the ranks run different programs or call collectives in "
+                 "different orders");
+  }
+
+  /// Every rank tells every other where it is: a barrier, and the check
+  /// that the ranks run the same collective with the same sizes.
+  void headers(const std::string &label, Kind kind, int64_t a, int64_t b,
+               const char *phase) {
+    std::vector<int64_t> out(size_t(4 * size_)), in;
+    for (int p = 0; p < size_; ++p) {
+      int64_t *h = &out[size_t(4 * p)];
+      h[0] = int64_t(seq.total);
+      h[1] = int64_t(kind);
+      h[2] = a;
+      h[3] = b;
+    }
+    exchangeWords(label, phase, out, in, 4);
+    for (int p = 0; p < size_; ++p) {
+      const int64_t *h = &in[size_t(4 * p)];
+      checkHeader(p, h, kind, label);
+      if (h[2] != a || h[3] != b)
+        abort(1, label + ": rank " + std::to_string(p) + " sums " +
+                     std::to_string(h[2]) + " " +
+                     (h[3] >= 0 && h[3] <= 5 ? name(DType(h[3])) : "?") +
+                     " values, this rank " + std::to_string(a) + " " +
+                     name(DType(b)) + " (different programs?)");
+    }
+  }
+
+  /// all_to_all on device buffers (see the file comment).
+  void exchange(const std::string &label, CUdeviceptr send, int64_t sendRows,
+                CUdeviceptr sendCounts, int64_t slots, int64_t rowBytes,
+                CUdeviceptr recv, int64_t recvCapacity,
+                CUdeviceptr recvCounts) {
+    const int64_t count = slots * size_;
+    // 1. This rank's counts, on the host.
+    std::vector<int32_t> mine(static_cast<size_t>(count));
+    MOERT_CU(driver().cuStreamSynchronize(stream));
+    MOERT_CU(driver().cuMemcpyDtoH(mine.data(), sendCounts,
+                                   size_t(count) * sizeof(int32_t)));
+    checkSendCounts(*this, label, sendRows, mine.data(), count);
+    // 2. Headers and counts: [seq, kind, rowBytes, slots, counts...] per peer.
+    const int64_t words = 4 + slots;
+    std::vector<int64_t> out(size_t(size_ * words)), in;
+    for (int p = 0; p < size_; ++p) {
+      int64_t *h = &out[size_t(p * words)];
+      h[0] = int64_t(seq.total);
+      h[1] = int64_t(Kind::AllToAll);
+      h[2] = rowBytes;
+      h[3] = slots;
+      for (int64_t j = 0; j < slots; ++j)
+        h[4 + j] = mine[size_t(p * slots + j)];
+    }
+    exchangeWords(label, "counts", out, in, words);
+    for (int p = 0; p < size_; ++p) {
+      const int64_t *h = &in[size_t(p * words)];
+      checkHeader(p, h, Kind::AllToAll, label);
+      if (h[2] != rowBytes || h[3] != slots)
+        abort(1, label + ": rank " + std::to_string(p) + " sends " +
+                     std::to_string(h[3]) + " counts per rank and rows of " +
+                     std::to_string(h[2]) + " bytes, this rank expects " +
+                     std::to_string(slots) + " and " +
+                     std::to_string(rowBytes) + " (different programs?)");
+    }
+    // 3. Where the rows go and come from.
+    std::vector<int32_t> received(static_cast<size_t>(count));
+    std::vector<int64_t> sendRowsTo(size_t(size_), 0),
+        recvRowsFrom(size_t(size_), 0);
+    int64_t total = 0;
+    for (int p = 0; p < size_; ++p)
+      for (int64_t j = 0; j < slots; ++j) {
+        int64_t n = in[size_t(p * words + 4 + j)];
+        if (n < 0 || n > INT32_MAX)
+          abort(1, label + ": rank " + std::to_string(p) +
+                       " announces a count of " + std::to_string(n));
+        received[size_t(p * slots + j)] = int32_t(n);
+        recvRowsFrom[size_t(p)] += n;
+        total += n;
+        sendRowsTo[size_t(p)] += mine[size_t(p * slots + j)];
+      }
+    if (total > recvCapacity) {
+      std::string from;
+      for (int p = 0; p < size_; ++p)
+        from += (p ? ", " : "") + std::to_string(recvRowsFrom[size_t(p)]) +
+                " from rank " + std::to_string(p);
+      abort(1, label + ": receives " + std::to_string(total) + " rows (" +
+                   from + ") but the result holds " +
+                   std::to_string(recvCapacity) + " rows");
+    }
+    // 4. The rows.
+    uint64_t toPeers = 0;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        toPeers += uint64_t(sendRowsTo[size_t(p)] * rowBytes);
+    countBytesToPeers(toPeers);
+    copy(recvCounts, dev(received.data()), size_t(count) * sizeof(int32_t));
+    int64_t selfFrom = 0, selfAt = 0;
+    {
+      Guard guard(watchdogText(label, "ncclGroupEnd", "rows"),
+                  timeoutSeconds() + kWatchdogGrace);
+      check(nc.groupStart(), "ncclGroupStart", label);
+      int64_t at = 0, from = 0;
+      for (int p = 0; p < size_; ++p) {
+        int64_t n = recvRowsFrom[size_t(p)];
+        if (p == rank_)
+          selfAt = at;
+        else if (n > 0)
+          check(nc.recv(reinterpret_cast<void *>(recv + CUdeviceptr(at * rowBytes)),
+                        size_t(n * rowBytes), nccl::Uint8, p, comm, stream),
+                "ncclRecv", label);
+        at += n;
+      }
+      for (int p = 0; p < size_; ++p) {
+        int64_t n = sendRowsTo[size_t(p)];
+        if (p == rank_)
+          selfFrom = from;
+        else if (n > 0)
+          check(nc.send(reinterpret_cast<void *>(send + CUdeviceptr(from * rowBytes)),
+                        size_t(n * rowBytes), nccl::Uint8, p, comm, stream),
+                "ncclSend", label);
+        from += n;
+      }
+      check(nc.groupEnd(), "ncclGroupEnd", label);
+      copy(recv + CUdeviceptr(selfAt * rowBytes),
+           send + CUdeviceptr(selfFrom * rowBytes),
+           size_t(sendRowsTo[size_t(rank_)] * rowBytes));
+      if (recvCapacity > total)
+        MOERT_CU(driver().cuMemsetD8Async(
+            recv + CUdeviceptr(total * rowBytes), 0,
+            size_t((recvCapacity - total) * rowBytes), stream));
+      wait(label, "rows");
+    }
+  }
+
+  /// all_reduce on device buffers.
+  void reduce(const std::string &label, CUdeviceptr in, CUdeviceptr out,
+              int64_t count, DType type) {
+    headers(label, Kind::AllReduce, count, int64_t(type), "arrival");
+    if (count == 0)
+      return;
+    bool widen = (type == DType::BF16 || type == DType::F16) && size_ > 2;
+    Guard guard(watchdogText(label, "ncclAllReduce", "values"),
+                timeoutSeconds() + kWatchdogGrace);
+    if (!widen) {
+      check(nc.allReduce(reinterpret_cast<void *>(in),
+                         reinterpret_cast<void *>(out), size_t(count),
+                         ncclType(type), nccl::Sum, comm, stream),
+            "ncclAllReduce", label);
+      wait(label, "values");
+      return;
+    }
+    // bf16/f16: summed in f32, rounded once.
+    std::vector<uint16_t> narrow(static_cast<size_t>(count));
+    std::vector<float> wide(static_cast<size_t>(count));
+    MOERT_CU(driver().cuMemcpyDtoH(narrow.data(), in, size_t(count) * 2));
+    for (int64_t i = 0; i < count; ++i)
+      wide[size_t(i)] = toFloat(narrow.data(), type, i);
+    CUdeviceptr w = stageWide.get(size_t(count) * sizeof(float));
+    copy(w, dev(wide.data()), wide.size() * sizeof(float));
+    check(nc.allReduce(reinterpret_cast<void *>(w), reinterpret_cast<void *>(w),
+                       size_t(count), nccl::Float32, nccl::Sum, comm, stream),
+          "ncclAllReduce", label);
+    wait(label, "values");
+    MOERT_CU(driver().cuMemcpyDtoH(wide.data(), w, wide.size() * sizeof(float)));
+    for (int64_t i = 0; i < count; ++i)
+      fromFloat(narrow.data(), type, i, wide[size_t(i)]);
+    copy(out, dev(narrow.data()), narrow.size() * 2);
+    MOERT_CU(driver().cuStreamSynchronize(stream));
+  }
+
+  const NcclApi &nc;
+  int rank_, size_;
+  Communicator *mpi;
+  nccl::Comm comm = nullptr;
+  CUstream stream = nullptr;
+  std::mutex mu;
+  Sequence seq;
+  Scratch meta, stageIn, stageOut, stageCounts, stageWide;
+};
+
+//===----------------------------------------------------------------------===//
+// Device buffers through host memory, over a host communicator
+//===----------------------------------------------------------------------===//
+
+class StagedComm final : public Communicator {
+public:
+  explicit StagedComm(Communicator &host) : host(host) {}
+  const char *backend() const override { return host.backend(); }
+  int rank() const override { return host.rank(); }
+  int size() const override { return host.size(); }
+
+  void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    if (!isDevicePointer(sendCounts))
+      return host.allToAllV(send, sendRows, sendCounts, slots, rowBytes, recv,
+                            recvCapacity, recvCounts, what);
+    ContextScope scope;
+    MOERT_CU(driver().cuCtxSynchronize());
+    size_t count = size_t(slots * size());
+    std::vector<char> in(size_t(sendRows * rowBytes)),
+        out(size_t(recvCapacity * rowBytes));
+    std::vector<int32_t> sc(count), rc(count);
+    if (!in.empty())
+      MOERT_CU(driver().cuMemcpyDtoH(in.data(), dev(send), in.size()));
+    MOERT_CU(driver().cuMemcpyDtoH(sc.data(), dev(sendCounts),
+                                   count * sizeof(int32_t)));
+    host.allToAllV(in.data(), sendRows, sc.data(), slots, rowBytes, out.data(),
+                   recvCapacity, rc.data(), what);
+    if (!out.empty())
+      MOERT_CU(driver().cuMemcpyHtoD(dev(recv), out.data(), out.size()));
+    MOERT_CU(driver().cuMemcpyHtoD(dev(recvCounts), rc.data(),
+                                   count * sizeof(int32_t)));
+    MOERT_CU(driver().cuCtxSynchronize());
+  }
+
+  void allReduceSum(const void *in, void *out, int64_t count,
+                    DType type) override {
+    if (!isDevicePointer(in) && !isDevicePointer(out))
+      return host.allReduceSum(in, out, count, type);
+    ContextScope scope;
+    MOERT_CU(driver().cuCtxSynchronize());
+    std::vector<char> buffer(size_t(count) * bytes(type));
+    if (!buffer.empty())
+      MOERT_CU(driver().cuMemcpyDtoH(buffer.data(), dev(in), buffer.size()));
+    host.allReduceSum(buffer.data(), buffer.data(), count, type);
+    if (!buffer.empty())
+      MOERT_CU(driver().cuMemcpyHtoD(dev(out), buffer.data(), buffer.size()));
+    MOERT_CU(driver().cuCtxSynchronize());
+  }
+
+  void barrier() override { host.barrier(); }
+  [[noreturn]] void abort(int code, const std::string &message) override {
+    host.abort(code, message);
+    std::_Exit(code); // (host.abort does not return)
+  }
+
+private:
+  Communicator &host;
+};
+
+/// cuPointerGetAttribute, once libcuda is in the process.
+using PointerAttribute = CUresult (*)(void *, CUpointer_attribute, CUdeviceptr);
+
+PointerAttribute pointerAttribute() {
+  static std::atomic<PointerAttribute> fn{nullptr};
+  if (PointerAttribute f = fn.load(std::memory_order_acquire))
+    return f;
+  // Only a driver that is loaded already: no driver, no device memory.
+  const char *path = std::getenv("MOERT_CUDA_DRIVER");
+  void *handle = nullptr;
+  if (path && *path)
+    handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  else
+    for (const char *name : {"libcuda.so.1", "libcuda.so"})
+      if ((handle = dlopen(name, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL)))
+        break;
+  if (!handle)
+    return nullptr;
+  auto f = reinterpret_cast<PointerAttribute>(dlsym(handle, "cuPointerGetAttribute"));
+  dlclose(handle); // NOLOAD took a reference; the driver stays loaded
+  if (f)
+    fn.store(f, std::memory_order_release);
+  return f;
+}
+
+} // namespace
+
+bool isDevicePointer(const void *p) {
+  if (!p)
+    return false;
+  PointerAttribute f = pointerAttribute();
+  if (!f)
+    return false;
+  CUmemorytype type = CUmemorytype(0);
+  CUresult r = f(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev(p));
+  // Host memory the driver does not know is CUDA_ERROR_INVALID_VALUE; a
+  // driver nobody initialized, CUDA_ERROR_NOT_INITIALIZED: host either way.
+  return r == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
+}
+
+std::string ncclLibraryError() {
+  std::string error;
+  loadNccl(error);
+  return error;
+}
+
+std::string ncclUnavailable() {
+  std::string error;
+  if (!loadNccl(error))
+    return error;
+  if (moert_gpu_device_count() == 0)
+    return "NCCL " + loadNccl(error)->versionText() +
+           " is there, but no GPU (no CUDA driver, or no device)";
+  return "";
+}
+
+std::unique_ptr<Communicator> createNcclCommunicator(const NcclBootstrap &b) {
+  std::string error;
+  const NcclApi *api = loadNccl(error);
+  if (!api)
+    fatal("the NCCL backend: " + error);
+  return std::make_unique<NcclComm>(*api, b);
+}
+
+std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host) {
+  return std::make_unique<StagedComm>(host);
+}
+
+} // namespace moert::comm
