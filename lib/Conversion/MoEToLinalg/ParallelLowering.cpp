@@ -61,8 +61,9 @@ Value groupOfRows(Emitter &e, Value offsets, int64_t numExperts, Value rows,
       })[0];
 }
 
-/// out[r, n] = sum_k lhs[r, k] * rhs[group(r), k, n] in f32 (k ascending), 0
-/// for rows in no group: the reference's per-expert matmul, row by row.
+/// out[r, n] = sum_k lhs[r, k] * rhs[group(r), k, n] in f32 (k ascending,
+/// from +0), +0 for rows in no group: the reference's per-expert matmul, row
+/// by row.
 struct ParallelGroupedMatmul : OpConversionPattern<GroupedMatmulOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -80,25 +81,32 @@ struct ParallelGroupedMatmul : OpConversionPattern<GroupedMatmulOp> {
     SmallVector<OpFoldResult> outSizes = {e.sizes(a)[0],
                                           e.sizes(w)[transpose ? 1 : 2]};
     Value group = groupOfRows(e, offsets, numExperts, e.dim(a, 0), outSizes[0]);
-    AffineExpr r, n, k;
-    bindDims(ctx, r, n, k);
+    Value kSize = e.dim(a, 1);
+    AffineExpr r, n;
+    bindDims(ctx, r, n);
+    // One output element per point; its K loop runs only for rows in a group
+    // (rows past the groups, e.g. the unused part of a worst-case receive
+    // buffer, cost nothing and stay +0).
     Value out = e.generic(
-        {a, group}, e.zeros(outSizes, f32),
-        {AffineMap::get(3, 0, {r, k}, ctx), AffineMap::get(3, 0, {r}, ctx),
-         AffineMap::get(3, 0, {r, n}, ctx)},
-        {IteratorType::parallel, IteratorType::parallel,
-         IteratorType::reduction},
+        group, e.empty(outSizes, f32),
+        {AffineMap::get(2, 0, {r}, ctx), AffineMap::get(2, 0, {r, n}, ctx)},
+        {IteratorType::parallel, IteratorType::parallel},
         [&](OpBuilder &nb, Location nl, ValueRange args) {
           Emitter q{nb, nl};
-          Value valid = q.cmpI(P::slt, args[1], q.idx(numExperts));
-          Value g = q.sel(valid, args[1], q.idx(0));
+          Value valid = q.cmpI(P::slt, args[0], q.idx(numExperts));
+          Value g = q.sel(valid, args[0], q.idx(0));
+          Value ri = linalg::IndexOp::create(nb, nl, 0);
           Value ni = linalg::IndexOp::create(nb, nl, 1);
-          Value ki = linalg::IndexOp::create(nb, nl, 2);
-          Value bv = q.extract(w, transpose ? ValueRange{g, ni, ki}
-                                            : ValueRange{g, ki, ni});
-          Value p = arith::MulFOp::create(nb, nl, q.toF32(args[0]), q.toF32(bv));
-          Value sum = arith::AddFOp::create(nb, nl, args[2], p);
-          return SmallVector<Value>{q.sel(valid, sum, args[2])};
+          Value kEnd = q.sel(valid, kSize, q.idx(0));
+          Value acc = q.forLoop(
+              q.idx(0), kEnd, q.f32(0.0), [&](Emitter &m, Value ki, ValueRange it) {
+                Value av = m.extract(a, {ri, ki});
+                Value bv = m.extract(w, transpose ? ValueRange{g, ni, ki}
+                                                  : ValueRange{g, ki, ni});
+                Value p = arith::MulFOp::create(m.b, m.loc, m.toF32(av), m.toF32(bv));
+                return SmallVector<Value>{arith::AddFOp::create(m.b, m.loc, it[0], p)};
+              })[0];
+          return SmallVector<Value>{acc};
         })[0];
     rewriter.replaceOp(op, e.castElements(out, op.getType().getElementType()));
     return success();

@@ -81,25 +81,26 @@ job("dies-2", 2, {"MOERT_TEST_FAIL_RANK": "1"}, 60)
 job("dies-4", 4, {"MOERT_TEST_FAIL_RANK": "3", "MOERT_TEST_FAULT_AT": "2"}, 60)
 # A launcher that does not end the job when a rank dies: the others notice
 # by themselves after MOERT_COMM_TIMEOUT and name the dead rank.
-# CHECK-LABEL: dies-launcher-waits: exit non-zero, within 30 s
-# CHECK: moert: rank {{[023]}}: all_to_all #1 (f32 rows): timed out after 3 s (MOERT_COMM_TIMEOUT) waiting for rank 1 (counts)
+# CHECK-LABEL: dies-launcher-waits: exit non-zero, within 90 s
+# CHECK: moert: rank {{[023]}}: all_to_all #1 (f32 rows): timed out after 10 s (MOERT_COMM_TIMEOUT) waiting for rank 1 (counts)
 # CHECK: moert: rank 1: MOERT_TEST_FAIL_RANK: exiting at all_to_all #1 (f32 rows)
-job("dies-launcher-waits", 4, {"MOERT_TEST_FAIL_RANK": "1", "MOERT_COMM_TIMEOUT": "3"}, 30,
+job("dies-launcher-waits", 4, {"MOERT_TEST_FAIL_RANK": "1", "MOERT_COMM_TIMEOUT": "10"}, 90,
     mpi_args=("--mca", "orte_abort_on_non_zero_status", "0"))
 
 # A rank that stalls (sleeps an hour) at the first exchange: the others wait
-# 3 s, name it, and abort the job.
-# CHECK-LABEL: stalls-2: exit non-zero, within 30 s
-# CHECK: moert: rank 0: all_to_all #1 (f32 rows): timed out after 3 s (MOERT_COMM_TIMEOUT) waiting for rank 1 (counts): that rank failed or stalls; aborting the job
+# 10 s (long enough that a healthy rank slowed by a loaded machine is not
+# mistaken for the stalled one), name it, and abort the job.
+# CHECK-LABEL: stalls-2: exit non-zero, within 90 s
+# CHECK: moert: rank 0: all_to_all #1 (f32 rows): timed out after 10 s (MOERT_COMM_TIMEOUT) waiting for rank 1 (counts): that rank failed or stalls; aborting the job
 # CHECK: moert: rank 1: MOERT_TEST_STALL_RANK: sleeping 3600 s at all_to_all #1 (f32 rows)
-job("stalls-2", 2, {"MOERT_TEST_STALL_RANK": "1", "MOERT_COMM_TIMEOUT": "3"}, 30)
+job("stalls-2", 2, {"MOERT_TEST_STALL_RANK": "1", "MOERT_COMM_TIMEOUT": "10"}, 90)
 # On the way back (the second all_to_all), 4 ranks; whichever rank times out
 # first names rank 2.
-# CHECK-LABEL: stalls-4: exit non-zero, within 30 s
-# CHECK: moert: rank {{[013]}}: all_to_all #2 (f32 rows): timed out after 3 s (MOERT_COMM_TIMEOUT) waiting for rank 2 (counts)
+# CHECK-LABEL: stalls-4: exit non-zero, within 90 s
+# CHECK: moert: rank {{[013]}}: all_to_all #2 (f32 rows): timed out after 10 s (MOERT_COMM_TIMEOUT) waiting for rank 2 (counts)
 # CHECK: moert: rank 2: MOERT_TEST_STALL_RANK: sleeping 3600 s at all_to_all #2 (f32 rows)
 job("stalls-4", 4, {"MOERT_TEST_STALL_RANK": "2", "MOERT_TEST_FAULT_AT": "2",
-                    "MOERT_COMM_TIMEOUT": "3"}, 30)
+                    "MOERT_COMM_TIMEOUT": "10"}, 90)
 
 # Launches that do not fit the program.
 # CHECK-LABEL: world-size-3-on-2: exit non-zero
