@@ -19,6 +19,8 @@
 
 #include "moert/Gpu.h"
 
+#include "ArtifactCall.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -64,6 +66,27 @@ struct Function {
   double atol = 0, rtol = 0, norm = 0;
 };
 
+using moert::artifact::bf16ToFloat;
+using moert::artifact::floatToBf16;
+
+std::vector<int64_t> descriptor(void *data, const Tensor &t) {
+  return moert::artifact::descriptor(data, t.shape);
+}
+
+size_t resultOffset(const Function &f, size_t i) {
+  std::vector<size_t> ranks;
+  for (const auto &r : f.results)
+    ranks.push_back(r.shape.size());
+  return moert::artifact::resultOffset(ranks, i);
+}
+
+void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
+  if (!moert::artifact::call(fn, results, args)) {
+    std::fprintf(stderr, "moert-check: at most 11 arguments supported\n");
+    std::exit(2);
+  }
+}
+
 std::vector<Function> parseManifest(const char *text) {
   std::vector<Function> fns;
   std::istringstream in(text);
@@ -97,35 +120,7 @@ std::vector<Function> parseManifest(const char *text) {
   return fns;
 }
 
-/// A ranked memref descriptor: allocated, aligned, offset, sizes, strides.
-std::vector<int64_t> descriptor(void *data, const Tensor &t) {
-  std::vector<int64_t> d = {int64_t(reinterpret_cast<intptr_t>(data)),
-                            int64_t(reinterpret_cast<intptr_t>(data)), 0};
-  for (int64_t s : t.shape)
-    d.push_back(s);
-  int64_t stride = 1;
-  std::vector<int64_t> strides(t.shape.size());
-  for (int i = int(t.shape.size()) - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= t.shape[i];
-  }
-  for (int64_t s : strides)
-    d.push_back(s);
-  return d;
-}
 
-float bf16ToFloat(uint16_t b) {
-  uint32_t bits = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-uint16_t floatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7FFF + ((bits >> 16) & 1); // round to nearest even
-  return uint16_t(bits >> 16);
-}
 
 double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
   if (t.dtype == "f32") {
@@ -176,38 +171,7 @@ void fillRandom(const Tensor &t, std::vector<uint8_t> &buf, std::mt19937_64 &rng
   }
 }
 
-using Entry = void (*)(...);
 
-/// Calls `_mlir_ciface_<name>(results*, arg descriptors*...)`.
-void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
-  std::vector<void *> p;
-  if (results)
-    p.push_back(results);
-  for (auto &a : args)
-    p.push_back(a.data());
-  auto f = reinterpret_cast<Entry>(fn);
-  switch (p.size()) {
-  case 1: f(p[0]); break;
-  case 2: f(p[0], p[1]); break;
-  case 3: f(p[0], p[1], p[2]); break;
-  case 4: f(p[0], p[1], p[2], p[3]); break;
-  case 5: f(p[0], p[1], p[2], p[3], p[4]); break;
-  case 6: f(p[0], p[1], p[2], p[3], p[4], p[5]); break;
-  case 7: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6]); break;
-  case 8: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]); break;
-  default:
-    std::fprintf(stderr, "moert-check: at most 7 arguments supported\n");
-    std::exit(2);
-  }
-}
-
-/// Where result `i`'s data pointer (aligned) sits in the results buffer.
-size_t resultOffset(const Function &f, size_t i) {
-  size_t off = 0;
-  for (size_t k = 0; k < i; ++k)
-    off += (3 + 2 * f.results[k].shape.size()) * 8;
-  return off;
-}
 
 void *open(const char *path, const char **manifest) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

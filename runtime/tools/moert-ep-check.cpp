@@ -43,6 +43,8 @@
 #include "moert/Comm.h"
 #include "moert/Gpu.h"
 
+#include "ArtifactCall.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -96,6 +98,26 @@ struct Function {
   double atol = -1, rtol = -1;
 };
 
+using moert::artifact::bf16ToFloat;
+using moert::artifact::floatToBf16;
+
+std::vector<int64_t> descriptor(void *data, const Tensor &t) {
+  return moert::artifact::descriptor(data, t.shape);
+}
+
+size_t resultOffset(const Function &f, size_t i) {
+  std::vector<size_t> ranks;
+  for (const auto &r : f.results)
+    ranks.push_back(r.shape.size());
+  return moert::artifact::resultOffset(ranks, i);
+}
+
+void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
+  if (!moert::artifact::call(fn, results, args)) {
+    moert::comm::world().abort(2, "moert-ep-check: at most 11 arguments");
+  }
+}
+
 /// The manifest's `target` line: cpu, or a GPU chip.
 std::string targetOf(const char *text) {
   std::istringstream in(text);
@@ -147,34 +169,8 @@ std::vector<Function> parseManifest(const char *text) {
   return fns;
 }
 
-std::vector<int64_t> descriptor(void *data, const Tensor &t) {
-  std::vector<int64_t> d = {int64_t(reinterpret_cast<intptr_t>(data)),
-                            int64_t(reinterpret_cast<intptr_t>(data)), 0};
-  for (int64_t s : t.shape)
-    d.push_back(s);
-  std::vector<int64_t> strides(t.shape.size());
-  int64_t stride = 1;
-  for (int i = int(t.shape.size()) - 1; i >= 0; --i) {
-    strides[size_t(i)] = stride;
-    stride *= t.shape[size_t(i)];
-  }
-  d.insert(d.end(), strides.begin(), strides.end());
-  return d;
-}
 
-float bf16ToFloat(uint16_t b) {
-  uint32_t bits = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
-uint16_t floatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return uint16_t(bits >> 16);
-}
 
 double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
   if (t.dtype == "f32") {
@@ -261,43 +257,7 @@ void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
   }
 }
 
-using Entry = void (*)(...);
 
-void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
-  std::vector<void *> p;
-  if (results)
-    p.push_back(results);
-  for (auto &a : args)
-    p.push_back(a.data());
-  auto f = reinterpret_cast<Entry>(fn);
-  switch (p.size()) {
-  case 1: f(p[0]); break;
-  case 2: f(p[0], p[1]); break;
-  case 3: f(p[0], p[1], p[2]); break;
-  case 4: f(p[0], p[1], p[2], p[3]); break;
-  case 5: f(p[0], p[1], p[2], p[3], p[4]); break;
-  case 6: f(p[0], p[1], p[2], p[3], p[4], p[5]); break;
-  case 7: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6]); break;
-  case 8: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]); break;
-  case 9: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]); break;
-  case 10: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]); break;
-  case 11:
-    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10]);
-    break;
-  case 12:
-    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]);
-    break;
-  default:
-    moert::comm::world().abort(2, "moert-ep-check: at most 11 arguments");
-  }
-}
-
-size_t resultOffset(const Function &f, size_t i) {
-  size_t off = 0;
-  for (size_t k = 0; k < i; ++k)
-    off += (3 + 2 * f.results[k].shape.size()) * 8;
-  return off;
-}
 
 /// What running a function gave: its results (on the host) and, when
 /// timed, the median time per call.
