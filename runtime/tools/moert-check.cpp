@@ -120,8 +120,6 @@ std::vector<Function> parseManifest(const char *text) {
   return fns;
 }
 
-
-
 double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
   if (t.dtype == "f32") {
     float f;
@@ -170,8 +168,6 @@ void fillRandom(const Tensor &t, std::vector<uint8_t> &buf, std::mt19937_64 &rng
     }
   }
 }
-
-
 
 void *open(const char *path, const char **manifest) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

@@ -169,9 +169,6 @@ std::vector<Function> parseManifest(const char *text) {
   return fns;
 }
 
-
-
-
 double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
   if (t.dtype == "f32") {
     float f;
@@ -256,8 +253,6 @@ void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
     }
   }
 }
-
-
 
 /// What running a function gave: its results (on the host) and, when
 /// timed, the median time per call.
