@@ -1,9 +1,10 @@
 //===- ArtifactCall.h - calling moe-compile'd functions from C++ -*- C++ -*-===//
 //
 // What the runtime's tools share to call an artifact's `_mlir_ciface_<name>`
-// entry points: ranked memref descriptors of contiguous buffers, the call with
-// a results buffer and descriptor pointers, where each result sits in the
-// results buffer, and bf16 conversions for filling and reading tensors.
+// entry points: the manifest's functions and tensors, ranked memref
+// descriptors of contiguous buffers, the call with a results buffer and
+// descriptor pointers, where each result sits in the results buffer, and bf16
+// conversions for filling and reading tensors.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TOOLS_ARTIFACTCALL_H
@@ -12,9 +13,112 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace moert::artifact {
+
+/// One `arg` or `result` line of a manifest:
+///   arg|result DTYPE RANK DIMS... [range LO HI] [shard E L] [gradient_of I]
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t lo = 0, hi = 0; ///< `range LO HI`: integers drawn from [lo, hi)
+  bool hasRange = false;
+  int64_t experts = 0, local = 0; ///< `shard E L`
+  int64_t gradientOf = -1;        ///< `gradient_of I` (results)
+
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t elementBytes() const {
+    if (dtype == "f64" || dtype == "i64" || dtype == "index")
+      return 8;
+    if (dtype == "f32" || dtype == "i32")
+      return 4;
+    if (dtype == "bf16" || dtype == "f16" || dtype == "i16")
+      return 2;
+    return 1; // i8, i1 and the 8-bit floats
+  }
+  size_t bytes() const { return size_t(elements()) * elementBytes(); }
+  /// Compared within a tolerance (8-bit floats are compared bit for bit).
+  bool isFloat() const {
+    return dtype == "f32" || dtype == "f64" || dtype == "bf16" ||
+           dtype == "f16";
+  }
+  std::string str() const {
+    std::string s;
+    for (int64_t d : shape)
+      s += std::to_string(d) + "x";
+    return s + dtype;
+  }
+};
+
+/// One `function NAME` of a manifest with its arguments, results and
+/// `tolerance ATOL RTOL [NORM]` line (atol and rtol stay -1 without one).
+struct Function {
+  std::string name;
+  std::vector<Tensor> args, results;
+  double atol = -1, rtol = -1, norm = 0;
+};
+
+inline std::vector<Function> parseManifest(const char *text) {
+  std::vector<Function> fns;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind == "function") {
+      fns.emplace_back();
+      ls >> fns.back().name;
+    } else if ((kind == "arg" || kind == "result") && !fns.empty()) {
+      Tensor t;
+      int rank = 0;
+      ls >> t.dtype >> rank;
+      t.shape.resize(size_t(rank < 0 ? 0 : rank));
+      for (auto &d : t.shape)
+        ls >> d;
+      std::string word;
+      while (ls >> word) {
+        if (word == "range") {
+          ls >> t.lo >> t.hi;
+          t.hasRange = true;
+        } else if (word == "shard") {
+          ls >> t.experts >> t.local;
+        } else if (word == "gradient_of") {
+          ls >> t.gradientOf;
+        }
+      }
+      (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);
+    } else if (kind == "tolerance" && !fns.empty()) {
+      Function &f = fns.back();
+      ls >> f.atol >> f.rtol;
+      if (!(ls >> f.norm))
+        f.norm = 0;
+    }
+  }
+  return fns;
+}
+
+/// The manifest's `target` line: cpu, or a GPU chip.
+inline std::string targetOf(const char *text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind, target;
+    ls >> kind >> target;
+    if (kind == "target")
+      return target;
+  }
+  return "cpu";
+}
 
 /// A ranked memref descriptor (allocated, aligned, offset, sizes, strides) of
 /// a contiguous row-major buffer.
@@ -33,6 +137,10 @@ inline std::vector<int64_t> descriptor(void *data,
   return d;
 }
 
+inline std::vector<int64_t> descriptor(void *data, const Tensor &t) {
+  return descriptor(data, t.shape);
+}
+
 /// The byte offset of result `i` in the results buffer: descriptors of the
 /// given ranks, one after the other (8-byte fields).
 inline size_t resultOffset(const std::vector<size_t> &resultRanks, size_t i) {
@@ -40,6 +148,14 @@ inline size_t resultOffset(const std::vector<size_t> &resultRanks, size_t i) {
   for (size_t k = 0; k < i; ++k)
     off += (3 + 2 * resultRanks[k]) * 8;
   return off;
+}
+
+/// The byte offset of `f`'s result `i` in its results buffer.
+inline size_t resultOffset(const Function &f, size_t i) {
+  std::vector<size_t> ranks;
+  for (const Tensor &r : f.results)
+    ranks.push_back(r.shape.size());
+  return resultOffset(ranks, i);
 }
 
 /// The most pointers call() passes (results buffer included).

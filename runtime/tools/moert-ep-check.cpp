@@ -62,111 +62,19 @@ using moert::comm::Communicator;
 
 namespace {
 
-struct Tensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  int64_t lo = 0, hi = 0;
-  bool hasRange = false;
-  int64_t experts = 0, local = 0; ///< `shard E L`
-  int64_t gradientOf = -1;        ///< `gradient_of I` (results)
-  int64_t elements() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  size_t elementBytes() const {
-    if (dtype == "f64" || dtype == "i64" || dtype == "index")
-      return 8;
-    if (dtype == "bf16" || dtype == "f16" || dtype == "i16")
-      return 2;
-    if (dtype == "f32" || dtype == "i32")
-      return 4;
-    return 1;
-  }
-  std::string str() const {
-    std::string s;
-    for (int64_t d : shape)
-      s += std::to_string(d) + "x";
-    return s + dtype;
-  }
-};
-
-struct Function {
-  std::string name;
-  std::vector<Tensor> args, results;
-  double atol = -1, rtol = -1;
-};
-
 using moert::artifact::bf16ToFloat;
+using moert::artifact::descriptor;
 using moert::artifact::floatToBf16;
-
-std::vector<int64_t> descriptor(void *data, const Tensor &t) {
-  return moert::artifact::descriptor(data, t.shape);
-}
-
-size_t resultOffset(const Function &f, size_t i) {
-  std::vector<size_t> ranks;
-  for (const auto &r : f.results)
-    ranks.push_back(r.shape.size());
-  return moert::artifact::resultOffset(ranks, i);
-}
+using moert::artifact::Function;
+using moert::artifact::parseManifest;
+using moert::artifact::resultOffset;
+using moert::artifact::Tensor;
+using moert::artifact::targetOf;
 
 void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
   if (!moert::artifact::call(fn, results, args)) {
     moert::comm::world().abort(2, "moert-ep-check: at most 11 arguments");
   }
-}
-
-/// The manifest's `target` line: cpu, or a GPU chip.
-std::string targetOf(const char *text) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind, target;
-    ls >> kind >> target;
-    if (kind == "target")
-      return target;
-  }
-  return "cpu";
-}
-
-std::vector<Function> parseManifest(const char *text) {
-  std::vector<Function> fns;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "function") {
-      fns.emplace_back();
-      ls >> fns.back().name;
-    } else if ((kind == "arg" || kind == "result") && !fns.empty()) {
-      Tensor t;
-      int rank = 0;
-      ls >> t.dtype >> rank;
-      t.shape.resize(size_t(rank));
-      for (auto &d : t.shape)
-        ls >> d;
-      std::string word;
-      while (ls >> word) {
-        if (word == "range") {
-          ls >> t.lo >> t.hi;
-          t.hasRange = true;
-        } else if (word == "shard") {
-          ls >> t.experts >> t.local;
-        } else if (word == "gradient_of") {
-          ls >> t.gradientOf;
-        }
-      }
-      (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);
-    } else if (kind == "tolerance" && !fns.empty()) {
-      ls >> fns.back().atol >> fns.back().rtol;
-    }
-  }
-  return fns;
 }
 
 double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
@@ -198,10 +106,6 @@ double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
   return buf[i];
 }
 
-bool isFloat(const Tensor &t) {
-  return t.dtype == "f32" || t.dtype == "f64" || t.dtype == "bf16" ||
-         t.dtype == "f16";
-}
 
 void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
                 std::mt19937_64 &rng) {
@@ -627,7 +531,7 @@ int main(int argc, char **argv) {
       for (int64_t i = 0; i < t.elements(); ++i) {
         double a = valueAt(t, ref[k].data(), i), b = valueAt(t, got[k].data(), i);
         bool same;
-        if (isFloat(t) && resultAtol == 0 && resultRtol == 0)
+        if (t.isFloat() && resultAtol == 0 && resultRtol == 0)
           same = a == b || (std::isnan(a) && std::isnan(b)); // +0 == -0
         else
           same = std::fabs(a - b) <= resultAtol + resultRtol * std::fabs(a) ||
