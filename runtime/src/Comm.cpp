@@ -406,6 +406,84 @@ std::string Sequence::enter(int rank, Kind kind, const char *what) {
   return label;
 }
 
+void checkHeader(Communicator &comm, const std::string &label, int peer,
+                 const int64_t *h, uint64_t seqTotal, Kind kind) {
+  if (h[0] == int64_t(seqTotal) && h[1] == int64_t(kind))
+    return;
+  const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
+  comm.abort(1, label + ": rank " + std::to_string(peer) +
+                    " is at collective #" + std::to_string(h[0]) + " (" +
+                    theirs + "), this rank at #" + std::to_string(seqTotal) +
+                    " (" + name(kind) +
+                    "): the ranks run different programs or call collectives "
+                    "in different orders");
+}
+
+std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
+                                     int64_t rowBytes, int64_t slots,
+                                     const int32_t *sendCounts) {
+  const int64_t words = 4 + slots;
+  std::vector<int64_t> out(size_t(size * words));
+  for (int p = 0; p < size; ++p) {
+    int64_t *h = &out[size_t(p * words)];
+    h[0] = int64_t(seqTotal);
+    h[1] = int64_t(Kind::AllToAll);
+    h[2] = rowBytes;
+    h[3] = slots;
+    for (int64_t j = 0; j < slots; ++j)
+      h[4 + j] = sendCounts[p * slots + j];
+  }
+  return out;
+}
+
+AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
+                          const std::vector<int64_t> &in, uint64_t seqTotal,
+                          int64_t rowBytes, int64_t slots,
+                          const int32_t *sendCounts, int32_t *recvCounts,
+                          int64_t recvCapacity) {
+  const int size = comm.size();
+  const int64_t words = 4 + slots;
+  for (int p = 0; p < size; ++p) {
+    const int64_t *h = &in[size_t(p * words)];
+    checkHeader(comm, label, p, h, seqTotal, Kind::AllToAll);
+    if (h[2] != rowBytes || h[3] != slots)
+      comm.abort(1, label + ": rank " + std::to_string(p) + " sends " +
+                        std::to_string(h[3]) + " counts per rank and rows of " +
+                        std::to_string(h[2]) + " bytes, this rank expects " +
+                        std::to_string(slots) + " and " +
+                        std::to_string(rowBytes) + " (different programs?)");
+  }
+  AllToAllPlan plan;
+  plan.sendRowsTo.assign(size_t(size), 0);
+  plan.recvRowsFrom.assign(size_t(size), 0);
+  for (int p = 0; p < size; ++p)
+    for (int64_t j = 0; j < slots; ++j) {
+      int64_t n = in[size_t(p * words + 4 + j)];
+      if (n < 0 || n > INT32_MAX)
+        comm.abort(1, label + ": rank " + std::to_string(p) +
+                          " announces a count of " + std::to_string(n));
+      recvCounts[p * slots + j] = int32_t(n);
+      plan.recvRowsFrom[size_t(p)] += n;
+      plan.received += n;
+      plan.sendRowsTo[size_t(p)] += sendCounts[p * slots + j];
+    }
+  if (plan.received > recvCapacity) {
+    std::string from;
+    for (int p = 0; p < size; ++p)
+      from += (p ? ", " : "") + std::to_string(plan.recvRowsFrom[size_t(p)]) +
+              " from rank " + std::to_string(p);
+    comm.abort(1, label + ": receives " + std::to_string(plan.received) +
+                      " rows (" + from + ") but the result holds " +
+                      std::to_string(recvCapacity) + " rows");
+  }
+  uint64_t toPeers = 0;
+  for (int p = 0; p < size; ++p)
+    if (p != comm.rank())
+      toPeers += uint64_t(plan.sendRowsTo[size_t(p)] * rowBytes);
+  countBytesToPeers(toPeers);
+  return plan;
+}
+
 int64_t checkSendCounts(Communicator &comm, const std::string &label,
                         int64_t sendRows, const int32_t *sendCounts,
                         int64_t count) {

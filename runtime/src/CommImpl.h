@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace moert::comm {
 
@@ -46,6 +47,35 @@ int64_t checkSendCounts(Communicator &comm, const std::string &label,
 
 /// Adds bytes of rows an all_to_all sent to other ranks (moert_comm_stats).
 void countBytesToPeers(uint64_t bytes);
+
+/// Peers must be at the same collective of the same kind: `h` starts with a
+/// peer's [sequence number, kind]; aborts naming both ranks' collectives.
+void checkHeader(Communicator &comm, const std::string &label, int peer,
+                 const int64_t *h, uint64_t seqTotal, Kind kind);
+
+/// This rank's all_to_all header for every rank, `4 + slots` int64 each:
+/// [sequence, kind, rowBytes, slots, sendCounts for that rank...].
+std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
+                                     int64_t rowBytes, int64_t slots,
+                                     const int32_t *sendCounts);
+
+/// Where an all_to_all's rows go and come from.
+struct AllToAllPlan {
+  std::vector<int64_t> sendRowsTo, recvRowsFrom;
+  int64_t received = 0;
+};
+
+/// Reads every rank's all_to_all header, `words` = 4 + slots int64 each:
+/// [sequence, kind, rowBytes, slots, counts for this rank...]. Checks that
+/// the ranks agree and that the rows fit recvCapacity (aborting with a message
+/// naming the rank otherwise), writes the received counts to recvCounts
+/// (size * slots, rank-major), counts the bytes sent to peers, and returns
+/// the plan.
+AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
+                          const std::vector<int64_t> &in, uint64_t seqTotal,
+                          int64_t rowBytes, int64_t slots,
+                          const int32_t *sendCounts, int32_t *recvCounts,
+                          int64_t recvCapacity);
 
 /// bf16 / f16 <-> f32, round to nearest even.
 float toFloat(const void *p, DType type, int64_t i);

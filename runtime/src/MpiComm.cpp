@@ -124,16 +124,9 @@ public:
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
     // 1. Headers and counts: [Header, counts for that peer (int64)].
     const int64_t words = 4 + slots;
-    std::vector<int64_t> out(size_t(size_ * words)), in(size_t(size_ * words));
-    for (int p = 0; p < size_; ++p) {
-      int64_t *h = &out[size_t(p * words)];
-      h[0] = int64_t(seq.total);
-      h[1] = int64_t(Kind::AllToAll);
-      h[2] = rowBytes;
-      h[3] = slots;
-      for (int64_t j = 0; j < slots; ++j)
-        h[4 + j] = sendCounts[p * slots + j];
-    }
+    std::vector<int64_t> out =
+        allToAllHeaders(size_, seq.total, rowBytes, slots, sendCounts);
+    std::vector<int64_t> in(size_t(size_ * words));
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
     std::vector<bool> isRecv;
@@ -159,45 +152,11 @@ public:
     }
     std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
     wait(reqs, peers, isRecv, label, "counts");
-    for (int p = 0; p < size_; ++p) {
-      const int64_t *h = &in[size_t(p * words)];
-      checkHeader(p, h, Kind::AllToAll, label);
-      if (h[2] != rowBytes || h[3] != slots)
-        abort(1, label + ": rank " + std::to_string(p) + " sends " +
-                     std::to_string(h[3]) + " counts per rank and rows of " +
-                     std::to_string(h[2]) + " bytes, this rank expects " +
-                     std::to_string(slots) + " and " +
-                     std::to_string(rowBytes) + " (different programs?)");
-    }
     // 2. Where the rows go and come from.
-    std::vector<int64_t> sendRowsTo(size_, 0), recvRowsFrom(size_, 0);
-    int64_t received = 0;
-    for (int p = 0; p < size_; ++p)
-      for (int64_t j = 0; j < slots; ++j) {
-        int64_t n = in[size_t(p * words + 4 + j)];
-        if (n < 0 || n > INT32_MAX)
-          abort(1, label + ": rank " + std::to_string(p) +
-                       " announces a count of " + std::to_string(n));
-        recvCounts[p * slots + j] = int32_t(n);
-        recvRowsFrom[p] += n;
-        received += n;
-        sendRowsTo[p] += sendCounts[p * slots + j];
-      }
-    if (received > recvCapacity) {
-      std::string from;
-      for (int p = 0; p < size_; ++p)
-        from += (p ? ", " : "") + std::to_string(recvRowsFrom[p]) +
-                " from rank " + std::to_string(p);
-      abort(1, label + ": receives " + std::to_string(received) + " rows (" +
-                   from + ") but the result holds " +
-                   std::to_string(recvCapacity) + " rows");
-    }
+    auto [sendRowsTo, recvRowsFrom, received] =
+        planAllToAll(*this, label, in, seq.total, rowBytes, slots, sendCounts,
+                     recvCounts, recvCapacity);
     // 3. The rows, as rows of a contiguous type (counts stay small).
-    uint64_t toPeers = 0;
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_)
-        toPeers += uint64_t(sendRowsTo[size_t(p)] * rowBytes);
-    countBytesToPeers(toPeers);
     MPI_Datatype row = rowType(rowBytes, label);
     reqs.clear();
     peers.clear();
@@ -291,7 +250,8 @@ public:
     wait(reqs, peers, isRecv, label, "values");
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
-        checkHeader(p, &headers[size_t(p)].seq, Kind::AllReduce, label);
+        checkHeader(*this, label, p, &headers[size_t(p)].seq, seq.total,
+                    Kind::AllReduce);
     if (!wide.empty())
       for (int64_t i = 0; i < count; ++i)
         fromFloat(out, type, i, wide[size_t(i)]);
@@ -308,7 +268,8 @@ public:
     wait(reqs, peers, isRecv, label, "arrival");
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
-        checkHeader(p, &headers[size_t(p)].seq, Kind::Barrier, label);
+        checkHeader(*this, label, p, &headers[size_t(p)].seq, seq.total,
+                    Kind::Barrier);
   }
 
   [[noreturn]] void abort(int code, const std::string &message) override {
@@ -376,19 +337,6 @@ private:
       peers.push_back(p);
       isRecv.push_back(false);
     }
-  }
-
-  /// Peers must be at the same collective of the same kind.
-  void checkHeader(int peer, const int64_t *h, Kind kind,
-                   const std::string &label) {
-    if (h[0] == int64_t(seq.total) && h[1] == int64_t(kind))
-      return;
-    const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
-    abort(1, label + ": rank " + std::to_string(peer) + " is at collective #" +
-                 std::to_string(h[0]) + " (" + theirs + "), this rank at #" +
-                 std::to_string(seq.total) + " (" + name(kind) +
-                 "): the ranks run different programs or call collectives in "
-                 "different orders");
   }
 
   /// Polls the requests until all complete or the deadline passes; then

@@ -549,19 +549,6 @@ private:
            ": that rank failed or stalls; exiting";
   }
 
-  /// Peers must be at the same collective of the same kind.
-  void checkHeader(int peer, const int64_t *h, Kind kind,
-                   const std::string &label) {
-    if (h[0] == int64_t(seq.total) && h[1] == int64_t(kind))
-      return;
-    const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
-    abort(1, label + ": rank " + std::to_string(peer) + " is at collective #" +
-                 std::to_string(h[0]) + " (" + theirs + "), this rank at #" +
-                 std::to_string(seq.total) + " (" + name(kind) +
-                 "): the ranks run different programs or call collectives in "
-                 "different orders");
-  }
-
   /// Every rank tells every other where it is: a barrier, and the check
   /// that the ranks run the same collective with the same sizes.
   void headers(const std::string &label, Kind kind, int64_t a, int64_t b,
@@ -577,7 +564,7 @@ private:
     exchangeWords(label, phase, out, in, 4);
     for (int p = 0; p < size_; ++p) {
       const int64_t *h = &in[size_t(4 * p)];
-      checkHeader(p, h, kind, label);
+      checkHeader(*this, label, p, h, seq.total, kind);
       if (h[2] != a || h[3] != b)
         abort(1, label + ": rank " + std::to_string(p) + " sums " +
                      std::to_string(h[2]) + " " +
@@ -601,58 +588,16 @@ private:
     checkSendCounts(*this, label, sendRows, mine.data(), count);
     // 2. Headers and counts: [seq, kind, rowBytes, slots, counts...] per peer.
     const int64_t words = 4 + slots;
-    std::vector<int64_t> out(size_t(size_ * words)), in;
-    for (int p = 0; p < size_; ++p) {
-      int64_t *h = &out[size_t(p * words)];
-      h[0] = int64_t(seq.total);
-      h[1] = int64_t(Kind::AllToAll);
-      h[2] = rowBytes;
-      h[3] = slots;
-      for (int64_t j = 0; j < slots; ++j)
-        h[4 + j] = mine[size_t(p * slots + j)];
-    }
+    std::vector<int64_t> out =
+        allToAllHeaders(size_, seq.total, rowBytes, slots, mine.data());
+    std::vector<int64_t> in;
     exchangeWords(label, "counts", out, in, words);
-    for (int p = 0; p < size_; ++p) {
-      const int64_t *h = &in[size_t(p * words)];
-      checkHeader(p, h, Kind::AllToAll, label);
-      if (h[2] != rowBytes || h[3] != slots)
-        abort(1, label + ": rank " + std::to_string(p) + " sends " +
-                     std::to_string(h[3]) + " counts per rank and rows of " +
-                     std::to_string(h[2]) + " bytes, this rank expects " +
-                     std::to_string(slots) + " and " +
-                     std::to_string(rowBytes) + " (different programs?)");
-    }
     // 3. Where the rows go and come from.
     std::vector<int32_t> received(static_cast<size_t>(count));
-    std::vector<int64_t> sendRowsTo(size_t(size_), 0),
-        recvRowsFrom(size_t(size_), 0);
-    int64_t total = 0;
-    for (int p = 0; p < size_; ++p)
-      for (int64_t j = 0; j < slots; ++j) {
-        int64_t n = in[size_t(p * words + 4 + j)];
-        if (n < 0 || n > INT32_MAX)
-          abort(1, label + ": rank " + std::to_string(p) +
-                       " announces a count of " + std::to_string(n));
-        received[size_t(p * slots + j)] = int32_t(n);
-        recvRowsFrom[size_t(p)] += n;
-        total += n;
-        sendRowsTo[size_t(p)] += mine[size_t(p * slots + j)];
-      }
-    if (total > recvCapacity) {
-      std::string from;
-      for (int p = 0; p < size_; ++p)
-        from += (p ? ", " : "") + std::to_string(recvRowsFrom[size_t(p)]) +
-                " from rank " + std::to_string(p);
-      abort(1, label + ": receives " + std::to_string(total) + " rows (" +
-                   from + ") but the result holds " +
-                   std::to_string(recvCapacity) + " rows");
-    }
+    auto [sendRowsTo, recvRowsFrom, total] =
+        planAllToAll(*this, label, in, seq.total, rowBytes, slots,
+                     mine.data(), received.data(), recvCapacity);
     // 4. The rows.
-    uint64_t toPeers = 0;
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_)
-        toPeers += uint64_t(sendRowsTo[size_t(p)] * rowBytes);
-    countBytesToPeers(toPeers);
     copy(recvCounts, dev(received.data()), size_t(count) * sizeof(int32_t));
     int64_t selfFrom = 0, selfAt = 0;
     {
