@@ -7,6 +7,7 @@
 
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -24,6 +25,27 @@
 
 using namespace mlir;
 
+namespace {
+/// Marks every argument of a function with a body `bufferization.writable =
+/// false`: one-shot bufferization then copies instead of writing into a
+/// caller's buffer, so a compiled function never modifies its inputs.
+struct ReadOnlyArgumentsPass
+    : PassWrapper<ReadOnlyArgumentsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReadOnlyArgumentsPass)
+  StringRef getArgument() const override { return "moe-read-only-arguments"; }
+  void runOnOperation() override {
+    getOperation().walk([](func::FuncOp f) {
+      if (f.isExternal())
+        return;
+      for (unsigned i = 0; i < f.getNumArguments(); ++i)
+        if (isa<TensorType>(f.getArgument(i).getType()))
+          f.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
+                       BoolAttr::get(f.getContext(), false));
+    });
+  }
+};
+} // namespace
+
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
 /// and whole-tensor ops to linalg, then buffers with deallocation.
 static void addTensorLoweringAndBufferization(OpPassManager &pm,
@@ -38,6 +60,7 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 
+  pm.addPass(std::make_unique<ReadOnlyArgumentsPass>());
   bufferization::OneShotBufferizePassOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
   bufferization.functionBoundaryTypeConversion =

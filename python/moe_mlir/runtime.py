@@ -211,6 +211,11 @@ class Artifact:
             else:
                 fn(*pointers)
             values = []
+            # Results may share a buffer (two results aliasing one tensor, or
+            # views of it): everything is copied out first, then each
+            # allocation is freed once; argument buffers are never freed.
+            to_free = {}
+            inputs = {p.contents.allocated for p in pointers}
             for i, spec in enumerate(results):
                 desc = getattr(out, f"r{i}")
                 shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
@@ -220,7 +225,6 @@ class Artifact:
                 if not self.gpu:
                     buf = (ctypes.c_char * nbytes).from_address(src)
                     values.append(np.frombuffer(bytes(buf), dtype=dtype).reshape(shape))
-                    _libc.free(desc.allocated)
                 elif on_device:
                     import torch
                     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
@@ -228,14 +232,19 @@ class Artifact:
                     t = torch.empty(shape, dtype=tdtype, device="cuda")
                     rt.mgpuMemcpy(t.data_ptr(), src, nbytes, stream)
                     rt.mgpuStreamSynchronize(stream)
-                    rt.mgpuMemFree(desc.allocated, stream)
                     values.append(t)
                 else:
                     host = np.empty(shape, dtype=dtype)
                     rt.mgpuMemcpy(host.ctypes.data, src, nbytes, stream)
                     rt.mgpuStreamSynchronize(stream)
-                    rt.mgpuMemFree(desc.allocated, stream)
                     values.append(host)
+                if desc.allocated and desc.allocated not in inputs:
+                    to_free[desc.allocated] = True
+            for allocated in to_free:
+                if self.gpu:
+                    rt.mgpuMemFree(allocated, stream)
+                else:
+                    _libc.free(allocated)
             return values[0] if len(values) == 1 else tuple(values)
         finally:
             if self.gpu:

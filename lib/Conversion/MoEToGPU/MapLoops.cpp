@@ -2,6 +2,7 @@
 
 #include "moe/Conversion/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -44,6 +45,19 @@ struct MoEGPUMapLoopsPass
         op.emitError("expects bufferized linalg ops (run one-shot-bufferize "
                      "first)");
         return signalPassFailure();
+      }
+      // An op without a parallel loop (a reduction to a scalar, a copy of
+      // a 0-d buffer) runs in a kernel of one thread; left on the host it
+      // would read device memory.
+      if (op.getNumParallelLoops() == 0) {
+        rewriter.setInsertionPoint(op);
+        Location loc = op.getLoc();
+        Value one = arith::ConstantIndexOp::create(rewriter, loc, 1);
+        auto launch = gpu::LaunchOp::create(rewriter, loc, one, one, one, one,
+                                            one, one);
+        rewriter.setInsertionPointToEnd(&launch.getBody().front());
+        auto terminator = gpu::TerminatorOp::create(rewriter, loc);
+        op->moveBefore(terminator);
       }
       rewriter.setInsertionPoint(op);
       if (failed(linalg::linalgOpToParallelLoops(rewriter, op))) {

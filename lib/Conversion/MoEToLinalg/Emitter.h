@@ -317,6 +317,17 @@ Value routerScores(Emitter &e, RouterOp op, Value logits);
 /// The router's combine weights from the picked scores (f32 [T, k]).
 Value routerWeights(Emitter &e, RouterOp op, Value picked);
 
+/// Row-wise softmax of a [T, n] f32 tensor (max-subtracted, sums in order).
+Value rowSoftmax(Emitter &e, Value v);
+
+/// Divides every row of a [T, k] f32 tensor by its sum (in slot order).
+Value rowNormalize(Emitter &e, Value v);
+
+/// The lowerings of the model ops (embedding, RMSNorm, rotary, attention,
+/// cross-entropy) and of the gradient ops -moe-autodiff emits.
+void populateModelOpLoweringPatterns(const TypeConverter &converter,
+                                     RewritePatternSet &patterns);
+
 } // namespace mlir::moe::detail
 
 #endif

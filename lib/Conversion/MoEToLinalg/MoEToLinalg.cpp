@@ -358,7 +358,7 @@ struct SwigluGradLowering : OpConversionPattern<SwigluGradOp> {
 
 } // namespace
 
-namespace {
+namespace mlir::moe::detail {
 /// Maps and iterator kinds for row-wise work on a [T, n] tensor.
 struct RowMaps {
   AffineMap mapTE, mapT;
@@ -425,7 +425,7 @@ Value rowNormalize(Emitter &e, Value v) {
                          arith::DivFOp::create(nb, nl, a[0], a[1])};
                    })[0];
 }
-} // namespace
+} // namespace mlir::moe::detail
 
 Value mlir::moe::detail::routerScores(Emitter &e, RouterOp op, Value logits) {
   if (op.getScore() == ScoreFunction::sigmoid)
@@ -785,6 +785,7 @@ void mlir::moe::populateMoEToLinalgConversionPatterns(
                GroupedMatmulWgradLowering, SwigluLowering, SwigluGradLowering,
                RouterLowering, DispatchLowering, CombineLowering,
                AllToAllLowering>(converter, patterns.getContext());
+  populateModelOpLoweringPatterns(converter, patterns);
 }
 
 LogicalResult mlir::moe::lowerExpertsToLoops(Operation *root) {

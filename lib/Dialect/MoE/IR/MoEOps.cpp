@@ -15,6 +15,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -726,6 +727,242 @@ LogicalResult AllToAllOp::fold(FoldAdaptor,
   results.push_back(getInput());
   results.push_back(getSendCounts());
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Model ops
+//===----------------------------------------------------------------------===//
+
+/// Checks that `got` has exactly the shape of `expected` (dynamic sizes match
+/// anything).
+static LogicalResult expectSameShape(Operation *op, const Twine &what,
+                                     Type got, const Twine &like,
+                                     Type expected) {
+  ArrayRef<int64_t> a = shapeOf(got), b = shapeOf(expected);
+  if (a.size() == b.size() &&
+      llvm::all_of(llvm::zip(a, b), [](auto p) {
+        auto [x, y] = p;
+        return ShapedType::isDynamic(x) || ShapedType::isDynamic(y) || x == y;
+      }))
+    return success();
+  return op->emitOpError("expects ")
+         << what << " to have the shape of " << like << " (" << expected
+         << "), got " << got;
+}
+
+/// ids `[...]`, rows `[..., H]`: the rows' leading dims are the ids' shape.
+static LogicalResult verifyIdRows(Operation *op, Type ids, Type rows,
+                                  StringRef rowsName, int64_t h) {
+  ArrayRef<int64_t> i = shapeOf(ids), r = shapeOf(rows);
+  if (r.size() != i.size() + 1)
+    return op->emitOpError("expects ")
+           << rowsName << " to have the ids' rank + 1 (" << i.size() + 1
+           << "), got rank " << r.size() << " (" << rows << ")";
+  for (auto [d, n] : llvm::enumerate(i))
+    if (failed(expectDim(op, Twine(rowsName) + " dim " + Twine(d) +
+                                 " (the ids' dim " + Twine(d) + ")",
+                         r[d], n)))
+      return failure();
+  return expectDim(op, Twine(rowsName) + " last dim (the table's row size)",
+                   r.back(), h);
+}
+
+LogicalResult EmbeddingOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "table", getTable().getType(), 2)))
+    return failure();
+  return verifyIdRows(op, getIds().getType(), getResult().getType(), "result",
+                      getTable().getType().getDimSize(1));
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "result (the table's gradient)",
+                        getResult().getType(), 2)))
+    return failure();
+  if (getResult().getType().isDynamicDim(0))
+    return emitOpError("expects a static vocabulary size (result dim 0)");
+  return verifyIdRows(op, getIds().getType(), getGrad().getType(), "grad",
+                      getResult().getType().getDimSize(1));
+}
+
+static LogicalResult verifyRMSNormShapes(Operation *op, Type input,
+                                         Type weight) {
+  if (shapeOf(input).empty())
+    return op->emitOpError("expects an input of rank >= 1");
+  if (failed(expectRank(op, "weight", weight, 1)))
+    return failure();
+  return expectDim(op, "weight size (the input's last dim)",
+                   shapeOf(weight)[0], shapeOf(input).back());
+}
+
+LogicalResult RMSNormOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyRMSNormShapes(op, getInput().getType(),
+                                 getWeight().getType())))
+    return failure();
+  return expectSameShape(op, "the result", getResult().getType(), "the input",
+                         getInput().getType());
+}
+
+LogicalResult RMSNormGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyRMSNormShapes(op, getInput().getType(),
+                                 getWeight().getType())))
+    return failure();
+  if (failed(expectSameShape(op, "grad", getGrad().getType(), "the input",
+                             getInput().getType())) ||
+      failed(expectSameShape(op, "input_grad", getInputGrad().getType(),
+                             "the input", getInput().getType())))
+    return failure();
+  return expectSameShape(op, "weight_grad", getWeightGrad().getType(),
+                         "the weight", getWeight().getType());
+}
+
+LogicalResult RotaryOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "input [batch, seq, heads, head_dim]",
+                        getInput().getType(), 4)))
+    return failure();
+  int64_t d = getInput().getType().getDimSize(3);
+  if (ShapedType::isDynamic(d))
+    return emitOpError("expects a static head dim");
+  if (d % 2)
+    return emitOpError("expects an even head dim (pairs are rotated), got ")
+           << d;
+  return expectSameShape(op, "the result", getResult().getType(), "the input",
+                         getInput().getType());
+}
+
+/// query [B, S, N, D], key/value [B, S, M, D], N a multiple of M.
+static LogicalResult verifyAttentionShapes(Operation *op, Type q, Type k,
+                                           Type v) {
+  for (auto [name, t] : {std::pair<StringRef, Type>{"query", q}, {"key", k},
+                         {"value", v}})
+    if (failed(expectRank(op, Twine(name) + " [batch, seq, heads, head_dim]",
+                          t, 4)))
+      return failure();
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
+  if (ShapedType::isDynamic(qs[2]) || ShapedType::isDynamic(ks[2]) ||
+      ShapedType::isDynamic(qs[3]))
+    return op->emitOpError("expects static head counts and head dim");
+  if (failed(expectSameShape(op, "value", v, "key", k)) ||
+      failed(expectDim(op, "key dim 0 (batch)", ks[0], qs[0])) ||
+      failed(expectDim(op, "key dim 1 (sequence)", ks[1], qs[1])) ||
+      failed(expectDim(op, "key dim 3 (head dim)", ks[3], qs[3])))
+    return failure();
+  if (ks[2] < 1 || qs[2] % ks[2])
+    return op->emitOpError("expects the query heads (")
+           << qs[2] << ") to be a multiple of the key/value heads (" << ks[2]
+           << ")";
+  return success();
+}
+
+static double attentionScale(std::optional<APFloat> scale, Type query) {
+  if (scale)
+    return scale->convertToDouble();
+  return 1.0 / std::sqrt(double(shapeOf(query)[3]));
+}
+
+double AttentionOp::getScaleOrDefault() {
+  return attentionScale(getScale(), getQuery().getType());
+}
+double AttentionGradOp::getScaleOrDefault() {
+  return attentionScale(getScale(), getQuery().getType());
+}
+
+LogicalResult AttentionOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyAttentionShapes(op, getQuery().getType(),
+                                   getKey().getType(), getValue().getType())))
+    return failure();
+  return expectSameShape(op, "the result", getResult().getType(), "the query",
+                         getQuery().getType());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyAttentionShapes(op, getQuery().getType(),
+                                   getKey().getType(), getValue().getType())))
+    return failure();
+  if (failed(expectSameShape(op, "grad", getGrad().getType(), "the query",
+                             getQuery().getType())) ||
+      failed(expectSameShape(op, "query_grad", getQueryGrad().getType(),
+                             "the query", getQuery().getType())) ||
+      failed(expectSameShape(op, "key_grad", getKeyGrad().getType(),
+                             "the key", getKey().getType())))
+    return failure();
+  return expectSameShape(op, "value_grad", getValueGrad().getType(),
+                         "the value", getValue().getType());
+}
+
+static LogicalResult verifyLossShapes(Operation *op, Type logits,
+                                      Type labels) {
+  if (failed(expectRank(op, "logits [rows, vocab]", logits, 2)) ||
+      failed(expectRank(op, "labels", labels, 1)))
+    return failure();
+  return expectDim(op, "labels size (the logits' rows)", shapeOf(labels)[0],
+                   shapeOf(logits)[0]);
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  if (failed(verifyLossShapes(getOperation(), getLogits().getType(),
+                              getLabels().getType())))
+    return failure();
+  return expectRank(getOperation(), "loss", getLoss().getType(), 0);
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyLossShapes(op, getLogits().getType(),
+                              getLabels().getType())) ||
+      failed(expectRank(op, "grad (of the 0-d loss)", getGrad().getType(), 0)))
+    return failure();
+  return expectSameShape(op, "the result", getResult().getType(),
+                         "the logits", getLogits().getType());
+}
+
+LogicalResult RouterGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "logits", getLogits().getType(), 2)) ||
+      failed(expectRank(op, "indices", getIndices().getType(), 2)) ||
+      failed(expectRank(op, "grad", getGrad().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> logits = shapeOf(getLogits().getType());
+  int64_t k = getTopK();
+  if (!ShapedType::isDynamic(logits[1]) && k > logits[1])
+    return emitOpError("expects top_k <= number of experts, got top_k = ")
+           << k << " with " << logits[1] << " experts";
+  for (auto [name, type] :
+       {std::pair<StringRef, Type>{"indices", getIndices().getType()},
+        {"grad", getGrad().getType()}}) {
+    ArrayRef<int64_t> s = shapeOf(type);
+    if (failed(expectDim(op, Twine(name) + " dim 0 (tokens)", s[0],
+                         logits[0])) ||
+        failed(expectDim(op, Twine(name) + " dim 1 (top_k)", s[1], k)))
+      return failure();
+  }
+  if (getSoftmaxAfterTopk() && getScore() != ScoreFunction::softmax)
+    return emitOpError("softmax_after_topk needs the softmax score function");
+  return expectSameShape(op, "the result", getResult().getType(),
+                         "the logits", getLogits().getType());
+}
+
+LogicalResult CombineGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "expert_out", getExpertOut().getType(), 2)) ||
+      failed(expectRank(op, "positions", getPositions().getType(), 2)) ||
+      failed(expectRank(op, "grad", getGrad().getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> pos = shapeOf(getPositions().getType());
+  if (failed(expectDim(op, "grad dim 0 (tokens)",
+                       getGrad().getType().getDimSize(0), pos[0])) ||
+      failed(expectDim(op, "grad dim 1 (row size)",
+                       getGrad().getType().getDimSize(1),
+                       getExpertOut().getType().getDimSize(1))))
+    return failure();
+  return expectSameShape(op, "the result", getResult().getType(),
+                         "the positions", getPositions().getType());
 }
 
 #define GET_OP_CLASSES

@@ -624,4 +624,6 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
   let hasFolder = 1;
 }
 
+include "moe/Dialect/MoE/IR/MoEModelOps.td"
+
 #endif // MOE_OPS_TD

@@ -189,4 +189,41 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation: a loss function becomes a train step";
+  let description = [{
+    For every loss function (one returning a single `tensor<f32>`; or those
+    named by `functions`), adds `@<name>_grad` with the same arguments,
+    returning the loss and then the gradient of every float tensor argument
+    not marked `moe.no_grad`, in argument order. Result attributes:
+    `moe.loss` on the loss, `moe.gradient_of = i` on the gradient of
+    argument `i` (what `-moe-expert-parallel` reads to all-reduce
+    data-parallel gradients).
+
+    The forward ops are kept; one vector-Jacobian product per op the loss
+    depends on is appended in reverse order, and gradients reaching a value
+    along several uses are summed. Rules exist for:
+    - moe: `router` (through `moe.router_grad`), `dispatch`, `combine`
+      (`moe.combine_grad` and a dispatch of the weighted rows),
+      `grouped_matmul`, `swiglu`, `grouped_mlp` (`grouped_mlp_backward`),
+      `embedding`, `rms_norm`, `rotary`, `attention`, `cross_entropy`;
+    - upstream: `linalg.matmul`, `linalg.transpose`, `linalg.softmax`,
+      `tensor.expand_shape` / `collapse_shape`, and `arith.addf`, `subf`,
+      `mulf`, `divf`, `negf`, `math.exp`, `math.tanh` on tensors.
+    An op the loss depends on without a rule (a `linalg.generic`, an
+    `moe.experts` region, block-scaled operands) is an error at that op:
+    differentiate before `-moe-quantize` and after `-moe-group-experts`.
+  }];
+  let options = [
+    ListOption<"functions", "functions", "std::string",
+               "Loss functions to differentiate (default: every function "
+               "returning one tensor<f32>)">,
+    Option<"suffix", "suffix", "std::string", /*default=*/"\"_grad\"",
+           "Appended to a loss function's name to name its train step">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 #endif

@@ -1,0 +1,591 @@
+//===- Autodiff.cpp - reverse-mode differentiation of a loss function -----===//
+//
+// -moe-autodiff turns a function computing a loss (a 0-d f32 tensor) into a
+// train step returning the loss and the gradient of every float argument.
+// The forward ops are kept as they are; the backward ops are appended in
+// reverse order, one vector-Jacobian product per forward op, from a table of
+// rules (the moe ops, their model-level companions, and the upstream ops
+// model graphs use: linalg.matmul, linalg.transpose, linalg.softmax,
+// elementwise arith/math on tensors, reshapes). Gradients reaching a value
+// from several uses are summed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEAUTODIFF
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+using utils::IteratorType;
+
+bool isFloatTensor(Type t) {
+  auto rt = dyn_cast<RankedTensorType>(t);
+  return rt && isa<FloatType>(rt.getElementType());
+}
+
+/// The backward pass of one function: adjoints by value, built at the end of
+/// the function body.
+class Differentiator {
+public:
+  Differentiator(OpBuilder &b) : b(b) {}
+
+  /// Adds `g` to the adjoint of `v` (nothing for inactive values).
+  void accumulate(Value v, Value g) {
+    if (!g || !active.contains(v))
+      return;
+    if (g.getType() != v.getType())
+      g = castTo(g, cast<RankedTensorType>(v.getType()));
+    auto it = adjoints.find(v);
+    if (it == adjoints.end()) {
+      adjoints[v] = g;
+      return;
+    }
+    it->second = arith::AddFOp::create(b, g.getLoc(), it->second, g);
+  }
+  Value adjoint(Value v) const { return adjoints.lookup(v); }
+
+  /// Marks the float values depending on the differentiated arguments.
+  void markActive(Block &body, ArrayRef<BlockArgument> wrt) {
+    for (BlockArgument a : wrt)
+      active.insert(a);
+    for (Operation &op : body.without_terminator()) {
+      bool any = llvm::any_of(op.getOperands(),
+                              [&](Value v) { return active.contains(v); });
+      if (!any)
+        continue;
+      for (Value r : op.getResults())
+        if (isFloatTensor(r.getType()))
+          active.insert(r);
+    }
+  }
+  bool isActive(Value v) const { return active.contains(v); }
+
+  /// The vector-Jacobian product of `op`: adds its operands' adjoints given
+  /// its results'. Fails (with a diagnostic) on an op without a rule.
+  LogicalResult backprop(Operation *op);
+
+private:
+  OpBuilder &b;
+  DenseMap<Value, Value> adjoints;
+  llvm::DenseSet<Value> active;
+
+  Location loc(Operation *op) { return op->getLoc(); }
+
+  Value castTo(Value g, RankedTensorType type) {
+    auto gt = cast<RankedTensorType>(g.getType());
+    if (gt.getElementType() == type.getElementType())
+      return g;
+    Location l = g.getLoc();
+    Value init = tensor::EmptyOp::create(
+        b, l, tensor::getMixedSizes(b, l, g), type.getElementType());
+    int64_t rank = gt.getRank();
+    SmallVector<AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
+    SmallVector<IteratorType> its(rank, IteratorType::parallel);
+    return linalg::GenericOp::create(
+               b, l, init.getType(), g, init, maps, its,
+               [&](OpBuilder &nb, Location nl, ValueRange a) {
+                 Value v = a[0];
+                 unsigned from = v.getType().getIntOrFloatBitWidth();
+                 unsigned to = type.getElementType().getIntOrFloatBitWidth();
+                 if (from < to)
+                   v = arith::ExtFOp::create(nb, nl, type.getElementType(), v);
+                 else if (from > to)
+                   v = arith::TruncFOp::create(nb, nl, type.getElementType(), v);
+                 linalg::YieldOp::create(nb, nl, v);
+               })
+        .getResult(0);
+  }
+
+  /// A tensor shaped like `like` (or of `type`) filled with `value`.
+  Value filled(Location l, Value like, Type elt, double value) {
+    Value init = tensor::EmptyOp::create(
+        b, l, tensor::getMixedSizes(b, l, like), elt);
+    Value c = arith::ConstantOp::create(b, l, b.getFloatAttr(elt, value));
+    return linalg::FillOp::create(b, l, c, init).getResult(0);
+  }
+  Value zerosOf(Location l, ArrayRef<OpFoldResult> sizes, Type elt) {
+    Value init = tensor::EmptyOp::create(b, l, sizes, elt);
+    Value c = arith::ConstantOp::create(b, l, b.getZeroAttr(elt));
+    return linalg::FillOp::create(b, l, c, init).getResult(0);
+  }
+
+  Value transpose2d(Location l, Value m) {
+    auto t = cast<RankedTensorType>(m.getType());
+    SmallVector<OpFoldResult> s = tensor::getMixedSizes(b, l, m);
+    Value init = tensor::EmptyOp::create(b, l, {s[1], s[0]}, t.getElementType());
+    return linalg::TransposeOp::create(b, l, m, init,
+                                       ArrayRef<int64_t>{1, 0})
+        .getResult()[0];
+  }
+  /// a [M, K] @ c [K, N] in f32-accumulating linalg.matmul into zeros of `elt`.
+  Value matmul(Location l, Value a, Value c, Type elt) {
+    SmallVector<OpFoldResult> sa = tensor::getMixedSizes(b, l, a),
+                              sc = tensor::getMixedSizes(b, l, c);
+    Value init = zerosOf(l, {sa[0], sc[1]}, elt);
+    return linalg::MatmulOp::create(b, l, ValueRange{a, c}, ValueRange{init})
+        .getResult(0);
+  }
+
+  LogicalResult elementwise(Operation *op, Value g);
+  LogicalResult matmulRule(linalg::MatmulOp op, Value g);
+  LogicalResult softmaxRule(linalg::SoftmaxOp op, Value g);
+  LogicalResult combineRule(CombineOp op, Value g);
+};
+
+LogicalResult Differentiator::elementwise(Operation *op, Value g) {
+  Location l = loc(op);
+  auto neg = [&](Value v) { return arith::NegFOp::create(b, l, v); };
+  auto mul = [&](Value x, Value y) { return arith::MulFOp::create(b, l, x, y); };
+  auto div = [&](Value x, Value y) { return arith::DivFOp::create(b, l, x, y); };
+  if (isa<arith::AddFOp>(op)) {
+    accumulate(op->getOperand(0), g);
+    accumulate(op->getOperand(1), g);
+  } else if (isa<arith::SubFOp>(op)) {
+    accumulate(op->getOperand(0), g);
+    if (isActive(op->getOperand(1)))
+      accumulate(op->getOperand(1), neg(g));
+  } else if (isa<arith::MulFOp>(op)) {
+    Value x = op->getOperand(0), y = op->getOperand(1);
+    if (isActive(x))
+      accumulate(x, mul(g, y));
+    if (isActive(y))
+      accumulate(y, mul(g, x));
+  } else if (isa<arith::DivFOp>(op)) {
+    Value x = op->getOperand(0), y = op->getOperand(1);
+    if (isActive(x))
+      accumulate(x, div(g, y));
+    if (isActive(y)) // d(x / y)/dy = -(x / y) / y
+      accumulate(y, neg(div(mul(g, op->getResult(0)), y)));
+  } else if (isa<arith::NegFOp>(op)) {
+    accumulate(op->getOperand(0), neg(g));
+  } else if (isa<math::ExpOp>(op)) {
+    accumulate(op->getOperand(0), mul(g, op->getResult(0)));
+  } else if (isa<math::TanhOp>(op)) {
+    Value y = op->getResult(0);
+    Value one = filled(l, y, getElementTypeOrSelf(y.getType()), 1.0);
+    accumulate(op->getOperand(0),
+               mul(g, arith::SubFOp::create(b, l, one, mul(y, y))));
+  } else {
+    return failure();
+  }
+  return success();
+}
+
+LogicalResult Differentiator::matmulRule(linalg::MatmulOp op, Value g) {
+  Location l = loc(op);
+  if (op.getIndexingMaps() !=
+      b.getAffineMapArrayAttr(linalg::MatmulOp::getDefaultIndexingMaps(
+          b.getContext())))
+    return op.emitOpError("-moe-autodiff: only the plain A[M, K] @ B[K, N] "
+                          "form of linalg.matmul is differentiated");
+  Value a = op.getInputs()[0], c = op.getInputs()[1];
+  Type elt = getElementTypeOrSelf(op.getResult(0).getType());
+  // C_out = C_in + A @ B.
+  accumulate(op.getOutputs()[0], g);
+  if (isActive(a))
+    accumulate(a, matmul(l, g, transpose2d(l, c), elt));
+  if (isActive(c))
+    accumulate(c, matmul(l, transpose2d(l, a), g, elt));
+  return success();
+}
+
+LogicalResult Differentiator::softmaxRule(linalg::SoftmaxOp op, Value g) {
+  // dx = y * (g - sum_dim(g * y)).
+  Location l = loc(op);
+  Value y = op.getResult()[0];
+  auto type = cast<RankedTensorType>(y.getType());
+  int64_t rank = type.getRank(), dim = op.getDimension();
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineExpr> all, reduced;
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, l, y), rsizes;
+  SmallVector<int64_t> rshape;
+  for (int64_t i = 0; i < rank; ++i) {
+    all.push_back(getAffineDimExpr(i, ctx));
+    if (i != dim) {
+      reduced.push_back(getAffineDimExpr(i, ctx));
+      rsizes.push_back(sizes[i]);
+      rshape.push_back(type.getDimSize(i));
+    }
+  }
+  AffineMap full = AffineMap::get(rank, 0, all, ctx);
+  AffineMap part = AffineMap::get(rank, 0, reduced, ctx);
+  SmallVector<IteratorType> its(rank, IteratorType::parallel);
+  its[dim] = IteratorType::reduction;
+  Type elt = type.getElementType();
+  Value dot = linalg::GenericOp::create(
+                  b, l, RankedTensorType::get(rshape, elt), ValueRange{g, y},
+                  zerosOf(l, rsizes, elt), ArrayRef<AffineMap>{full, full, part},
+                  its,
+                  [&](OpBuilder &nb, Location nl, ValueRange a) {
+                    Value p = arith::MulFOp::create(nb, nl, a[0], a[1]);
+                    linalg::YieldOp::create(
+                        nb, nl, ValueRange{arith::AddFOp::create(nb, nl, a[2], p)});
+                  })
+                  .getResult(0);
+  SmallVector<IteratorType> par(rank, IteratorType::parallel);
+  Value init = tensor::EmptyOp::create(b, l, sizes, elt);
+  Value dx = linalg::GenericOp::create(
+                 b, l, type, ValueRange{g, y, dot}, init,
+                 ArrayRef<AffineMap>{full, full, part, full}, par,
+                 [&](OpBuilder &nb, Location nl, ValueRange a) {
+                   Value d = arith::SubFOp::create(nb, nl, a[0], a[2]);
+                   linalg::YieldOp::create(
+                       nb, nl, ValueRange{arith::MulFOp::create(nb, nl, a[1], d)});
+                 })
+                 .getResult(0);
+  accumulate(op.getInput(), dx);
+  return success();
+}
+
+/// out[t] = sum_j w[t, j] y[pos[t, j]]: the expert outputs' gradient is
+/// w[t, j] * g[t] placed at row pos[t, j] - the rows (t, j) in token-then-slot
+/// order dispatched again with the original indices and attributes (as one
+/// slot each) land exactly there; the weights' gradient is moe.combine_grad.
+LogicalResult Differentiator::combineRule(CombineOp op, Value g) {
+  Location l = loc(op);
+  Value y = op.getExpertOut(), w = op.getWeights(), pos = op.getPositions();
+  if (isActive(w))
+    accumulate(w, CombineGradOp::create(b, l, w.getType(), y, pos, g));
+  if (!isActive(y))
+    return success();
+  auto dispatch = pos.getDefiningOp<DispatchOp>();
+  if (!dispatch || dispatch.getPositions() != pos)
+    return op.emitOpError(
+        "-moe-autodiff: the gradient of the expert outputs needs the "
+        "positions of a moe.dispatch in the same function");
+  auto wt = cast<RankedTensorType>(w.getType());
+  auto yt = cast<RankedTensorType>(y.getType());
+  int64_t t = wt.getDimSize(0), k = wt.getDimSize(1), h = yt.getDimSize(1);
+  if (ShapedType::isDynamic(t) || ShapedType::isDynamic(k) ||
+      ShapedType::isDynamic(h))
+    return op.emitOpError("-moe-autodiff: differentiating moe.combine needs "
+                          "static token, top_k and row sizes");
+  MLIRContext *ctx = b.getContext();
+  AffineExpr i, j, c;
+  bindDims(ctx, i, j, c);
+  Type f32 = b.getF32Type();
+  auto scaledType = RankedTensorType::get({t, k, h}, f32);
+  Value init = tensor::EmptyOp::create(b, l, scaledType.getShape(), f32);
+  Value scaled =
+      linalg::GenericOp::create(
+          b, l, scaledType, ValueRange{w, g}, init,
+          ArrayRef<AffineMap>{AffineMap::get(3, 0, {i, j}, ctx),
+                              AffineMap::get(3, 0, {i, c}, ctx),
+                              AffineMap::get(3, 0, {i, j, c}, ctx)},
+          SmallVector<IteratorType>(3, IteratorType::parallel),
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Value gv = a[1];
+            if (!gv.getType().isF32())
+              gv = arith::ExtFOp::create(nb, nl, f32, gv);
+            linalg::YieldOp::create(
+                nb, nl, ValueRange{arith::MulFOp::create(nb, nl, a[0], gv)});
+          })
+          .getResult(0);
+  auto rowsType = RankedTensorType::get({t * k, h}, f32);
+  Value rows = tensor::CollapseShapeOp::create(
+      b, l, rowsType, scaled, SmallVector<ReassociationIndices>{{0, 1}, {2}});
+  Value idx = dispatch.getIndices();
+  auto idxType = cast<RankedTensorType>(idx.getType());
+  Value flat = tensor::CollapseShapeOp::create(
+      b, l, RankedTensorType::get({t * k}, idxType.getElementType()), idx,
+      SmallVector<ReassociationIndices>{{0, 1}});
+  Value single = tensor::ExpandShapeOp::create(
+      b, l, RankedTensorType::get({t * k, 1}, idxType.getElementType()), flat,
+      SmallVector<ReassociationIndices>{{0, 1}});
+  auto again = DispatchOp::create(
+      b, l, RankedTensorType::get(yt.getShape(), f32),
+      dispatch.getOffsets().getType(), dispatch.getCounts().getType(),
+      single.getType(), rows, single, dispatch.getNumExpertsAttr(),
+      dispatch.getCapacityFactorAttr(), dispatch.getPadToAttr());
+  accumulate(y, again.getSorted());
+  return success();
+}
+
+LogicalResult Differentiator::backprop(Operation *op) {
+  // Only the first float result of most ops carries a gradient.
+  auto gradOf = [&](unsigned i) { return adjoint(op->getResult(i)); };
+  bool any = llvm::any_of(op->getResults(),
+                          [&](Value r) { return adjoints.count(r); });
+  if (!any)
+    return success();
+  Location l = loc(op);
+
+  if (isa<arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
+          arith::NegFOp, math::ExpOp, math::TanhOp>(op)) {
+    if (!isa<RankedTensorType>(op->getResult(0).getType()))
+      return op->emitOpError("-moe-autodiff: scalar arithmetic that the loss "
+                             "depends on must be on tensors");
+    return elementwise(op, gradOf(0));
+  }
+  if (auto mm = dyn_cast<linalg::MatmulOp>(op))
+    return matmulRule(mm, gradOf(0));
+  if (auto sm = dyn_cast<linalg::SoftmaxOp>(op))
+    return softmaxRule(sm, gradOf(0));
+  if (auto tr = dyn_cast<linalg::TransposeOp>(op)) {
+    ArrayRef<int64_t> perm = tr.getPermutation();
+    SmallVector<int64_t> inverse(perm.size());
+    for (auto [i, p] : llvm::enumerate(perm))
+      inverse[p] = i;
+    Value g = gradOf(0);
+    auto it = cast<RankedTensorType>(tr.getInput().getType());
+    Value init = tensor::EmptyOp::create(
+        b, l, tensor::getMixedSizes(b, l, tr.getInput()),
+        it.getElementType());
+    accumulate(tr.getInput(),
+               linalg::TransposeOp::create(b, l, g, init, inverse).getResult()[0]);
+    return success();
+  }
+  if (auto c = dyn_cast<tensor::CollapseShapeOp>(op)) {
+    accumulate(c.getSrc(),
+               tensor::ExpandShapeOp::create(
+                   b, l, c.getSrcType(), gradOf(0),
+                   c.getReassociationIndices(),
+                   tensor::getMixedSizes(b, l, c.getSrc())));
+    return success();
+  }
+  if (auto e = dyn_cast<tensor::ExpandShapeOp>(op)) {
+    accumulate(e.getSrc(), tensor::CollapseShapeOp::create(
+                               b, l, e.getSrcType(), gradOf(0),
+                               e.getReassociationIndices()));
+    return success();
+  }
+
+  if (auto emb = dyn_cast<EmbeddingOp>(op)) {
+    accumulate(emb.getTable(),
+               EmbeddingGradOp::create(b, l, emb.getTable().getType(),
+                                       emb.getIds(), gradOf(0)));
+    return success();
+  }
+  if (auto n = dyn_cast<RMSNormOp>(op)) {
+    auto grad = RMSNormGradOp::create(b, l, n.getInput().getType(),
+                                      n.getWeight().getType(), n.getInput(),
+                                      n.getWeight(), gradOf(0), n.getEpsAttr());
+    accumulate(n.getInput(), grad.getInputGrad());
+    accumulate(n.getWeight(), grad.getWeightGrad());
+    return success();
+  }
+  if (auto r = dyn_cast<RotaryOp>(op)) {
+    accumulate(r.getInput(),
+               RotaryOp::create(b, l, r.getInput().getType(), gradOf(0),
+                                r.getThetaAttr(),
+                                r.getInverse() ? UnitAttr()
+                                               : b.getUnitAttr()));
+    return success();
+  }
+  if (auto a = dyn_cast<AttentionOp>(op)) {
+    auto grad = AttentionGradOp::create(
+        b, l, a.getQuery().getType(), a.getKey().getType(),
+        a.getValue().getType(), a.getQuery(), a.getKey(), a.getValue(),
+        gradOf(0), a.getCausal(), a.getScaleAttr());
+    accumulate(a.getQuery(), grad.getQueryGrad());
+    accumulate(a.getKey(), grad.getKeyGrad());
+    accumulate(a.getValue(), grad.getValueGrad());
+    return success();
+  }
+  if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+    accumulate(ce.getLogits(),
+               CrossEntropyGradOp::create(b, l, ce.getLogits().getType(),
+                                          ce.getLogits(), ce.getLabels(),
+                                          gradOf(0)));
+    return success();
+  }
+  if (auto r = dyn_cast<RouterOp>(op)) {
+    accumulate(r.getLogits(),
+               RouterGradOp::create(b, l, r.getLogits().getType(),
+                                    r.getLogits(), r.getIndices(), gradOf(1),
+                                    r.getTopKAttr(), r.getScoreAttr(),
+                                    r.getSoftmaxAfterTopkAttr(),
+                                    r.getNormTopkProbAttr()));
+    return success();
+  }
+  if (auto d = dyn_cast<DispatchOp>(op)) {
+    // x[t] went to rows pos[t, j]: its gradient sums theirs.
+    Value g = gradOf(0);
+    if (!g)
+      return success();
+    SmallVector<OpFoldResult> s = tensor::getMixedSizes(b, l, d.getIndices());
+    Value init = tensor::EmptyOp::create(b, l, s, b.getF32Type());
+    Value one = arith::ConstantOp::create(b, l, b.getF32FloatAttr(1.0));
+    Value ones = linalg::FillOp::create(b, l, one, init).getResult(0);
+    accumulate(d.getTokens(),
+               CombineOp::create(b, l, d.getTokens().getType(), g, ones,
+                                 d.getPositions()));
+    return success();
+  }
+  if (auto c = dyn_cast<CombineOp>(op))
+    return combineRule(c, gradOf(0));
+  if (auto mm = dyn_cast<GroupedMatmulOp>(op)) {
+    if (isa<MXTensorType>(mm.getLhs().getType()) ||
+        isa<MXTensorType>(mm.getRhs().getType()))
+      return op->emitOpError("-moe-autodiff: block-scaled operands have no "
+                             "gradient; differentiate before -moe-quantize "
+                             "(it quantizes the backward GEMMs too)");
+    Value g = gradOf(0), x = mm.getLhs(), w = mm.getRhs(),
+          off = mm.getOffsets();
+    bool tr = mm.getTransposeRhs();
+    if (isActive(x))
+      accumulate(x, GroupedMatmulOp::create(b, l, x.getType(), g, w, off, !tr));
+    if (isActive(w))
+      accumulate(w, tr ? GroupedMatmulWgradOp::create(b, l, w.getType(), g, x, off)
+                       : GroupedMatmulWgradOp::create(b, l, w.getType(), x, g, off));
+    return success();
+  }
+  if (auto s = dyn_cast<SwigluOp>(op)) {
+    accumulate(s.getInput(),
+               SwigluGradOp::create(b, l, s.getInput().getType(), s.getInput(),
+                                    gradOf(0), s.getLayout()));
+    return success();
+  }
+  if (auto mlp = dyn_cast<GroupedMlpOp>(op)) {
+    for (Value v : {mlp.getInput(), mlp.getW1(), mlp.getW2()})
+      if (isa<MXTensorType>(v.getType()))
+        return op->emitOpError("-moe-autodiff: block-scaled operands have no "
+                               "gradient; differentiate before -moe-quantize");
+    auto grad = GroupedMlpBackwardOp::create(
+        b, l,
+        TypeRange{mlp.getInput().getType(), mlp.getW1().getType(),
+                  mlp.getW2().getType()},
+        mlp.getInput(), mlp.getW1(), mlp.getW2(), mlp.getOffsets(), gradOf(0),
+        mlp.getLayout(), mlp.getScaleMode(), TypeAttr());
+    accumulate(mlp.getInput(), grad.getDx());
+    accumulate(mlp.getW1(), grad.getDw1());
+    accumulate(mlp.getW2(), grad.getDw2());
+    return success();
+  }
+  if (isa<ExpertsOp>(op))
+    return op->emitOpError("-moe-autodiff: run -moe-group-experts first (the "
+                           "grouped ops have gradients, the region has none)");
+  return op->emitOpError("-moe-autodiff: no gradient rule for this op (the "
+                         "loss depends on its result)");
+}
+
+struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
+  using MoEAutodiffBase::MoEAutodiffBase;
+
+  static bool isLossFunction(func::FuncOp f) {
+    if (f.isExternal() || f.getNumResults() != 1)
+      return false;
+    auto t = dyn_cast<RankedTensorType>(f.getResultTypes()[0]);
+    return t && t.getRank() == 0 && t.getElementType().isF32();
+  }
+
+  LogicalResult differentiate(func::FuncOp f, SymbolTable &symbols) {
+    if (!isLossFunction(f))
+      return f.emitOpError("-moe-autodiff: expects a loss function returning "
+                           "one tensor<f32>, got ")
+             << f.getFunctionType();
+    if (!f.getBody().hasOneBlock())
+      return f.emitOpError("-moe-autodiff: expects a single-block body");
+    std::string name = (f.getName() + suffix).str();
+    if (symbols.lookup(name))
+      return f.emitOpError("-moe-autodiff: a symbol named '")
+             << name << "' already exists";
+
+    // The train step starts as a copy of the forward function.
+    func::FuncOp step = f.clone();
+    step.setName(name);
+    symbols.insert(step, Block::iterator(f->getNextNode()));
+    Block &body = step.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    Value loss = ret.getOperand(0);
+
+    SmallVector<BlockArgument> wrt;
+    for (BlockArgument a : body.getArguments())
+      if (isFloatTensor(a.getType()) &&
+          !step.getArgAttr(a.getArgNumber(), "moe.no_grad"))
+        wrt.push_back(a);
+
+    OpBuilder b(ret);
+    Differentiator diff(b);
+    diff.markActive(body, wrt);
+    SmallVector<Operation *> forward;
+    for (Operation &op : body.without_terminator())
+      forward.push_back(&op);
+    if (diff.isActive(loss)) {
+      Value seed = arith::ConstantOp::create(
+          b, ret.getLoc(), DenseElementsAttr::get(
+                               cast<RankedTensorType>(loss.getType()), 1.0f));
+      diff.accumulate(loss, seed);
+    }
+    for (Operation *op : llvm::reverse(forward)) {
+      b.setInsertionPoint(ret);
+      if (failed(diff.backprop(op)))
+        return failure();
+    }
+
+    // return loss, d arg...  (zeros for arguments the loss does not use)
+    b.setInsertionPoint(ret);
+    SmallVector<Value> results = {loss};
+    SmallVector<Type> types = {loss.getType()};
+    SmallVector<unsigned> argOf;
+    for (BlockArgument a : wrt) {
+      Value g = diff.adjoint(a);
+      if (!g) {
+        auto t = cast<RankedTensorType>(a.getType());
+        Value init = tensor::EmptyOp::create(
+            b, ret.getLoc(), tensor::getMixedSizes(b, ret.getLoc(), a),
+            t.getElementType());
+        Value z = arith::ConstantOp::create(b, ret.getLoc(),
+                                            b.getZeroAttr(t.getElementType()));
+        g = linalg::FillOp::create(b, ret.getLoc(), z, init).getResult(0);
+      }
+      results.push_back(g);
+      types.push_back(g.getType());
+      argOf.push_back(a.getArgNumber());
+    }
+    func::ReturnOp::create(b, ret.getLoc(), results);
+    ret.erase();
+    step.setFunctionType(
+        FunctionType::get(step.getContext(), step.getArgumentTypes(), types));
+    step.setResultAttr(0, "moe.loss", b.getUnitAttr());
+    for (auto [i, arg] : llvm::enumerate(argOf))
+      step.setResultAttr(i + 1, "moe.gradient_of",
+                         b.getI64IntegerAttr(arg));
+    return success();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SymbolTable symbols(module);
+    SmallVector<func::FuncOp> todo;
+    if (functions.empty()) {
+      for (auto f : module.getOps<func::FuncOp>())
+        if (isLossFunction(f))
+          todo.push_back(f);
+      if (todo.empty()) {
+        module.emitError("-moe-autodiff: no loss function (a function "
+                         "returning one tensor<f32>) in the module");
+        return signalPassFailure();
+      }
+    }
+    for (const std::string &name : functions) {
+      auto f = symbols.lookup<func::FuncOp>(name);
+      if (!f) {
+        module.emitError("-moe-autodiff: no function named '") << name << "'";
+        return signalPassFailure();
+      }
+      todo.push_back(f);
+    }
+    for (func::FuncOp f : todo)
+      if (failed(differentiate(f, symbols)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
