@@ -1,0 +1,84 @@
+//===- LanguageModel.h - MoE language models from a config ------*- C++ -*-===//
+//
+// The model graph of an MoE causal language model of the Qwen3-MoE family,
+// built from a Hugging Face style config.json: token embedding, decoder
+// layers (RMSNorm, grouped-query attention with per-head q/k RMSNorm and
+// rotary embeddings, an MoE or dense SwiGLU MLP, optional always-on shared
+// expert), final RMSNorm, LM head and the next-token cross-entropy loss.
+//
+// The graph is one function
+//
+//   func.func @loss(<parameters...>, %ids: tensor<BxSxi32>,
+//                   %labels: tensor<BxSxi32>) -> tensor<f32>
+//
+// (-moe-autodiff turns it into @loss_grad). Every parameter argument
+// carries `moe.param = "<Hugging Face name>"`, `moe.init = "normal" | "ones"`
+// and, where our layout [in, out] is the transpose of Hugging Face's
+// [out, in] in the last two dimensions, `moe.hf_transposed`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_MODELS_LANGUAGEMODEL_H
+#define MOE_MODELS_LANGUAGEMODEL_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::moe {
+
+struct ModelConfig {
+  int64_t hiddenSize = 0;
+  int64_t moeIntermediateSize = 0;
+  int64_t numExperts = 0;
+  int64_t numExpertsPerTok = 0;
+  int64_t numHiddenLayers = 0;
+  int64_t numAttentionHeads = 0;
+  int64_t numKeyValueHeads = 0;
+  int64_t headDim = 0;
+  int64_t vocabSize = 0;
+  /// Dense SwiGLU MLP size of the layers that are not MoE layers.
+  int64_t intermediateSize = 0;
+  /// Layer i is an MoE layer iff it is not in mlpOnlyLayers and
+  /// (i + 1) % decoderSparseStep == 0.
+  int64_t decoderSparseStep = 1;
+  std::vector<int64_t> mlpOnlyLayers;
+  /// An always-on (ungated) shared expert of this size in every MoE layer;
+  /// 0 for none.
+  int64_t sharedExpertIntermediateSize = 0;
+  bool normTopkProb = true;
+  bool tieWordEmbeddings = false;
+  double rmsNormEps = 1e-6;
+  double ropeTheta = 1e6;
+  double initializerRange = 0.02;
+
+  /// Parses a config.json text. Errors name the field and say what is
+  /// wrong; `source` (a path) prefixes them.
+  static llvm::Expected<ModelConfig> parse(llvm::StringRef json,
+                                           llvm::StringRef source);
+  static llvm::Expected<ModelConfig> load(llvm::StringRef path);
+
+  bool isMoELayer(int64_t layer) const;
+};
+
+/// One parameter of the model, in argument order.
+struct ModelParameter {
+  std::string name;             ///< the Hugging Face name
+  std::vector<int64_t> shape;   ///< our layout
+  bool ones = false;            ///< initialized to ones (norm weights)
+  bool hfTransposed = false;    ///< last two dims swapped vs Hugging Face
+};
+
+/// The parameters of `config`'s model, in the order of @loss's arguments.
+std::vector<ModelParameter> modelParameters(const ModelConfig &config);
+
+/// Builds the loss function for `batch` sequences of `seq` tokens.
+OwningOpRef<ModuleOp> buildLanguageModel(MLIRContext *context,
+                                         const ModelConfig &config,
+                                         int64_t batch, int64_t seq);
+
+} // namespace mlir::moe
+
+#endif

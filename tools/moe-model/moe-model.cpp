@@ -1,0 +1,114 @@
+//===- moe-model.cpp - MoE language models from a config.json -------------===//
+//
+//   moe-model config.json --batch 4 --seq 128 [-o model.mlir] [--train-step]
+//
+// Prints the model graph of a Qwen3-MoE-family config.json (see
+// include/moe/Models/LanguageModel.h): @loss(parameters..., ids, labels);
+// with --train-step also @loss_grad (-moe-autodiff). --parameters lists
+// the parameters (Hugging Face name, shape, initialization) instead.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Models/LanguageModel.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> configFile(cl::Positional,
+                                       cl::desc("<config.json>"), cl::Required);
+static cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
+                                       cl::value_desc("model.mlir"),
+                                       cl::init("-"));
+static cl::opt<int64_t> batch("batch", cl::desc("Sequences per step (default 1)"),
+                              cl::init(1));
+static cl::opt<int64_t> seq("seq", cl::desc("Tokens per sequence (default 128)"),
+                            cl::init(128));
+static cl::opt<bool> trainStep(
+    "train-step",
+    cl::desc("Also emit @loss_grad, the loss and every parameter's gradient "
+             "(-moe-autodiff)"),
+    cl::init(false));
+static cl::opt<bool> listParameters(
+    "parameters",
+    cl::desc("List the parameters (name, shape, init) instead of the graph"),
+    cl::init(false));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "moe-model: the MoE language model of a Hugging Face config.json "
+      "(Qwen3-MoE family) as MLIR\n");
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"--batch", batch},
+                         {"--seq", seq}})
+    if (v < 1 || v > (int64_t(1) << 31)) {
+      llvm::errs() << "moe-model: " << name
+                   << " must be a positive integer below 2^31, got " << v
+                   << "\n";
+      return 1;
+    }
+  if (int64_t(batch) * int64_t(seq) > (int64_t(1) << 31)) {
+    llvm::errs() << "moe-model: --batch x --seq exceeds 2^31 tokens\n";
+    return 1;
+  }
+  llvm::Expected<moe::ModelConfig> config = moe::ModelConfig::load(configFile);
+  if (!config) {
+    llvm::errs() << "moe-model: " << llvm::toString(config.takeError()) << "\n";
+    return 1;
+  }
+  std::string error;
+  auto output = openOutputFile(outputFile, &error);
+  if (!output) {
+    llvm::errs() << "moe-model: " << error << "\n";
+    return 1;
+  }
+  if (listParameters) {
+    int64_t total = 0;
+    for (const moe::ModelParameter &p : moe::modelParameters(*config)) {
+      int64_t n = 1;
+      output->os() << p.name << " [";
+      for (auto [i, d] : llvm::enumerate(p.shape)) {
+        output->os() << (i ? ", " : "") << d;
+        n *= d;
+      }
+      output->os() << "] " << (p.ones ? "ones" : "normal")
+                   << (p.hfTransposed ? " hf_transposed" : "") << "\n";
+      total += n;
+    }
+    output->os() << "total " << total << " parameters\n";
+    output->keep();
+    return 0;
+  }
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module =
+      moe::buildLanguageModel(&context, *config, batch, seq);
+  if (failed(verify(*module))) {
+    llvm::errs() << "moe-model: the built model does not verify\n";
+    return 1;
+  }
+  if (trainStep) {
+    PassManager pm(&context);
+    pm.addPass(moe::createMoEAutodiff());
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  module->print(output->os());
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
