@@ -70,6 +70,7 @@ if mpirun and moert_has_mpi:
     config.substitutions.append(("%mpirun", mpirun_cmd))
     config.environment["MOE_MPIRUN"] = mpirun_cmd
 
-tools = ["moe-opt", "moe-compile", "moe-model", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
-         "moert-allocator-test", "moert-gpu-info", "moert-seq-info", "moert-comm-test", "moert-ep-check"]
+tools = ["moe-opt", "moe-compile", "moe-model", "moe-train", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
+         "moert-allocator-test", "moert-gpu-info", "moert-seq-info", "moert-comm-test", "moert-ep-check",
+         "moert-train-test"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

@@ -21,6 +21,7 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -101,6 +102,37 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
       }
   }
   return s;
+}
+
+/// For every `_mlir_ciface_<name>(ptr...)`, adds `_mlir_packed_<name>(ptr
+/// args)` calling it with the pointers stored in `args[0..n)` (results
+/// buffer first when the function has results): a caller in C can then pass
+/// any number of arguments.
+static void addPackedEntryPoints(llvm::Module &m) {
+  llvm::LLVMContext &ctx = m.getContext();
+  auto *ptr = llvm::PointerType::getUnqual(ctx);
+  SmallVector<llvm::Function *> entries;
+  for (llvm::Function &f : m)
+    if (!f.isDeclaration() && f.getName().starts_with("_mlir_ciface_"))
+      entries.push_back(&f);
+  for (llvm::Function *f : entries) {
+    auto *type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr},
+                                         /*isVarArg=*/false);
+    std::string name =
+        ("_mlir_packed_" + f->getName().drop_front(strlen("_mlir_ciface_")))
+            .str();
+    auto *packed = llvm::Function::Create(
+        type, llvm::GlobalValue::ExternalLinkage, name, m);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", packed));
+    SmallVector<llvm::Value *> args;
+    for (auto [i, param] : llvm::enumerate(f->args())) {
+      llvm::Value *slot = b.CreateConstGEP1_64(ptr, packed->getArg(0), i);
+      llvm::Value *v = b.CreateLoad(ptr, slot);
+      args.push_back(param.getType() == ptr ? v : b.CreateBitCast(v, param.getType()));
+    }
+    b.CreateCall(f, args);
+    b.CreateRetVoid();
+  }
 }
 
 /// Rejects MX values at the boundary: artifacts take plain tensors.
@@ -251,6 +283,8 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
                              llvm::GlobalValue::ExternalLinkage, init,
                              "moe_manifest");
   }
+
+  addPackedEntryPoints(*llvmModule);
 
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();

@@ -13,6 +13,9 @@
 //   result <dtype> <rank> <dims...>
 //   tolerance <atol> <rtol> [<norm>]
 //
+// and `_mlir_packed_<name>(void **args)`, the same call with the results
+// buffer (if any) and the descriptor pointers in one array.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MOE_COMPILER_COMPILER_H
 #define MOE_COMPILER_COMPILER_H

@@ -1,0 +1,74 @@
+//===- Train.h - optimizer, schedule, checkpoints, metrics ------*- C++ -*-===//
+//
+// The parts of a training loop that do not depend on the model: AdamW with
+// decoupled weight decay, the warmup + cosine learning-rate schedule,
+// gradient clipping by global norm, safetensors checkpoints (written
+// atomically, read with every field checked) and the loss-curve PNG.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_TRAIN_H
+#define MOERT_TRAIN_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
+};
+
+/// One AdamW step (PyTorch's torch.optim.AdamW semantics) on `n` values:
+/// p -= lr * (wd * p) when `decay`; m = b1 m + (1 - b1) g;
+/// v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+/// `t` is the 1-based step count.
+void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
+               int64_t t, double lr, bool decay, const AdamWOptions &options);
+
+/// Linear warmup over `warmup` steps to `peak`, then a cosine decay to
+/// `peak * minRatio` at `total` steps (constant after). `step` is 0-based.
+double learningRate(int64_t step, int64_t warmup, int64_t total, double peak,
+                    double minRatio);
+
+/// The global L2 norm of all gradients (in double); if it exceeds `maxNorm`
+/// (> 0), every gradient is scaled by maxNorm / norm. Returns the norm before
+/// clipping.
+double clipGradients(std::vector<std::pair<float *, int64_t>> &grads,
+                     double maxNorm);
+
+/// A named f32 tensor of a checkpoint.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+/// Writes a safetensors file (F32 tensors, string metadata) atomically: a
+/// temporary file in the same directory, flushed to disk, then renamed over
+/// `path`. On failure `path` is untouched and `error` says why.
+bool writeSafetensors(const std::string &path,
+                      const std::vector<NamedTensor> &tensors,
+                      const std::map<std::string, std::string> &metadata,
+                      std::string &error);
+
+/// Reads a safetensors file of F32 tensors. Every structural problem (short
+/// file, bad header, offsets outside the data or overlapping, a size that
+/// does not match the shape, another dtype) is an error naming the file.
+bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
+                     std::map<std::string, std::string> &metadata,
+                     std::string &error);
+
+/// A loss curve: train losses by step, held-out losses by step and a
+/// horizontal reference line (e.g. the unigram baseline; NaN for none),
+/// drawn to a PNG (axes with tick labels, legend). Returns false with `error`
+/// set if the file cannot be written.
+bool writeLossPlot(const std::string &path,
+                   const std::vector<std::pair<int64_t, double>> &train,
+                   const std::vector<std::pair<int64_t, double>> &heldOut,
+                   double reference, std::string &error);
+
+} // namespace moert
+
+#endif

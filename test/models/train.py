@@ -1,0 +1,175 @@
+# RUN: %python %s %t moe-train
+#
+# moe-train on the CPU with the small protein model of examples/protein-moe
+# and Pfam alignments from Debian's hmmer-examples:
+# - the loss falls: the held-out loss ends below the unigram baseline and
+#   below its first value;
+# - resume is exact: 12 steps, stop, resume to 24 give the same losses and
+#   the same checkpoint bytes as 24 steps in one run;
+# - a kill (SIGKILL) while checkpoints are being written leaves a complete
+#   checkpoint that resumes;
+# - bad input: a truncated or corrupted checkpoint, a checkpoint of another
+#   config or another run, an existing checkpoint without --resume, empty or
+#   malformed sequence files, unknown residues, a vocabulary too small for
+#   the tokenizer: clear errors, exit 1, nothing overwritten.
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+out, tool = sys.argv[1], sys.argv[2]
+shutil.rmtree(out, ignore_errors=True)
+os.makedirs(out)
+here = os.path.dirname(os.path.abspath(__file__))
+config = os.path.join(here, "..", "..", "examples", "protein-moe", "config.json")
+tutorial = "/usr/share/doc/hmmer/examples/tutorial"
+data = ["--data", f"{tutorial}/Pkinase.sto", "--data", f"{tutorial}/fn3.sto",
+        "--data", f"{tutorial}/globins45.fa"]
+checks = failures = 0
+
+
+def check(ok, what):
+    global checks, failures
+    checks += 1
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'}: {what}")
+
+
+def train(*args, cfg=config, expect=0):
+    r = subprocess.run([tool, "--config", cfg, *data, "--progress", "none", *args],
+                       capture_output=True, text=True)
+    if r.returncode != expect:
+        print(r.stdout, r.stderr)
+    return r
+
+
+def metrics(d):
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(d):
+    return [(m["step"], m.get("loss"), m.get("held_out_loss")) for m in metrics(d)]
+
+
+def checkpoint_ok(path):
+    """A structurally complete safetensors file (header and every tensor)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    return len(blob) == 8 + n + end
+
+
+common = ["--batch", "8", "--seq", "64", "--eval-every", "30", "--eval-batches", "0"]
+
+# --- the loss falls ---
+a = os.path.join(out, "a")
+r = train(*common, "--steps", "90", "--out", a)
+check(r.returncode == 0, "trains 90 steps")
+evals = [m for m in metrics(a) if "held_out_loss" in m]
+first, last, unigram = evals[0]["held_out_loss"], evals[-1]["held_out_loss"], evals[-1]["unigram_loss"]
+check(last < unigram and last < first,
+      f"held-out loss falls: {first:.4f} -> {last:.4f}, below the unigram {unigram:.4f}")
+steps = [m for m in metrics(a) if "loss" in m]
+check(len(steps) == 90 and all(k in steps[0] for k in
+                              ("lr", "grad_norm", "tokens_per_s", "tflops", "memory_mib")),
+      "one metrics line per step with loss, lr, grad_norm, tokens/s, TFLOP/s, memory")
+with open(os.path.join(a, "loss.png"), "rb") as f:
+    check(f.read(8) == b"\x89PNG\r\n\x1a\n", "a loss-curve PNG")
+
+# --- resume is exact ---
+short = common + ["--steps", "24", "--checkpoint-every", "6"]
+b, c = os.path.join(out, "b"), os.path.join(out, "c")
+train(*short, "--out", b)
+train(*short, "--out", c, "--stop-after-steps", "12")
+check(max(m["step"] for m in metrics(c)) == 12, "--stop-after-steps stops at step 12")
+r = train(*short, "--out", c, "--resume")
+check(r.returncode == 0 and losses(b) == losses(c),
+      "stop at 12 + resume to 24 gives the same 24 losses as one run")
+with open(os.path.join(b, "checkpoint.safetensors"), "rb") as f1, \
+        open(os.path.join(c, "checkpoint.safetensors"), "rb") as f2:
+    check(f1.read() == f2.read(), "and the same checkpoint, byte for byte")
+
+# --- a kill while checkpointing leaves a complete checkpoint ---
+k = os.path.join(out, "k")
+train(*common, "--steps", "2", "--checkpoint-every", "1", "--out", k)
+survived = 0
+for delay in (0.4, 0.9, 1.5):
+    p = subprocess.Popen([tool, "--config", config, *data, "--progress", "none", *common,
+                          "--steps", "400", "--checkpoint-every", "1", "--out", k, "--resume"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(delay)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    survived += checkpoint_ok(os.path.join(k, "checkpoint.safetensors"))
+check(survived == 3, "after 3 kills during per-step checkpointing the checkpoint is complete each time")
+r = train(*common, "--steps", "400", "--out", k, "--resume", "--stop-after-steps", "1")
+check(r.returncode == 0, "and resumes")
+
+# --- bad input ---
+ckpt = os.path.join(b, "checkpoint.safetensors")
+with open(ckpt, "rb") as f:
+    good = f.read()
+
+
+def unchanged():
+    with open(ckpt, "rb") as f:
+        return f.read() == good
+
+
+def refused(r, *fragments):
+    return r.returncode == 1 and all(s in r.stderr for s in fragments)
+
+
+r = train(*short, "--out", b, expect=1)
+check(refused(r, "exists: pass --resume") and unchanged(), "an existing checkpoint without --resume")
+bad = os.path.join(out, "bad")
+for name, blob, message in (("truncated", good[: len(good) // 2], "truncated"),
+                            ("corrupt header", good[:8] + b"x" + good[9:], "corrupt header"),
+                            ("tiny", good[:5], "truncated")):
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
+        f.write(blob)
+    r = train(*short, "--out", bad, "--resume", expect=1)
+    with open(os.path.join(bad, "checkpoint.safetensors"), "rb") as f:
+        kept = f.read() == blob
+    check(refused(r, message) and kept, f"a {name} checkpoint: '{message}', left as it was")
+other = dict(json.load(open(config)), hidden_size=32, head_dim=8)
+other_cfg = os.path.join(out, "other.json")
+json.dump(other, open(other_cfg, "w"))
+r = train(*short, "--out", b, "--resume", cfg=other_cfg, expect=1)
+check(refused(r, "made with config") and unchanged(), "a checkpoint of another config")
+r = train(*short[:-4], "--steps", "24", "--seq", "32", "--out", b, "--resume", expect=1)
+check(refused(r, "made with seq '64'") and unchanged(), "a checkpoint of another run (--seq)")
+
+seqs = os.path.join(out, "seqs")
+os.makedirs(seqs)
+for name, text, message in (("empty.fa", "", "empty.fa"),
+                            ("bad.fa", ">p1\nMKV\n>p2\nMK1V\n", "bad.fa:4"),
+                            ("noheader.fa", "MKVL\n", "noheader.fa:1")):
+    path = os.path.join(seqs, name)
+    with open(path, "w") as f:
+        f.write(text)
+    r = subprocess.run([tool, "--config", config, "--data", path, "--out", os.path.join(out, "x"),
+                        "--progress", "none"], capture_output=True, text=True)
+    check(r.returncode == 1 and message in r.stderr and not os.path.exists(
+        os.path.join(out, "x", "checkpoint.safetensors")),
+          f"{name}: refused, naming {message} ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
+small = dict(json.load(open(config)), vocab_size=10)
+small_cfg = os.path.join(out, "small.json")
+json.dump(small, open(small_cfg, "w"))
+r = train("--out", os.path.join(out, "y"), cfg=small_cfg, expect=1)
+check(refused(r, "'vocab_size' (10) is smaller than the protein tokenizer's 24 tokens"),
+      "a vocabulary smaller than the tokenizer's")
+r = train("--out", os.path.join(out, "z"), "--alphabet", "rna", expect=1)
+check(refused(r, "--alphabet must be protein or dna"), "an unknown alphabet")
+
+print(f"{checks - failures}/{checks} checks passed")
+sys.exit(1 if failures else 0)
