@@ -6,7 +6,7 @@ include(CMakePackageConfigHelpers)
 
 # Installed tools and libraries find ours next to them and MLIR where it was.
 set(MOE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${LLVM_LIBRARY_DIR}")
-set_target_properties(moe-opt moe-compile moe-model moe-train moert-check moert-gpu-info MoeMLIR-C
+set_target_properties(moe-opt moe-compile moe-model moe-train moert-check moert-gpu-info moert-train MoeMLIR-C
   moert PROPERTIES INSTALL_RPATH "${MOE_INSTALL_RPATH}")
 
 set(MOE_LIBRARIES)
@@ -26,7 +26,7 @@ install(TARGETS ${MOE_LIBRARIES} MoeMLIR-C moert
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS moe-opt moe-compile moe-model moe-train moert-check moert-gpu-info
+install(TARGETS moe-opt moe-compile moe-model moe-train moert-check moert-gpu-info moert-train
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET moert-ep-check)
   install(TARGETS moert-ep-check RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

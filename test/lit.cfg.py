@@ -72,5 +72,5 @@ if mpirun and moert_has_mpi:
 
 tools = ["moe-opt", "moe-compile", "moe-model", "moe-train", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
          "moert-allocator-test", "moert-gpu-info", "moert-seq-info", "moert-comm-test", "moert-ep-check",
-         "moert-train-test"]
+         "moert-train-test", "moert-train"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

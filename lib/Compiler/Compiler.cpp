@@ -62,7 +62,9 @@ static std::string describe(Type type) {
 /// The public functions' signatures, one item per line:
 ///   function <name>
 ///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
+///       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
 ///   result <dtype> <rank> <dims...> [gradient_of <arg>]
+///   meta <key> <value> (the string entries of moe.meta)
 ///   tolerance <atol> <rtol> [<norm>] (moe.test_tolerance = [atol, rtol(, norm)])
 static std::string manifest(ModuleOp module, StringRef targetName) {
   std::string s;
@@ -84,6 +86,16 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
         if (auto e = shard.getAs<IntegerAttr>("experts"))
           if (auto l = shard.getAs<IntegerAttr>("local_experts"))
             os << " shard " << e.getInt() << " " << l.getInt();
+      // Model parameters and data inputs (moe-model graphs).
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, "moe.param")) {
+        os << " param " << name.getValue();
+        if (auto init = func.getArgAttrOfType<StringAttr>(i, "moe.init"))
+          os << " init " << init.getValue();
+        if (func.getArgAttr(i, "moe.hf_transposed"))
+          os << " hf_transposed";
+      }
+      if (auto role = func.getArgAttrOfType<StringAttr>(i, "moe.input"))
+        os << " input " << role.getValue();
       os << "\n";
     }
     for (auto [i, t] : llvm::enumerate(func.getResultTypes())) {
@@ -92,6 +104,12 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
         os << " gradient_of " << of.getInt();
       os << "\n";
     }
+    if (auto meta = func->getAttrOfType<DictionaryAttr>("moe.meta"))
+      for (NamedAttribute a : meta)
+        if (auto v = dyn_cast<StringAttr>(a.getValue()))
+          if (!v.getValue().contains('\n'))
+            os << "meta " << a.getName().getValue() << " " << v.getValue()
+               << "\n";
     if (auto tol = func->getAttrOfType<ArrayAttr>("moe.test_tolerance"))
       if ((tol.size() == 2 || tol.size() == 3) &&
           llvm::all_of(tol, [](Attribute a) { return isa<FloatAttr>(a); })) {

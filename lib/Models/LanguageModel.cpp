@@ -11,6 +11,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -220,6 +221,42 @@ bool ModelConfig::isMoELayer(int64_t layer) const {
   return (layer + 1) % decoderSparseStep == 0;
 }
 
+std::string ModelConfig::fingerprint() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "hidden=" << hiddenSize << ",moe_ffn=" << moeIntermediateSize
+     << ",experts=" << numExperts << ",top_k=" << numExpertsPerTok
+     << ",layers=" << numHiddenLayers << ",heads=" << numAttentionHeads
+     << ",kv_heads=" << numKeyValueHeads << ",head_dim=" << headDim
+     << ",vocab=" << vocabSize << ",ffn=" << intermediateSize
+     << ",sparse_step=" << decoderSparseStep << ",mlp_only=";
+  for (auto [i, l] : llvm::enumerate(mlpOnlyLayers))
+    os << (i ? ":" : "") << l;
+  os << ",shared=" << sharedExpertIntermediateSize
+     << ",norm_topk=" << normTopkProb << ",tie=" << tieWordEmbeddings
+     << ",eps=" << rmsNormEps << ",theta=" << ropeTheta;
+  return s;
+}
+
+double ModelConfig::stepFlops(int64_t batch, int64_t seq) const {
+  double h = double(hiddenSize), d = double(headDim);
+  double active = 0;
+  for (int64_t l = 0; l < numHiddenLayers; ++l) {
+    active += h * d * double(numAttentionHeads + 2 * numKeyValueHeads) +
+              double(numAttentionHeads) * d * h;
+    if (isMoELayer(l))
+      active += h * double(numExperts) +
+                double(numExpertsPerTok) * 3 * h * double(moeIntermediateSize) +
+                3 * h * double(sharedExpertIntermediateSize);
+    else
+      active += 3 * h * double(intermediateSize);
+  }
+  active += h * double(vocabSize);
+  double attention = 12.0 * double(batch) * double(seq) * double(seq) *
+                     double(numAttentionHeads) * d * double(numHiddenLayers);
+  return 6.0 * active * double(batch * seq) + attention;
+}
+
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//
@@ -356,6 +393,16 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
     if (p.hfTransposed)
       func.setArgAttr(i, "moe.hf_transposed", b.getUnitAttr());
   }
+  auto str = [&](const llvm::Twine &t) { return b.getStringAttr(t.str()); };
+  func->setAttr(
+      "moe.meta",
+      b.getDictionaryAttr({
+          b.getNamedAttr("config", str(c.fingerprint())),
+          b.getNamedAttr("vocab_size", str(llvm::Twine(c.vocabSize))),
+          b.getNamedAttr("init_std", str(llvm::formatv("{0}", c.initializerRange))),
+          b.getNamedAttr("step_flops",
+                         str(llvm::formatv("{0:e}", c.stepFlops(batch, seq)))),
+      }));
   func.setArgAttr(params.size(), "moe.input", b.getStringAttr("ids"));
   func.setArgAttr(params.size() + 1, "moe.input", b.getStringAttr("labels"));
   Block *body = func.addEntryBlock();

@@ -19,7 +19,7 @@
 
 #include "moert/Gpu.h"
 
-#include "ArtifactCall.h"
+#include "moert/Artifact.h"
 
 #include <algorithm>
 #include <chrono>

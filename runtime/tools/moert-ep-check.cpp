@@ -43,7 +43,7 @@
 #include "moert/Comm.h"
 #include "moert/Gpu.h"
 
-#include "ArtifactCall.h"
+#include "moert/Artifact.h"
 
 #include <algorithm>
 #include <chrono>

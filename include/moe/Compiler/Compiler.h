@@ -9,8 +9,10 @@
 //
 //   target <cpu|sm_XX>
 //   function <name>
-//   arg <dtype> <rank> <dims...> [range <lo> <hi>]
-//   result <dtype> <rank> <dims...>
+//   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
+//       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
+//   result <dtype> <rank> <dims...> [gradient_of <arg>]
+//   meta <key> <value>
 //   tolerance <atol> <rtol> [<norm>]
 //
 // and `_mlir_packed_<name>(void **args)`, the same call with the results

@@ -14,7 +14,11 @@
 // (-moe-autodiff turns it into @loss_grad). Every parameter argument
 // carries `moe.param = "<Hugging Face name>"`, `moe.init = "normal" | "ones"`
 // and, where our layout [in, out] is the transpose of Hugging Face's
-// [out, in] in the last two dimensions, `moe.hf_transposed`.
+// [out, in] in the last two dimensions, `moe.hf_transposed`; the data
+// arguments carry `moe.input = "ids" | "labels"`. The function's `moe.meta`
+// holds what a trainer needs besides the graph (config fingerprint, vocab
+// size, init std, FLOPs per step), as strings; moe-compile puts them in the
+// artifact's manifest.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_MODELS_LANGUAGEMODEL_H
@@ -61,6 +65,16 @@ struct ModelConfig {
   static llvm::Expected<ModelConfig> load(llvm::StringRef path);
 
   bool isMoELayer(int64_t layer) const;
+
+  /// Every field that shapes the model, on one line: two configs with the
+  /// same fingerprint build the same graph.
+  std::string fingerprint() const;
+
+  /// Model FLOPs of one train step (forward + backward) on `batch` x `seq`
+  /// tokens: 6 x active parameters x tokens (the embedding lookup excluded)
+  /// plus attention's score and value products (12 x B x S^2 x heads x
+  /// head_dim per layer).
+  double stepFlops(int64_t batch, int64_t seq) const;
 };
 
 /// One parameter of the model, in argument order.

@@ -1,18 +1,19 @@
-//===- ArtifactCall.h - calling moe-compile'd functions from C++ -*- C++ -*-===//
+//===- Artifact.h - calling moe-compile'd functions from C++ ----*- C++ -*-===//
 //
-// What the runtime's tools share to call an artifact's `_mlir_ciface_<name>`
-// entry points: the manifest's functions and tensors, ranked memref
-// descriptors of contiguous buffers, the call with a results buffer and
-// descriptor pointers, where each result sits in the results buffer, and bf16
-// conversions for filling and reading tensors.
+// What the runtime and its tools need to call an artifact's entry points
+// (`_mlir_ciface_<name>`, `_mlir_packed_<name>`): the manifest's functions
+// and tensors, ranked memref descriptors of contiguous buffers, the call with
+// a results buffer and descriptor pointers, where each result sits in the
+// results buffer, and bf16 conversions for filling and reading tensors.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOERT_TOOLS_ARTIFACTCALL_H
-#define MOERT_TOOLS_ARTIFACTCALL_H
+#ifndef MOERT_ARTIFACT_H
+#define MOERT_ARTIFACT_H
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,8 +22,13 @@ namespace moert::artifact {
 
 /// One `arg` or `result` line of a manifest:
 ///   arg|result DTYPE RANK DIMS... [range LO HI] [shard E L] [gradient_of I]
+///              [param NAME init normal|ones [hf_transposed]] [input ROLE]
 struct Tensor {
   std::string dtype;
+  std::string param;        ///< `param NAME`: a model parameter's name
+  std::string init;         ///< its initialization (normal or ones)
+  bool hfTransposed = false;///< last two dims swapped vs Hugging Face
+  std::string input;        ///< `input ROLE`: a data input (ids, labels)
   std::vector<int64_t> shape;
   int64_t lo = 0, hi = 0; ///< `range LO HI`: integers drawn from [lo, hi)
   bool hasRange = false;
@@ -64,6 +70,7 @@ struct Function {
   std::string name;
   std::vector<Tensor> args, results;
   double atol = -1, rtol = -1, norm = 0;
+  std::map<std::string, std::string> meta; ///< `meta KEY VALUE...` lines
 };
 
 inline std::vector<Function> parseManifest(const char *text) {
@@ -93,9 +100,22 @@ inline std::vector<Function> parseManifest(const char *text) {
           ls >> t.experts >> t.local;
         } else if (word == "gradient_of") {
           ls >> t.gradientOf;
+        } else if (word == "param") {
+          ls >> t.param;
+        } else if (word == "init") {
+          ls >> t.init;
+        } else if (word == "hf_transposed") {
+          t.hfTransposed = true;
+        } else if (word == "input") {
+          ls >> t.input;
         }
       }
       (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);
+    } else if (kind == "meta" && !fns.empty()) {
+      std::string key, value;
+      ls >> key;
+      std::getline(ls >> std::ws, value);
+      fns.back().meta[key] = value;
     } else if (kind == "tolerance" && !fns.empty()) {
       Function &f = fns.back();
       ls >> f.atol >> f.rtol;

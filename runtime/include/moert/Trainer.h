@@ -1,0 +1,53 @@
+//===- Trainer.h - the training loop over a compiled train step -*- C++ -*-===//
+//
+// Trains the model of an artifact holding `loss_grad` (and `loss`) as built
+// by moe-model / moe-train (parameters and data inputs named in the
+// manifest): sequences from FASTA/Stockholm files, packed rows with every
+// 10th held out, AdamW with warmup + cosine schedule and clipping, held-out
+// loss against the unigram baseline, JSONL metrics, a loss plot and an
+// atomically replaced safetensors checkpoint that --resume continues bit
+// for bit. Used by moe-train (after compiling) and by moert-train (with an
+// artifact compiled elsewhere, on a machine without MLIR).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_TRAINER_H
+#define MOERT_TRAINER_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+struct TrainOptions {
+  std::vector<std::string> data;
+  std::string alphabet = "protein";
+  std::string out = "moe-train-out";
+  bool resume = false;
+  int64_t steps = 300, warmup = 30, evalEvery = 50, evalBatches = 8;
+  int64_t checkpointEvery = 100, stopAfterSteps = 0;
+  double lr = 3e-3, minLRRatio = 0.1, weightDecay = 0.1, beta1 = 0.9,
+         beta2 = 0.95, clip = 1.0;
+  uint64_t seed = 0;
+  std::string progress = "auto";
+};
+
+/// The options' help text, one per line.
+std::string trainOptionsHelp();
+
+/// Parses `--name value`, `--name=value` and flags into `options`. Options
+/// not known here are returned in `rest` (for the calling tool); errors name
+/// the option.
+bool parseTrainOptions(const std::vector<std::string> &args,
+                       TrainOptions &options, std::vector<std::string> &rest,
+                       std::string &error);
+
+/// Trains with the artifact at `artifact`; messages start with `tool`.
+/// Returns the process exit code (0 on success, 1 on an error, reported on
+/// stderr).
+int train(const TrainOptions &options, const std::string &artifact,
+          const char *tool);
+
+} // namespace moert
+
+#endif

@@ -1,0 +1,658 @@
+//===- Trainer.cpp - the training loop over a compiled train step ---------===//
+
+#include "moert/Trainer.h"
+
+#include "moert/Artifact.h"
+#include "moert/Gpu.h"
+#include "moert/Sequences.h"
+#include "moert/Train.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <limits>
+#include <map>
+#include <random>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moert {
+
+//===----------------------------------------------------------------------===//
+// Options
+//===----------------------------------------------------------------------===//
+
+std::string trainOptionsHelp() {
+  return "  --data FILE            sequences, FASTA or Stockholm (repeatable; required)\n"
+         "  --alphabet NAME        protein (default) or dna\n"
+         "  --out DIR              checkpoint, metrics.jsonl, loss.png (default moe-train-out)\n"
+         "  --resume               continue the checkpoint in --out\n"
+         "  --steps N              optimizer steps in all (default 300)\n"
+         "  --lr X                 peak learning rate (default 3e-3)\n"
+         "  --min-lr-ratio X       final learning rate / peak (default 0.1)\n"
+         "  --warmup N             linear warmup steps (default 30)\n"
+         "  --weight-decay X       AdamW decoupled weight decay of matrices (default 0.1)\n"
+         "  --beta1 X, --beta2 X   AdamW betas (default 0.9, 0.95)\n"
+         "  --clip X               clip gradients to this global norm; 0 = off (default 1)\n"
+         "  --eval-every N         held-out loss every N steps (default 50; always at the end)\n"
+         "  --eval-batches N       held-out batches per evaluation (default 8; 0 = all)\n"
+         "  --checkpoint-every N   checkpoint every N steps (default 100; always at the end)\n"
+         "  --stop-after-steps N   stop (with a checkpoint) after N steps of this run\n"
+         "  --seed N               initialization and data order (default 0)\n"
+         "  --progress MODE        auto (a bar on a terminal), bar, lines or none\n";
+}
+
+bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
+                       std::vector<std::string> &rest, std::string &error) {
+  auto integer = [&](const std::string &name, const std::string &v,
+                     int64_t &out, int64_t lo) {
+    char *end = nullptr;
+    errno = 0;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || x < lo || x > (int64_t(1) << 40)) {
+      error = name + " expects an integer >= " + std::to_string(lo) +
+              ", got '" + v + "'";
+      return false;
+    }
+    out = x;
+    return true;
+  };
+  auto real = [&](const std::string &name, const std::string &v, double &out,
+                  double lo, double hi, bool openHi) {
+    char *end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !std::isfinite(x) || x < lo ||
+        (openHi ? x >= hi : x > hi)) {
+      error = name + " expects a number in [" + std::to_string(lo) + ", " +
+              std::to_string(hi) + (openHi ? ")" : "]") + ", got '" + v + "'";
+      return false;
+    }
+    out = x;
+    return true;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    bool hasValue = false;
+    if (size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      hasValue = true;
+    }
+    auto next = [&]() -> bool {
+      if (hasValue)
+        return true;
+      if (i + 1 >= args.size()) {
+        error = name + " expects a value";
+        return false;
+      }
+      value = args[++i];
+      return true;
+    };
+    int64_t n = 0;
+    if (name == "--resume") {
+      o.resume = true;
+    } else if (name == "--data") {
+      if (!next())
+        return false;
+      o.data.push_back(value);
+    } else if (name == "--alphabet" || name == "--out" || name == "--progress") {
+      if (!next())
+        return false;
+      (name == "--alphabet" ? o.alphabet
+                            : name == "--out" ? o.out : o.progress) = value;
+    } else if (name == "--steps") {
+      if (!next() || !integer(name, value, o.steps, 1))
+        return false;
+    } else if (name == "--warmup") {
+      if (!next() || !integer(name, value, o.warmup, 0))
+        return false;
+    } else if (name == "--eval-every") {
+      if (!next() || !integer(name, value, o.evalEvery, 0))
+        return false;
+    } else if (name == "--eval-batches") {
+      if (!next() || !integer(name, value, o.evalBatches, 0))
+        return false;
+    } else if (name == "--checkpoint-every") {
+      if (!next() || !integer(name, value, o.checkpointEvery, 0))
+        return false;
+    } else if (name == "--stop-after-steps") {
+      if (!next() || !integer(name, value, o.stopAfterSteps, 0))
+        return false;
+    } else if (name == "--seed") {
+      if (!next() || !integer(name, value, n, 0))
+        return false;
+      o.seed = uint64_t(n);
+    } else if (name == "--lr") {
+      if (!next() || !real(name, value, o.lr, 1e-12, inf, false))
+        return false;
+    } else if (name == "--min-lr-ratio") {
+      if (!next() || !real(name, value, o.minLRRatio, 0, 1, false))
+        return false;
+    } else if (name == "--weight-decay") {
+      if (!next() || !real(name, value, o.weightDecay, 0, inf, false))
+        return false;
+    } else if (name == "--beta1" || name == "--beta2") {
+      if (!next() ||
+          !real(name, value, name == "--beta1" ? o.beta1 : o.beta2, 0, 1, true))
+        return false;
+    } else if (name == "--clip") {
+      if (!next() || !real(name, value, o.clip, 0, inf, false))
+        return false;
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (o.alphabet != "protein" && o.alphabet != "dna") {
+    error = "--alphabet must be protein or dna, got '" + o.alphabet + "'";
+    return false;
+  }
+  if (o.progress != "auto" && o.progress != "bar" && o.progress != "lines" &&
+      o.progress != "none") {
+    error = "--progress must be auto, bar, lines or none, got '" + o.progress + "'";
+    return false;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The loop
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Normal(0, 1) values from a seeded generator (Box-Muller: the same values
+/// on every platform, unlike std::normal_distribution).
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t s) : gen(s) {}
+  double uniform() { return (double(gen() >> 11) + 0.5) / 9007199254740992.0; }
+  double normal() {
+    double u = uniform(), v = uniform();
+    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
+  }
+};
+
+/// Where the artifact's tensors live: host memory (CPU artifacts) or device
+/// memory staged from and to the host (GPU artifacts).
+struct Memory {
+  bool gpu = false;
+  void *stream = nullptr;
+
+  void *upload(const void *host, size_t bytes) {
+    if (!gpu)
+      return const_cast<void *>(host);
+    void *d = mgpuMemAlloc(std::max<size_t>(bytes, 1), stream, false);
+    mgpuMemcpy(d, const_cast<void *>(host), bytes, stream);
+    return d;
+  }
+  void download(void *host, const void *src, size_t bytes) {
+    if (!gpu) {
+      std::memcpy(host, src, bytes);
+      return;
+    }
+    mgpuMemcpy(host, const_cast<void *>(src), bytes, stream);
+    mgpuStreamSynchronize(stream);
+  }
+  void release(void *p) {
+    if (gpu)
+      mgpuMemFree(p, stream);
+    else
+      std::free(p);
+  }
+  double peakMiB() const {
+    if (gpu) {
+      moert_gpu_memory_stats stats{};
+      moert_gpu_get_memory_stats(&stats);
+      return double(stats.peak_bytes_in_use) / (1 << 20);
+    }
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    return double(usage.ru_maxrss) / 1024.0;
+  }
+};
+
+using Entry = void (*)(void **);
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool ones = false;
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+};
+
+struct Loop {
+  const TrainOptions &o;
+  const char *tool;
+  std::vector<Param> params;
+  std::vector<std::vector<float>> values, adamM, adamV;
+  int64_t step = 0, batch = 0, seq = 0;
+  Memory memory;
+  Entry lossGrad = nullptr, lossOnly = nullptr;
+
+  [[noreturn]] void die(const std::string &message) {
+    std::fprintf(stderr, "%s: %s\n", tool, message.c_str());
+    std::exit(1);
+  }
+
+  /// Calls `entry` with the parameters and one batch; returns the loss and,
+  /// for the train step, fills `grads`.
+  double run(Entry entry, const std::vector<int32_t> &ids,
+             const std::vector<int32_t> &labels,
+             std::vector<std::vector<float>> *grads) {
+    std::vector<std::vector<int64_t>> descs;
+    std::vector<void *> staged;
+    for (size_t i = 0; i < params.size(); ++i) {
+      void *p = memory.upload(values[i].data(), values[i].size() * 4);
+      if (memory.gpu)
+        staged.push_back(p);
+      descs.push_back(artifact::descriptor(p, params[i].shape));
+    }
+    for (const std::vector<int32_t> *t : {&ids, &labels}) {
+      void *p = memory.upload(t->data(), t->size() * 4);
+      if (memory.gpu)
+        staged.push_back(p);
+      descs.push_back(artifact::descriptor(p, {batch, seq}));
+    }
+    // Results: the 0-d loss, then one ranked descriptor per gradient.
+    std::vector<size_t> ranks = {0};
+    if (grads)
+      for (const Param &p : params)
+        ranks.push_back(p.shape.size());
+    std::vector<int64_t> results(
+        artifact::resultOffset(ranks, ranks.size()) / 8, 0);
+    std::vector<void *> pointers = {results.data()};
+    for (auto &d : descs)
+      pointers.push_back(d.data());
+    entry(pointers.data());
+    if (memory.gpu)
+      mgpuStreamSynchronize(memory.stream);
+
+    // Results may share buffers: copy everything out, then free each once.
+    std::vector<void *> allocated;
+    auto take = [&](size_t i, void *host, size_t bytes) {
+      const int64_t *d = &results[artifact::resultOffset(ranks, i) / 8];
+      void *alloc = reinterpret_cast<void *>(d[0]);
+      auto *aligned = reinterpret_cast<char *>(d[1]);
+      memory.download(host, aligned + d[2] * 4, bytes);
+      if (alloc && std::find(allocated.begin(), allocated.end(), alloc) ==
+                       allocated.end())
+        allocated.push_back(alloc);
+    };
+    float loss = 0;
+    take(0, &loss, 4);
+    if (grads) {
+      grads->resize(params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        (*grads)[i].resize(size_t(params[i].elements()));
+        take(i + 1, (*grads)[i].data(), (*grads)[i].size() * 4);
+      }
+    }
+    for (void *p : allocated)
+      memory.release(p);
+    for (void *p : staged)
+      memory.release(p);
+    return loss;
+  }
+};
+
+std::string readFile(const std::string &path) {
+  std::string s;
+  if (FILE *f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
+} // namespace
+
+int train(const TrainOptions &o, const std::string &artifactPath,
+          const char *tool) {
+  Loop t{o, tool, {}, {}, {}, {}, 0, 0, 0, {}, nullptr, nullptr};
+  if (o.data.empty())
+    t.die("no --data: give one or more FASTA or Stockholm files");
+  bool bar = o.progress == "bar" || (o.progress == "auto" && isatty(2));
+  Alphabet alphabet = o.alphabet == "dna" ? Alphabet::DNA : Alphabet::Protein;
+
+  // --- the artifact and its model ---
+  std::string absolute = artifactPath;
+  if (!absolute.empty() && absolute[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd))
+      absolute = std::string(cwd) + "/" + absolute;
+  }
+  void *library = dlopen(absolute.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library)
+    t.die("cannot load " + artifactPath + ": " + dlerror());
+  auto *manifestText =
+      static_cast<const char *>(dlsym(library, "moe_manifest"));
+  t.lossGrad = reinterpret_cast<Entry>(dlsym(library, "_mlir_packed_loss_grad"));
+  t.lossOnly = reinterpret_cast<Entry>(dlsym(library, "_mlir_packed_loss"));
+  if (!manifestText || !t.lossGrad || !t.lossOnly)
+    t.die(artifactPath + " has no train step (loss and loss_grad of a "
+                         "moe-model graph, compiled by moe-compile)");
+  std::string target = artifact::targetOf(manifestText);
+  std::vector<artifact::Function> fns = artifact::parseManifest(manifestText);
+  const artifact::Function *step = nullptr;
+  for (const artifact::Function &f : fns)
+    if (f.name == "loss_grad")
+      step = &f;
+  if (!step)
+    t.die(artifactPath + ": no loss_grad in the manifest");
+  for (const artifact::Tensor &a : step->args) {
+    if (!a.param.empty()) {
+      if (a.dtype != "f32")
+        t.die(artifactPath + ": parameter " + a.param + " is not f32");
+      t.params.push_back({a.param, a.shape, a.init == "ones"});
+    } else if (a.input == "ids") {
+      if (a.shape.size() != 2)
+        t.die(artifactPath + ": ids are not [batch, seq]");
+      t.batch = a.shape[0];
+      t.seq = a.shape[1];
+    }
+  }
+  auto meta = [&](const char *key) {
+    auto it = step->meta.find(key);
+    if (it == step->meta.end())
+      t.die(artifactPath + ": no '" + key + "' in the manifest's meta data");
+    return it->second;
+  };
+  std::string configText = meta("config");
+  int64_t vocab = std::atoll(meta("vocab_size").c_str());
+  double initStd = std::atof(meta("init_std").c_str());
+  double flops = std::atof(meta("step_flops").c_str());
+  if (t.params.empty() || t.batch < 1 || t.seq < 1 ||
+      t.params.size() + 2 != step->args.size())
+    t.die(artifactPath + ": its loss_grad is not a moe-model train step");
+
+  Tokenizer tokenizer(alphabet);
+  if (vocab < tokenizer.vocabSize())
+    t.die("the model's 'vocab_size' (" + std::to_string(vocab) +
+          ") is smaller than the " + o.alphabet + " tokenizer's " +
+          std::to_string(tokenizer.vocabSize()) + " tokens");
+
+  // --- data ---
+  std::vector<Sequence> sequences;
+  for (const std::string &path : o.data) {
+    SequenceError error;
+    if (!readSequences(path, alphabet, sequences, error))
+      t.die(error.message);
+  }
+  Batches data = makeBatches(sequences, tokenizer, t.seq + 1, /*every=*/10);
+  if (data.trainRows() < 1 || data.heldOutRows() < 1)
+    t.die("the data give " + std::to_string(data.trainRows()) +
+          " training and " + std::to_string(data.heldOutRows()) +
+          " held-out rows of " + std::to_string(t.seq + 1) +
+          " tokens: give more sequences or a smaller --seq");
+  double unigram = unigramHeldOutLoss(data, tokenizer.vocabSize());
+
+  // --- output directory, checkpoint ---
+  std::string checkpoint = o.out + "/checkpoint.safetensors";
+  if (::mkdir(o.out.c_str(), 0755) != 0 && errno != EEXIST)
+    t.die("cannot create '" + o.out + "': " + std::strerror(errno));
+  struct stat st {};
+  bool exists = ::stat(checkpoint.c_str(), &st) == 0;
+  if (exists && !o.resume)
+    t.die(checkpoint + " exists: pass --resume to continue it, or choose "
+                       "another --out");
+  if (!exists && o.resume)
+    t.die("--resume: no checkpoint at " + checkpoint);
+
+  size_t np = t.params.size();
+  t.values.resize(np);
+  t.adamM.resize(np);
+  t.adamV.resize(np);
+  std::map<std::string, std::string> runMeta = {
+      {"format", "moe-train/1"},       {"config", configText},
+      {"batch", std::to_string(t.batch)}, {"seq", std::to_string(t.seq)},
+      {"seed", std::to_string(o.seed)}, {"alphabet", o.alphabet}};
+  if (o.resume) {
+    std::vector<NamedTensor> tensors;
+    std::map<std::string, std::string> saved;
+    std::string error;
+    if (!readSafetensors(checkpoint, tensors, saved, error))
+      t.die(error);
+    if (saved["format"] != "moe-train/1")
+      t.die(checkpoint + ": not a moe-train checkpoint");
+    for (const char *key : {"config", "batch", "seq", "seed", "alphabet"})
+      if (saved[key] != runMeta[key])
+        t.die(checkpoint + ": made with " + key + " '" + saved[key] +
+              "', this run has '" + runMeta[key] +
+              "' (a checkpoint continues only the run that wrote it)");
+    std::map<std::string, NamedTensor *> byName;
+    for (NamedTensor &x : tensors)
+      byName[x.name] = &x;
+    for (size_t i = 0; i < np; ++i) {
+      const Param &p = t.params[i];
+      for (auto [prefix, dst] :
+           {std::pair<std::string, std::vector<float> *>{"", &t.values[i]},
+            {"optimizer.exp_avg.", &t.adamM[i]},
+            {"optimizer.exp_avg_sq.", &t.adamV[i]}}) {
+        auto it = byName.find(prefix + p.name);
+        if (it == byName.end())
+          t.die(checkpoint + ": no tensor '" + prefix + p.name +
+                "' (a checkpoint of another model?)");
+        if (it->second->shape != p.shape)
+          t.die(checkpoint + ": tensor '" + prefix + p.name +
+                "' has another shape than this model's");
+        *dst = std::move(it->second->data);
+      }
+    }
+    char *end = nullptr;
+    t.step = std::strtoll(saved["step"].c_str(), &end, 10);
+    if (saved["step"].empty() || *end || t.step < 0)
+      t.die(checkpoint + ": bad 'step' metadata");
+  } else {
+    Rng rng(o.seed);
+    for (size_t i = 0; i < np; ++i) {
+      t.values[i].resize(size_t(t.params[i].elements()));
+      for (float &v : t.values[i])
+        v = t.params[i].ones ? 1.0f : float(rng.normal() * initStd);
+      t.adamM[i].assign(t.values[i].size(), 0.0f);
+      t.adamV[i].assign(t.values[i].size(), 0.0f);
+    }
+  }
+  t.memory.gpu = target != "cpu";
+  if (t.memory.gpu) {
+    moert_gpu_init();
+    t.memory.stream = mgpuStreamCreate();
+  }
+
+  // --- data order: a seeded permutation of the training rows per epoch ---
+  int64_t rows = data.trainRows(), len = data.length;
+  auto epochOrder = [&](int64_t epoch) {
+    std::vector<int64_t> order(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      order[size_t(i)] = i;
+    Rng rng(o.seed * 1000003 + uint64_t(epoch) + 1);
+    for (int64_t i = rows - 1; i > 0; --i)
+      std::swap(order[size_t(i)], order[size_t(rng.gen() % uint64_t(i + 1))]);
+    return order;
+  };
+  auto fill = [&](const std::vector<int32_t> &source, int64_t row,
+                  std::vector<int32_t> &ids, std::vector<int32_t> &labels,
+                  int64_t at) {
+    const int32_t *r = &source[size_t(row * len)];
+    for (int64_t j = 0; j < t.seq; ++j) {
+      ids[size_t(at * t.seq + j)] = r[j];
+      int32_t next = r[j + 1];
+      labels[size_t(at * t.seq + j)] = next == Tokenizer::pad ? -100 : next;
+    }
+  };
+  auto heldOutLoss = [&]() {
+    int64_t n = std::max<int64_t>(1, data.heldOutRows() / t.batch);
+    if (o.evalBatches > 0)
+      n = std::min<int64_t>(n, o.evalBatches);
+    std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      for (int64_t i = 0; i < t.batch; ++i)
+        fill(data.heldOut, (k * t.batch + i) % data.heldOutRows(), ids, labels,
+             i);
+      sum += t.run(t.lossOnly, ids, labels, nullptr);
+    }
+    return sum / double(n);
+  };
+
+  // --- metrics: kept in the JSONL file, re-read on resume for the plot ---
+  std::string metricsPath = o.out + "/metrics.jsonl";
+  std::vector<std::pair<int64_t, double>> trainCurve, evalCurve;
+  if (o.resume) {
+    // Lines beyond the checkpoint's step belong to an interrupted run.
+    std::string keep, text = readFile(metricsPath);
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      std::string line = text.substr(pos, nl == std::string::npos ? nl : nl - pos);
+      pos = nl == std::string::npos ? text.size() : nl + 1;
+      long long s = -1;
+      if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) != 1 || s > t.step)
+        continue;
+      keep += line + "\n";
+      if (const char *p = std::strstr(line.c_str(), "\"held_out_loss\": "))
+        evalCurve.push_back({s, std::atof(p + 17)});
+      else if (const char *p = std::strstr(line.c_str(), "\"loss\": "))
+        trainCurve.push_back({s, std::atof(p + 8)});
+    }
+    FILE *f = std::fopen(metricsPath.c_str(), "w");
+    if (!f || std::fputs(keep.c_str(), f) < 0 || std::fclose(f) != 0)
+      t.die("cannot write " + metricsPath);
+  }
+  FILE *metrics = std::fopen(metricsPath.c_str(), o.resume ? "a" : "w");
+  if (!metrics)
+    t.die("cannot write " + metricsPath);
+
+  auto save = [&]() {
+    std::vector<NamedTensor> tensors;
+    for (size_t i = 0; i < np; ++i) {
+      tensors.push_back({t.params[i].name, t.params[i].shape, t.values[i]});
+      tensors.push_back({"optimizer.exp_avg." + t.params[i].name,
+                         t.params[i].shape, t.adamM[i]});
+      tensors.push_back({"optimizer.exp_avg_sq." + t.params[i].name,
+                         t.params[i].shape, t.adamV[i]});
+    }
+    std::map<std::string, std::string> m = runMeta;
+    m["step"] = std::to_string(t.step);
+    std::string error;
+    if (!writeSafetensors(checkpoint, tensors, m, error))
+      t.die(error);
+  };
+  auto plot = [&]() {
+    std::string error;
+    if (!writeLossPlot(o.out + "/loss.png", trainCurve, evalCurve, unigram,
+                       error))
+      t.die(error);
+  };
+
+  std::fprintf(stderr,
+               "%s: %zu parameter tensors, %lld training / %lld held-out rows "
+               "of %lld tokens; unigram held-out loss %.4f; %s\n",
+               tool, np, (long long)rows, (long long)data.heldOutRows(),
+               (long long)t.seq, unigram, target.c_str());
+  AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
+  std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
+  std::vector<std::vector<float>> grads;
+  int64_t epochCached = -1;
+  std::vector<int64_t> order;
+  double lastEval = NAN;
+  int64_t firstStep = t.step;
+  while (t.step < o.steps) {
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < t.batch; ++i) {
+      int64_t k = t.step * t.batch + i;
+      if (k / rows != epochCached) {
+        epochCached = k / rows;
+        order = epochOrder(epochCached);
+      }
+      fill(data.train, order[size_t(k % rows)], ids, labels, i);
+    }
+    double loss = t.run(t.lossGrad, ids, labels, &grads);
+    if (!std::isfinite(loss))
+      t.die("step " + std::to_string(t.step + 1) + ": the loss is " +
+            std::to_string(loss) + " (a lower --lr?)");
+    std::vector<std::pair<float *, int64_t>> gs;
+    for (auto &g : grads)
+      gs.push_back({g.data(), int64_t(g.size())});
+    double norm = clipGradients(gs, o.clip);
+    double lr = learningRate(t.step, o.warmup, o.steps, o.lr, o.minLRRatio);
+    for (size_t i = 0; i < np; ++i)
+      adamwStep(t.values[i].data(), grads[i].data(), t.adamM[i].data(),
+                t.adamV[i].data(), t.params[i].elements(), t.step + 1, lr,
+                t.params[i].shape.size() >= 2, adam);
+    ++t.step;
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    double tokensPerS = double(t.batch * t.seq) / seconds;
+    trainCurve.push_back({t.step, loss});
+    std::fprintf(metrics,
+                 "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, "
+                 "\"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
+                 "\"tflops\": %.4f, \"memory_mib\": %.1f}\n",
+                 (long long)t.step, loss, lr, norm, tokensPerS,
+                 flops / seconds / 1e12, t.memory.peakMiB());
+    bool evalNow =
+        (o.evalEvery > 0 && t.step % o.evalEvery == 0) || t.step == o.steps;
+    if (evalNow) {
+      lastEval = heldOutLoss();
+      evalCurve.push_back({t.step, lastEval});
+      std::fprintf(metrics,
+                   "{\"step\": %lld, \"held_out_loss\": %.6f, "
+                   "\"unigram_loss\": %.6f}\n",
+                   (long long)t.step, lastEval, unigram);
+    }
+    std::fflush(metrics);
+    bool stop = o.stopAfterSteps > 0 && t.step - firstStep >= o.stopAfterSteps;
+    if ((o.checkpointEvery > 0 && t.step % o.checkpointEvery == 0) ||
+        t.step == o.steps || stop) {
+      save();
+      plot();
+    }
+    if (bar) {
+      int width = 30, done = int(width * t.step / o.steps);
+      std::fprintf(stderr,
+                   "\r[%.*s%*s] %lld/%lld  loss %.4f  held-out %.4f  "
+                   "%.0f tok/s ",
+                   done, "==============================", width - done, "",
+                   (long long)t.step, (long long)o.steps, loss, lastEval,
+                   tokensPerS);
+      if (t.step == o.steps || stop)
+        std::fprintf(stderr, "\n");
+    } else if (o.progress != "none" && (evalNow || t.step == o.steps)) {
+      std::fprintf(stderr,
+                   "step %lld/%lld  loss %.4f  held-out %.4f (unigram %.4f)  "
+                   "%.0f tok/s\n",
+                   (long long)t.step, (long long)o.steps, loss, lastEval,
+                   unigram, tokensPerS);
+    }
+    if (stop)
+      break;
+  }
+  std::fclose(metrics);
+  if (t.step == o.steps && std::isfinite(lastEval))
+    std::fprintf(stderr,
+                 "%s: held-out loss %.4f vs unigram %.4f; wrote %s, %s, "
+                 "%s/loss.png\n",
+                 tool, lastEval, unigram, checkpoint.c_str(),
+                 metricsPath.c_str(), o.out.c_str());
+  if (t.memory.gpu)
+    mgpuStreamDestroy(t.memory.stream);
+  return 0;
+}
+
+} // namespace moert

@@ -1,0 +1,38 @@
+//===- moert-train.cpp - train with a precompiled train step --------------===//
+//
+//   moert-train train_step.so --data FILE [training options]
+//
+// The training loop of moe-train over an artifact that `moe-train
+// --compile-only` (or moe-compile of a moe-model --train-step graph) made,
+// for machines with the runtime and a GPU but no MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Trainer.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+int main(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc), rest;
+  for (const std::string &a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("moert-train: trains the model of a compiled train step\n\n"
+                  "usage: moert-train TRAIN_STEP.so --data FILE [options]\n\n%s",
+                  moert::trainOptionsHelp().c_str());
+      return 0;
+    }
+  moert::TrainOptions options;
+  std::string error;
+  if (!moert::parseTrainOptions(args, options, rest, error)) {
+    std::fprintf(stderr, "moert-train: %s\n", error.c_str());
+    return 1;
+  }
+  if (rest.size() != 1 || rest[0].rfind("--", 0) == 0) {
+    std::fprintf(stderr, "moert-train: expects one train step artifact (.so) "
+                         "and training options (see --help)\n");
+    return 1;
+  }
+  return moert::train(options, rest[0], "moert-train");
+}
