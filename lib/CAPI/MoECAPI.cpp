@@ -1,10 +1,12 @@
 //===- MoECAPI.cpp - the C API --------------------------------------------===//
 
 #include "moe-c/Compiler.h"
+#include "moe-c/Models.h"
 #include "moe-c/Dialects.h"
 #include "moe-c/Passes.h"
 
 #include "moe/Compiler/Compiler.h"
+#include "moe/Models/LanguageModel.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
@@ -51,6 +53,26 @@ MlirLogicalResult moeRunPipeline(MlirModule module, MlirStringRef pipeline) {
   PassManager pm(op.getContext(), parsed->getOpAnchorName());
   static_cast<OpPassManager &>(pm) = std::move(*parsed);
   return wrap(pm.run(op));
+}
+
+MlirModule moeBuildLanguageModel(MlirContext context, MlirStringRef config,
+                                 MlirStringRef source, int64_t batch,
+                                 int64_t seq) {
+  MLIRContext *ctx = unwrap(context);
+  Location loc = FileLineColLoc::get(ctx, unwrap(source), 1, 1);
+  if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) ||
+      seq > (int64_t(1) << 31)) {
+    emitError(loc) << "batch and seq must be positive (and below 2^31), got "
+                   << batch << " and " << seq;
+    return MlirModule{nullptr};
+  }
+  llvm::Expected<moe::ModelConfig> parsed =
+      moe::ModelConfig::parse(unwrap(config), unwrap(source));
+  if (!parsed) {
+    emitError(loc) << llvm::toString(parsed.takeError());
+    return MlirModule{nullptr};
+  }
+  return wrap(moe::buildLanguageModel(ctx, *parsed, batch, seq).release());
 }
 
 MlirLogicalResult moeCompile(MlirModule module, MlirStringRef target,

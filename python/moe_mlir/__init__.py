@@ -6,13 +6,15 @@
   arrays (``moe_mlir.runtime``).
 - ``moe_mlir.layers``: MoE layers as MLIR, from arguments or a Hugging Face
   ``config.json`` of the Qwen3-MoE family.
+- ``moe_mlir.models``: whole MoE language models from a ``config.json``,
+  compiled, with their train step; AdamW on numpy arrays.
 - ``moe_mlir.mx``: the MX block-scaled formats in numpy (independent reference).
 - ``moe_mlir.tools``: drive the moe-opt / mlir-runner command-line tools.
 """
 
 from ._errors import MLIRError
 
-__all__ = ["MLIRError", "Module", "load", "layers", "mx", "runtime", "tools"]
+__all__ = ["MLIRError", "Module", "load", "layers", "models", "mx", "runtime", "tools"]
 
 
 def __getattr__(name):
@@ -24,7 +26,7 @@ def __getattr__(name):
     if name == "load":
         from .runtime import load
         return load
-    if name in ("layers", "mx", "runtime", "tools"):
+    if name in ("layers", "models", "mx", "runtime", "tools"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'moe_mlir' has no attribute {name!r}")

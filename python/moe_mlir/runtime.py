@@ -38,6 +38,10 @@ _libc.free.argtypes = [ctypes.c_void_p]
 class TensorSpec:
     def __init__(self, dtype, shape):
         self.dtype, self.shape = dtype, tuple(shape)
+        # moe-model graphs: a parameter's name and initialization, whether
+        # its last two dims are swapped vs Hugging Face, a data input's role.
+        self.param = self.init = self.input = None
+        self.hf_transposed = False
 
     def __repr__(self):
         return f"tensor<{'x'.join('?' if d < 0 else str(d) for d in self.shape)}x{self.dtype}>"
@@ -57,6 +61,12 @@ def parse_manifest(text):
         elif words[0] in ("arg", "result") and current is not None:
             rank = int(words[2])
             spec = TensorSpec(words[1], [int(d) for d in words[3:3 + rank]])
+            rest = words[3 + rank:]
+            for i, w in enumerate(rest):
+                if w in ("param", "init", "input") and i + 1 < len(rest):
+                    setattr(spec, w, rest[i + 1])
+                elif w == "hf_transposed":
+                    spec.hf_transposed = True
             current[0 if words[0] == "arg" else 1].append(spec)
     return target, functions
 

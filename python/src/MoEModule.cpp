@@ -8,6 +8,7 @@
 
 #include "moe-c/Compiler.h"
 #include "moe-c/Dialects.h"
+#include "moe-c/Models.h"
 #include "moe-c/Passes.h"
 
 #include "mlir-c/Diagnostics.h"
@@ -105,6 +106,18 @@ struct Module {
     return module;
   }
 
+  static std::unique_ptr<Module> languageModel(const std::string &config,
+                                               const std::string &source,
+                                               int64_t batch, int64_t seq) {
+    auto context = std::make_shared<Context>();
+    MlirModule m = moeBuildLanguageModel(context->ctx, ref(config), ref(source),
+                                         batch, seq);
+    if (mlirModuleIsNull(m))
+      context->raise("cannot build the model of " + source);
+    context->diagnostics.clear();
+    return std::make_unique<Module>(context, m);
+  }
+
   std::string str() const {
     std::string out;
     mlirOperationPrint(
@@ -141,6 +154,10 @@ PYBIND11_MODULE(_mlir, m) {
       .def_static("parse", &Module::parse, py::arg("text"),
                   "Parses MLIR text (moe and upstream dialects); raises "
                   "MLIRError with the diagnostics if it is invalid.")
+      .def_static("language_model", &Module::languageModel, py::arg("config"),
+                  py::arg("source"), py::arg("batch"), py::arg("seq"),
+                  "The loss function of the MoE language model of a "
+                  "config.json text (Qwen3-MoE family)")
       .def("run", &Module::run, py::arg("pipeline"),
            "Runs a textual pass pipeline, e.g. "
            "'builtin.module(moe-train-pipeline{ep-size=2})', in place.")

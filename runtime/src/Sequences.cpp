@@ -5,6 +5,9 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#ifdef MOERT_HAVE_ZLIB
+#include <zlib.h>
+#endif
 #include <map>
 #include <sstream>
 
@@ -73,13 +76,54 @@ bool addResidues(const std::string &text, const Tokenizer &tok,
 }
 } // namespace
 
-bool moert::readSequences(const std::string &path, Alphabet alphabet,
-                          std::vector<Sequence> &out, SequenceError &error) {
+/// The file's bytes; `.gz` files are decompressed (when the runtime has
+/// zlib).
+static bool readText(const std::string &path, std::string &text,
+                     moert::SequenceError &error) {
+  bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (gz) {
+#ifdef MOERT_HAVE_ZLIB
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) {
+      error.message = path + ": cannot open the file";
+      return false;
+    }
+    char buf[1 << 16];
+    int n;
+    while ((n = gzread(f, buf, sizeof buf)) > 0)
+      text.append(buf, size_t(n));
+    int code = 0;
+    const char *what = gzerror(f, &code);
+    bool ok = n == 0 && code == Z_OK;
+    gzclose(f);
+    if (!ok) {
+      error.message = path + ": not a valid gzip file (" +
+                      (code == Z_OK ? "truncated" : what) + ")";
+      return false;
+    }
+    return true;
+#else
+    error.message = path + ": gzip files need a runtime built with zlib";
+    return false;
+#endif
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error.message = path + ": cannot open the file";
     return false;
   }
+  std::ostringstream all;
+  all << in.rdbuf();
+  text = all.str();
+  return true;
+}
+
+bool moert::readSequences(const std::string &path, Alphabet alphabet,
+                          std::vector<Sequence> &out, SequenceError &error) {
+  std::string text;
+  if (!readText(path, text, error))
+    return false;
+  std::istringstream in(text);
   Tokenizer tok(alphabet);
   std::vector<Sequence> seqs;
   std::string line;

@@ -12,6 +12,9 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef MOERT_HAVE_ZLIB
+#include <zlib.h>
+#endif
 
 namespace moert {
 
@@ -565,14 +568,19 @@ void chunk(std::string &png, const char type[4], const std::string &data) {
                    body.size()));
 }
 
-/// The canvas as a PNG: RGB, 8 bits, zlib with stored (uncompressed) blocks.
-std::string encodePNG(const Canvas &c) {
-  std::string raw;
-  for (int y = 0; y < c.h; ++y) {
-    raw += '\0'; // filter: none
-    raw.append(reinterpret_cast<const char *>(&c.rgb[size_t(y) * c.w * 3]),
-               size_t(c.w) * 3);
+/// The zlib stream of `raw`: compressed with zlib where the runtime was
+/// built with it, else stored (uncompressed) deflate blocks.
+std::string zlibStream(const std::string &raw) {
+#ifdef MOERT_HAVE_ZLIB
+  uLongf size = compressBound(uLong(raw.size()));
+  std::string packed(size, '\0');
+  if (compress2(reinterpret_cast<Bytef *>(&packed[0]), &size,
+                reinterpret_cast<const Bytef *>(raw.data()), uLong(raw.size()),
+                9) == Z_OK) {
+    packed.resize(size);
+    return packed;
   }
+#endif
   std::string z = "\x78\x01";
   for (size_t off = 0; off < raw.size() || off == 0;) {
     size_t n = std::min<size_t>(65535, raw.size() - off);
@@ -593,6 +601,18 @@ std::string encodePNG(const Canvas &c) {
     b = (b + a) % 65521;
   }
   put32(z, (b << 16) | a);
+  return z;
+}
+
+/// The canvas as a PNG: RGB, 8 bits.
+std::string encodePNG(const Canvas &c) {
+  std::string raw;
+  for (int y = 0; y < c.h; ++y) {
+    raw += '\0'; // filter: none
+    raw.append(reinterpret_cast<const char *>(&c.rgb[size_t(y) * c.w * 3]),
+               size_t(c.w) * 3);
+  }
+  std::string z = zlibStream(raw);
   std::string png = "\x89PNG\r\n\x1a\n";
   std::string ihdr;
   put32(ihdr, uint32_t(c.w));

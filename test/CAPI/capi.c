@@ -1,10 +1,12 @@
 /*===- capi.c - the moe C API, end to end ---------------------------------===*\
 |* Registers the dialects and passes, parses a module, verifies and prints    *|
 |* it, runs the training pipeline on it, reports a bad pipeline and a bad     *|
-|* module as errors, and compiles the module to a shared object for the CPU. *|
+|* module as errors, compiles the module to a shared object for the CPU, and  *|
+|* builds a language model from a config (and refuses a bad one).            *|
 \*===----------------------------------------------------------------------===*/
 #include "moe-c/Compiler.h"
 #include "moe-c/Dialects.h"
+#include "moe-c/Models.h"
 #include "moe-c/Passes.h"
 
 #include "mlir-c/Diagnostics.h"
@@ -75,6 +77,22 @@ int main(int argc, char **argv) {
                                           mlirStringRefCreateFromCString(argv[1]));
   printf("compiled: %d\n", mlirLogicalResultIsSuccess(compiled));
   mlirModuleDestroy(plain);
+
+  const char *config =
+      "{\"hidden_size\": 32, \"moe_intermediate_size\": 16, \"num_experts\": 4,"
+      " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+      " \"num_key_value_heads\": 2, \"vocab_size\": 24}";
+  MlirModule lm = moeBuildLanguageModel(ctx, mlirStringRefCreateFromCString(config),
+                                        mlirStringRefCreateFromCString("config.json"), 2, 16);
+  printf("language model: %d\n", !mlirModuleIsNull(lm) &&
+                                     mlirOperationVerify(mlirModuleGetOperation(lm)));
+  MlirLogicalResult step = moeRunPipeline(lm, mlirStringRefCreateFromCString("builtin.module(moe-autodiff)"));
+  printf("train step: %d\n", mlirLogicalResultIsSuccess(step));
+  mlirModuleDestroy(lm);
+  MlirModule badModel = moeBuildLanguageModel(
+      ctx, mlirStringRefCreateFromCString("{\"hidden_size\": 32}"),
+      mlirStringRefCreateFromCString("bad.json"), 2, 16);
+  printf("bad config rejected: %d\n", mlirModuleIsNull(badModel));
   mlirModuleDestroy(module);
   mlirContextDestroy(ctx);
   return 0;

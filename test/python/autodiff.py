@@ -1,6 +1,7 @@
 # RUN: %python %s
 #
-# -moe-autodiff against finite differences, op by op and for an MoE layer.
+# -moe-autodiff against finite differences, op by op, for an MoE layer and
+# for a whole small language model (moe_mlir.models).
 # Every case is a loss function (the op's output projected on a fixed random
 # vector, or the op's own loss); the pass adds @loss_grad, both are compiled
 # for the CPU, and for each differentiated argument the gradient's
@@ -190,6 +191,34 @@ with tempfile.TemporaryDirectory() as tmp:
                        [("x", (T, H), "f32", True), ("rw", (H, E), "f32", True),
                         ("w1", (E, H, 2 * F), "f32", True), ("w2", (E, F, H), "f32", True)],
                        body, "y", (T, H), tmp, rng)
+
+    # --- a whole small model (moe_mlir.models): a dense and an MoE layer with a
+    # shared expert, tied embeddings; every parameter tensor along 2 directions ---
+    from moe_mlir.models import LanguageModel
+    cfg = {"hidden_size": 16, "intermediate_size": 24, "moe_intermediate_size": 8,
+           "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 4,
+           "vocab_size": 13, "mlp_only_layers": [0], "shared_expert_intermediate_size": 8,
+           "tie_word_embeddings": True, "rope_theta": 100.0}
+    model = LanguageModel(cfg, batch=2, seq=6, workdir=tmp)
+    params = {k: (v if k.endswith("norm.weight") else v * 10).astype(np.float32)
+              for k, v in model.init(seed=3).items()}
+    ids = rng.integers(0, 13, (2, 6)).astype(np.int32)
+    labels = LanguageModel.next_token_labels(ids)
+    loss, grads = model.loss_grad(params, ids, labels)
+    worst = (0.0, "")
+    for name in model.names:
+        for _ in range(2):
+            v = rng.standard_normal(params[name].shape).astype(np.float32)
+            plus, minus = dict(params), dict(params)
+            plus[name] = params[name] + 1e-3 * v
+            minus[name] = params[name] - 1e-3 * v
+            fd = (model.loss(plus, ids, labels) - model.loss(minus, ids, labels)) / 2e-3
+            an = float(np.sum(grads[name].astype(np.float64) * v))
+            err = abs(fd - an) / (1e-2 * max(abs(an), abs(fd)) + 1e-3 * (abs(loss) + 1))
+            worst = max(worst, (err, name))
+    check(worst[0] <= 1.0, f"whole model: all {len(model.names)} parameter gradients match finite "
+                           f"differences (worst {worst[0]:.2f} of the bound, {worst[1]})")
 
     # --- arguments the loss does not reach; refused ops ---
     res = gradient_check("unused argument", [("a", (2, 3), "f32", True), ("b", (3,), "f32", True)],

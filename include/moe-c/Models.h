@@ -1,0 +1,30 @@
+/*===- moe-c/Models.h - MoE language models from C ----------------*- C -*-===*/
+#ifndef MOE_C_MODELS_H
+#define MOE_C_MODELS_H
+
+#include "mlir-c/IR.h"
+#include "mlir-c/Support.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Builds the loss function `@loss(parameters..., ids, labels)` of the MoE
+/// language model a Hugging Face config.json describes (Qwen3-MoE family;
+/// see moe/Models/LanguageModel.h), for `batch` sequences of `seq` tokens.
+/// `config` is the JSON text; `source` names it in errors. On an invalid
+/// config, returns a null module and reports an error on the context naming
+/// the field.
+MLIR_CAPI_EXPORTED MlirModule moeBuildLanguageModel(MlirContext context,
+                                                    MlirStringRef config,
+                                                    MlirStringRef source,
+                                                    int64_t batch,
+                                                    int64_t seq);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,143 @@
+"""MoE language models from a Hugging Face config.json, trained from Python.
+
+    model = moe_mlir.models.LanguageModel("config.json", batch=8, seq=128)
+    params = model.init(seed=0)                    # {hf name: numpy array}
+    opt = moe_mlir.models.AdamW(params, lr=3e-3)
+    for ids, labels in batches:                    # int32 [batch, seq] each
+        loss, grads = model.loss_grad(params, ids, labels)
+        opt.step(params, grads)
+
+The graph is the one moe-model and moe-train build (Qwen3-MoE family:
+embedding, RMSNorm, grouped-query attention with q/k norms and rotary
+embeddings, MoE or dense SwiGLU MLPs, LM head, next-token cross-entropy);
+its train step comes from -moe-autodiff; it is compiled for the CPU or a GPU
+chip on construction. Parameters are numpy f32 arrays keyed by their
+transformers names, in our layout ([in, out]); ``to_hf`` / ``from_hf`` swap
+the last two dimensions where transformers stores [out, in]. Labels of -100
+(or any value outside the vocabulary) are ignored by the loss.
+"""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from ._errors import MLIRError
+
+__all__ = ["LanguageModel", "AdamW"]
+
+
+class LanguageModel:
+    def __init__(self, config, batch, seq, target="cpu", workdir=None):
+        if isinstance(config, dict):
+            text, source = json.dumps(config), "<config dict>"
+        else:
+            source = os.fspath(config)
+            with open(source) as f:
+                text = f.read()
+        self.config = json.loads(text)
+        self.batch, self.seq, self.target = batch, seq, target
+        from ._mlir import Module
+        from .runtime import load
+        module = Module.language_model(text, source, batch, seq)
+        module.run("builtin.module(moe-autodiff)")
+        self._tmp = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="moe-model-")
+            workdir = self._tmp.name
+        self.artifact_path = os.path.join(workdir, f"train_step-{target}.so")
+        module.compile(target, self.artifact_path)
+        self._artifact = load(self.artifact_path)
+        args, _ = self._artifact.functions["loss_grad"]
+        self.parameters = [a for a in args if a.param]
+        self.names = [a.param for a in self.parameters]
+
+    # --- parameters ---
+    def init(self, seed=0):
+        """Norm weights 1, everything else normal(0, initializer_range)."""
+        rng = np.random.default_rng(seed)
+        std = float(self.config.get("initializer_range", 0.02))
+        return {a.param: (np.ones(a.shape, np.float32) if a.init == "ones" else
+                          (rng.standard_normal(a.shape) * std).astype(np.float32))
+                for a in self.parameters}
+
+    def to_hf(self, params):
+        """Our layout -> transformers' (numpy arrays, same names)."""
+        return {a.param: np.ascontiguousarray(np.swapaxes(params[a.param], -1, -2)
+                                              if a.hf_transposed else params[a.param])
+                for a in self.parameters}
+
+    def from_hf(self, state):
+        """transformers' tensors (numpy or torch) -> our layout."""
+        out = {}
+        for a in self.parameters:
+            if a.param not in state:
+                raise KeyError(f"no '{a.param}' in the state dict")
+            t = state[a.param]
+            t = t.detach().cpu().float().numpy() if hasattr(t, "detach") else np.asarray(t)
+            t = np.swapaxes(t, -1, -2) if a.hf_transposed else t
+            if t.shape != a.shape:
+                raise ValueError(f"'{a.param}' has shape {t.shape}, the model expects {a.shape}")
+            out[a.param] = np.ascontiguousarray(t, dtype=np.float32)
+        return out
+
+    # --- forward and backward ---
+    def _args(self, params, ids, labels):
+        missing = [n for n in self.names if n not in params]
+        if missing:
+            raise KeyError(f"missing parameters: {', '.join(missing[:3])}")
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        labels = np.ascontiguousarray(labels, dtype=np.int32)
+        for what, a in (("ids", ids), ("labels", labels)):
+            if a.shape != (self.batch, self.seq):
+                raise ValueError(f"{what} must be [{self.batch}, {self.seq}], got {list(a.shape)}")
+        return [params[n] for n in self.names] + [ids, labels]
+
+    def loss(self, params, ids, labels):
+        return float(self._artifact.loss(*self._args(params, ids, labels)))
+
+    def loss_grad(self, params, ids, labels):
+        """The loss and {name: gradient}."""
+        out = self._artifact.loss_grad(*self._args(params, ids, labels))
+        return float(out[0]), dict(zip(self.names, out[1:]))
+
+    @staticmethod
+    def next_token_labels(ids, pad=0):
+        """Labels for next-token prediction: ids shifted left by one, -100
+        at the end of every row and where the next token is `pad`."""
+        ids = np.asarray(ids)
+        labels = np.full(ids.shape, -100, np.int32)
+        labels[:, :-1] = ids[:, 1:]
+        labels[:, :-1][ids[:, 1:] == pad] = -100
+        return labels
+
+
+class AdamW:
+    """torch.optim.AdamW on numpy arrays (decoupled weight decay on
+    parameters of two or more dimensions), with optional clipping by global
+    norm."""
+
+    def __init__(self, params, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                 clip=1.0):
+        self.lr, self.betas, self.eps, self.wd, self.clip = lr, betas, eps, weight_decay, clip
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def step(self, params, grads, lr=None):
+        """Updates `params` in place; returns the gradients' global norm."""
+        lr = self.lr if lr is None else lr
+        norm = float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
+        scale = self.clip / (norm + 1e-6) if self.clip and norm > self.clip else 1.0
+        self.t += 1
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        for k, p in params.items():
+            g = grads[k] * np.float32(scale)
+            if self.wd and p.ndim >= 2:
+                p *= np.float32(1 - lr * self.wd)
+            self.m[k] = b1 * self.m[k] + (1 - b1) * g
+            self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
+            p -= np.float32(lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / np.float32(np.sqrt(c2)) + np.float32(self.eps))
+        return norm
