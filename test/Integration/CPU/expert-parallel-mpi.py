@@ -8,7 +8,8 @@
 # then runs both under `mpirun -np N`: every rank draws the same inputs, takes
 # its slice of the tokens and its shard of the stacked expert weights
 # (rows [r*E/N, (r+1)*E/N)), and compares the expert-parallel result with the
-# single-rank program's on the same tokens.
+# single-rank program's on the same tokens. Backward too: a sharded loss
+# differentiated by -moe-autodiff against the single-rank train step.
 #
 # The comparison is exact (an exact zero may differ in sign): a token's rows
 # meet the same expert weights in both programs, every output element of a
@@ -157,6 +158,42 @@ case("three-ranks", layer("layer", T=20, H=32, E=6, F=32, K=2, pad=1), sizes=(3,
 # CHECK: router-gradient ep=4: ok (4 ranks ok)
 case("router-gradient", layer("train", T=16, H=32, E=8, F=32, K=2, pad=1, router_weight=True),
      extra=("--replicate", "1"))
+
+# Backward across ranks: a loss (the layer's output against a fixed
+# gradient, sum(y * dy)) sharded, differentiated by -moe-autodiff (the
+# gradient of each moe.all_to_all is the reverse exchange) and sharded again
+# (the router weight's data-parallel gradient summed), against the same loss
+# differentiated on one rank: the loss, d x, d router_w and each rank's
+# expert weight gradients.
+def loss(T, H, E, F, K, fused):
+    body = layer("loss", T=T, H=H, E=E, F=F, K=K, pad=1, fused=fused, router_weight=True)
+    body = body.replace(f"{{moe.gradient_of = 1 : i64}}", "")
+    body = body.replace(f"%w2: tensor<{E}x{F}x{H}xf32>) -> (tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32> )",
+                        f"%w2: tensor<{E}x{F}x{H}xf32>, %dy: tensor<{T}x{H}xf32> {{moe.no_grad}}) -> tensor<f32>")
+    n = T * H
+    tail = f"""  %flat = tensor.collapse_shape %out [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %row = tensor.expand_shape %flat [[0, 1]] output_shape [1, {n}] : tensor<{n}xf32> into tensor<1x{n}xf32>
+  %dflat = tensor.collapse_shape %dy [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %col = tensor.expand_shape %dflat [[0, 1]] output_shape [{n}, 1] : tensor<{n}xf32> into tensor<{n}x1xf32>
+  %e1 = tensor.empty() : tensor<1x1xf32>
+  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x{n}xf32>, tensor<{n}x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>"""
+    start = body.index("  %et = tensor.empty()")
+    end = body.index("\n}", start)
+    return body[:start] + tail + body[end:]
+
+
+for label, fused in (("backward", False), ("backward-fused", True)):
+    # CHECK: backward ep=2: ok (2 ranks ok)
+    # CHECK: backward ep=4: ok (4 ranks ok)
+    # CHECK: backward-fused ep=2: ok (2 ranks ok)
+    # CHECK: backward-fused ep=4: ok (4 ranks ok)
+    case(label, loss(T=16, H=32, E=8, F=32, K=2, fused=fused), extra=("--replicate", "1"),
+         single_passes=["--moe-autodiff"],
+         ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n}", "--moe-autodiff",
+                              f"--moe-expert-parallel=ep-size={n}"])
 
 # The whole training pipeline (group the moe.experts region, MXFP8, fuse,
 # shard) against the same pipeline without sharding.

@@ -468,6 +468,18 @@ LogicalResult Differentiator::backprop(Operation *op) {
     accumulate(mlp.getW2(), grad.getDw2());
     return success();
   }
+  if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+    // Rows went from their sender to the receiver: their gradients go back
+    // the same way, counted by what each rank received.
+    Value g = gradOf(0);
+    if (!g)
+      return success();
+    auto back = AllToAllOp::create(
+        b, l, TypeRange{a2a.getInput().getType(), a2a.getRecvCounts().getType()},
+        g, a2a.getRecvCounts(), a2a.getGridAttr(), a2a.getGridAxesAttr());
+    accumulate(a2a.getInput(), back.getResult());
+    return success();
+  }
   if (isa<ExpertsOp>(op))
     return op->emitOpError("-moe-autodiff: run -moe-group-experts first (the "
                            "grouped ops have gradients, the region has none)");

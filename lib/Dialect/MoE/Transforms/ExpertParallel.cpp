@@ -420,8 +420,13 @@ struct MoEExpertParallelPass
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
+      // A function that already exchanges rows is expert-parallel (for
+      // example a train step -moe-autodiff derived from a sharded loss):
+      // its layers stay as they are; only its gradients are reduced below.
       SmallVector<CombineOp> combines;
-      func.walk([&](CombineOp op) { combines.push_back(op); });
+      if (!func.walk([](AllToAllOp) { return WalkResult::interrupt(); })
+               .wasInterrupted())
+        func.walk([&](CombineOp op) { combines.push_back(op); });
       for (CombineOp combine : combines) {
         FailureOr<Layer> layer = matchLayer(combine, remarks);
         if (failed(layer))
@@ -451,6 +456,8 @@ struct MoEExpertParallelPass
           continue; // each rank owns these experts' gradients
         OpBuilder b(ret);
         Value g = ret.getOperand(i);
+        if (g.getDefiningOp<shard::AllReduceOp>())
+          continue; // reduced by an earlier run of this pass
         SmallVector<shard::GridAxis> axes = {0};
         auto reduced = shard::AllReduceOp::create(
             b, ret.getLoc(), g, StringRef(gridName), axes,

@@ -174,6 +174,13 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     summed over the grid with `shard.all_reduce`; expert gradients stay with
     their owners. E must be a multiple of `ep-size`. With `ep-size=1` the
     exchanges are identities and the result is that of the original layer.
+
+    Training: shard the loss function, then `-moe-autodiff` (the gradient
+    of a `moe.all_to_all` is the reverse exchange, so gradients travel back
+    to where their rows came from), then run this pass again: a function
+    that already exchanges rows is not resharded, only its data-parallel
+    gradients are summed. The gradients are those of the sum of the ranks'
+    losses.
   }];
   let options = [
     Option<"epSize", "ep-size", "int64_t", /*default=*/"1",
@@ -207,6 +214,8 @@ def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
       (`moe.combine_grad` and a dispatch of the weighted rows),
       `grouped_matmul`, `swiglu`, `grouped_mlp` (`grouped_mlp_backward`),
       `embedding`, `rms_norm`, `rotary`, `attention`, `cross_entropy`;
+    - `moe.all_to_all`: the reverse exchange (counted by what each rank
+      received), so an expert-parallel loss differentiates across ranks;
     - upstream: `linalg.matmul`, `linalg.transpose`, `linalg.softmax`,
       `tensor.expand_shape` / `collapse_shape`, and `arith.addf`, `subf`,
       `mulf`, `divf`, `negf`, `math.exp`, `math.tanh` on tensors.
