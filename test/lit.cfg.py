@@ -7,7 +7,7 @@ from lit.llvm import llvm_config
 config.name = "MOE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".py", ".test"]
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs",
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "pylib",
                    "consumer"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
@@ -35,7 +35,10 @@ config.substitutions.append(
 config.environment["MOE_RUNNER_LIBS"] = (
     f"{config.mlir_runner_utils},{config.mlir_c_runner_utils}")
 
-config.environment["PYTHONPATH"] = os.path.join(config.moe_obj_root, "python_packages")
+# The package, and test/pylib (what the Python tests share).
+config.environment["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(config.moe_obj_root, "python_packages"),
+     os.path.join(config.test_source_root, "pylib")])
 config.environment["MOE_MLIR_BUILD"] = config.moe_obj_root
 
 # The same, with the data-parallel lowering (what the GPU pipeline maps to

@@ -19,17 +19,10 @@ import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import moe_mlir
+from checks import check, finish
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-checks = failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {what}")
 
 
 cfg = {"model_type": "qwen3_moe", "hidden_size": 32, "intermediate_size": 48,
@@ -96,5 +89,4 @@ for (n, _, tr), g in zip(params, grads):
         check(False, f"d/d{n}: {err:.2e} of its largest entry")
 check(worst[0] <= 1e-4, f"all {len(params)} gradients within 1e-4 of their largest entry "
                         f"(worst {worst[0]:.1e}, {worst[1]})")
-print(f"{checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish()

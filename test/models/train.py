@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import time
+from checks import check, finish
 
 out, tool = sys.argv[1], sys.argv[2]
 shutil.rmtree(out, ignore_errors=True)
@@ -29,14 +30,6 @@ config = os.path.join(here, "..", "..", "examples", "protein-moe", "config.json"
 tutorial = "/usr/share/doc/hmmer/examples/tutorial"
 data = ["--data", f"{tutorial}/Pkinase.sto", "--data", f"{tutorial}/fn3.sto",
         "--data", f"{tutorial}/globins45.fa"]
-checks = failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {what}")
 
 
 def train(*args, cfg=config, expect=0):
@@ -171,5 +164,4 @@ check(refused(r, "'vocab_size' (10) is smaller than the protein tokenizer's 24 t
 r = train("--out", os.path.join(out, "z"), "--alphabet", "rna", expect=1)
 check(refused(r, "--alphabet must be protein or dna"), "an unknown alphabet")
 
-print(f"{checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish()

@@ -19,15 +19,8 @@ import numpy as np
 
 import moe_mlir
 from moe_mlir import MLIRError
+from checks import check, finish
 
-checks = failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {what}")
 
 
 def ttype(shape, elt="f32"):
@@ -245,5 +238,4 @@ with tempfile.TemporaryDirectory() as tmp:
     except MLIRError as err:
         check("expects a loss function" in str(err), "a function that returns no loss is refused")
 
-print(f"{checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish()

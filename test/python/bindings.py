@@ -17,15 +17,8 @@ import numpy as np
 
 import moe_mlir
 from moe_mlir import MLIRError, layers
+from checks import check, finish
 
-checks = failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {what}")
 
 
 def expect_error(fn, *fragments):
@@ -122,5 +115,4 @@ with tempfile.TemporaryDirectory() as tmp:
     ok, msg = expect_error(lambda: art.moe_layer(x), "takes 4 arrays")
     check(ok, "a wrong argument count is refused")
 
-print(f"{checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish()

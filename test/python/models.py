@@ -13,15 +13,8 @@ import torch
 
 from moe_mlir import MLIRError
 from moe_mlir.models import AdamW, LanguageModel
+from checks import check, finish
 
-checks = failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {what}")
 
 
 cfg = {"model_type": "qwen3_moe", "hidden_size": 32, "moe_intermediate_size": 16,
@@ -100,5 +93,4 @@ try:
     check(False, "a bad batch raises")
 except ValueError as e:
     check("ids must be [4, 32]" in str(e), "a batch of the wrong shape raises ValueError")
-print(f"{checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish()

@@ -89,29 +89,39 @@ static LogicalResult expectMXAxis(Operation *op, const Twine &what, Type type,
 // RouterOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult RouterOp::verify() {
-  Operation *op = getOperation();
-  if (failed(expectRank(op, "logits", getLogits().getType(), 2)) ||
-      failed(expectRank(op, "indices", getIndices().getType(), 2)) ||
-      failed(expectRank(op, "weights", getWeights().getType(), 2)))
+/// The shapes moe.router and moe.router_grad share: logits [T, E], and
+/// [T, k] tensors (`perToken`: indices and weights, or indices and grad).
+static LogicalResult
+verifyRouting(Operation *op, Type logitsType,
+              ArrayRef<std::pair<StringRef, Type>> perToken, int64_t k,
+              bool softmaxAfterTopk, ScoreFunction score) {
+  if (failed(expectRank(op, "logits", logitsType, 2)))
     return failure();
-  ArrayRef<int64_t> logits = shapeOf(getLogits().getType());
-  int64_t k = getTopK();
+  for (auto [name, type] : perToken)
+    if (failed(expectRank(op, name, type, 2)))
+      return failure();
+  ArrayRef<int64_t> logits = shapeOf(logitsType);
   if (!ShapedType::isDynamic(logits[1]) && k > logits[1])
-    return emitOpError("expects top_k <= number of experts, got top_k = ")
+    return op->emitOpError("expects top_k <= number of experts, got top_k = ")
            << k << " with " << logits[1] << " experts";
-  for (auto [name, type] :
-       {std::pair<StringRef, Type>{"indices", getIndices().getType()},
-        {"weights", getWeights().getType()}}) {
+  for (auto [name, type] : perToken) {
     ArrayRef<int64_t> s = shapeOf(type);
     if (failed(expectDim(op, Twine(name) + " dim 0 (tokens)", s[0],
                          logits[0])) ||
         failed(expectDim(op, Twine(name) + " dim 1 (top_k)", s[1], k)))
       return failure();
   }
-  if (getSoftmaxAfterTopk() && getScore() != ScoreFunction::softmax)
-    return emitOpError("softmax_after_topk needs the softmax score function");
+  if (softmaxAfterTopk && score != ScoreFunction::softmax)
+    return op->emitOpError(
+        "softmax_after_topk needs the softmax score function");
   return success();
+}
+
+LogicalResult RouterOp::verify() {
+  return verifyRouting(getOperation(), getLogits().getType(),
+                       {{"indices", getIndices().getType()},
+                        {"weights", getWeights().getType()}},
+                       getTopK(), getSoftmaxAfterTopk(), getScore());
 }
 
 //===----------------------------------------------------------------------===//
@@ -923,28 +933,12 @@ LogicalResult CrossEntropyGradOp::verify() {
 }
 
 LogicalResult RouterGradOp::verify() {
-  Operation *op = getOperation();
-  if (failed(expectRank(op, "logits", getLogits().getType(), 2)) ||
-      failed(expectRank(op, "indices", getIndices().getType(), 2)) ||
-      failed(expectRank(op, "grad", getGrad().getType(), 2)))
+  if (failed(verifyRouting(getOperation(), getLogits().getType(),
+                           {{"indices", getIndices().getType()},
+                            {"grad", getGrad().getType()}},
+                           getTopK(), getSoftmaxAfterTopk(), getScore())))
     return failure();
-  ArrayRef<int64_t> logits = shapeOf(getLogits().getType());
-  int64_t k = getTopK();
-  if (!ShapedType::isDynamic(logits[1]) && k > logits[1])
-    return emitOpError("expects top_k <= number of experts, got top_k = ")
-           << k << " with " << logits[1] << " experts";
-  for (auto [name, type] :
-       {std::pair<StringRef, Type>{"indices", getIndices().getType()},
-        {"grad", getGrad().getType()}}) {
-    ArrayRef<int64_t> s = shapeOf(type);
-    if (failed(expectDim(op, Twine(name) + " dim 0 (tokens)", s[0],
-                         logits[0])) ||
-        failed(expectDim(op, Twine(name) + " dim 1 (top_k)", s[1], k)))
-      return failure();
-  }
-  if (getSoftmaxAfterTopk() && getScore() != ScoreFunction::softmax)
-    return emitOpError("softmax_after_topk needs the softmax score function");
-  return expectSameShape(op, "the result", getResult().getType(),
+  return expectSameShape(getOperation(), "the result", getResult().getType(),
                          "the logits", getLogits().getType());
 }
 
