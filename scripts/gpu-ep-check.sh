@@ -17,6 +17,9 @@
 #   qwen3   Qwen3-30B-A3B's MoE block: hidden 2048, 128 experts, top-8,
 #           expert FFN 768 (norm_topk_prob); MOE_EP_TOKENS tokens a rank
 #           (default 512)
+#   qwen3_train  its train step (loss sum(layer * dy), -moe-autodiff; at
+#           EP=2 sharded before and after): loss, token and expert-weight
+#           gradients; MOE_EP_TRAIN_TOKENS tokens a rank (default 2048)
 #
 # `run` builds libmoert (cmake -S runtime) and then, with NCCL_NVLS_ENABLE=0:
 #   1. moert-comm-test device: every collective of libmoert on device
@@ -31,7 +34,8 @@
 #      each GPU's expert-weight memory (half at EP=2).
 # The last lines summarize; the exit status is non-zero on any failure.
 #
-# Variables: MOE_GPU_CHIP (sm_90a), MOE_EP_TOKENS (512), MOE_SEED (1),
+# Variables: MOE_GPU_CHIP (sm_90a), MOE_EP_TOKENS (512), MOE_EP_TRAIN_TOKENS
+# (2048), MOE_EP_LAYERS (small qwen3 qwen3_train), MOE_SEED (1),
 # MOE_RUNTIME_BUILD (/tmp/moert-build), MOERT_NCCL_LIBRARY (found if unset:
 # the system's libnccl.so.2, else PyTorch's nvidia-nccl wheel),
 # MOERT_COMM_TIMEOUT (120 here), MOE_EP_REPEAT (timed calls, 10).
@@ -40,18 +44,37 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 artifacts="$root/gpu-artifacts/ep"
 chip=${MOE_GPU_CHIP:-sm_90a}
 tokens=${MOE_EP_TOKENS:-512}
+train_tokens=${MOE_EP_TRAIN_TOKENS:-2048}
 mode=${1:-all}
-layers="small qwen3"
+layers=${MOE_EP_LAYERS:-"small qwen3 qwen3_train"}
 
-# A MoE layer as MLIR: name T H E F K.
+# A MoE layer as MLIR: name T H E F K [loss]. With `loss`, the function is
+# the loss sum(layer(x) * dy) of a fixed gradient dy (for -moe-autodiff).
 layer_mlir() {
   python3 - "$@" <<'PY'
 import sys
-name, T, H, E, F, K = sys.argv[1], *map(int, sys.argv[2:])
+name, T, H, E, F, K = sys.argv[1], *map(int, sys.argv[2:7])
+loss = len(sys.argv) > 7 and sys.argv[7] == "loss"
 rows = T * K
+n = T * H
+if loss:
+    extra, result = f", %dy: tensor<{T}x{H}xf32> {{moe.no_grad}}", "tensor<f32>"
+    ret = f"""  %flat = tensor.collapse_shape %out [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %row = tensor.expand_shape %flat [[0, 1]] output_shape [1, {n}] : tensor<{n}xf32> into tensor<1x{n}xf32>
+  %dflat = tensor.collapse_shape %dy [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %col = tensor.expand_shape %dflat [[0, 1]] output_shape [{n}, 1] : tensor<{n}xf32> into tensor<{n}x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<1x1xf32>
+  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x{n}xf32>, tensor<{n}x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>"""
+else:
+    extra, result = "", f"tensor<{T}x{H}xf32>"
+    ret = f"  return %out : tensor<{T}x{H}xf32>"
 print(f"""// {name}: {T} tokens, hidden {H}, {E} experts of FFN {F}, top-{K}
 func.func @{name}(%x: tensor<{T}x{H}xf32>, %logits: tensor<{T}x{E}xf32>,
-    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>) -> tensor<{T}x{H}xf32> {{
+    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>{extra}) -> {result} {{
   %idx, %w = moe.router %logits top_k({K}) softmax norm_topk_prob
       : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %s, %o, %c, %p = moe.dispatch %x, %idx experts({E})
@@ -60,7 +83,7 @@ func.func @{name}(%x: tensor<{T}x{H}xf32>, %logits: tensor<{T}x{E}xf32>,
   %a = moe.swiglu %h : tensor<{rows}x{2*F}xf32> -> tensor<{rows}x{F}xf32>
   %y = moe.grouped_matmul %a, %w2, %o : tensor<{rows}x{F}xf32>, tensor<{E}x{F}x{H}xf32>, tensor<{E+1}xi32> -> tensor<{rows}x{H}xf32>
   %out = moe.combine %y, %w, %p : tensor<{rows}x{H}xf32>, tensor<{T}x{K}xf32>, tensor<{T}x{K}xi32> -> tensor<{T}x{H}xf32>
-  return %out : tensor<{T}x{H}xf32>
+{ret}
 }}""")
 PY
 }
@@ -75,11 +98,21 @@ prepare() {
   mkdir -p "$artifacts"
   layer_mlir small 24 32 8 32 2 >"$artifacts/small.mlir"
   layer_mlir qwen3 "$tokens" 2048 128 768 8 >"$artifacts/qwen3.mlir"
+  layer_mlir qwen3_train "$train_tokens" 2048 128 768 8 loss >"$artifacts/qwen3_train.mlir"
   for name in $layers; do
     src="$artifacts/$name.mlir"
-    "$root/build/bin/moe-opt" "$src" --moe-expert-parallel=ep-size=2 -o "$artifacts/$name.ep2.mlir"
+    local single_passes=() ep_passes=(--moe-expert-parallel=ep-size=2)
+    if [ "$name" = qwen3_train ]; then
+      # The train step: forward and backward (the backward's exchanges are
+      # the reverse all_to_alls -moe-autodiff derives).
+      single_passes=(--moe-autodiff)
+      ep_passes=(--moe-expert-parallel=ep-size=2 --moe-autodiff --moe-expert-parallel=ep-size=2)
+    fi
+    "$root/build/bin/moe-opt" "$src" "${single_passes[@]}" -o "$artifacts/$name.single.mlir"
+    "$root/build/bin/moe-opt" "$src" "${ep_passes[@]}" -o "$artifacts/$name.ep2.mlir"
     echo "compile: $name (1 GPU, EP=2; $chip)"
-    "$root/build/bin/moe-compile" "$src" --target="$chip" -o "$artifacts/$name.single.$chip.so"
+    "$root/build/bin/moe-compile" "$artifacts/$name.single.mlir" --target="$chip" \
+      -o "$artifacts/$name.single.$chip.so"
     "$root/build/bin/moe-compile" "$artifacts/$name.ep2.mlir" --target="$chip" \
       -o "$artifacts/$name.ep2.$chip.so"
   done
@@ -237,6 +270,14 @@ run() {
     rc=0; launch_env "$rt/bin/moert-ep-check" "${args[@]}" || rc=$?
     record "$name EP=2 vs 1 GPU (torchrun-style)" $rc
   done
+  # NCCL's own all-to-all in the same run (PyTorch's, when it is there), at
+  # the byte counts of the qwen3 layer's exchanges and beyond.
+  if python3 -c "import torch.distributed" 2>/dev/null; then
+    echo "== NCCL all_to_all_single through torch.distributed, 2 GPUs"
+    rc=0; python3 -m torch.distributed.run --nproc_per_node=2 --master_port=$((31500 + RANDOM % 1000)) \
+      "$root/bench/nccl_all_to_all.py" 2>&1 | grep -v "^W\|OMP_NUM_THREADS\|^\*" || rc=$?
+    record "NCCL all_to_all_single (torch)" $rc
+  fi
   echo "== summary"
   printf '%s\n' "${results[@]}"
   return $status

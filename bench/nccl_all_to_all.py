@@ -1,0 +1,39 @@
+"""NCCL's all-to-all on this machine's GPUs, as PyTorch calls it, for the
+bandwidth beside libmoert's exchanges (scripts/gpu-ep-check.sh run):
+
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/nccl_all_to_all.py
+
+For each message size (bytes each rank sends in all, half to every other
+rank on 2 GPUs), the median over 20 calls of all_to_all_single; printed by
+rank 0 as GB/s of bytes sent to other ranks per GPU, the measure moert-ep-check
+prints for libmoert.
+"""
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+for mib in (1, 8, 16.3, 64, 256):
+    n = int(mib * 2**20) // 4 // world * world
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(25):
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_to_all_single(dst, src)
+        torch.cuda.synchronize()
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    to_others = n * 4 * (world - 1) / world
+    if rank == 0:
+        print(f"NCCL all_to_all_single {n * 4 / 2**20:8.1f} MiB per rank: {t * 1e3:7.3f} ms, "
+              f"{to_others / t / 1e9:6.1f} GB/s to other ranks per GPU")
+dist.destroy_process_group()
