@@ -134,6 +134,9 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   // become calls of those kernels; the rest takes
   // the generic data-parallel path below.
   if (moe::hasDedicatedGPUKernels(options.chip)) {
+    // Fused expert MLPs as their GEMMs (the same results, by definition),
+    // so that those GEMMs get the chip's kernels too.
+    pm.addPass(moe::createMoEExpandGroupedMlp());
     moe::MoEGPUDedicatedKernelsOptions dedicated;
     dedicated.chip = options.chip;
     dedicated.fp8Mma = options.mxfp8FP8MMA;

@@ -150,6 +150,16 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     are, silently; chips without kernels change nothing.
 
     Kernels:
+    - sm_90a (Hopper, wgmma): `moe.grouped_matmul` with bf16 operands, an
+      f32 result, no `transpose_rhs`, static shapes with K a multiple of 64
+      and N of 128: `@moe_wgmma_gmm_...`, warpgroup MMA (m64n128k16) fed by
+      a 4-buffer `cp.async` pipeline. MXFP8 operands with blocks along K go
+      the same way after `moe.dequantize` to bf16, which is exact (at most 4
+      significant bits times a power of two; scales down to 2^-124 for E4M3,
+      2^-117 for E5M2): the exact MXFP8 path Hopper has without a
+      block-scaled MMA. With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
+      per 32-wide K slice with both scales applied to the f32 partial sums
+      (`@moe_wgmma_mx_gmm_...`; faster, not exact).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
       operands (`!moe.mx<R x K x f8, axis = 1>`, `!moe.mx<E x K x N x f8,
       axis = 1>`, f8E4M3FN or f8E5M2, blocks of 32), an f32 result, no
@@ -175,7 +185,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "Hopper: run MXFP8 grouped GEMMs on FP8 wgmma with per-32-K promotion "
            "(fast, but the tensor core sums each 32-term slice at reduced "
            "precision: ~1e-3 relative differences from the exact result on "
-           "the H200); off by default, MXFP8 then takes the exact generic path">
+           "the H200); off by default, MXFP8 then dequantizes to bf16 (exact) "
+           "for the bf16 wgmma kernel">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

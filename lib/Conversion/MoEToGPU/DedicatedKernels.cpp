@@ -819,6 +819,59 @@ struct WgmmaGemm {
   }
 };
 
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
+
+/// Hopper has no block-scaled MMA: an MXFP8 grouped GEMM whose blocks run
+/// along K (`axis = 1` on both operands, no transpose) becomes
+/// `moe.dequantize` of each MX operand to bf16 and the bf16 GEMM, when that
+/// GEMM fits the wgmma kernel. The dequantization is exact: an E4M3/E5M2
+/// element has at most 4 significant bits and its scale is a power of two,
+/// so `q * 2^e` is a bf16 value (down to bf16's smallest subnormal, 2^-133:
+/// scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above, beneath which
+/// elements are far below anything a GEMM sums); bf16 products are exact
+/// in the f32 accumulator. Returns the new op, or nullopt (nothing changed).
+std::optional<GroupedMatmulOp> dequantizeMXToBF16(GroupedMatmulOp op) {
+  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
+  if ((!lhs && !rhs) || op.getTransposeRhs() ||
+      op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  Type bf16 = BFloat16Type::get(op.getContext());
+  // Each operand: MX with blocks along K (dequantized), or already bf16.
+  auto eligible = [&](Value v) {
+    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+      return mx.getAxis() == 1;
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.getElementType() == bf16;
+  };
+  if (!eligible(op.getLhs()) || !eligible(op.getRhs()))
+    return std::nullopt;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<Operation *> created;
+  auto toBF16 = [&](Value v) -> Value {
+    auto mx = dyn_cast<MXTensorType>(v.getType());
+    if (!mx)
+      return v;
+    auto dq = DequantizeOp::create(
+        b, loc, RankedTensorType::get(mx.getShape(), bf16), v);
+    created.push_back(dq);
+    return dq;
+  };
+  Value a = toBF16(op.getLhs()), w = toBF16(op.getRhs());
+  auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
+                                      op.getOffsets(), /*transpose_rhs=*/false);
+  if (!matchWgmmaGemm(gemm)) {
+    gemm.erase();
+    for (Operation *c : llvm::reverse(created))
+      c->erase();
+    return std::nullopt;
+  }
+  op.getResult().replaceAllUsesWith(gemm.getResult());
+  op.erase();
+  return gemm;
+}
+
 std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
   if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
     return std::nullopt;
@@ -1622,6 +1675,10 @@ struct MoEGPUDedicatedKernelsPass
 
     if (chip == "sm_90a") {
       for (GroupedMatmulOp op : candidates) {
+        // MXFP8 without fp8-mma: exact through bf16 (dequantizeMXToBF16).
+        if (!fp8Mma)
+          if (std::optional<GroupedMatmulOp> viaBF16 = dequantizeMXToBF16(op))
+            op = *viaBF16;
         // FP8 wgmma sums each 32-term slice at reduced precision: only on
         // request (fp8-mma); otherwise MXFP8 keeps the exact generic path.
         std::optional<WgmmaMxGemm> mx =

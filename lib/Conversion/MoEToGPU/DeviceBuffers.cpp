@@ -33,6 +33,47 @@ bool touchesMemory(Operation *op) {
   return r.wasInterrupted();
 }
 
+/// The buffer deallocation's bookkeeping (its "generic case" for many
+/// buffers): the helper function it generates, and the index / i1 arrays of
+/// pointers and ownership flags it fills, hands to the helper and reads, all
+/// on the host. They stay host memory and host code.
+bool isDeallocHelper(func::FuncOp f) {
+  return f.getSymName().starts_with("dealloc_helper");
+}
+
+bool isBookkeeping(memref::AllocOp alloc) {
+  Type elt = alloc.getType().getElementType();
+  if (!elt.isIndex() && !elt.isInteger(1))
+    return false;
+  SmallVector<Value> worklist = {alloc.getResult()};
+  while (!worklist.empty()) {
+    Value v = worklist.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (inKernel(user))
+        return false;
+      if (auto cast = dyn_cast<memref::CastOp>(user)) {
+        worklist.push_back(cast.getResult());
+        continue;
+      }
+      if (auto call = dyn_cast<func::CallOp>(user)) {
+        if (!call.getCallee().starts_with("dealloc_helper"))
+          return false;
+        continue;
+      }
+      if (!isa<memref::LoadOp, memref::StoreOp, memref::DeallocOp>(user))
+        return false;
+    }
+  }
+  return true;
+}
+
+/// Whether `memref` is (a cast of) one of `host`'s buffers.
+bool isHostBuffer(Value memref, const llvm::DenseSet<Value> &host) {
+  while (auto cast = memref.getDefiningOp<memref::CastOp>())
+    memref = cast.getSource();
+  return host.contains(memref);
+}
+
 /// Runs `op` (which has no results) in a kernel of one thread.
 void wrapInSingleThreadKernel(IRRewriter &rewriter, Operation *op) {
   rewriter.setInsertionPoint(op);
@@ -54,8 +95,13 @@ struct MoEGPUDeviceBuffersPass
     bool failed = false;
 
     for (auto func : module.getOps<func::FuncOp>()) {
-      if (func.isExternal())
+      if (func.isExternal() || isDeallocHelper(func))
         continue;
+      llvm::DenseSet<Value> host;
+      func.walk([&](memref::AllocOp alloc) {
+        if (isBookkeeping(alloc))
+          host.insert(alloc.getResult());
+      });
       // Host loops and stores still touching buffers: one-thread kernels.
       SmallVector<Operation *> sequential;
       for (Block &block : func.getBody())
@@ -64,7 +110,8 @@ struct MoEGPUDeviceBuffersPass
               touchesMemory(&op))
             sequential.push_back(&op);
       func.walk([&](memref::StoreOp op) {
-        if (!inKernel(op) && op->getParentOp() == func)
+        if (!inKernel(op) && op->getParentOp() == func &&
+            !isHostBuffer(op.getMemRef(), host))
           sequential.push_back(op);
       });
       for (Operation *op : sequential) {
@@ -95,7 +142,7 @@ struct MoEGPUDeviceBuffersPass
         wrapInSingleThreadKernel(rewriter, op);
       }
       func.walk([&](memref::LoadOp op) {
-        if (!inKernel(op)) {
+        if (!inKernel(op) && !isHostBuffer(op.getMemRef(), host)) {
           op.emitError("reads a device buffer on the host; return the tensor "
                        "instead of using its elements in host code");
           failed = true;
@@ -107,6 +154,8 @@ struct MoEGPUDeviceBuffersPass
           return;
         rewriter.setInsertionPoint(op);
         if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
+          if (host.contains(alloc.getResult()))
+            return;
           rewriter.replaceOpWithNewOp<gpu::AllocOp>(
               alloc, alloc.getType(), /*asyncToken=*/Type(),
               /*asyncDependencies=*/ValueRange{}, alloc.getDynamicSizes(),
@@ -116,6 +165,8 @@ struct MoEGPUDeviceBuffersPass
               alloca, alloca.getType(), Type(), ValueRange{},
               alloca.getDynamicSizes(), alloca.getSymbolOperands(), false);
         } else if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
+          if (isHostBuffer(dealloc.getMemref(), host))
+            return;
           rewriter.replaceOpWithNewOp<gpu::DeallocOp>(
               dealloc, /*asyncToken=*/Type(), ValueRange{},
               dealloc.getMemref());

@@ -52,11 +52,15 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 
 // Ineligible for the bf16 kernel: K not a multiple of 64, N not a multiple
 // of 128, transposed weights, f32 operands. They stay moe.grouped_matmul.
-// MX operands take the MXFP8 kernel (hopper-wgmma-mxfp8.mlir).
+// The MXFP8 pair (blocks along K) is eligible through its exact bf16
+// dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
 // CHECK-LABEL: func.func @ineligible
 // CHECK-NOT: call @moe_wgmma
-// CHECK-COUNT-5: moe.grouped_matmul
+// CHECK-COUNT-4: moe.grouped_matmul
 // CHECK-NOT: call @moe_wgmma
+// CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<64x128xf8E4M3FN, axis = 1> -> tensor<64x128xbf16>
+// CHECK: %[[WB:.*]] = moe.dequantize %{{.*}} : !moe.mx<2x128x128xf8E4M3FN, axis = 1> -> tensor<2x128x128xbf16>
+// CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_i32(%[[XB]], %[[WB]],
 // CHECK: return
 func.func @ineligible(%x96: tensor<64x96xbf16>, %w96: tensor<2x96x128xbf16>,
                       %x: tensor<64x128xbf16>, %w64: tensor<2x128x64xbf16>,
