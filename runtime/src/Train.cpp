@@ -3,6 +3,9 @@
 #include "moert/Train.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -22,8 +25,36 @@ namespace moert {
 // Optimizer and schedule
 //===----------------------------------------------------------------------===//
 
-void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
-               int64_t t, double lr, bool decay, const AdamWOptions &o) {
+namespace {
+/// Runs fn(begin, end) over [0, n) in chunks of `chunk` elements on the
+/// machine's cores. The chunks do not depend on the number of threads, so
+/// per-chunk results combined in chunk order are the same on every machine.
+void parallelChunks(int64_t n, int64_t chunk,
+                    const std::function<void(int64_t, int64_t, int64_t)> &fn) {
+  int64_t chunks = (n + chunk - 1) / chunk;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  if (chunks <= 1 || threads == 1) {
+    for (int64_t c = 0; c < chunks; ++c)
+      fn(c, c * chunk, std::min(n, (c + 1) * chunk));
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;)
+      fn(c, c * chunk, std::min(n, (c + 1) * chunk));
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < std::min<int64_t>(threads, chunks); ++i)
+    pool.emplace_back(work);
+  work();
+  for (std::thread &th : pool)
+    th.join();
+}
+constexpr int64_t kChunk = 1 << 18;
+
+void adamwRange(float *p, const float *g, float *m, float *v, int64_t begin,
+                int64_t end, int64_t t, double lr, bool decay,
+                const AdamWOptions &o) {
   const double c1 = 1.0 - std::pow(o.beta1, double(t));
   const double c2 = 1.0 - std::pow(o.beta2, double(t));
   const float b1 = float(o.beta1), b2 = float(o.beta2);
@@ -31,7 +62,7 @@ void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
   const float c2Sqrt = float(std::sqrt(c2));
   const float eps = float(o.eps);
   const float keep = decay ? float(1.0 - lr * o.weightDecay) : 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     float gi = g[i];
     p[i] *= keep;
     m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -39,6 +70,15 @@ void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
     float denom = std::sqrt(v[i]) / c2Sqrt + eps;
     p[i] -= stepSize * (m[i] / denom);
   }
+}
+} // namespace
+
+void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
+               int64_t t, double lr, bool decay, const AdamWOptions &o) {
+  // Elementwise: the same values whichever thread computes them.
+  parallelChunks(n, kChunk, [&](int64_t, int64_t begin, int64_t end) {
+    adamwRange(p, g, m, v, begin, end, t, lr, decay, o);
+  });
 }
 
 double learningRate(int64_t step, int64_t warmup, int64_t total, double peak,
@@ -55,16 +95,30 @@ double learningRate(int64_t step, int64_t warmup, int64_t total, double peak,
 
 double clipGradients(std::vector<std::pair<float *, int64_t>> &grads,
                      double maxNorm) {
+  // Sums of fixed chunks, added in order: the same norm on any core count.
   double sum = 0;
-  for (auto &[g, n] : grads)
-    for (int64_t i = 0; i < n; ++i)
-      sum += double(g[i]) * double(g[i]);
+  for (auto &[g, n] : grads) {
+    std::vector<double> partial(size_t((n + kChunk - 1) / kChunk), 0.0);
+    float *data = g;
+    parallelChunks(n, kChunk, [&](int64_t c, int64_t begin, int64_t end) {
+      double s = 0;
+      for (int64_t i = begin; i < end; ++i)
+        s += double(data[i]) * double(data[i]);
+      partial[size_t(c)] = s;
+    });
+    for (double s : partial)
+      sum += s;
+  }
   double norm = std::sqrt(sum);
   if (maxNorm > 0 && norm > maxNorm && std::isfinite(norm)) {
     float scale = float(maxNorm / (norm + 1e-6));
-    for (auto &[g, n] : grads)
-      for (int64_t i = 0; i < n; ++i)
-        g[i] *= scale;
+    for (auto &[g, n] : grads) {
+      float *data = g;
+      parallelChunks(n, kChunk, [&](int64_t, int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          data[i] *= scale;
+      });
+    }
   }
   return norm;
 }
