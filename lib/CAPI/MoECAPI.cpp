@@ -61,8 +61,9 @@ MlirModule moeBuildLanguageModel(MlirContext context, MlirStringRef config,
   MLIRContext *ctx = unwrap(context);
   Location loc = FileLineColLoc::get(ctx, unwrap(source), 1, 1);
   if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) ||
-      seq > (int64_t(1) << 31)) {
-    emitError(loc) << "batch and seq must be positive (and below 2^31), got "
+      seq > (int64_t(1) << 31) || batch * seq > (int64_t(1) << 31)) {
+    emitError(loc) << "batch and seq must be positive, with batch x seq at "
+                      "most 2^31 tokens; got "
                    << batch << " and " << seq;
     return MlirModule{nullptr};
   }

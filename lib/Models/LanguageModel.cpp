@@ -117,6 +117,16 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
   c.vocabSize = r.positive("vocab_size");
   if (r.failed())
     return make(r.error);
+  // Sizes far beyond any model that would build in memory are refused
+  // before anything is built for them.
+  for (auto [key, value, limit] :
+       {std::tuple<const char *, int64_t, int64_t>{"num_hidden_layers",
+                                                   c.numHiddenLayers, 4096},
+        {"num_experts", c.numExperts, 1 << 16},
+        {"num_attention_heads", c.numAttentionHeads, 1 << 12}})
+    if (value > limit)
+      return make(llvm::Twine("'") + key + "' is " + llvm::Twine(value) +
+                  ", more than " + llvm::Twine(limit) + " is not supported");
   c.headDim = r.positive("head_dim", std::max<int64_t>(
                                          1, c.hiddenSize / c.numAttentionHeads));
   c.decoderSparseStep = r.positive("decoder_sparse_step", 1);
