@@ -183,6 +183,17 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
                                    const TrainPipelineOptions &options) {
   pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
   pm.addPass(createCanonicalizerPass());
+  moe::MoEExpertParallelOptions parallel;
+  parallel.epSize = options.epSize;
+  if (options.autodiff) {
+    // Shard the forward, differentiate (the exchanges' gradients are the
+    // reverse exchanges), then sum the data-parallel gradients.
+    if (options.epSize != 1)
+      pm.addPass(moe::createMoEExpertParallel(parallel));
+    pm.addPass(moe::createMoEAutodiff());
+    if (options.epSize != 1)
+      pm.addPass(moe::createMoEExpertParallel(parallel));
+  }
   if (options.recipe != "none") {
     moe::MoEQuantizeOptions quantize;
     quantize.recipe = options.recipe;
@@ -191,11 +202,8 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(moe::createMoEQuantize(quantize));
   }
   pm.addPass(moe::createMoEFuseGroupedMlp());
-  if (options.epSize != 1) {
-    moe::MoEExpertParallelOptions parallel;
-    parallel.epSize = options.epSize;
+  if (options.epSize != 1 && !options.autodiff)
     pm.addPass(moe::createMoEExpertParallel(parallel));
-  }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
@@ -204,7 +212,8 @@ void mlir::moe::registerMoEPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "moe-train-pipeline",
       "The moe training transformations: group experts, precision recipe "
-      "(mxfp8|bf16|none), fuse expert MLPs, expert parallelism (ep-size)",
+      "(mxfp8|bf16|none), fuse expert MLPs, expert parallelism (ep-size), "
+      "and with autodiff=true the train step of every loss function",
       buildTrainPipeline);
   PassPipelineRegistration<GPUPipelineOptions>(
       "moe-gpu-pipeline",

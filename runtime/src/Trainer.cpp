@@ -373,6 +373,7 @@ int train(const TrainOptions &o, const std::string &artifactPath,
     return it->second;
   };
   std::string configText = meta("config");
+  std::string recipe = step->meta.count("recipe") ? step->meta.at("recipe") : "none";
   int64_t vocab = std::atoll(meta("vocab_size").c_str());
   double initStd = std::atof(meta("init_std").c_str());
   double flops = std::atof(meta("step_flops").c_str());
@@ -420,7 +421,8 @@ int train(const TrainOptions &o, const std::string &artifactPath,
   std::map<std::string, std::string> runMeta = {
       {"format", "moe-train/1"},       {"config", configText},
       {"batch", std::to_string(t.batch)}, {"seq", std::to_string(t.seq)},
-      {"seed", std::to_string(o.seed)}, {"alphabet", o.alphabet}};
+      {"seed", std::to_string(o.seed)}, {"alphabet", o.alphabet},
+      {"recipe", recipe}};
   if (o.resume) {
     std::vector<NamedTensor> tensors;
     std::map<std::string, std::string> saved;
@@ -429,7 +431,10 @@ int train(const TrainOptions &o, const std::string &artifactPath,
       t.die(error);
     if (saved["format"] != "moe-train/1")
       t.die(checkpoint + ": not a moe-train checkpoint");
-    for (const char *key : {"config", "batch", "seq", "seed", "alphabet"})
+    if (!saved.count("recipe"))
+      saved["recipe"] = "none";
+    for (const char *key :
+         {"config", "batch", "seq", "seed", "alphabet", "recipe"})
       if (saved[key] != runMeta[key])
         t.die(checkpoint + ": made with " + key + " '" + saved[key] +
               "', this run has '" + runMeta[key] +
@@ -561,9 +566,10 @@ int train(const TrainOptions &o, const std::string &artifactPath,
 
   std::fprintf(stderr,
                "%s: %zu parameter tensors, %lld training / %lld held-out rows "
-               "of %lld tokens; unigram held-out loss %.4f; %s\n",
+               "of %lld tokens; unigram held-out loss %.4f; %s%s\n",
                tool, np, (long long)rows, (long long)data.heldOutRows(),
-               (long long)t.seq, unigram, target.c_str());
+               (long long)t.seq, unigram, target.c_str(),
+               recipe == "none" ? "" : (", " + recipe + " expert GEMMs").c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
   std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
   std::vector<std::vector<float>> grads;

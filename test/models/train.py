@@ -6,6 +6,7 @@
 #   below its first value;
 # - resume is exact: 12 steps, stop, resume to 24 give the same losses and
 #   the same checkpoint bytes as 24 steps in one run;
+# - the MXFP8 recipe trains, its losses close to f32's;
 # - a kill (SIGKILL) while checkpoints are being written leaves a complete
 #   checkpoint that resumes;
 # - bad input: a truncated or corrupted checkpoint, a checkpoint of another
@@ -88,6 +89,18 @@ check(r.returncode == 0 and losses(b) == losses(c),
 with open(os.path.join(b, "checkpoint.safetensors"), "rb") as f1, \
         open(os.path.join(c, "checkpoint.safetensors"), "rb") as f2:
     check(f1.read() == f2.read(), "and the same checkpoint, byte for byte")
+
+# --- the MXFP8 recipe: MXFP8 expert GEMMs forward and backward ---
+x = os.path.join(out, "mxfp8")
+r = train(*short, "--out", x, "--recipe", "mxfp8")
+f32 = [m["loss"] for m in metrics(b) if "loss" in m]
+mx = [m["loss"] for m in metrics(x) if "loss" in m]
+gap = max(abs(p - q) for p, q in zip(f32, mx))
+check(r.returncode == 0 and "mxfp8 expert GEMMs" in r.stderr and 0 < gap < 1e-2,
+      f"--recipe mxfp8 trains; its 24 losses stay within {gap:.1e} of f32's (bound 1e-2)")
+r = train(*short, "--out", x, "--resume", expect=1)
+check(r.returncode == 1 and "made with recipe 'mxfp8', this run has 'none'" in r.stderr,
+      "an MXFP8 checkpoint does not resume as f32")
 
 # --- a kill while checkpointing leaves a complete checkpoint ---
 k = os.path.join(out, "k")

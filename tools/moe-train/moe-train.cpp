@@ -16,9 +16,11 @@
 #include "moe/Compiler/Compiler.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Models/LanguageModel.h"
+#include "moe/Pipelines/Pipelines.h"
 
 #include "moert/Trainer.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
@@ -39,6 +41,9 @@ static const char *kUsage =
     "  --batch N              rows per step (default 8)\n"
     "  --seq N                tokens per row (default 128)\n"
     "  --target NAME          cpu (default), or a GPU chip such as sm_90a\n"
+    "  --recipe NAME          expert GEMM precision: none (f32, default), bf16\n"
+    "                         or mxfp8 (MXFP8 forward and backward, f32 master\n"
+    "                         weights; hidden and expert FFN sizes multiples of 32)\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop (train\n"
     "                         it with moert-train where there is no MLIR)\n"
     "training:\n";
@@ -60,7 +65,7 @@ int main(int argc, char **argv) {
   if (!moert::parseTrainOptions(args, options, rest, error))
     die(error);
 
-  std::string configPath, target = "cpu";
+  std::string configPath, target = "cpu", recipe = "none";
   int64_t batch = 8, seq = 128;
   bool compileOnly = false;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -92,6 +97,11 @@ int main(int argc, char **argv) {
     } else if (name == "--target") {
       next();
       target = value;
+    } else if (name == "--recipe") {
+      next();
+      recipe = value;
+      if (recipe != "none" && recipe != "bf16" && recipe != "mxfp8")
+        die("--recipe must be none, bf16 or mxfp8, got '" + recipe + "'");
     } else if (name == "--batch") {
       integer(batch);
     } else if (name == "--seq") {
@@ -112,7 +122,8 @@ int main(int argc, char **argv) {
 
   if (std::error_code ec = llvm::sys::fs::create_directories(options.out))
     die("cannot create '" + options.out + "': " + ec.message());
-  std::string artifact = options.out + "/train_step-" + target + ".so";
+  std::string artifact = options.out + "/train_step-" + target +
+                         (recipe == "none" ? "" : "-" + recipe) + ".so";
   {
     DialectRegistry registry;
     moe::registerCompilerDialects(registry);
@@ -120,9 +131,22 @@ int main(int argc, char **argv) {
     OwningOpRef<ModuleOp> module =
         moe::buildLanguageModel(&context, *config, batch, seq);
     PassManager pm(&context);
-    pm.addPass(moe::createMoEAutodiff());
+    moe::TrainPipelineOptions train;
+    train.autodiff = true;
+    train.recipe = recipe;
+    moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
-      die("the train step could not be derived");
+      die("the train step could not be derived" +
+          (recipe == "none" ? std::string()
+                            : " with --recipe " + recipe));
+    // The recipe is part of the run: a checkpoint resumes only under it.
+    module->walk([&](func::FuncOp f) {
+      if (auto meta = f->getAttrOfType<DictionaryAttr>("moe.meta")) {
+        NamedAttrList entries(meta);
+        entries.set("recipe", StringAttr::get(&context, recipe));
+        f->setAttr("moe.meta", entries.getDictionary(&context));
+      }
+    });
     moe::CompileOptions compile;
     compile.target = target;
     if (failed(moe::compileToSharedObject(*module, artifact, compile,

@@ -63,12 +63,20 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("Keep the first and last layer (moe.layer) in high "
                      "precision"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> autodiff{
+      *this, "autodiff",
+      llvm::cl::desc("Derive the train step of every loss function "
+                     "(-moe-autodiff) before the precision recipe"),
+      llvm::cl::init(false)};
 };
 
 /// The moe-level training transformations, in order: group the experts into
 /// grouped ops, apply the precision recipe, fuse the expert MLPs (forward
-/// and backward), shard the experts over `ep-size` ranks. The result is
-/// still `moe` IR; lower it with -moe-cpu-pipeline or -moe-gpu-pipeline.
+/// and backward), shard the experts over `ep-size` ranks. With `autodiff`:
+/// group, shard, -moe-autodiff (gradients cross the ranks back), sum the
+/// data-parallel gradients, then the recipe (forward and backward GEMMs)
+/// and fusion. The result is still `moe` IR; lower it with
+/// -moe-cpu-pipeline or -moe-gpu-pipeline.
 void buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options);
 
 /// Registers the named pipelines (`-moe-train-pipeline`, `-moe-cpu-pipeline`,
