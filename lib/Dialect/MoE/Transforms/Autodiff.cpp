@@ -100,13 +100,13 @@ private:
     return linalg::GenericOp::create(
                b, l, init.getType(), g, init, maps, its,
                [&](OpBuilder &nb, Location nl, ValueRange a) {
+                 // Through f32 (bf16 <-> f16 have the same width).
                  Value v = a[0];
-                 unsigned from = v.getType().getIntOrFloatBitWidth();
-                 unsigned to = type.getElementType().getIntOrFloatBitWidth();
-                 if (from < to)
-                   v = arith::ExtFOp::create(nb, nl, type.getElementType(), v);
-                 else if (from > to)
-                   v = arith::TruncFOp::create(nb, nl, type.getElementType(), v);
+                 Type f32 = nb.getF32Type(), to = type.getElementType();
+                 if (!v.getType().isF32())
+                   v = arith::ExtFOp::create(nb, nl, f32, v);
+                 if (!to.isF32())
+                   v = arith::TruncFOp::create(nb, nl, to, v);
                  linalg::YieldOp::create(nb, nl, v);
                })
         .getResult(0);
