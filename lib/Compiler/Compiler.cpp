@@ -10,6 +10,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllDialects.h"
@@ -289,6 +290,21 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     log << "ptxas accepted " << ptxModules.size()
                  << " kernel modules for " << target << "\n";
   }
+
+  // Our argument and result attributes (moe.*) went into the manifest; the
+  // LLVM IR translation does not know them.
+  module.walk([](FunctionOpInterface f) {
+    auto strip = [](ArrayRef<NamedAttribute> attrs) {
+      return llvm::to_vector(llvm::make_filter_range(
+          attrs, [](NamedAttribute a) {
+            return !a.getName().getValue().starts_with("moe.");
+          }));
+    };
+    for (unsigned i = 0; i < f.getNumArguments(); ++i)
+      f.setArgAttrs(i, strip(f.getArgAttrs(i)));
+    for (unsigned i = 0; i < f.getNumResults(); ++i)
+      f.setResultAttrs(i, strip(f.getResultAttrs(i)));
+  });
 
   // LLVM IR, with the manifest as an exported constant.
   llvm::LLVMContext llvmContext;

@@ -81,6 +81,11 @@ bool CachingAllocator::free(void *ptr, void *stream) {
   return true;
 }
 
+void CachingAllocator::resetPeak() {
+  std::lock_guard<std::mutex> lock(mutex);
+  counters.peakBytesInUse = counters.bytesInUse;
+}
+
 void CachingAllocator::emptyCache() {
   std::lock_guard<std::mutex> lock(mutex);
   releaseCached();

@@ -376,6 +376,11 @@ void moert_gpu_empty_cache(void) {
   allocator().emptyCache();
 }
 
+void moert_gpu_reset_peak_memory(void) {
+  Scoped scope;
+  allocator().resetPeak();
+}
+
 void moert_gpu_synchronize(void) {
   Scoped scope;
   MOERT_CU(driver().cuCtxSynchronize());

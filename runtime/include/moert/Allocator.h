@@ -63,6 +63,8 @@ public:
   bool free(void *ptr, void *stream);
   /// Gives every cached block back to the device.
   void emptyCache();
+  /// Starts a new high-water mark at the bytes in use now.
+  void resetPeak();
   AllocatorStats stats() const;
 
 private:

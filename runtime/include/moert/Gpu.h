@@ -68,6 +68,8 @@ int moert_gpu_device(void);
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats);
 /// Gives cached device memory back to the driver.
 void moert_gpu_empty_cache(void);
+/// Starts a new high-water mark (peak_bytes_in_use) at the bytes in use now.
+void moert_gpu_reset_peak_memory(void);
 /// Waits for all work on the device.
 void moert_gpu_synchronize(void);
 

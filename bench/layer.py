@@ -1,0 +1,147 @@
+"""The Qwen3-30B-A3B MoE layer (hidden 2048, expert FFN 768, 128 experts,
+top-8), forward + backward, ours beside the peers, in one GPU run:
+
+    python3 bench/layer.py ARTIFACT_DIR [TOKENS ...]       (bench/run-layer.sh)
+
+Ours: the train step of the layer's loss sum(layer(x) * dy) that
+`bench/run-layer.sh prepare` compiled for sm_90a with
+-moe-train-pipeline{autodiff=true recipe=none|mxfp8} (f32 master weights;
+mxfp8: MXFP8 expert GEMMs forward and backward). Peers, bf16: transformers'
+Qwen3MoeSparseMoeBlock with its default experts and with grouped_mm, and a
+hand-written torch._grouped_mm layer. Routing balanced (random router) and
+skewed (a quarter of the experts favoured). Per row: tokens/s (median of
+runs after a warm-up), TFLOP/s of the expert GEMMs (6 x tokens x top-k x
+3 x hidden x ffn, forward + backward), peak GPU memory.
+"""
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+H, FF, E, K = 2048, 768, 128, 8
+art_dir = sys.argv[1]
+token_counts = [int(t) for t in sys.argv[2:]] or [2048, 8192]
+
+
+def inputs(T, skew, dtype=torch.float32):
+    g = torch.Generator(device="cuda").manual_seed(T + skew)
+    x = torch.randn(T, H, device="cuda", generator=g)
+    rw = torch.randn(H, E, device="cuda", generator=g) * 0.02
+    if skew:
+        u = torch.randn(H, device="cuda", generator=g)
+        u /= u.norm()
+        x += 3.0 * u
+        rw[:, : E // 4] += 0.5 * u[:, None]
+    w1 = torch.randn(E, H, 2 * FF, device="cuda", generator=g) * 0.02
+    w2 = torch.randn(E, FF, H, device="cuda", generator=g) * 0.02
+    dy = torch.randn(T, H, device="cuda", generator=g)
+    return [t.to(dtype) for t in (x, rw, w1, w2, dy)]
+
+
+def timed(fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def grouped_mm_layer(x, rw, w1, w2):
+    """Router softmax + top-k (renormalized), tokens sorted by expert,
+    torch._grouped_mm for both GEMMs, SwiGLU, weighted combine."""
+    T = x.shape[0]
+    probs = F.softmax(x.float() @ rw.float(), dim=-1)
+    w, idx = probs.topk(K, dim=-1)
+    w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
+    flat = idx.flatten()
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=E)
+    offs = counts.cumsum(0).to(torch.int32)
+    xs = x.repeat_interleave(K, dim=0)[order]
+    h = torch._grouped_mm(xs, w1, offs=offs)
+    a = F.silu(h[:, :FF]) * h[:, FF:]
+    y = torch._grouped_mm(a, w2, offs=offs)
+    out = torch.zeros(T * K, H, device=x.device, dtype=y.dtype)
+    out[order] = y
+    return (out.view(T, K, H) * w[..., None]).sum(1)
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
+                ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64), ("reuses", ctypes.c_uint64)]
+
+
+rows = []
+print(f"# MoE layer forward + backward, hidden {H}, expert FFN {FF}, {E} experts, top-{K}")
+print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+for T in token_counts:
+    flops = 6.0 * T * K * 3 * H * FF
+    repeat = 5 if T <= 8192 else 3
+    for skew in (0, 1):
+        routing = "skewed" if skew else "balanced"
+        # --- ours ---
+        from moe_mlir import load, runtime
+        for recipe in ("none", "mxfp8"):
+            path = os.path.join(art_dir, f"layer_{T}_{recipe}.sm_90a.so")
+            if not os.path.exists(path):
+                continue
+            art = load(path)
+            args = inputs(T, skew)
+            lib = runtime.moert()
+            lib.moert_gpu_empty_cache()
+            lib.moert_gpu_reset_peak_memory()
+            t = timed(lambda: art.loss_grad(*args), repeat)
+            stats = Stats()
+            lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
+            name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
+            rows.append((T, routing, name, T / t, flops / t / 1e12, stats.peak / 2**20))
+        # --- peers ---
+        try:
+            from transformers import Qwen3MoeConfig
+            from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+            for experts in ("eager", "grouped_mm"):
+                cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=FF, num_experts=E,
+                                     num_experts_per_tok=K, norm_topk_prob=True)
+                if experts != "eager":
+                    cfg._experts_implementation = experts
+                block = Qwen3MoeSparseMoeBlock(cfg).cuda().bfloat16()
+                x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
+                with torch.no_grad():
+                    block.gate.weight.copy_(rw.t())
+                    block.experts.gate_up_proj.copy_(w1.transpose(1, 2))
+                    block.experts.down_proj.copy_(w2.transpose(1, 2))
+                xx = x[None].requires_grad_(True)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+
+                def step():
+                    out = block(xx)
+                    out = out[0] if isinstance(out, tuple) else out
+                    out.backward(dy[None])
+                t = timed(step, repeat)
+                rows.append((T, routing, f"transformers {experts} bf16", T / t, flops / t / 1e12,
+                             torch.cuda.max_memory_allocated() / 2**20))
+                del block
+        except Exception as err:
+            print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
+        x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
+        w1 = w1.requires_grad_(True)
+        w2 = w2.requires_grad_(True)
+        xx = x.requires_grad_(True)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2).backward(dy), repeat)
+        rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
+                     torch.cuda.max_memory_allocated() / 2**20))
+print(f"{'tokens':>7} {'routing':9} {'':32} {'tokens/s':>12} {'TFLOP/s':>8} {'peak MiB':>9}")
+for T, routing, name, tps, tf, mem in rows:
+    print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f}")

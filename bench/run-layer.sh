@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The MoE layer table (bench/layer.py): ours beside transformers and a
+# torch._grouped_mm layer, forward + backward, balanced and skewed routing.
+#
+#   bench/run-layer.sh prepare [TOKENS...]  # here (MLIR): the layer's train
+#                                           # step for sm_90a, f32 and MXFP8
+#   bench/run-layer.sh run [TOKENS...]      # on the GPU machine (torch,
+#                                           # transformers; builds libmoert)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/gpu-artifacts/layer"
+mode=${1:-run}
+shift || true
+tokens=("$@")
+[ ${#tokens[@]} -gt 0 ] || tokens=(2048 8192)
+
+prepare() {
+  "$root/scripts/build.sh"
+  mkdir -p "$dir"
+  for T in "${tokens[@]}"; do
+    PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" >"$dir/layer_$T.mlir" <<'PY'
+import sys
+from moe_mlir import layers
+T = int(sys.argv[1])
+H, F, E, K = 2048, 768, 128, 8
+text = layers.moe_layer(T, H, F, E, K, name="loss")
+n = T * H
+text = text.replace(f"%w2: tensor<{E}x{F}x{H}xf32>) -> tensor<{T}x{H}xf32> {{",
+                    f"%w2: tensor<{E}x{F}x{H}xf32>, %dy: tensor<{T}x{H}xf32> {{moe.no_grad}}) -> tensor<f32> {{")
+text = text.replace(f"  return %out : tensor<{T}x{H}xf32>", f"""  %flat = tensor.collapse_shape %out [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %row = tensor.expand_shape %flat [[0, 1]] output_shape [1, {n}] : tensor<{n}xf32> into tensor<1x{n}xf32>
+  %dflat = tensor.collapse_shape %dy [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
+  %col = tensor.expand_shape %dflat [[0, 1]] output_shape [{n}, 1] : tensor<{n}xf32> into tensor<{n}x1xf32>
+  %e1 = tensor.empty() : tensor<1x1xf32>
+  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x{n}xf32>, tensor<{n}x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>""")
+print(text)
+PY
+    for recipe in none mxfp8; do
+      echo "compile: layer $T tokens, recipe $recipe (sm_90a)"
+      "$root/build/bin/moe-opt" "$dir/layer_$T.mlir" \
+        --moe-train-pipeline="autodiff=true recipe=$recipe" -o "$dir/layer_${T}_$recipe.mlir"
+      "$root/build/bin/moe-compile" "$dir/layer_${T}_$recipe.mlir" --target=sm_90a \
+        -o "$dir/layer_${T}_$recipe.sm_90a.so"
+    done
+  done
+}
+
+run() {
+  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
+  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
+    { tail -20 /tmp/moert-cmake.log; exit 1; }
+  cmake --build "$rt" -j16 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/bench/layer.py" "$dir" "${tokens[@]}"
+}
+
+case "$mode" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: bench/run-layer.sh prepare|run [TOKENS...]" >&2; exit 2 ;;
+esac
