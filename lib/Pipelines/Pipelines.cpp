@@ -57,6 +57,9 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   // (linalg.softmax) -> generics.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addNestedPass<func::FuncOp>(moe::createMoEDecomposeAggregates());
+  // On GPUs, sums to (nearly) one value would run in (nearly) one thread.
+  if (parallel)
+    pm.addNestedPass<func::FuncOp>(moe::createMoEGPUSplitReductions());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 

@@ -102,6 +102,30 @@ def MoEDecomposeAggregates : Pass<"moe-decompose-aggregates", "func::FuncOp"> {
                            "::mlir::math::MathDialect"];
 }
 
+def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
+  let summary = "Split long reductions with little parallelism around them (GPU)";
+  let description = [{
+    On tensors, before bufferization. A linalg op with one reduction loop of
+    at least `min-terms` iterations and at most `max-parallel` parallel
+    iterations (a dot product, a sum to a scalar) would run as a handful of
+    GPU threads each summing all the terms. It is split
+    (`linalg::splitReduction`): `ratio` parallel partial reductions (the
+    largest divisor of the reduction up to 1024), then a reduction of
+    those. Only the order of the sum changes. Ops whose
+    combiner is not a recognized reduction (e.g. one under a select) are
+    left as they are.
+  }];
+  let options = [
+    Option<"minTerms", "min-terms", "int64_t", /*default=*/"8192",
+           "Split reductions of at least this many terms">,
+    Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"64",
+           "... with at most this many parallel iterations around them">
+  ];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
   let summary = "Turn bufferized linalg ops into parallel loops mapped to GPU blocks and threads";
   let description = [{

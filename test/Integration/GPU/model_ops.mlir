@@ -69,3 +69,23 @@ func.func @router_combine_grad(%logits: tensor<512x16xf32>, %dw: tensor<512x4xf3
   %dwc = moe.combine_grad %y, %p, %dy : tensor<2048x64xf32>, tensor<512x4xi32>, tensor<512x64xf32> -> tensor<512x4xf32>
   return %dl, %dwc : tensor<512x16xf32>, tensor<512x4xf32>
 }
+
+// Long sums to one value: -moe-gpu-split-reductions spreads them over 1024
+// (1000 for 10^6 terms) partial sums on the GPU, so they sum in another order
+// than the CPU's single pass (relative differences of a few 1e-7 of the
+// terms' scale).
+func.func @long_sums(%a: tensor<1x65536xf32>, %b: tensor<65536x1xf32>, %c: tensor<1000000xf32>)
+    -> (tensor<1x1xf32>, tensor<f32>) attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<1x65536xf32>, tensor<65536x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %e0 = tensor.empty() : tensor<f32>
+  %z0 = linalg.fill ins(%c0 : f32) outs(%e0 : tensor<f32>) -> tensor<f32>
+  %s = linalg.reduce ins(%c : tensor<1000000xf32>) outs(%z0 : tensor<f32>) dimensions = [0]
+    (%x: f32, %acc: f32) {
+      %r = arith.addf %x, %acc : f32
+      linalg.yield %r : f32
+    }
+  return %m, %s : tensor<1x1xf32>, tensor<f32>
+}

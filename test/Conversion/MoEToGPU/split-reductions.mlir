@@ -1,0 +1,51 @@
+// RUN: moe-opt %s --moe-gpu-split-reductions | FileCheck %s
+// RUN: moe-opt %s --moe-gpu-split-reductions="min-terms=100000" | FileCheck %s --check-prefix=SHORT
+
+// A dot product: 1024 partial sums of 64 terms, then their sum.
+// CHECK-LABEL: func.func @dot
+// CHECK: tensor.expand_shape {{.*}} into tensor<1x1024x64xf32>
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// CHECK-SAME: outs(%{{.*}} : tensor<1x1x1024xf32>)
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK-SAME: outs(%{{.*}} : tensor<1x1xf32>)
+// Below min-terms the op stays.
+// SHORT-LABEL: func.func @dot
+// SHORT: linalg.matmul
+func.func @dot(%a: tensor<1x65536xf32>, %b: tensor<65536x1xf32>) -> tensor<1x1xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<1x65536xf32>, tensor<65536x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  return %m : tensor<1x1xf32>
+}
+
+// Enough parallel work around the reduction: left alone.
+// CHECK-LABEL: func.func @rows
+// CHECK: linalg.matmul
+// CHECK-NOT: tensor.expand_shape
+func.func @rows(%a: tensor<4096x65536xf32>, %b: tensor<65536x1xf32>) -> tensor<4096x1xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4096x1xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<4096x1xf32>) -> tensor<4096x1xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4096x65536xf32>, tensor<65536x1xf32>) outs(%z : tensor<4096x1xf32>) -> tensor<4096x1xf32>
+  return %m : tensor<4096x1xf32>
+}
+
+// A combiner under a select is not a recognized reduction: left alone.
+// CHECK-LABEL: func.func @guarded
+// CHECK: linalg.generic
+// CHECK-NOT: tensor.expand_shape
+func.func @guarded(%a: tensor<65536xf32>) -> tensor<f32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %s = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> ()>],
+                       iterator_types = ["reduction"]} ins(%a : tensor<65536xf32>) outs(%z : tensor<f32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %pos = arith.cmpf ogt, %x, %c0 : f32
+    %sum = arith.addf %acc, %x : f32
+    %r = arith.select %pos, %sum, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  return %s : tensor<f32>
+}
