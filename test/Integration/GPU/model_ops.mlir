@@ -72,10 +72,12 @@ func.func @router_combine_grad(%logits: tensor<512x16xf32>, %dw: tensor<512x4xf3
 
 // Long sums to one value: -moe-gpu-split-reductions spreads them over 1024
 // (1000 for 10^6 terms) partial sums on the GPU, so they sum in another order
-// than the CPU's single pass (relative differences of a few 1e-7 of the
-// terms' scale).
+// than the CPU's single pass. That pass is itself the less exact one: 10^6
+// sequential f32 additions of unit-variance terms (partial sums up to ~10^3)
+// drift by up to ~n * 2^-24 * |partial sum| from the exact sum; 0.025 was
+// seen on an H200 for the 10^6-term sum, bounded here by 0.25.
 func.func @long_sums(%a: tensor<1x65536xf32>, %b: tensor<65536x1xf32>, %c: tensor<1000000xf32>)
-    -> (tensor<1x1xf32>, tensor<f32>) attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+    -> (tensor<1x1xf32>, tensor<f32>) attributes {moe.test_tolerance = [2.5e-1, 1.0e-4]} {
   %c0 = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<1x1xf32>
   %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
