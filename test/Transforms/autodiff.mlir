@@ -1,5 +1,19 @@
 // RUN: moe-opt %s -moe-autodiff | FileCheck %s
 // RUN: moe-opt %s -moe-autodiff -moe-cpu-pipeline -o /dev/null
+// RUN: moe-opt %s -moe-train-pipeline="autodiff=true ep-size=2 recipe=none" | FileCheck %s --check-prefix=EP
+
+// Across 2 ranks: the forward's two exchanges, the backward's two reverse
+// ones (counted by what was received), and the data-parallel gradients
+// (table, norm, router, head) summed; the expert shards' are not.
+// EP-LABEL: func.func @loss_grad(
+// EP-SAME: tensor<2x32x32xf32> {moe.expert_shard
+// EP: %[[R:.*]], %[[RC:.*]] = moe.all_to_all %{{.*}}, %[[C:.*]] on @ep
+// EP: %{{.*}}, %[[BC:.*]] = moe.all_to_all %{{.*}}, %[[RC]] on @ep
+// EP: moe.all_to_all %{{.*}}, %[[BC]] on @ep
+// EP: moe.all_to_all %{{.*}}, %[[RC]] on @ep
+// EP-COUNT-4: shard.all_reduce
+// EP-NOT: shard.all_reduce
+// EP: return
 
 // The train step of a small language-model block: embedding, RMSNorm, the
 // MoE layer, the LM head and the loss. The forward is kept; each op the loss
