@@ -25,7 +25,7 @@ import numpy as np
 
 from ._errors import MLIRError
 
-__all__ = ["LanguageModel", "AdamW"]
+__all__ = ["LanguageModel", "AdamW", "export_hf"]
 
 
 class LanguageModel:
@@ -141,3 +141,41 @@ class AdamW:
             self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
             p -= np.float32(lr / c1) * self.m[k] / (np.sqrt(self.v[k]) / np.float32(np.sqrt(c2)) + np.float32(self.eps))
         return norm
+
+
+def export_hf(checkpoint, config, out_dir):
+    """Writes a moe-train checkpoint as a transformers model directory:
+    ``out_dir/model.safetensors`` (the parameters in transformers' layout,
+    without the optimizer state) and ``out_dir/config.json`` (the training
+    config), loadable with ``Qwen3MoeForCausalLM.from_pretrained(out_dir)``.
+    `checkpoint` is a checkpoint.safetensors (or the run directory holding
+    it); `config` the config.json (path or dict) the run trained."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    if os.path.isdir(checkpoint):
+        checkpoint = os.path.join(checkpoint, "checkpoint.safetensors")
+    with safe_open(checkpoint, framework="numpy") as f:
+        meta = f.metadata() or {}
+        if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
+            raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "
+                             "information (written by moe-train / moert-train)")
+        transposed = set(filter(None, meta["hf_transposed"].split(",")))
+        state = {}
+        for name in f.keys():
+            if name.startswith("optimizer."):
+                continue
+            t = f.get_tensor(name)
+            state[name] = np.ascontiguousarray(np.swapaxes(t, -1, -2) if name in transposed else t)
+    if not isinstance(config, dict):
+        with open(config) as cf:
+            config = json.load(cf)
+    config = dict(config)
+    config.setdefault("model_type", "qwen3_moe")
+    config.setdefault("architectures", ["Qwen3MoeForCausalLM"])
+    config["torch_dtype"] = "float32"
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as cf:
+        json.dump(config, cf, indent=2)
+    return out_dir

@@ -354,11 +354,14 @@ int train(const TrainOptions &o, const std::string &artifactPath,
       step = &f;
   if (!step)
     t.die(artifactPath + ": no loss_grad in the manifest");
+  std::string hfTransposed; // names whose last two dims transformers swaps
   for (const artifact::Tensor &a : step->args) {
     if (!a.param.empty()) {
       if (a.dtype != "f32")
         t.die(artifactPath + ": parameter " + a.param + " is not f32");
       t.params.push_back({a.param, a.shape, a.init == "ones"});
+      if (a.hfTransposed)
+        hfTransposed += (hfTransposed.empty() ? "" : ",") + a.param;
     } else if (a.input == "ids") {
       if (a.shape.size() != 2)
         t.die(artifactPath + ": ids are not [batch, seq]");
@@ -553,6 +556,8 @@ int train(const TrainOptions &o, const std::string &artifactPath,
     }
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
+    // What moe_mlir.models.export_hf needs to write transformers' layout.
+    m["hf_transposed"] = hfTransposed;
     std::string error;
     if (!writeSafetensors(checkpoint, tensors, m, error))
       t.die(error);

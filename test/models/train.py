@@ -4,6 +4,8 @@
 # and Pfam alignments from Debian's hmmer-examples:
 # - the loss falls: the held-out loss ends below the unigram baseline and
 #   below its first value;
+# - the trained checkpoint, exported (moe_mlir.models.export_hf), loads into
+#   transformers' Qwen3MoeForCausalLM and gives the same loss;
 # - resume is exact: 12 steps, stop, resume to 24 give the same losses and
 #   the same checkpoint bytes as 24 steps in one run;
 # - the MXFP8 recipe trains, its losses close to f32's;
@@ -21,7 +23,13 @@ import struct
 import subprocess
 import sys
 import time
+
+import numpy as np
+import torch
+from transformers import Qwen3MoeForCausalLM
+
 from checks import check, finish
+from moe_mlir.models import LanguageModel, export_hf
 
 out, tool = sys.argv[1], sys.argv[2]
 shutil.rmtree(out, ignore_errors=True)
@@ -76,6 +84,22 @@ check(len(steps) == 90 and all(k in steps[0] for k in
       "one metrics line per step with loss, lr, grad_norm, tokens/s, TFLOP/s, memory")
 with open(os.path.join(a, "loss.png"), "rb") as f:
     check(f.read(8) == b"\x89PNG\r\n\x1a\n", "a loss-curve PNG")
+
+# --- the trained model in transformers ---
+# export_hf writes transformers' layout; Qwen3MoeForCausalLM.from_pretrained
+# loads it, and its loss on a batch equals ours with the same weights.
+hf_dir = export_hf(a, config, os.path.join(out, "hf"))
+hf = Qwen3MoeForCausalLM.from_pretrained(hf_dir, attn_implementation="eager").float()
+ours = LanguageModel(config, batch=2, seq=64)
+params = ours.from_hf(dict(hf.named_parameters()))
+rng = np.random.default_rng(0)
+ids = rng.integers(3, 24, (2, 64)).astype(np.int32)
+with torch.no_grad():
+    theirs = float(hf(input_ids=torch.tensor(ids, dtype=torch.long),
+                      labels=torch.tensor(ids, dtype=torch.long)).loss)
+mine = ours.loss(params, ids, LanguageModel.next_token_labels(ids))
+check(abs(mine - theirs) <= 1e-5 * abs(theirs),
+      f"the trained checkpoint loads into transformers: loss {theirs:.6f} there, {mine:.6f} here")
 
 # --- resume is exact ---
 short = common + ["--steps", "24", "--checkpoint-every", "6"]
