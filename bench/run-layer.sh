@@ -56,9 +56,7 @@ PY
 
 run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
-  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
-    { tail -20 /tmp/moert-cmake.log; exit 1; }
-  cmake --build "$rt" -j16 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  "$root/scripts/build-runtime.sh" "$rt"
   PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
     python3 "$root/bench/layer.py" "$dir" "${tokens[@]}"
 }

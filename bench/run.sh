@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
 chip=${MOE_GPU_CHIP:-sm_90a}
 out=${1:-/dev/stdout}
-[ -x "$rt/bin/moert-check" ] || { cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$rt" -j8 >/dev/null; }
+[ -x "$rt/bin/moert-check" ] || "$root/scripts/build-runtime.sh" "$rt"
 rows=32768; flops=$(python3 -c "print(2.0*$rows*2048*1536)")
 {
   echo "# Grouped GEMM, Qwen3-30B-A3B expert GEMM1 shapes (E=128, K=2048, N=1536)"

@@ -29,9 +29,7 @@ prepare() {
 
 run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
-  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
-    { tail -20 /tmp/moert-cmake.log; exit 1; }
-  cmake --build "$rt" -j8 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  "$root/scripts/build-runtime.sh" "$rt"
   "$rt/bin/moert-gpu-info"
   local status=0
   for gpu in "$artifacts"/*."$chip".so; do

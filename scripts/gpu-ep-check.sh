@@ -174,9 +174,7 @@ launch_env() {
 build_runtime() {
   local rt=$1
   echo "== build libmoert ($rt)"
-  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
-    { tail -20 /tmp/moert-cmake.log; exit 1; }
-  cmake --build "$rt" -j8 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  "$root/scripts/build-runtime.sh" "$rt"
   grep -E "libmoert: (MPI|no MPI)" /tmp/moert-cmake.log || true
 }
 

@@ -33,9 +33,7 @@ prepare() {
 
 run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
-  cmake -S "$root/runtime" -B "$rt" -DCMAKE_BUILD_TYPE=Release >/tmp/moert-cmake.log 2>&1 ||
-    { tail -20 /tmp/moert-cmake.log; exit 1; }
-  cmake --build "$rt" -j16 >/tmp/moert-build.log 2>&1 || { tail -30 /tmp/moert-build.log; exit 1; }
+  "$root/scripts/build-runtime.sh" "$rt"
   local data=(--data "$dir/data/Pkinase.sto" --data "$dir/data/fn3.sto" --data "$dir/data/globins45.fa")
   local steps=${MOE_TRAIN_STEPS:-100} qsteps=${MOE_QWEN_STEPS:-4}
   local w=/tmp/moe-train-runs
