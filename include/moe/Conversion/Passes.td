@@ -181,7 +181,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       the same way after `moe.dequantize` to bf16, which is exact (at most 4
       significant bits times a power of two; scales down to 2^-124 for E4M3,
       2^-117 for E5M2): the exact MXFP8 path Hopper has without a
-      block-scaled MMA. With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
+      block-scaled MMA. A `transpose_rhs` GEMM (the data gradient) takes
+      the kernel after its rhs is transposed in memory (`linalg.transpose`). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
       per 32-wide K slice with both scales applied to the f32 partial sums
       (`@moe_wgmma_mx_gmm_...`; faster, not exact).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
@@ -217,11 +218,13 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     "::mlir::bufferization::BufferizationDialect",
     "::mlir::func::FuncDialect",
     "::mlir::gpu::GPUDialect",
+    "::mlir::linalg::LinalgDialect",
     "::mlir::LLVM::LLVMDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::moe::MoEDialect",
     "::mlir::NVVM::NVVMDialect",
-    "::mlir::scf::SCFDialect"
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
   ];
 }
 

@@ -153,10 +153,12 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -821,30 +823,35 @@ struct WgmmaGemm {
 
 std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
 
-/// Hopper has no block-scaled MMA: an MXFP8 grouped GEMM whose blocks run
-/// along K (`axis = 1` on both operands, no transpose) becomes
-/// `moe.dequantize` of each MX operand to bf16 and the bf16 GEMM, when that
-/// GEMM fits the wgmma kernel. The dequantization is exact: an E4M3/E5M2
-/// element has at most 4 significant bits and its scale is a power of two,
-/// so `q * 2^e` is a bf16 value (down to bf16's smallest subnormal, 2^-133:
-/// scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above, beneath which
-/// elements are far below anything a GEMM sums); bf16 products are exact
-/// in the f32 accumulator. Returns the new op, or nullopt (nothing changed).
-std::optional<GroupedMatmulOp> dequantizeMXToBF16(GroupedMatmulOp op) {
-  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
-  if ((!lhs && !rhs) || op.getTransposeRhs() ||
-      op->getParentOfType<ExpertsOp>())
+/// Brings a grouped GEMM to the form the bf16 wgmma kernel takes (bf16
+/// operands, rhs [E, K, N]):
+/// - Hopper has no block-scaled MMA: an MX operand whose blocks run along K
+///   (lhs `axis = 1`; rhs `axis = 1`, or `axis = 2` with `transpose_rhs`)
+///   becomes `moe.dequantize` to bf16. The dequantization is exact: an
+///   E4M3/E5M2 element has at most 4 significant bits and its scale is a
+///   power of two, so `q * 2^e` is a bf16 value (down to bf16's smallest
+///   subnormal, 2^-133: scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above,
+///   beneath which elements are far below anything a GEMM sums); bf16
+///   products are exact in the f32 accumulator.
+/// - `transpose_rhs` (the data gradient's rhs [E, N, K]): the rhs is
+///   transposed to [E, K, N] in memory first (a copy).
+/// Only when the resulting GEMM fits the kernel; returns the new op, or
+/// nullopt (nothing changed).
+std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
+  bool transposed = op.getTransposeRhs();
+  bool anyMX = isa<MXTensorType>(op.getLhs().getType()) ||
+               isa<MXTensorType>(op.getRhs().getType());
+  if ((!anyMX && !transposed) || op->getParentOfType<ExpertsOp>())
     return std::nullopt;
   Type bf16 = BFloat16Type::get(op.getContext());
   // Each operand: MX with blocks along K (dequantized), or already bf16.
-  auto eligible = [&](Value v) {
+  auto eligible = [&](Value v, unsigned kAxis) {
     if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-      return mx.getAxis() == 1;
+      return mx.getAxis() == kAxis;
     auto t = dyn_cast<RankedTensorType>(v.getType());
     return t && t.getElementType() == bf16;
   };
-  if (!eligible(op.getLhs()) || !eligible(op.getRhs()))
+  if (!eligible(op.getLhs(), 1) || !eligible(op.getRhs(), transposed ? 2 : 1))
     return std::nullopt;
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -859,6 +866,20 @@ std::optional<GroupedMatmulOp> dequantizeMXToBF16(GroupedMatmulOp op) {
     return dq;
   };
   Value a = toBF16(op.getLhs()), w = toBF16(op.getRhs());
+  if (transposed) {
+    auto wt = cast<RankedTensorType>(w.getType());
+    if (wt.getRank() != 3 || !wt.hasStaticShape())
+      return std::nullopt;
+    auto init = tensor::EmptyOp::create(
+        b, loc,
+        ArrayRef<int64_t>{wt.getDimSize(0), wt.getDimSize(2), wt.getDimSize(1)},
+        bf16);
+    auto t = linalg::TransposeOp::create(b, loc, w, init,
+                                         ArrayRef<int64_t>{0, 2, 1});
+    created.push_back(init);
+    created.push_back(t);
+    w = t.getResult()[0];
+  }
   auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
                                       op.getOffsets(), /*transpose_rhs=*/false);
   if (!matchWgmmaGemm(gemm)) {
@@ -1675,10 +1696,13 @@ struct MoEGPUDedicatedKernelsPass
 
     if (chip == "sm_90a") {
       for (GroupedMatmulOp op : candidates) {
-        // MXFP8 without fp8-mma: exact through bf16 (dequantizeMXToBF16).
-        if (!fp8Mma)
-          if (std::optional<GroupedMatmulOp> viaBF16 = dequantizeMXToBF16(op))
-            op = *viaBF16;
+        // MXFP8 without fp8-mma (exact through bf16), transposed rhs
+        // (materialized): see rewriteForWgmma.
+        bool mxOperands = isa<MXTensorType>(op.getLhs().getType()) ||
+                          isa<MXTensorType>(op.getRhs().getType());
+        if (!fp8Mma || !mxOperands)
+          if (std::optional<GroupedMatmulOp> rewritten = rewriteForWgmma(op))
+            op = *rewritten;
         // FP8 wgmma sums each 32-term slice at reduced precision: only on
         // request (fp8-mma); otherwise MXFP8 keeps the exact generic path.
         std::optional<WgmmaMxGemm> mx =

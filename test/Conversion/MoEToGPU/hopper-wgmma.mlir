@@ -51,13 +51,16 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 }
 
 // Ineligible for the bf16 kernel: K not a multiple of 64, N not a multiple
-// of 128, transposed weights, f32 operands. They stay moe.grouped_matmul.
-// The MXFP8 pair (blocks along K) is eligible through its exact bf16
-// dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
+// of 128, f32 operands. They stay moe.grouped_matmul.
+// The transposed rhs is eligible once transposed in memory, and the MXFP8
+// pair (blocks along K) through its exact bf16 dequantization
+// (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
 // CHECK-LABEL: func.func @ineligible
 // CHECK-NOT: call @moe_wgmma
-// CHECK-COUNT-4: moe.grouped_matmul
-// CHECK-NOT: call @moe_wgmma
+// CHECK-COUNT-2: moe.grouped_matmul
+// CHECK: %[[T:.*]] = linalg.transpose ins(%{{.*}} : tensor<2x128x128xbf16>) outs(%{{.*}} : tensor<2x128x128xbf16>) permutation = [0, 2, 1]
+// CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_i32(%{{.*}}, %[[T]],
+// CHECK: moe.grouped_matmul %{{.*}} : tensor<64x128xf32>, tensor<2x128x128xf32>
 // CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<64x128xf8E4M3FN, axis = 1> -> tensor<64x128xbf16>
 // CHECK: %[[WB:.*]] = moe.dequantize %{{.*}} : !moe.mx<2x128x128xf8E4M3FN, axis = 1> -> tensor<2x128x128xbf16>
 // CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_i32(%[[XB]], %[[WB]],
