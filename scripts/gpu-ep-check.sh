@@ -51,30 +51,15 @@ layers=${MOE_EP_LAYERS:-"small qwen3 qwen3_train"}
 # A MoE layer as MLIR: name T H E F K [loss]. With `loss`, the function is
 # the loss sum(layer(x) * dy) of a fixed gradient dy (for -moe-autodiff).
 layer_mlir() {
-  python3 - "$@" <<'PY'
+  PYTHONPATH="$root/python" python3 - "$@" <<'PY'
 import sys
+from moe_mlir.layers import as_loss
 name, T, H, E, F, K = sys.argv[1], *map(int, sys.argv[2:7])
 loss = len(sys.argv) > 7 and sys.argv[7] == "loss"
 rows = T * K
-n = T * H
-if loss:
-    extra, result = f", %dy: tensor<{T}x{H}xf32> {{moe.no_grad}}", "tensor<f32>"
-    ret = f"""  %flat = tensor.collapse_shape %out [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
-  %row = tensor.expand_shape %flat [[0, 1]] output_shape [1, {n}] : tensor<{n}xf32> into tensor<1x{n}xf32>
-  %dflat = tensor.collapse_shape %dy [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
-  %col = tensor.expand_shape %dflat [[0, 1]] output_shape [{n}, 1] : tensor<{n}xf32> into tensor<{n}x1xf32>
-  %zero = arith.constant 0.0 : f32
-  %e1 = tensor.empty() : tensor<1x1xf32>
-  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %m = linalg.matmul ins(%row, %col : tensor<1x{n}xf32>, tensor<{n}x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
-  return %l : tensor<f32>"""
-else:
-    extra, result = "", f"tensor<{T}x{H}xf32>"
-    ret = f"  return %out : tensor<{T}x{H}xf32>"
-print(f"""// {name}: {T} tokens, hidden {H}, {E} experts of FFN {F}, top-{K}
+text = f"""// {name}: {T} tokens, hidden {H}, {E} experts of FFN {F}, top-{K}
 func.func @{name}(%x: tensor<{T}x{H}xf32>, %logits: tensor<{T}x{E}xf32>,
-    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>{extra}) -> {result} {{
+    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>) -> tensor<{T}x{H}xf32> {{
   %idx, %w = moe.router %logits top_k({K}) softmax norm_topk_prob
       : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %s, %o, %c, %p = moe.dispatch %x, %idx experts({E})
@@ -83,8 +68,9 @@ func.func @{name}(%x: tensor<{T}x{H}xf32>, %logits: tensor<{T}x{E}xf32>,
   %a = moe.swiglu %h : tensor<{rows}x{2*F}xf32> -> tensor<{rows}x{F}xf32>
   %y = moe.grouped_matmul %a, %w2, %o : tensor<{rows}x{F}xf32>, tensor<{E}x{F}x{H}xf32>, tensor<{E+1}xi32> -> tensor<{rows}x{H}xf32>
   %out = moe.combine %y, %w, %p : tensor<{rows}x{H}xf32>, tensor<{T}x{K}xf32>, tensor<{T}x{K}xi32> -> tensor<{T}x{H}xf32>
-{ret}
-}}""")
+  return %out : tensor<{T}x{H}xf32>
+}}"""
+print(as_loss(text, name, T, H) if loss else text)
 PY
 }
 

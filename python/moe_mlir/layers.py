@@ -2,6 +2,7 @@
 
     text = moe_mlir.layers.moe_layer(tokens=64, hidden=64, ffn=32, experts=8, top_k=2)
     text = moe_mlir.layers.from_config("config.json", tokens=1024)
+    loss = moe_mlir.layers.as_loss(text, "moe_layer", rows=1024, cols=hidden)
 
 The function ``@moe_layer(x [T, H], router_w [H, E], w1 [E, H, 2F],
 w2 [E, F, H]) -> [T, H]`` computes, in f32: router logits ``x @ router_w``,
@@ -261,3 +262,32 @@ func.func @{name}(%x: tensor<{T}x{H}xf32>, %router_w: tensor<{H}x{E}xf32>,
       : tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32>, tensor<{E}x{H}x{2*F}xf32>, tensor<{E}x{F}x{H}xf32>
 }}
 """
+
+
+def as_loss(text, name, rows, cols):
+    """The function @name of `text`, which returns `%out : tensor<rows x cols
+    x f32>`, as a loss for -moe-autodiff: it takes one more argument, a fixed
+    output gradient `%dy` (marked moe.no_grad), and returns sum(out * dy) as
+    tensor<f32>, summed by rows and then over the rows (no single long sum,
+    which on a GPU would run in one thread)."""
+    out_type = f"tensor<{rows}x{cols}xf32>"
+    head = text.index(f"func.func @{name}(")
+    sig = text.index(f") -> {out_type} {{", head)
+    ret = text.index(f"  return %out : {out_type}", sig)
+    body = f"""  %loss_prod = arith.mulf %out, %dy : {out_type}
+  %loss_zero = arith.constant 0.0 : f32
+  %loss_ones_c = arith.constant dense<1.0> : tensor<{cols}x1xf32>
+  %loss_er = tensor.empty() : tensor<{rows}x1xf32>
+  %loss_zr = linalg.fill ins(%loss_zero : f32) outs(%loss_er : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
+  %loss_rows = linalg.matmul ins(%loss_prod, %loss_ones_c : {out_type}, tensor<{cols}x1xf32>) outs(%loss_zr : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
+  %loss_flat = tensor.collapse_shape %loss_rows [[0, 1]] : tensor<{rows}x1xf32> into tensor<{rows}xf32>
+  %loss_row = tensor.expand_shape %loss_flat [[0, 1]] output_shape [1, {rows}] : tensor<{rows}xf32> into tensor<1x{rows}xf32>
+  %loss_ones_r = arith.constant dense<1.0> : tensor<{rows}x1xf32>
+  %loss_e1 = tensor.empty() : tensor<1x1xf32>
+  %loss_z1 = linalg.fill ins(%loss_zero : f32) outs(%loss_e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %loss_m = linalg.matmul ins(%loss_row, %loss_ones_r : tensor<1x{rows}xf32>, tensor<{rows}x1xf32>) outs(%loss_z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %loss = tensor.collapse_shape %loss_m [] : tensor<1x1xf32> into tensor<f32>
+  return %loss : tensor<f32>"""
+    return (text[:sig] + f", %dy: {out_type} {{moe.no_grad}}) -> tensor<f32> {{"
+            + text[sig + len(f") -> {out_type} {{"):ret] + body
+            + text[ret + len(f"  return %out : {out_type}"):])

@@ -218,7 +218,7 @@ struct Memory {
   }
 };
 
-using Entry = void (*)(void **);
+using Entry = void *; // a packed entry point (moert::artifact::call)
 
 struct Param {
   std::string name;
@@ -272,10 +272,7 @@ struct Loop {
         ranks.push_back(p.shape.size());
     std::vector<int64_t> results(
         artifact::resultOffset(ranks, ranks.size()) / 8, 0);
-    std::vector<void *> pointers = {results.data()};
-    for (auto &d : descs)
-      pointers.push_back(d.data());
-    entry(pointers.data());
+    artifact::call(entry, results.data(), descs);
     if (memory.gpu)
       mgpuStreamSynchronize(memory.stream);
 
@@ -341,8 +338,8 @@ int train(const TrainOptions &o, const std::string &artifactPath,
     t.die("cannot load " + artifactPath + ": " + dlerror());
   auto *manifestText =
       static_cast<const char *>(dlsym(library, "moe_manifest"));
-  t.lossGrad = reinterpret_cast<Entry>(dlsym(library, "_mlir_packed_loss_grad"));
-  t.lossOnly = reinterpret_cast<Entry>(dlsym(library, "_mlir_packed_loss"));
+  t.lossGrad = dlsym(library, artifact::packedSymbol("loss_grad").c_str());
+  t.lossOnly = dlsym(library, artifact::packedSymbol("loss").c_str());
   if (!manifestText || !t.lossGrad || !t.lossOnly)
     t.die(artifactPath + " has no train step (loss and loss_grad of a "
                          "moe-model graph, compiled by moe-compile)");

@@ -44,12 +44,7 @@ using moert::artifact::parseManifest;
 using moert::artifact::resultOffset;
 using moert::artifact::Tensor;
 
-void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
-  if (!moert::artifact::call(fn, results, args)) {
-    std::fprintf(stderr, "moert-check: at most 11 arguments supported\n");
-    std::exit(2);
-  }
-}
+using moert::artifact::call;
 
 double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
   if (t.dtype == "f32") {
@@ -153,7 +148,7 @@ int main(int argc, char **argv) {
   for (const Function &f : fns) {
     if (!only.empty() && f.name != only)
       continue;
-    std::string sym = "_mlir_ciface_" + f.name;
+    std::string sym = moert::artifact::packedSymbol(f.name);
     void *cf = cpu ? dlsym(cpu, sym.c_str()) : nullptr;
     void *gf = dlsym(gpu, sym.c_str());
     if ((!cf && !gpuOnly) || !gf) {

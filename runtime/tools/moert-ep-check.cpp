@@ -71,11 +71,7 @@ using moert::artifact::resultOffset;
 using moert::artifact::Tensor;
 using moert::artifact::targetOf;
 
-void call(void *fn, void *results, std::vector<std::vector<int64_t>> &args) {
-  if (!moert::artifact::call(fn, results, args)) {
-    moert::comm::world().abort(2, "moert-ep-check: at most 11 arguments");
-  }
-}
+using moert::artifact::call;
 
 double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
   if (t.dtype == "f32") {
@@ -174,7 +170,7 @@ Run run(void *handle, const Function &f,
         std::vector<std::vector<uint8_t>> &inputs,
         const std::vector<Tensor> &argTypes, bool gpu, int warmup, int repeat,
         Communicator &comm) {
-  std::string sym = "_mlir_ciface_" + f.name;
+  std::string sym = moert::artifact::packedSymbol(f.name);
   void *fn = dlsym(handle, sym.c_str());
   if (!fn)
     comm.abort(2, "moert-ep-check: no " + sym);

@@ -1,5 +1,7 @@
 //===- DeviceBuffers.cpp - every host buffer in GPU memory ----------------===//
 
+#include "SingleThread.h"
+
 #include "moe/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -74,19 +76,6 @@ bool isHostBuffer(Value memref, const llvm::DenseSet<Value> &host) {
   return host.contains(memref);
 }
 
-/// Runs `op` (which has no results) in a kernel of one thread.
-void wrapInSingleThreadKernel(IRRewriter &rewriter, Operation *op) {
-  rewriter.setInsertionPoint(op);
-  Location loc = op->getLoc();
-  Value one = arith::ConstantIndexOp::create(rewriter, loc, 1);
-  auto launch = gpu::LaunchOp::create(rewriter, loc, one, one, one, one, one,
-                                      one);
-  Block &body = launch.getBody().front();
-  rewriter.setInsertionPointToEnd(&body);
-  auto terminator = gpu::TerminatorOp::create(rewriter, loc);
-  op->moveBefore(terminator);
-}
-
 struct MoEGPUDeviceBuffersPass
     : moe::impl::MoEGPUDeviceBuffersBase<MoEGPUDeviceBuffersPass> {
   void runOnOperation() override {
@@ -139,7 +128,7 @@ struct MoEGPUDeviceBuffersPass
           failed = true;
           continue;
         }
-        wrapInSingleThreadKernel(rewriter, op);
+        moe::detail::wrapInSingleThreadKernel(rewriter, op);
       }
       func.walk([&](memref::LoadOp op) {
         if (!inKernel(op) && !isHostBuffer(op.getMemRef(), host)) {

@@ -1,5 +1,7 @@
 //===- MapLoops.cpp - linalg on buffers -> loops mapped to the GPU --------===//
 
+#include "SingleThread.h"
+
 #include "moe/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -49,16 +51,8 @@ struct MoEGPUMapLoopsPass
       // An op without a parallel loop (a reduction to a scalar, a copy of
       // a 0-d buffer) runs in a kernel of one thread; left on the host it
       // would read device memory.
-      if (op.getNumParallelLoops() == 0) {
-        rewriter.setInsertionPoint(op);
-        Location loc = op.getLoc();
-        Value one = arith::ConstantIndexOp::create(rewriter, loc, 1);
-        auto launch = gpu::LaunchOp::create(rewriter, loc, one, one, one, one,
-                                            one, one);
-        rewriter.setInsertionPointToEnd(&launch.getBody().front());
-        auto terminator = gpu::TerminatorOp::create(rewriter, loc);
-        op->moveBefore(terminator);
-      }
+      if (op.getNumParallelLoops() == 0)
+        moe::detail::wrapInSingleThreadKernel(rewriter, op);
       rewriter.setInsertionPoint(op);
       if (failed(linalg::linalgOpToParallelLoops(rewriter, op))) {
         op.emitError("could not be turned into parallel loops");

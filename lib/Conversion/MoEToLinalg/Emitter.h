@@ -312,10 +312,15 @@ Value gemmOperand(Emitter &e, Type original, ValueRange converted);
 
 /// The router's per-expert scores (f32 [T, E]) from f32 logits: softmax,
 /// sigmoid, or the logits themselves when softmax comes after top-k.
-Value routerScores(Emitter &e, RouterOp op, Value logits);
+Value routerScores(Emitter &e, ScoreFunction score, bool softmaxAfterTopk,
+                   Value logits);
 
 /// The router's combine weights from the picked scores (f32 [T, k]).
 Value routerWeights(Emitter &e, RouterOp op, Value picked);
+
+/// For every row of a [T, n] f32 tensor: its max m and sum_j exp(v_j - m)
+/// (in order); the pieces of softmax and log-sum-exp.
+std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v);
 
 /// Row-wise softmax of a [T, n] f32 tensor (max-subtracted, sums in order).
 Value rowSoftmax(Emitter &e, Value v);

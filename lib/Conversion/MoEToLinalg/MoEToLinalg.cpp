@@ -372,8 +372,7 @@ struct RowMaps {
   }
 };
 
-/// Row-wise softmax of a [T, n] f32 tensor (max-subtracted).
-Value rowSoftmax(Emitter &e, Value v) {
+std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v) {
   RowMaps rm(e.b.getContext());
   auto mapTE = rm.mapTE, mapT = rm.mapT;
   auto rowReduce = rm.rowReduce;
@@ -394,7 +393,15 @@ Value rowSoftmax(Emitter &e, Value v) {
                           return SmallVector<Value>{
                               arith::AddFOp::create(nb, nl, a[2], ex)};
                         })[0];
-  Value init = e.empty(e.sizes(v), f32);
+  return {rowMax, sum};
+}
+
+/// Row-wise softmax of a [T, n] f32 tensor (max-subtracted).
+Value rowSoftmax(Emitter &e, Value v) {
+  RowMaps rm(e.b.getContext());
+  auto mapTE = rm.mapTE, mapT = rm.mapT;
+  auto [rowMax, sum] = rowMaxAndSumExp(e, v);
+  Value init = e.empty(e.sizes(v), e.b.getF32Type());
   return e.generic({v, rowMax, sum}, init, {mapTE, mapT, mapT, mapTE},
                    {IteratorType::parallel, IteratorType::parallel},
                    [&](OpBuilder &nb, Location nl, ValueRange a) {
@@ -427,11 +434,12 @@ Value rowNormalize(Emitter &e, Value v) {
 }
 } // namespace mlir::moe::detail
 
-Value mlir::moe::detail::routerScores(Emitter &e, RouterOp op, Value logits) {
-  if (op.getScore() == ScoreFunction::sigmoid)
+Value mlir::moe::detail::routerScores(Emitter &e, ScoreFunction score,
+                                      bool softmaxAfterTopk, Value logits) {
+  if (score == ScoreFunction::sigmoid)
     return e.map(logits, e.b.getF32Type(),
                  [](Emitter &n, ValueRange a) { return n.sigmoid(a[0]); });
-  if (op.getSoftmaxAfterTopk())
+  if (softmaxAfterTopk)
     return logits;
   return rowSoftmax(e, logits);
 }
@@ -461,7 +469,8 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
     int64_t k = op.getTopK();
     Value tokensDim = e.dim(logits, 0);
     float inf = std::numeric_limits<float>::infinity();
-    Value scores = routerScores(e, op, logits);
+    Value scores =
+        routerScores(e, op.getScore(), op.getSoftmaxAfterTopk(), logits);
 
     // Top-k by repeated arg-max over the experts not yet taken.
     Type idxElt = op.getIndices().getType().getElementType();

@@ -63,9 +63,6 @@ Value inRange(Emitter &e, Value i, Value n) {
 }
 
 Type f32Of(Emitter &e) { return e.b.getF32Type(); }
-Type eltOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType();
-}
 
 /// sum over the reduction loops of a * b into a fresh f32 tensor `init`
 /// (zeros), in loop order.
@@ -557,25 +554,7 @@ struct CrossEntropyLowering : OpConversionPattern<CrossEntropyOp> {
     Value logits = e.castElements(adaptor.getLogits(), f32Of(e));
     Value labels = adaptor.getLabels();
     Value vocab = e.dim(logits, 1);
-    float inf = std::numeric_limits<float>::infinity();
-    AffineExpr n = getAffineDimExpr(0, ctx), v = getAffineDimExpr(1, ctx);
-    AffineMap nv = dims(ctx, 2, {n, v}), row = dims(ctx, 2, n);
-    SmallVector<OpFoldResult> rows = {e.sizes(logits)[0]};
-    Value rowMax =
-        e.generic(logits, e.fill(e.empty(rows, f32Of(e)), e.f32(-inf)),
-                  {nv, row}, {kPar, kRed},
-                  [&](OpBuilder &nb, Location nl, ValueRange a) {
-                    return SmallVector<Value>{
-                        arith::MaximumFOp::create(nb, nl, a[1], a[0])};
-                  })[0];
-    Value sumExp = e.generic({logits, rowMax}, e.zeros(rows, f32Of(e)),
-                             {nv, row, row}, {kPar, kRed},
-                             [&](OpBuilder &nb, Location nl, ValueRange a) {
-                               Emitter m{nb, nl};
-                               Value ex = math::ExpOp::create(
-                                   nb, nl, sub(m, a[0], a[1]));
-                               return SmallVector<Value>{add(m, a[2], ex)};
-                             })[0];
+    auto [rowMax, sumExp] = rowMaxAndSumExp(e, logits);
     // The loss of every counted row, summed in row order.
     AffineMap r1 = dims(ctx, 1, getAffineDimExpr(0, ctx)),
               scalar = dims(ctx, 1, {});
@@ -661,13 +640,8 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
     Value experts = e.dim(logits, 1);
     bool sigmoid = op.getScore() == ScoreFunction::sigmoid;
     bool after = op.getSoftmaxAfterTopk();
-    // Scores over all experts (softmax or sigmoid; the logits when the
-    // softmax comes after top-k), then the picked ones [T, k].
-    Value scores =
-        sigmoid ? e.map(logits, f32Of(e),
-                        [](Emitter &n, ValueRange a) { return n.sigmoid(a[0]); })
-        : after ? logits
-                : rowSoftmax(e, logits);
+    // The router's scores over all experts, then the picked ones [T, k].
+    Value scores = routerScores(e, op.getScore(), after, logits);
     AffineExpr t = getAffineDimExpr(0, ctx), j = getAffineDimExpr(1, ctx);
     AffineMap tj = dims(ctx, 2, {t, j}), tRow = dims(ctx, 2, t);
     SmallVector<OpFoldResult> tk = e.sizes(grad);

@@ -193,7 +193,8 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
     Value logits = e.castElements(adaptor.getLogits(), f32);
     int64_t numExperts = cast<RankedTensorType>(logits.getType()).getDimSize(1);
     int64_t k = op.getTopK();
-    Value scores = routerScores(e, op, logits);
+    Value scores =
+        routerScores(e, op.getScore(), op.getSoftmaxAfterTopk(), logits);
     Type idxElt = op.getIndices().getType().getElementType();
     SmallVector<OpFoldResult> tk = {e.sizes(logits)[0], rewriter.getIndexAttr(k)};
     auto id = AffineMap::getMultiDimIdentityMap(2, ctx);

@@ -178,41 +178,22 @@ inline size_t resultOffset(const Function &f, size_t i) {
   return resultOffset(ranks, i);
 }
 
-/// The most pointers call() passes (results buffer included).
-constexpr size_t kMaxCallPointers = 12;
+/// The symbol of `name`'s packed entry point (one array of pointers, any
+/// number of arguments).
+inline std::string packedSymbol(const std::string &name) {
+  return "_mlir_packed_" + name;
+}
 
-/// Calls `_mlir_ciface_<name>(results*, descriptor*...)`; false if there are
-/// more than kMaxCallPointers pointers (nothing is called then).
-inline bool call(void *fn, void *results,
+/// Calls a packed entry point `_mlir_packed_<name>(void **)`: the results
+/// buffer (if the function has results) then each argument's descriptor.
+inline void call(void *packed, void *results,
                  std::vector<std::vector<int64_t>> &args) {
-  using Entry = void (*)(...);
   std::vector<void *> p;
   if (results)
     p.push_back(results);
   for (auto &a : args)
     p.push_back(a.data());
-  auto f = reinterpret_cast<Entry>(fn);
-  switch (p.size()) {
-  case 1: f(p[0]); break;
-  case 2: f(p[0], p[1]); break;
-  case 3: f(p[0], p[1], p[2]); break;
-  case 4: f(p[0], p[1], p[2], p[3]); break;
-  case 5: f(p[0], p[1], p[2], p[3], p[4]); break;
-  case 6: f(p[0], p[1], p[2], p[3], p[4], p[5]); break;
-  case 7: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6]); break;
-  case 8: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]); break;
-  case 9: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]); break;
-  case 10: f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]); break;
-  case 11:
-    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10]);
-    break;
-  case 12:
-    f(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]);
-    break;
-  default:
-    return false;
-  }
-  return true;
+  reinterpret_cast<void (*)(void **)>(packed)(p.data());
 }
 
 inline float bf16ToFloat(uint16_t b) {

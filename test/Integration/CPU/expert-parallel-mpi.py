@@ -24,13 +24,15 @@ import os
 import subprocess
 import sys
 
+from moe_mlir.layers import as_loss
+
 out_dir = sys.argv[1]
 os.makedirs(out_dir, exist_ok=True)
 MPIRUN = os.environ["MOE_MPIRUN"].split()  # from lit.cfg.py
 
 
 def layer(name, T, H, E, F, K, pad, capacity=None, mx=False, fused=False,
-          router_weight=False):
+          router_weight=False, router_grad=True):
     """A MoE layer (router, dispatch, SwiGLU experts, combine) as MLIR. With
     router_weight, the logits come from a router weight matrix and the
     function also returns a data-parallel gradient of it."""
@@ -62,7 +64,7 @@ def layer(name, T, H, E, F, K, pad, capacity=None, mx=False, fused=False,
                    f"tensor<{E+1}xi32> -> tensor<{rows}x{H}xf32>\n")
     if router_weight:
         args = f"%x: tensor<{T}x{H}xf32>, %wr: tensor<{H}x{E}xf32>"
-        results = f"tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32> {{moe.gradient_of = 1 : i64}}"
+        results = f"(tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32> {{moe.gradient_of = 1 : i64}})"
         logits = f"""  %zero = arith.constant 0.0 : f32
   %e0 = tensor.empty() : tensor<{T}x{E}xf32>
   %z0 = linalg.fill ins(%zero : f32) outs(%e0 : tensor<{T}x{E}xf32>) -> tensor<{T}x{E}xf32>
@@ -75,6 +77,9 @@ def layer(name, T, H, E, F, K, pad, capacity=None, mx=False, fused=False,
   %g = linalg.matmul ins(%xt, %logits : tensor<{H}x{T}xf32>, tensor<{T}x{E}xf32>) outs(%zg : tensor<{H}x{E}xf32>) -> tensor<{H}x{E}xf32>
 """
         ret = f"  return %out, %g : tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32>"
+        if not router_grad:
+            results, grad = f"tensor<{T}x{H}xf32>", ""
+            ret = f"  return %out : tensor<{T}x{H}xf32>"
     else:
         args = f"%x: tensor<{T}x{H}xf32>, %logits: tensor<{T}x{E}xf32>"
         results = f"tensor<{T}x{H}xf32>"
@@ -82,7 +87,7 @@ def layer(name, T, H, E, F, K, pad, capacity=None, mx=False, fused=False,
         ret = f"  return %out : tensor<{T}x{H}xf32>"
     return f"""
 func.func @{name}({args},
-    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>) -> ({results}) {{
+    %w1: tensor<{E}x{H}x{2*F}xf32>, %w2: tensor<{E}x{F}x{H}xf32>) -> {results} {{
 {logits}  %idx, %w = moe.router %logits top_k({K}) softmax norm_topk_prob
       : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %s, %o, %c, %p = moe.dispatch %x, %idx experts({E}){cap} pad_to({pad})
@@ -166,23 +171,8 @@ case("router-gradient", layer("train", T=16, H=32, E=8, F=32, K=2, pad=1, router
 # differentiated on one rank: the loss, d x, d router_w and each rank's
 # expert weight gradients.
 def loss(T, H, E, F, K, fused):
-    body = layer("loss", T=T, H=H, E=E, F=F, K=K, pad=1, fused=fused, router_weight=True)
-    body = body.replace(f"{{moe.gradient_of = 1 : i64}}", "")
-    body = body.replace(f"%w2: tensor<{E}x{F}x{H}xf32>) -> (tensor<{T}x{H}xf32>, tensor<{H}x{E}xf32> )",
-                        f"%w2: tensor<{E}x{F}x{H}xf32>, %dy: tensor<{T}x{H}xf32> {{moe.no_grad}}) -> tensor<f32>")
-    n = T * H
-    tail = f"""  %flat = tensor.collapse_shape %out [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
-  %row = tensor.expand_shape %flat [[0, 1]] output_shape [1, {n}] : tensor<{n}xf32> into tensor<1x{n}xf32>
-  %dflat = tensor.collapse_shape %dy [[0, 1]] : tensor<{T}x{H}xf32> into tensor<{n}xf32>
-  %col = tensor.expand_shape %dflat [[0, 1]] output_shape [{n}, 1] : tensor<{n}xf32> into tensor<{n}x1xf32>
-  %e1 = tensor.empty() : tensor<1x1xf32>
-  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %m = linalg.matmul ins(%row, %col : tensor<1x{n}xf32>, tensor<{n}x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
-  return %l : tensor<f32>"""
-    start = body.index("  %et = tensor.empty()")
-    end = body.index("\n}", start)
-    return body[:start] + tail + body[end:]
+    return as_loss(layer("loss", T=T, H=H, E=E, F=F, K=K, pad=1, fused=fused,
+                         router_weight=True, router_grad=False), "loss", T, H)
 
 
 for label, fused in (("backward", False), ("backward-fused", True)):
