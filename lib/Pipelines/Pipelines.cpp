@@ -188,6 +188,7 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   moe::MoEExpertParallelOptions parallel;
   parallel.epSize = options.epSize;
+  parallel.chunks = options.epChunks;
   if (options.autodiff) {
     // Shard the forward, differentiate (the exchanges' gradients are the
     // reverse exchanges), then sum the data-parallel gradients.

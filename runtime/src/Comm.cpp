@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -251,6 +252,22 @@ double parseTimeout() {
   return t;
 }
 
+bool parseOverlap() {
+  const char *value = std::getenv("MOERT_COMM_OVERLAP");
+  if (!value || !*value)
+    return true;
+  if (std::strcmp(value, "1") == 0)
+    return true;
+  if (std::strcmp(value, "0") == 0)
+    return false;
+  fatal(std::string("MOERT_COMM_OVERLAP='") + value + "' is not 0 or 1");
+}
+
+/// An exchange that finished when it was started.
+struct Completed final : Communicator::Pending {
+  void wait() override {}
+};
+
 int faultVar(const char *var) {
   const char *value = std::getenv(var);
   if (!value || !*value)
@@ -333,6 +350,20 @@ Communicator &hostWorld() {
 double timeoutSeconds() {
   static double t = parseTimeout();
   return t;
+}
+
+bool overlapEnabled() {
+  static bool on = parseOverlap();
+  return on;
+}
+
+std::unique_ptr<Communicator::Pending> Communicator::allToAllVStart(
+    const void *send, int64_t sendRows, const int32_t *sendCounts,
+    int64_t slots, int64_t rowBytes, void *recv, int64_t recvCapacity,
+    int32_t *recvCounts, const char *what) {
+  allToAllV(send, sendRows, sendCounts, slots, rowBytes, recv, recvCapacity,
+            recvCounts, what);
+  return std::make_unique<Completed>();
 }
 
 Communicator &world() {
@@ -605,18 +636,20 @@ void checkRows(Communicator &c, const char *op, const char *what,
                    std::to_string(m->strides[1]) + ")");
 }
 
-/// Times a collective entry point for moert_comm_stats.
+/// Times a collective entry point for moert_comm_stats (`count`: the call
+/// is a new collective, not the wait of a started one).
 struct Timed {
-  bool allToAll;
+  bool allToAll, count;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  explicit Timed(bool allToAll) : allToAll(allToAll) {}
+  explicit Timed(bool allToAll, bool count = true)
+      : allToAll(allToAll), count(count) {}
   ~Timed() {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)
                    .count();
     std::lock_guard<std::mutex> lock(stats().mu);
     if (allToAll) {
-      ++stats().s.all_to_all_calls;
+      stats().s.all_to_all_calls += count ? 1 : 0;
       stats().s.all_to_all_seconds += s;
     } else {
       ++stats().s.all_reduce_calls;
@@ -625,21 +658,35 @@ struct Timed {
   }
 };
 
-void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
-              moert_memref1d *sendCounts, moert_memref2d *result,
-              moert_memref1d *recvCounts, int64_t groupSize) {
-  Timed timed(/*allToAll=*/true);
-  std::string op = std::string("moert_all_to_all_") + dtype;
+/// An all_to_all call's buffers, checked: what allToAllV(Start) takes.
+struct AllToAllArgs {
+  Communicator *comm;
+  const void *send;
+  int64_t sendRows;
+  const int32_t *sendCounts;
+  int64_t slots, rowBytes;
+  void *recv;
+  int64_t recvCapacity;
+  int32_t *recvCounts;
+  std::string what;
+};
+
+char *rowsOf(const moert_memref2d *m, size_t elementBytes) {
+  return static_cast<char *>(m->aligned) + m->offset * int64_t(elementBytes);
+}
+
+AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
+                          const char *dtype, moert_memref2d *input,
+                          moert_memref1d *sendCounts, moert_memref2d *result,
+                          moert_memref1d *recvCounts, int64_t groupSize) {
   auto bytesOf = [&](const moert_memref2d *m) {
     return m->sizes[0] * m->sizes[1] * int64_t(elementBytes);
   };
   Communicator &c = checkedWorld(
       op.c_str(), groupSize,
-      {{static_cast<char *>(input->aligned) + input->offset * elementBytes,
-        bytesOf(input)},
+      {{rowsOf(input, elementBytes), bytesOf(input)},
        {data<int32_t>(sendCounts), sendCounts->sizes[0] * 4},
-       {static_cast<char *>(result->aligned) + result->offset * elementBytes,
-        bytesOf(result)},
+       {rowsOf(result, elementBytes), bytesOf(result)},
        {data<int32_t>(recvCounts), recvCounts->sizes[0] * 4}});
   checkRows(c, op.c_str(), "the input", input);
   checkRows(c, op.c_str(), "the result", result);
@@ -654,14 +701,93 @@ void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
                    std::to_string(recvCounts->sizes[0]) +
                    " receive counts; both must be the same multiple of the " +
                    std::to_string(c.size()) + " ranks");
-  int64_t rowBytes = input->sizes[1] * int64_t(elementBytes);
-  std::string what = std::string(dtype) + " rows";
-  c.allToAllV(static_cast<char *>(input->aligned) + input->offset * elementBytes,
-              input->sizes[0], data<int32_t>(sendCounts), count / c.size(),
-              rowBytes,
-              static_cast<char *>(result->aligned) +
-                  result->offset * elementBytes,
-              result->sizes[0], data<int32_t>(recvCounts), what.c_str());
+  return {&c,
+          rowsOf(input, elementBytes),
+          input->sizes[0],
+          data<int32_t>(sendCounts),
+          count / c.size(),
+          input->sizes[1] * int64_t(elementBytes),
+          rowsOf(result, elementBytes),
+          result->sizes[0],
+          data<int32_t>(recvCounts),
+          std::string(dtype) + " rows"};
+}
+
+void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
+              moert_memref1d *sendCounts, moert_memref2d *result,
+              moert_memref1d *recvCounts, int64_t groupSize) {
+  Timed timed(/*allToAll=*/true);
+  AllToAllArgs a = allToAllArgs(std::string("moert_all_to_all_") + dtype,
+                                elementBytes, dtype, input, sendCounts, result,
+                                recvCounts, groupSize);
+  a.comm->allToAllV(a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes,
+                    a.recv, a.recvCapacity, a.recvCounts, a.what.c_str());
+}
+
+/// Exchanges started and not yet waited for, by handle.
+struct Started {
+  std::unique_ptr<Communicator::Pending> pending;
+  Communicator *comm;
+  const void *send;
+  void *recv;
+};
+struct StartedTable {
+  std::mutex mu;
+  int64_t next = 1;
+  std::map<int64_t, Started> live;
+};
+StartedTable &started() {
+  static StartedTable *t = new StartedTable();
+  return *t;
+}
+
+int64_t allToAllStart(const char *dtype, size_t elementBytes,
+                      moert_memref2d *input, moert_memref1d *sendCounts,
+                      moert_memref2d *result, moert_memref1d *recvCounts,
+                      int64_t groupSize) {
+  Timed timed(/*allToAll=*/true);
+  AllToAllArgs a = allToAllArgs(std::string("moert_all_to_all_start_") + dtype,
+                                elementBytes, dtype, input, sendCounts, result,
+                                recvCounts, groupSize);
+  std::unique_ptr<Communicator::Pending> pending;
+  if (overlapEnabled()) {
+    pending = a.comm->allToAllVStart(a.send, a.sendRows, a.sendCounts,
+                                     a.slots, a.rowBytes, a.recv,
+                                     a.recvCapacity, a.recvCounts,
+                                     a.what.c_str());
+  } else {
+    a.comm->allToAllV(a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes,
+                      a.recv, a.recvCapacity, a.recvCounts, a.what.c_str());
+    pending = std::make_unique<Completed>();
+  }
+  StartedTable &t = started();
+  std::lock_guard<std::mutex> lock(t.mu);
+  int64_t handle = t.next++;
+  t.live.emplace(handle, Started{std::move(pending), a.comm, a.send, a.recv});
+  return handle;
+}
+
+void allToAllWait(const char *dtype, size_t elementBytes, int64_t handle,
+                  moert_memref2d *input, moert_memref2d *result) {
+  Timed timed(/*allToAll=*/true, /*count=*/false);
+  std::string op = std::string("moert_all_to_all_wait_") + dtype;
+  Started s;
+  {
+    StartedTable &t = started();
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto it = t.live.find(handle);
+    if (it == t.live.end())
+      world().abort(1, op + ": no exchange was started with handle " +
+                           std::to_string(handle) + " (or it was waited for "
+                           "already)");
+    s = std::move(it->second);
+    t.live.erase(it);
+  }
+  if (s.send != rowsOf(input, elementBytes) ||
+      s.recv != rowsOf(result, elementBytes))
+    s.comm->abort(1, op + ": handle " + std::to_string(handle) +
+                         " was started with other buffers");
+  s.pending->wait();
 }
 
 void allReduce(const char *dtype, DType type, moert_memref1d *input,
@@ -701,6 +827,24 @@ MOERT_DEFINE_ALL_TO_ALL(bf16, 2)
 MOERT_DEFINE_ALL_TO_ALL(f16, 2)
 MOERT_DEFINE_ALL_TO_ALL(f64, 8)
 #undef MOERT_DEFINE_ALL_TO_ALL
+
+#define MOERT_DEFINE_ALL_TO_ALL_ASYNC(T, BYTES)                                \
+  int64_t _mlir_ciface_moert_all_to_all_start_##T(                             \
+      moert_memref2d *input, moert_memref1d *send_counts,                      \
+      moert_memref2d *result, moert_memref1d *recv_counts,                     \
+      int64_t group_size) {                                                    \
+    return allToAllStart(#T, BYTES, input, send_counts, result, recv_counts,   \
+                         group_size);                                          \
+  }                                                                            \
+  void _mlir_ciface_moert_all_to_all_wait_##T(                                 \
+      int64_t handle, moert_memref2d *input, moert_memref2d *result) {         \
+    allToAllWait(#T, BYTES, handle, input, result);                            \
+  }
+MOERT_DEFINE_ALL_TO_ALL_ASYNC(f32, 4)
+MOERT_DEFINE_ALL_TO_ALL_ASYNC(bf16, 2)
+MOERT_DEFINE_ALL_TO_ALL_ASYNC(f16, 2)
+MOERT_DEFINE_ALL_TO_ALL_ASYNC(f64, 8)
+#undef MOERT_DEFINE_ALL_TO_ALL_ASYNC
 
 #define MOERT_DEFINE_ALL_REDUCE(T, TYPE)                                       \
   void _mlir_ciface_moert_all_reduce_sum_##T(                                  \

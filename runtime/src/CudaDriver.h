@@ -58,6 +58,7 @@ namespace moert::cuda {
   X(cuMemHostRegister)                                                         \
   X(cuMemHostUnregister)                                                       \
   X(cuStreamQuery)                                                             \
+  X(cuEventQuery)                                                              \
   X(cuTensorMapEncodeTiled)
 
 struct Driver {

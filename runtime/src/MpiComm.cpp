@@ -9,7 +9,10 @@
 // all_to_all: each pair of ranks exchanges a small header (the collective's
 //   number and kind, the row size, the counts) with Isend/Irecv, then the
 //   rows; a header that does not match means the ranks run different
-//   programs and is an error.
+//   programs and is an error. A started exchange (allToAllVStart) returns
+//   with the rows' sends and receives posted; its wait polls them. (How much
+//   moves while the caller computes is up to the MPI library's progress:
+//   shared-memory transports mostly progress inside MPI calls.)
 // all_reduce: MPI_Iallreduce (bf16/f16 in f32), with the same kind of header
 //   sent to every peer first, so a missing rank can be named.
 // barrier: the header exchange alone.
@@ -120,7 +123,47 @@ public:
                  int64_t recvCapacity, int32_t *recvCounts,
                  const char *what) override {
     std::lock_guard<std::mutex> lock(mu);
+    Rows rows(*this);
+    startAllToAll(send, sendRows, sendCounts, slots, rowBytes, recv,
+                  recvCapacity, recvCounts, what, rows);
+    wait(rows.reqs, rows.peers, rows.isRecv, rows.label, "rows");
+  }
+
+  std::unique_ptr<Pending>
+  allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto rows = std::make_unique<Rows>(*this);
+    startAllToAll(send, sendRows, sendCounts, slots, rowBytes, recv,
+                  recvCapacity, recvCounts, what, *rows);
+    return rows;
+  }
+
+  /// The rows of an all_to_all in flight (non-blocking sends and receives).
+  struct Rows final : Pending {
+    explicit Rows(MpiComm &comm) : comm(comm) {}
+    void wait() override {
+      std::lock_guard<std::mutex> lock(comm.mu);
+      comm.wait(reqs, peers, isRecv, label, "rows");
+    }
+    MpiComm &comm;
+    std::string label;
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> isRecv;
+  };
+
+  /// An all_to_all up to its rows: headers and counts exchanged (and
+  /// checked), recvCounts written, own rows copied, zeros written, the rows'
+  /// sends and receives posted into `rows`.
+  void startAllToAll(const void *send, int64_t sendRows,
+                     const int32_t *sendCounts, int64_t slots,
+                     int64_t rowBytes, void *recv, int64_t recvCapacity,
+                     int32_t *recvCounts, const char *what, Rows &rows) {
     std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    rows.label = label;
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
     // 1. Headers and counts: [Header, counts for that peer (int64)].
     const int64_t words = 4 + slots;
@@ -202,7 +245,9 @@ public:
     }
     std::memset(dst + received * rowBytes, 0,
                 size_t((recvCapacity - received) * rowBytes));
-    wait(reqs, peers, isRecv, label, "rows");
+    rows.reqs = std::move(reqs);
+    rows.peers = std::move(peers);
+    rows.isRecv = std::move(isRecv);
   }
 
   void allReduceSum(const void *in, void *out, int64_t count,

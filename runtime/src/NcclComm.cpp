@@ -16,6 +16,14 @@
 // finished writing the input buffers, and the runtime synchronizes the
 // context first (cuCtxSynchronize) to be safe.
 //
+// Two NCCL communicators over the same ranks, each with its stream: `data`
+// carries the rows, the reductions and the blocking collectives' headers;
+// `control` the headers and counts of started exchanges (allToAllVStart),
+// which must not queue behind rows still in flight. A started exchange
+// skips the context synchronization (it would wait for those rows; the
+// caller has written its inputs), exchanges the counts on `control`, enqueues
+// the rows on `data` and records an event there; its wait polls the event.
+//
 // all_to_all: (1) the send counts are copied to the host and checked;
 // (2) each pair of ranks exchanges, with grouped ncclSend/ncclRecv, a header
 // (the collective's number and kind, the row size, the number of counts)
@@ -320,29 +328,32 @@ public:
   NcclComm(const NcclApi &api, const NcclBootstrap &b)
       : nc(api), rank_(b.rank), size_(b.size), mpi(b.mpi) {
     ContextScope scope; // initializes the device: a missing GPU stops here
-    MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    MOERT_CU(driver().cuStreamCreate(&data.stream, CU_STREAM_NON_BLOCKING));
+    MOERT_CU(driver().cuStreamCreate(&control.stream, CU_STREAM_NON_BLOCKING));
     double timeout = timeoutSeconds();
-    nccl::UniqueId id{};
+    // Two ids: the rows' communicator and the control one.
+    nccl::UniqueId ids[2] = {};
+    static_assert(sizeof(ids) % 8 == 0, "ncclUniqueId is 128 bytes");
     if (rank_ == 0)
-      check(nc.getUniqueId(&id), "ncclGetUniqueId", "setup");
+      for (nccl::UniqueId &id : ids)
+        check(nc.getUniqueId(&id), "ncclGetUniqueId", "setup");
     if (size_ > 1) {
       if (mpi) {
-        // Rank 0's id, everyone else's zeros: the sum is the id.
-        static_assert(sizeof(id) % 8 == 0, "ncclUniqueId is 128 bytes");
-        std::vector<int64_t> words(sizeof(id) / 8, 0);
+        // Rank 0's ids, everyone else's zeros: the sum is the ids.
+        std::vector<int64_t> words(sizeof(ids) / 8, 0);
         if (rank_ == 0)
-          std::memcpy(words.data(), &id, sizeof(id));
+          std::memcpy(words.data(), ids, sizeof(ids));
         mpi->allReduceSum(words.data(), words.data(), int64_t(words.size()),
                           DType::I64);
-        std::memcpy(&id, words.data(), sizeof(id));
+        std::memcpy(ids, words.data(), sizeof(ids));
       } else {
-        std::string blob(reinterpret_cast<const char *>(&id), sizeof(id));
+        std::string blob(reinterpret_cast<const char *>(ids), sizeof(ids));
         blob = storeBroadcast(b.store, rank_, size_, blob, timeout);
-        if (blob.size() != sizeof(id))
-          fatal("rank " + std::to_string(rank_) + ": the NCCL id from rank 0 "
-                "has " + std::to_string(blob.size()) + " bytes, not " +
-                std::to_string(sizeof(id)));
-        std::memcpy(&id, blob.data(), sizeof(id));
+        if (blob.size() != sizeof(ids))
+          fatal("rank " + std::to_string(rank_) + ": the NCCL ids from rank "
+                "0 have " + std::to_string(blob.size()) + " bytes, not " +
+                std::to_string(sizeof(ids)));
+        std::memcpy(ids, blob.data(), sizeof(ids));
       }
     }
     {
@@ -351,8 +362,10 @@ public:
                       " s (MOERT_COMM_TIMEOUT): a rank did not join the NCCL "
                       "communicator; exiting",
                   timeout + kWatchdogGrace);
-      check(nc.commInitRank(&comm, size_, id, rank_), "ncclCommInitRank",
-            "setup");
+      check(nc.commInitRank(&data.comm, size_, ids[0], rank_),
+            "ncclCommInitRank", "setup");
+      check(nc.commInitRank(&control.comm, size_, ids[1], rank_),
+            "ncclCommInitRank", "setup");
     }
   }
 
@@ -370,8 +383,9 @@ public:
     int64_t count = slots * size_;
     if (isDevicePointer(sendCounts)) {
       MOERT_CU(driver().cuCtxSynchronize()); // the inputs are written
-      exchange(label, dev(send), sendRows, dev(sendCounts), slots, rowBytes,
-               dev(recv), recvCapacity, dev(recvCounts));
+      exchange(label, data, dev(send), sendRows, dev(sendCounts), slots,
+               rowBytes, dev(recv), recvCapacity, dev(recvCounts));
+      wait(label, "rows", data, nullptr);
       return;
     }
     // Host buffers: through device memory.
@@ -382,11 +396,55 @@ public:
                 counts = stageCounts.get(2 * countBytes + 1);
     copy(in, dev(send), inBytes);
     copy(counts, dev(sendCounts), countBytes);
-    exchange(label, in, sendRows, counts, slots, rowBytes, out, recvCapacity,
-             counts + countBytes);
+    exchange(label, data, in, sendRows, counts, slots, rowBytes, out,
+             recvCapacity, counts + countBytes);
+    wait(label, "rows", data, nullptr);
     copy(dev(recv), out, outBytes);
     copy(dev(recvCounts), counts + countBytes, countBytes);
-    MOERT_CU(driver().cuStreamSynchronize(stream));
+    MOERT_CU(driver().cuStreamSynchronize(data.stream));
+  }
+
+  /// Rows still travelling on the data stream, up to `done`.
+  struct Rows final : Pending {
+    Rows(NcclComm &comm, std::string label, CUevent done)
+        : comm(comm), label(std::move(label)), done(done) {}
+    ~Rows() override {
+      if (done) {
+        ContextScope scope;
+        driver().cuEventDestroy(done);
+      }
+    }
+    void wait() override {
+      std::lock_guard<std::mutex> lock(comm.mu);
+      ContextScope scope;
+      comm.wait(label, "rows", comm.data, done);
+    }
+    NcclComm &comm;
+    std::string label;
+    CUevent done;
+  };
+
+  std::unique_ptr<Pending>
+  allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts,
+                 const char *what) override {
+    // Host buffers are staged through device memory: nothing to overlap.
+    if (!isDevicePointer(sendCounts))
+      return Communicator::allToAllVStart(send, sendRows, sendCounts, slots,
+                                          rowBytes, recv, recvCapacity,
+                                          recvCounts, what);
+    std::lock_guard<std::mutex> lock(mu);
+    ContextScope scope;
+    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    // No context synchronization: it would wait for the rows in flight. The
+    // caller has written the inputs (see the file comment).
+    exchange(label, control, dev(send), sendRows, dev(sendCounts), slots,
+             rowBytes, dev(recv), recvCapacity, dev(recvCounts));
+    CUevent done = nullptr;
+    MOERT_CU(driver().cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    MOERT_CU(driver().cuEventRecord(done, data.stream));
+    return std::make_unique<Rows>(*this, label, done);
   }
 
   void allReduceSum(const void *in, void *out, int64_t count,
@@ -406,7 +464,7 @@ public:
     copy(buffer, dev(in), n);
     reduce(label, buffer, buffer, count, type);
     copy(dev(out), buffer, n);
-    MOERT_CU(driver().cuStreamSynchronize(stream));
+    MOERT_CU(driver().cuStreamSynchronize(data.stream));
   }
 
   void barrier() override {
@@ -416,16 +474,26 @@ public:
     headers(label, Kind::Barrier, 0, 0, "arrival");
   }
 
+  /// A communicator and the stream its operations run on.
+  struct Channel {
+    nccl::Comm comm = nullptr;
+    CUstream stream = nullptr;
+    Scratch meta; ///< device memory for exchanged words
+  };
+
   [[noreturn]] void abort(int code, const std::string &message) override {
     std::fflush(stdout);
     std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
     std::fflush(stderr);
-    if (comm) {
+    if (data.comm || control.comm) {
       // If even the abort hangs (a wedged device), end the process anyway.
       Watchdog::get().arm(prefix() + "ncclCommAbort did not return; exiting",
                           std::min(30.0, timeoutSeconds() + kWatchdogGrace));
-      nc.commAbort(comm);
-      comm = nullptr;
+      for (Channel *c : {&data, &control})
+        if (c->comm) {
+          nc.commAbort(c->comm);
+          c->comm = nullptr;
+        }
     }
     if (mpi)
       mpi->abort(code, "ending the job (NCCL communicator aborted)");
@@ -442,18 +510,19 @@ private:
     if (rc == nccl::Success || rc == nccl::InProgress)
       return;
     std::string detail = nc.getErrorString(rc);
-    if (nc.getLastError && comm)
-      if (const char *last = nc.getLastError(comm); last && *last)
+    if (nc.getLastError && data.comm)
+      if (const char *last = nc.getLastError(data.comm); last && *last)
         detail += std::string(": ") + last;
     abort(1, label + ": " + call + " failed: " + detail + " (NCCL " +
                  nc.versionText() + ")");
   }
 
-  /// Asynchronous copy on the communicator's stream (any direction: unified
-  /// addressing tells host from device).
-  void copy(CUdeviceptr to, CUdeviceptr from, size_t n) {
+  /// Asynchronous copy on a stream (the data stream unless given; any
+  /// direction: unified addressing tells host from device).
+  void copy(CUdeviceptr to, CUdeviceptr from, size_t n,
+            CUstream on = nullptr) {
     if (n)
-      MOERT_CU(driver().cuMemcpyAsync(to, from, n, stream));
+      MOERT_CU(driver().cuMemcpyAsync(to, from, n, on ? on : data.stream));
   }
 
   /// Who the other ranks are, for messages.
@@ -467,26 +536,34 @@ private:
     return s;
   }
 
-  /// Polls the stream until its work is done. Past the deadline, or when
-  /// NCCL reports an asynchronous error, aborts the job naming the rank,
-  /// the collective and the phase.
-  void wait(const std::string &label, const char *phase) {
+  /// Polls `on`'s stream (or, given, the event `until`) until the work is
+  /// done. Past the deadline, or when NCCL reports an asynchronous error on
+  /// either communicator, aborts the job naming the rank, the collective and
+  /// the phase.
+  void wait(const std::string &label, const char *phase, Channel &on,
+            CUevent until) {
     double timeout = timeoutSeconds();
     auto start = Clock::now();
     auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(timeout));
     while (true) {
-      CUresult r = driver().cuStreamQuery(stream);
+      CUresult r = until ? driver().cuEventQuery(until)
+                         : driver().cuStreamQuery(on.stream);
       if (r == CUDA_SUCCESS)
         return;
       if (r != CUDA_ERROR_NOT_READY)
         cuda::fail(r, "cuStreamQuery (waiting for NCCL)", __FILE__, __LINE__);
       int async = nccl::Success;
-      if (nc.commGetAsyncError(comm, &async) == nccl::Success &&
-          async != nccl::Success && async != nccl::InProgress) {
+      nccl::Comm failed = nullptr;
+      for (Channel *c : {&data, &control})
+        if (!failed && c->comm &&
+            nc.commGetAsyncError(c->comm, &async) == nccl::Success &&
+            async != nccl::Success && async != nccl::InProgress)
+          failed = c->comm;
+      if (failed) {
         std::string detail = nc.getErrorString(async);
         if (nc.getLastError)
-          if (const char *last = nc.getLastError(comm); last && *last)
+          if (const char *last = nc.getLastError(failed); last && *last)
             detail += std::string(": ") + last;
         abort(2, label + ": NCCL failed while waiting for " + peers() + " (" +
                      phase + "): " + detail +
@@ -511,12 +588,12 @@ private:
   /// `in`, `words` int64 each; this rank's own part is copied. The group
   /// (connection setup included) is guarded by the watchdog.
   void exchangeWords(const std::string &label, const char *phase,
-                     const std::vector<int64_t> &out, std::vector<int64_t> &in,
-                     int64_t words) {
+                     Channel &on, const std::vector<int64_t> &out,
+                     std::vector<int64_t> &in, int64_t words) {
     size_t part = size_t(words) * sizeof(int64_t);
-    CUdeviceptr m = meta.get(2 * part * size_t(size_));
+    CUdeviceptr m = on.meta.get(2 * part * size_t(size_));
     CUdeviceptr mOut = m, mIn = m + part * size_t(size_);
-    copy(mOut, dev(out.data()), part * size_t(size_));
+    copy(mOut, dev(out.data()), part * size_t(size_), on.stream);
     {
       Guard guard(watchdogText(label, "ncclGroupEnd", phase),
                   timeoutSeconds() + kWatchdogGrace);
@@ -525,14 +602,14 @@ private:
         if (p == rank_)
           continue;
         check(nc.send(reinterpret_cast<void *>(mOut + part * size_t(p)),
-                      size_t(words), nccl::Int64, p, comm, stream),
+                      size_t(words), nccl::Int64, p, on.comm, on.stream),
               "ncclSend", label);
         check(nc.recv(reinterpret_cast<void *>(mIn + part * size_t(p)),
-                      size_t(words), nccl::Int64, p, comm, stream),
+                      size_t(words), nccl::Int64, p, on.comm, on.stream),
               "ncclRecv", label);
       }
       check(nc.groupEnd(), "ncclGroupEnd", label);
-      wait(label, phase);
+      wait(label, phase, on, nullptr);
     }
     in.assign(out.size(), 0);
     // Device -> pageable host memory is synchronous; the data is there.
@@ -561,7 +638,7 @@ private:
       h[2] = a;
       h[3] = b;
     }
-    exchangeWords(label, phase, out, in, 4);
+    exchangeWords(label, phase, data, out, in, 4);
     for (int p = 0; p < size_; ++p) {
       const int64_t *h = &in[size_t(4 * p)];
       checkHeader(*this, label, p, h, seq.total, kind);
@@ -574,15 +651,17 @@ private:
     }
   }
 
-  /// all_to_all on device buffers (see the file comment).
-  void exchange(const std::string &label, CUdeviceptr send, int64_t sendRows,
-                CUdeviceptr sendCounts, int64_t slots, int64_t rowBytes,
-                CUdeviceptr recv, int64_t recvCapacity,
+  /// all_to_all on device buffers (see the file comment), headers and
+  /// counts through `counts`' communicator: returns with recvCounts written
+  /// and the rows enqueued on the data stream.
+  void exchange(const std::string &label, Channel &counts, CUdeviceptr send,
+                int64_t sendRows, CUdeviceptr sendCounts, int64_t slots,
+                int64_t rowBytes, CUdeviceptr recv, int64_t recvCapacity,
                 CUdeviceptr recvCounts) {
     const int64_t count = slots * size_;
-    // 1. This rank's counts, on the host.
+    // 1. This rank's counts, on the host (staged ones come on the stream).
     std::vector<int32_t> mine(static_cast<size_t>(count));
-    MOERT_CU(driver().cuStreamSynchronize(stream));
+    MOERT_CU(driver().cuStreamSynchronize(counts.stream));
     MOERT_CU(driver().cuMemcpyDtoH(mine.data(), sendCounts,
                                    size_t(count) * sizeof(int32_t)));
     checkSendCounts(*this, label, sendRows, mine.data(), count);
@@ -591,14 +670,15 @@ private:
     std::vector<int64_t> out =
         allToAllHeaders(size_, seq.total, rowBytes, slots, mine.data());
     std::vector<int64_t> in;
-    exchangeWords(label, "counts", out, in, words);
+    exchangeWords(label, "counts", counts, out, in, words);
     // 3. Where the rows go and come from.
     std::vector<int32_t> received(static_cast<size_t>(count));
     auto [sendRowsTo, recvRowsFrom, total] =
         planAllToAll(*this, label, in, seq.total, rowBytes, slots,
                      mine.data(), received.data(), recvCapacity);
     // 4. The rows.
-    copy(recvCounts, dev(received.data()), size_t(count) * sizeof(int32_t));
+    MOERT_CU(driver().cuMemcpyHtoD(recvCounts, received.data(),
+                                   size_t(count) * sizeof(int32_t)));
     int64_t selfFrom = 0, selfAt = 0;
     {
       Guard guard(watchdogText(label, "ncclGroupEnd", "rows"),
@@ -611,7 +691,8 @@ private:
           selfAt = at;
         else if (n > 0)
           check(nc.recv(reinterpret_cast<void *>(recv + CUdeviceptr(at * rowBytes)),
-                        size_t(n * rowBytes), nccl::Uint8, p, comm, stream),
+                        size_t(n * rowBytes), nccl::Uint8, p, data.comm,
+                        data.stream),
                 "ncclRecv", label);
         at += n;
       }
@@ -621,7 +702,8 @@ private:
           selfFrom = from;
         else if (n > 0)
           check(nc.send(reinterpret_cast<void *>(send + CUdeviceptr(from * rowBytes)),
-                        size_t(n * rowBytes), nccl::Uint8, p, comm, stream),
+                        size_t(n * rowBytes), nccl::Uint8, p, data.comm,
+                        data.stream),
                 "ncclSend", label);
         from += n;
       }
@@ -632,8 +714,7 @@ private:
       if (recvCapacity > total)
         MOERT_CU(driver().cuMemsetD8Async(
             recv + CUdeviceptr(total * rowBytes), 0,
-            size_t((recvCapacity - total) * rowBytes), stream));
-      wait(label, "rows");
+            size_t((recvCapacity - total) * rowBytes), data.stream));
     }
   }
 
@@ -649,9 +730,9 @@ private:
     if (!widen) {
       check(nc.allReduce(reinterpret_cast<void *>(in),
                          reinterpret_cast<void *>(out), size_t(count),
-                         ncclType(type), nccl::Sum, comm, stream),
+                         ncclType(type), nccl::Sum, data.comm, data.stream),
             "ncclAllReduce", label);
-      wait(label, "values");
+      wait(label, "values", data, nullptr);
       return;
     }
     // bf16/f16: summed in f32, rounded once.
@@ -663,24 +744,25 @@ private:
     CUdeviceptr w = stageWide.get(size_t(count) * sizeof(float));
     copy(w, dev(wide.data()), wide.size() * sizeof(float));
     check(nc.allReduce(reinterpret_cast<void *>(w), reinterpret_cast<void *>(w),
-                       size_t(count), nccl::Float32, nccl::Sum, comm, stream),
+                       size_t(count), nccl::Float32, nccl::Sum, data.comm,
+                       data.stream),
           "ncclAllReduce", label);
-    wait(label, "values");
+    wait(label, "values", data, nullptr);
     MOERT_CU(driver().cuMemcpyDtoH(wide.data(), w, wide.size() * sizeof(float)));
     for (int64_t i = 0; i < count; ++i)
       fromFloat(narrow.data(), type, i, wide[size_t(i)]);
     copy(out, dev(narrow.data()), narrow.size() * 2);
-    MOERT_CU(driver().cuStreamSynchronize(stream));
+    MOERT_CU(driver().cuStreamSynchronize(data.stream));
   }
 
   const NcclApi &nc;
   int rank_, size_;
   Communicator *mpi;
-  nccl::Comm comm = nullptr;
-  CUstream stream = nullptr;
+  Channel data;    ///< rows, reductions, the blocking collectives' headers
+  Channel control; ///< headers and counts of started exchanges
   std::mutex mu;
   Sequence seq;
-  Scratch meta, stageIn, stageOut, stageCounts, stageWide;
+  Scratch stageIn, stageOut, stageCounts, stageWide;
 };
 
 //===----------------------------------------------------------------------===//

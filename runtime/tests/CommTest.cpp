@@ -4,6 +4,8 @@
 //   moert-comm-test overflow                   more rows arrive than fit (error)
 //   moert-comm-test bad-counts                 counts beyond the input (error)
 //   moert-comm-test group G                    a program compiled for G ranks
+//   moert-comm-test wait-twice|wait-other      a started exchange waited for
+//                                              twice / with other buffers
 //   moert-comm-test info                       "rank r of N (backend)"
 //   mpirun -np N moert-comm-test device        every check on device buffers
 //                                              (a GPU per rank: NCCL, or MPI
@@ -90,46 +92,92 @@ float value(int src, int dst, int j, int i, int c) {
   return float(src * 1000 + dst * 100 + j * 10 + i) + float(c) / 8;
 }
 
+/// One all_to_all's buffers: what this rank sends, room for what arrives.
+struct Exchange {
+  int slots, cols;
+  std::vector<int32_t> send, recvCounts;
+  std::vector<float> in, out;
+  moert_memref2d a{}, r{};
+  moert_memref1d b{}, rc{};
+
+  Exchange(int slots, int cols, int extraRows) : slots(slots), cols(cols) {
+    send.assign(size_t(ranks * slots), 0);
+    recvCounts.assign(send.size(), -7);
+    for (int d = 0; d < ranks; ++d)
+      for (int j = 0; j < slots; ++j) {
+        send[size_t(d * slots + j)] = count(rank, d, j);
+        for (int i = 0; i < count(rank, d, j); ++i)
+          for (int c = 0; c < cols; ++c)
+            in.push_back(value(rank, d, j, i, c));
+      }
+    int64_t inRows = int64_t(in.size()) / cols + 1; // one spare row
+    in.resize(size_t(inRows * cols), -1.0f);
+    int64_t expectRows = 0;
+    for (int s = 0; s < ranks; ++s)
+      for (int j = 0; j < slots; ++j)
+        expectRows += count(s, rank, j);
+    out.assign(size_t((expectRows + extraRows) * cols), -5.0f);
+    a = mat(in, cols);
+    b = vec(send);
+    r = mat(out, cols);
+    rc = vec(recvCounts);
+  }
+
+  /// Checks what arrived (after fetch()).
+  void verify(const std::string &how) {
+    std::string label = how + " slots=" + std::to_string(slots) +
+                        " cols=" + std::to_string(cols);
+    size_t at = 0;
+    bool countsOk = true, rowsOk = true;
+    for (int s = 0; s < ranks; ++s)
+      for (int j = 0; j < slots; ++j) {
+        countsOk &= recvCounts[size_t(s * slots + j)] == count(s, rank, j);
+        for (int i = 0; i < count(s, rank, j); ++i)
+          for (int c = 0; c < cols; ++c)
+            rowsOk &= out[at++] == value(s, rank, j, i, c);
+      }
+    bool zeros = true;
+    for (; at < out.size(); ++at)
+      zeros &= out[at] == 0.0f;
+    expect(countsOk, label + ": receive counts");
+    expect(rowsOk, label + ": rows by source rank, then slot");
+    expect(zeros, label + ": zeros beyond the received rows");
+  }
+};
+
 void allToAllCase(int slots, int cols, int extraRows) {
-  std::vector<int32_t> send(size_t(ranks * slots)), recvCounts(send.size(), -7);
-  std::vector<float> in;
-  for (int d = 0; d < ranks; ++d)
-    for (int j = 0; j < slots; ++j) {
-      send[size_t(d * slots + j)] = count(rank, d, j);
-      for (int i = 0; i < count(rank, d, j); ++i)
-        for (int c = 0; c < cols; ++c)
-          in.push_back(value(rank, d, j, i, c));
-    }
-  int64_t inRows = int64_t(in.size()) / cols + 1; // one spare row
-  in.resize(size_t(inRows * cols), -1.0f);
-  int64_t expectRows = 0;
-  for (int s = 0; s < ranks; ++s)
-    for (int j = 0; j < slots; ++j)
-      expectRows += count(s, rank, j);
-  std::vector<float> out(size_t((expectRows + extraRows) * cols), -5.0f);
-  auto a = mat(in, cols);
-  auto b = vec(send);
-  auto r = mat(out, cols);
-  auto rc = vec(recvCounts);
-  _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+  Exchange e(slots, cols, extraRows);
+  _mlir_ciface_moert_all_to_all_f32(&e.a, &e.b, &e.r, &e.rc, ranks);
   fetch();
-  std::string label = "all_to_all slots=" + std::to_string(slots) +
-                      " cols=" + std::to_string(cols);
-  size_t at = 0;
-  bool countsOk = true, rowsOk = true;
-  for (int s = 0; s < ranks; ++s)
-    for (int j = 0; j < slots; ++j) {
-      countsOk &= recvCounts[size_t(s * slots + j)] == count(s, rank, j);
-      for (int i = 0; i < count(s, rank, j); ++i)
-        for (int c = 0; c < cols; ++c)
-          rowsOk &= out[at++] == value(s, rank, j, i, c);
-    }
-  bool zeros = true;
-  for (; at < out.size(); ++at)
-    zeros &= out[at] == 0.0f;
-  expect(countsOk, label + ": receive counts");
-  expect(rowsOk, label + ": rows by source rank, then slot");
-  expect(zeros, label + ": zeros beyond the received rows");
+  e.verify("all_to_all");
+}
+
+/// Three exchanges started back to back, a blocking sum while they travel,
+/// then the waits in another order: all arrive intact.
+void startedCases() {
+  std::vector<Exchange> ex;
+  ex.reserve(3);
+  ex.emplace_back(1, 3, 0);
+  ex.emplace_back(2, 5, 4);
+  ex.emplace_back(4, 1, 1);
+  int64_t handles[3];
+  for (int i = 0; i < 3; ++i)
+    handles[i] = _mlir_ciface_moert_all_to_all_start_f32(
+        &ex[i].a, &ex[i].b, &ex[i].r, &ex[i].rc, ranks);
+  std::vector<float> sum(5, float(rank + 1));
+  auto s = vec(sum);
+  _mlir_ciface_moert_all_reduce_sum_f32(&s, &s, ranks);
+  for (int i : {1, 2, 0})
+    _mlir_ciface_moert_all_to_all_wait_f32(handles[i], &ex[i].a, &ex[i].r);
+  fetch();
+  for (Exchange &e : ex)
+    e.verify("started all_to_all");
+  bool sumOk = true;
+  for (float v : sum)
+    sumOk &= v == float(ranks * (ranks + 1) / 2);
+  expect(sumOk, "all_reduce while exchanges travel");
+  expect(handles[0] != handles[1] && handles[1] != handles[2],
+         "started exchanges have distinct handles");
 }
 
 void allReduceCases() {
@@ -232,17 +280,33 @@ int main(int argc, char **argv) {
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
+  if (mode == "wait-twice" || mode == "wait-other") {
+    // A wait for a handle already waited for, or with another result buffer.
+    Exchange e(1, 2, 1), other(1, 2, 1);
+    int64_t h = _mlir_ciface_moert_all_to_all_start_f32(&e.a, &e.b, &e.r,
+                                                         &e.rc, ranks);
+    if (mode == "wait-twice") {
+      _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
+      _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
+    } else {
+      _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &other.r);
+    }
+    std::printf("rank %d: no error\n", rank);
+    return 0;
+  }
   if (mode == "device") {
     onDevice = true;
     moert_gpu_init();
   } else if (mode != "all") {
-    std::fprintf(stderr, "usage: moert-comm-test [info|device|overflow|bad-counts|group G]\n");
+    std::fprintf(stderr, "usage: moert-comm-test [info|device|overflow|bad-counts|"
+                         "wait-twice|wait-other|group G]\n");
     return 2;
   }
   allToAllCase(1, 3, 0);
   allToAllCase(2, 5, 4);
   allToAllCase(4, 1, 1);
   allReduceCases();
+  startedCases();
   comm.barrier();
   expect(moert_comm_rank() == rank && moert_comm_size() == ranks,
          "moert_comm_rank/size");

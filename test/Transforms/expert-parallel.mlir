@@ -1,5 +1,6 @@
 // RUN: moe-opt %s -split-input-file --moe-expert-parallel=ep-size=2 | FileCheck %s
 // RUN: moe-opt %s -split-input-file --moe-expert-parallel="ep-size=2 remarks=true" -verify-diagnostics -o /dev/null
+// RUN: moe-opt %s -split-input-file --moe-expert-parallel="ep-size=2 chunks=2" | FileCheck %s --check-prefix=CHUNKS
 
 // A layer with 8 experts over 2 ranks: the weight arguments become this
 // rank's 4 experts; rows go out by global expert, are regrouped by local
@@ -21,6 +22,32 @@
 // CHECK: %[[B:.*]], %{{.*}} = moe.all_to_all %[[U]], %[[RC]] on @ep grid_axes = [0] : tensor<64x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
 // CHECK: %[[OUT:.*]] = moe.combine %[[B]], %[[W]], %[[P]]
 // CHECK: return %[[OUT]]
+// chunks=2: two halves of 8 tokens, stage by stage: both halves dispatched
+// and sent out, then both computed and sent back, then both combined into
+// the layer's output.
+// CHUNKS-LABEL: func.func @layer
+// CHUNKS-SAME: (%[[X:[a-z0-9]+]]: tensor<16x64xf32>
+// CHUNKS: %[[IDX:.*]], %[[W:.*]] = moe.router
+// CHUNKS: %[[X0:.*]] = tensor.extract_slice %[[X]][0, 0] [8, 64] [1, 1]
+// CHUNKS: %[[I0:.*]] = tensor.extract_slice %[[IDX]][0, 0] [8, 2] [1, 1]
+// CHUNKS: %[[W0:.*]] = tensor.extract_slice %[[W]][0, 0] [8, 2] [1, 1]
+// CHUNKS: %[[S0:.*]], %{{.*}}, %[[C0:.*]], %[[P0:.*]] = moe.dispatch %[[X0]], %[[I0]] experts(8) : {{.*}} -> tensor<16x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x2xi32>
+// CHUNKS: %[[R0:.*]], %[[RC0:.*]] = moe.all_to_all %[[S0]], %[[C0]] on @ep grid_axes = [0] : tensor<16x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
+// CHUNKS: %[[X1:.*]] = tensor.extract_slice %[[X]][8, 0] [8, 64] [1, 1]
+// CHUNKS: %[[S1:.*]], %{{.*}}, %[[C1:.*]], %[[P1:.*]] = moe.dispatch %[[X1]]
+// CHUNKS: %[[R1:.*]], %[[RC1:.*]] = moe.all_to_all %[[S1]], %[[C1]]
+// CHUNKS: moe.dispatch %[[R0]], %{{.*}} experts(4) pad_to(4)
+// CHUNKS: moe.grouped_matmul
+// CHUNKS: %[[B0:.*]], %{{.*}} = moe.all_to_all %{{.*}}, %[[RC0]]
+// CHUNKS: moe.dispatch %[[R1]], %{{.*}} experts(4) pad_to(4)
+// CHUNKS: moe.grouped_matmul
+// CHUNKS: %[[B1:.*]], %{{.*}} = moe.all_to_all %{{.*}}, %[[RC1]]
+// CHUNKS: %[[E:.*]] = tensor.empty() : tensor<16x64xf32>
+// CHUNKS: %[[Y0:.*]] = moe.combine %[[B0]], %[[W0]], %[[P0]] : tensor<16x64xf32>, tensor<8x2xf32>, tensor<8x2xi32> -> tensor<8x64xf32>
+// CHUNKS: %[[O0:.*]] = tensor.insert_slice %[[Y0]] into %[[E]][0, 0] [8, 64] [1, 1]
+// CHUNKS: %[[Y1:.*]] = moe.combine %[[B1]]
+// CHUNKS: %[[O1:.*]] = tensor.insert_slice %[[Y1]] into %[[O0]][8, 0] [8, 64] [1, 1]
+// CHUNKS: return %[[O1]]
 func.func @layer(%x: tensor<16x64xf32>, %logits: tensor<16x8xf32>,
                  %w1: tensor<8x64x64xf32>, %w2: tensor<8x32x64xf32>) -> tensor<16x64xf32> {
   %idx, %w = moe.router %logits top_k(2) softmax norm_topk_prob

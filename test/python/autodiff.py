@@ -158,6 +158,17 @@ with tempfile.TemporaryDirectory() as tmp:
   %n = arith.negf %q : tensor<3x4xf32>
   %t = math.tanh %n : tensor<3x4xf32>""",
                    "t", (3, 4), tmp, rng)
+    # Slices (the chunks of -moe-expert-parallel{chunks}): rows taken out,
+    # scaled, and put back over part of another tensor (whose overwritten
+    # part gets no gradient).
+    gradient_check("extract_slice+insert_slice", [("a", (6, 4), "f32", True), ("b", (6, 4), "f32", True)],
+                   """  %top = tensor.extract_slice %a[0, 0] [3, 4] [1, 1] : tensor<6x4xf32> to tensor<3x4xf32>
+  %col = tensor.extract_slice %a[1, 2] [4, 1] [1, 1] : tensor<6x4xf32> to tensor<4xf32>
+  %sq = arith.mulf %top, %top : tensor<3x4xf32>
+  %put = tensor.insert_slice %sq into %b[2, 0] [3, 4] [1, 1] : tensor<3x4xf32> into tensor<6x4xf32>
+  %two = tensor.insert_slice %col into %put[1, 1] [4, 1] [1, 1] : tensor<4xf32> into tensor<6x4xf32>
+  %y = arith.mulf %two, %b : tensor<6x4xf32>""",
+                   "y", (6, 4), tmp, np.random.default_rng(11))
 
     # --- the MoE layer: router, dispatch, experts, combine ---
     T, H, F, E, K = 8, 16, 8, 4, 2

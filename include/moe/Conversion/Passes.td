@@ -52,11 +52,19 @@ def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
     become calls into the communication runtime (libmoert, `moert/Comm.h`),
     at tensor level, before bufferization:
 
-    - `moe.all_to_all` -> `@moert_all_to_all_<f32|bf16|f16>`: the input rows
-      and send counts as buffers (`bufferization.to_buffer`), the result
-      rows and receive counts in new buffers (`memref.alloc`) that become
-      the results (`bufferization.to_tensor restrict writable`); i64 counts
-      travel as i32;
+    - `moe.all_to_all` -> `@moert_all_to_all_start_<f32|bf16|f16>` and
+      `@moert_all_to_all_wait_<f32|bf16|f16>`: the input rows and send counts
+      as buffers (`bufferization.to_buffer`), the result rows and receive
+      counts in new buffers (`memref.alloc`) that become the results
+      (`bufferization.to_tensor restrict writable`); i64 counts travel as
+      i32. The start goes right after its operands are defined (the counts
+      are exchanged there and the rows begin to travel), the wait right
+      before the first use of the received rows (in the same block): what
+      the program computes in between overlaps the exchange. The wait reads
+      the input again (so that nothing is written into its buffer while the
+      rows travel) and checks it is the buffer the start was given. With
+      `overlap=false`, one blocking call `@moert_all_to_all_<type>` where
+      the op was;
     - `shard.all_reduce` (sum) -> `@moert_all_reduce_sum_<type>` on the
       flattened tensor (f32, f64, bf16, f16, i32, i64; the input converted to
       the result's element type first);
@@ -77,6 +85,13 @@ def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
     "::mlir::memref::MemRefDialect",
     "::mlir::arith::ArithDialect",
     "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"overlap", "overlap", "bool", /*default=*/"true",
+           "Split each moe.all_to_all into a start (where its operands are "
+           "ready) and a wait (before its rows are used), so that the "
+           "computation in between overlaps the exchange; false: one "
+           "blocking call">
   ];
 }
 

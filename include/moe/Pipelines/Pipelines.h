@@ -51,6 +51,12 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("Ranks the experts are spread over (1: no expert "
                      "parallelism)"),
       llvm::cl::init(1)};
+  PassOptions::Option<int64_t> epChunks{
+      *this, "ep-chunks",
+      llvm::cl::desc("With ep-size > 1: chunks of tokens per layer, so that "
+                     "one chunk's exchange overlaps another's experts "
+                     "(-moe-expert-parallel{chunks})"),
+      llvm::cl::init(1)};
   PassOptions::Option<std::string> recipe{
       *this, "recipe",
       llvm::cl::desc("Expert GEMM precision: mxfp8, bf16, or none (as written)"),

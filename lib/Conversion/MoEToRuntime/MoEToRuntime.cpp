@@ -99,6 +99,10 @@ LogicalResult checkGrid(Operation *op, shard::GridOp grid) {
 
 struct ConvertMoEToRuntimePass
     : moe::impl::ConvertMoEToRuntimeBase<ConvertMoEToRuntimePass> {
+  using ConvertMoEToRuntimeBase::ConvertMoEToRuntimeBase;
+
+  /// The last exchange started in each block so far.
+  llvm::DenseMap<Block *, Operation *> lastStart;
 
   /// `@name` declared with `type` (created on first use); an existing
   /// symbol of another type is an error.
@@ -181,36 +185,83 @@ struct ConvertMoEToRuntimePass
     Value counts = op.getSendCounts();
     bool wide = !countsType.getElementType().isInteger(32);
     auto counts32Type = RankedTensorType::get(countsType.getShape(), i32);
-    if (wide)
-      counts = arith::TruncIOp::create(b, loc, counts32Type, counts);
 
     auto rowsDyn = MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
                                    inType.getElementType());
     auto countsDyn = MemRefType::get({ShapedType::kDynamic}, i32);
+    Type i64 = b.getI64Type();
+    TypeRange startResults;
+    if (overlap)
+      startResults = TypeRange(i64);
     auto fnType = FunctionType::get(
-        &getContext(), {rowsDyn, countsDyn, rowsDyn, countsDyn, b.getI64Type()},
-        {});
-    auto fn = declare(module, "moert_all_to_all_" + dtype, fnType,
-                      /*cInterface=*/true, loc);
+        &getContext(), {rowsDyn, countsDyn, rowsDyn, countsDyn, i64},
+        startResults);
+    auto fn = declare(module,
+                      (overlap ? "moert_all_to_all_start_" : "moert_all_to_all_") +
+                          dtype,
+                      fnType, /*cInterface=*/true, loc);
     if (failed(fn))
       return failure();
+    FailureOr<func::FuncOp> waitFn;
+    if (overlap) {
+      waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
+                       FunctionType::get(&getContext(), {i64, rowsDyn, rowsDyn},
+                                         {}),
+                       /*cInterface=*/true, loc);
+      if (failed(waitFn))
+        return failure();
+    }
 
+    // With overlap, the exchange starts as soon as its operands are there
+    // (and after the exchanges started before it: they keep their order).
+    Block *block = op->getBlock();
+    if (overlap) {
+      Operation *last = lastStart.lookup(block);
+      for (Value v : {op.getInput(), op.getSendCounts()}) {
+        Operation *def = v.getDefiningOp();
+        if (def && def->getBlock() == block &&
+            (!last || last->isBeforeInBlock(def)))
+          last = def;
+      }
+      if (last)
+        b.setInsertionPointAfter(last);
+      else
+        b.setInsertionPointToStart(block);
+    }
+    if (wide)
+      counts = arith::TruncIOp::create(b, loc, counts32Type, counts);
     auto [inBuf, inDyn] = inputBuffer(b, loc, op.getInput());
     auto [countsBuf, countsDynV] = inputBuffer(b, loc, counts);
-    (void)countsBuf;
     Value outBuf = newBuffer(b, loc, resType, inBuf);
     Value recvBuf = newBuffer(b, loc, counts32Type, countsBuf);
     Value outDyn = memref::CastOp::create(b, loc, rowsDyn, outBuf);
     Value recvDyn = memref::CastOp::create(b, loc, countsDyn, recvBuf);
     Value group = arith::ConstantIntOp::create(b, loc, p, 64);
-    func::CallOp::create(b, loc, *fn,
-                         ValueRange{inDyn, countsDynV, outDyn, recvDyn, group});
-    Value result = toTensor(b, loc, outBuf);
+    auto call = func::CallOp::create(
+        b, loc, *fn, ValueRange{inDyn, countsDynV, outDyn, recvDyn, group});
+    lastStart[block] = call;
+    // The received counts are there when the call returns.
     Value recv = toTensor(b, loc, recvBuf);
     if (wide)
       recv = arith::ExtSIOp::create(b, loc, countsType, recv);
-    op.getResult().replaceAllUsesWith(result);
     op.getRecvCounts().replaceAllUsesWith(recv);
+    if (overlap) {
+      // The rows are waited for where they are first needed. The input is
+      // read again there (to_buffer), so that bufferization writes nothing
+      // into its buffer while the rows travel; the wait checks that it is
+      // the buffer the exchange started with.
+      Operation *first = block->getTerminator();
+      for (Operation *user : op.getResult().getUsers())
+        if (Operation *in = block->findAncestorOpInBlock(*user);
+            in && in->isBeforeInBlock(first))
+          first = in;
+      b.setInsertionPoint(first);
+      auto [again, againDyn] = inputBuffer(b, loc, op.getInput());
+      (void)again;
+      func::CallOp::create(b, loc, *waitFn,
+                           ValueRange{call.getResult(0), againDyn, outDyn});
+    }
+    op.getResult().replaceAllUsesWith(toTensor(b, loc, outBuf));
     op.erase();
     return success();
   }

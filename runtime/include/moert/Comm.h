@@ -59,7 +59,12 @@
 //     complete when the call returns. Compiled programs synchronize their
 //     stream before each call (-gpu-async-region) and start a new one after
 //     it; the runtime also synchronizes the context on entry, so the input
-//     buffers are written whoever called;
+//     buffers are written whoever called (a started exchange,
+//     allToAllVStart, does not: that would wait for the exchanges still in
+//     flight; its caller has finished writing the input);
+//   - two communicators over the same ranks: rows on one (its stream), and
+//     the headers and counts of started exchanges on the other, so that a
+//     start does not queue behind the rows still in flight;
 //   - all_to_all: counts copied to the host and checked, then a header (the
 //     collective's number, kind, row size) and the counts exchanged with
 //     grouped ncclSend/ncclRecv and copied back to size the rows, then the
@@ -81,6 +86,7 @@
 #include <stdint.h>
 
 #ifdef __cplusplus
+#include <memory>
 #include <string>
 
 namespace moert::comm {
@@ -110,6 +116,28 @@ public:
                          int64_t rowBytes, void *recv, int64_t recvCapacity,
                          int32_t *recvCounts, const char *what) = 0;
 
+  /// An exchange allToAllVStart began: its rows are in place after wait().
+  class Pending {
+  public:
+    virtual ~Pending() = default;
+    /// Returns once the rows are in `recv` and `send` is no longer read. A
+    /// rank that does not take part within MOERT_COMM_TIMEOUT ends the job
+    /// (as for the blocking collectives).
+    virtual void wait() = 0;
+  };
+
+  /// allToAllV whose row transfer runs in the background: the counts are
+  /// exchanged (and `recvCounts` written) before it returns, the rows move
+  /// while the caller computes, and `send` and `recv` must be left alone
+  /// until the returned exchange's wait(). Exchanges complete in the order
+  /// they were started. Backends that cannot overlap (and every backend
+  /// when MOERT_COMM_OVERLAP=0) finish the exchange here and return one
+  /// that is complete.
+  virtual std::unique_ptr<Pending>
+  allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
+                 int64_t slots, int64_t rowBytes, void *recv,
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what);
+
   /// out[i] = sum over ranks of in[i]; `in` may equal `out`. bf16 and f16
   /// are summed in f32 and rounded once (to nearest even).
   virtual void allReduceSum(const void *in, void *out, int64_t count,
@@ -133,6 +161,11 @@ Communicator &deviceWorld();
 
 /// Seconds a collective may wait for the other ranks (MOERT_COMM_TIMEOUT).
 double timeoutSeconds();
+
+/// Whether started exchanges may run in the background (MOERT_COMM_OVERLAP,
+/// 1 by default; 0 makes every start complete its exchange, for measuring
+/// what the overlap gains).
+bool overlapEnabled();
 
 } // namespace moert::comm
 #endif
@@ -180,6 +213,29 @@ MOERT_DECLARE_ALL_TO_ALL(f16)
 MOERT_DECLARE_ALL_TO_ALL(f64)
 #undef MOERT_DECLARE_ALL_TO_ALL
 
+/// The same exchange in two calls, so that compute runs while rows travel
+/// (-convert-moe-to-runtime{overlap=true}): `start` checks the buffers,
+/// exchanges the counts (recv_counts is written when it returns) and starts
+/// the rows, returning a handle; `wait` returns once the rows are in
+/// `result`. The program keeps `input` and `result` untouched in between and
+/// passes them to `wait` again (checked against the handle). A compiled GPU
+/// program synchronizes its stream before each call, so the input is
+/// written when `start` runs; the rows then travel on the communicator's
+/// stream while the program's next kernels run on its own.
+#define MOERT_DECLARE_ALL_TO_ALL_ASYNC(T)                                      \
+  int64_t _mlir_ciface_moert_all_to_all_start_##T(                             \
+      struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      int64_t group_size);                                                     \
+  void _mlir_ciface_moert_all_to_all_wait_##T(int64_t handle,                  \
+                                              struct moert_memref2d *input,    \
+                                              struct moert_memref2d *result);
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f32)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(bf16)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f16)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f64)
+#undef MOERT_DECLARE_ALL_TO_ALL_ASYNC
+
 /// shard.all_reduce (sum), on the flattened tensor: result = sum of input.
 #define MOERT_DECLARE_ALL_REDUCE(T)                                            \
   void _mlir_ciface_moert_all_reduce_sum_##T(struct moert_memref1d *input,    \
@@ -202,8 +258,10 @@ void moert_comm_barrier(void);
 void moert_comm_abort(int32_t code, const char *message);
 
 /// What the collective entry points above did in this process: calls, the
-/// seconds spent in them (wall clock, from entry to return) and the bytes of
-/// rows sent to other ranks by all_to_all.
+/// seconds spent in them (wall clock, from entry to return; for a started
+/// exchange, the time in start plus the time in wait: what the program was
+/// held up, not what the rows took) and the bytes of rows sent to other ranks
+/// by all_to_all.
 struct moert_comm_stats {
   uint64_t all_to_all_calls;
   double all_to_all_seconds;

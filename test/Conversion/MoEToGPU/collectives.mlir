@@ -5,8 +5,9 @@
 // runs first, as on the CPU, and the calls stay on the host. Their buffers
 // are device memory (gpu.alloc, or the function's arguments, which hold
 // device pointers), and the program's stream is synchronized right before
-// each call (gpu.wait on its last token): libmoert exchanges finished data
-// and is done when it returns; the work after it starts on a new stream.
+// each call (gpu.wait on its last token): libmoert exchanges finished data;
+// the rows travel on its stream until the wait, and the work after the start
+// goes on a new stream of the program's.
 // CHECK-LABEL: func.func @exchange
 // CHECK-SAME: (%[[X:.*]]: memref<8x16xf32>, %[[C:.*]]: memref<4xi32>)
 // CHECK-DAG: %[[XD:.*]] = memref.cast %[[X]] : memref<8x16xf32> to memref<?x?xf32>
@@ -16,7 +17,8 @@
 // CHECK-DAG: %[[RD:.*]] = memref.cast %[[R]] : memref<16x16xf32> to memref<?x?xf32>
 // CHECK-DAG: %[[RCD:.*]] = memref.cast %[[RC]] : memref<4xi32> to memref<?xi32>
 // CHECK: gpu.wait [%[[T]]]
-// CHECK-NEXT: call @moert_all_to_all_f32(%[[XD]], %[[CD]], %[[RD]], %[[RCD]], %c2_i64)
+// CHECK-NEXT: %[[H:.*]] = call @moert_all_to_all_start_f32(%[[XD]], %[[CD]], %[[RD]], %[[RCD]], %c2_i64)
+// CHECK-NEXT: call @moert_all_to_all_wait_f32(%[[H]], %[[XD]], %[[RD]])
 // CHECK: return %[[R]], %[[RC]]
 // The host code: the stream synchronized and destroyed, the call, through
 // the C interface libmoert implements.
@@ -25,9 +27,10 @@
 // LLVM: llvm.call @mgpuStreamSynchronize(%[[S]])
 // LLVM-NEXT: llvm.call @mgpuStreamDestroy(%[[S]])
 // LLVM-NOT: llvm.call
-// LLVM: llvm.call @moert_all_to_all_f32(
-// LLVM: llvm.call @_mlir_ciface_moert_all_to_all_f32(
-// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64)
+// LLVM: llvm.call @moert_all_to_all_start_f32(
+// LLVM: llvm.call @moert_all_to_all_wait_f32(
+// LLVM: llvm.call @_mlir_ciface_moert_all_to_all_start_f32(
+// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_start_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i64
 shard.grid @ep(shape = 2)
 func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf32>, tensor<4xi32>) {
   %r, %rc = moe.all_to_all %x, %c on @ep grid_axes = [0]

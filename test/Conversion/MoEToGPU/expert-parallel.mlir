@@ -2,6 +2,7 @@
 // RUN: moe-compile %t.ep2.mlir --target=sm_90a --verify-ptx -o %t.ep2.so | FileCheck %s --check-prefix=PTX
 // RUN: llvm-nm -D %t.ep2.so | FileCheck %s --check-prefix=SYMS
 // RUN: moe-opt %t.ep2.mlir --moe-gpu-pipeline="chip=sm_90a format=isa" | FileCheck %s
+// RUN: moe-opt %s --moe-expert-parallel="ep-size=2 chunks=2" --moe-gpu-pipeline="chip=sm_90a format=isa" | FileCheck %s --check-prefix=CHUNKS
 // The whole training pipeline (moe.experts grouped, MXFP8, fused, 2 ranks):
 // RUN: moe-opt %S/../../Transforms/train-pipeline.mlir --moe-train-pipeline="ep-size=2 recipe=mxfp8" -o %t.train.mlir
 // RUN: moe-compile %t.train.mlir --target=sm_90a --verify-ptx -o %t.train.so | FileCheck %s --check-prefix=PTX
@@ -16,31 +17,59 @@
 // SYMS-DAG: T _mlir_ciface_layer
 // SYMS-DAG: T _mlir_ciface_router_grad
 // SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_f32
-// SYMS-DAG: U _mlir_ciface_moert_all_to_all_f32
-// TRAIN: U _mlir_ciface_moert_all_to_all_f32
+// SYMS-DAG: U _mlir_ciface_moert_all_to_all_start_f32
+// SYMS-DAG: U _mlir_ciface_moert_all_to_all_wait_f32
+// TRAIN: U _mlir_ciface_moert_all_to_all_start_f32
 
-// Tokens out to the experts' owners and back: two exchanges, each after the
-// stream of the kernels before it is synchronized, each followed by a new
-// stream for the kernels after it.
+// Tokens out to the experts' owners and back: two exchanges, each started
+// after the stream of the kernels before it is synchronized and waited for
+// before the kernels that read its rows; a new stream follows each call.
+// Between the first start and its wait, the kernel numbering the received
+// rows by local expert (it needs only the counts) runs while the rows travel.
 // CHECK-LABEL: llvm.func @layer(
 // CHECK: %[[S1:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S1]] : !llvm.ptr>
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S1]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S1]])
-// CHECK-NEXT: llvm.call @moert_all_to_all_f32(
+// CHECK-NEXT: %[[H1:.*]] = llvm.call @moert_all_to_all_start_f32(
 // CHECK-NEXT: %[[S2:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S2]] : !llvm.ptr>
+// CHECK-NOT: llvm.call @moert_
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S2]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S2]])
-// CHECK-NEXT: llvm.call @moert_all_to_all_f32(
+// CHECK-NEXT: llvm.call @moert_all_to_all_wait_f32(%[[H1]],
 // CHECK-NEXT: %[[S3:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S3]] : !llvm.ptr>
+// CHECK: llvm.call @mgpuStreamSynchronize(%[[S3]])
+// CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S3]])
+// CHECK-NEXT: %[[H2:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHECK-NEXT: llvm.call @moert_all_to_all_wait_f32(%[[H2]],
+// CHECK-NEXT: %[[S4:.*]] = llvm.call @mgpuStreamCreate()
+// CHECK: gpu.launch_func <%[[S4]] : !llvm.ptr>
 // CHECK-NOT: llvm.call @moert_
 // CHECK: llvm.return
 // CHECK-LABEL: llvm.func @router_grad(
-// CHECK-COUNT-2: llvm.call @moert_all_to_all_f32(
+// CHECK-COUNT-2: llvm.call @moert_all_to_all_start_f32(
 // CHECK: llvm.call @moert_all_reduce_sum_f32(
 // CHECK: llvm.return
+
+// With chunks=2: both chunks' rows go out before the first chunk's experts
+// run; the second chunk's rows travel during them, and the first chunk's
+// results return while the second chunk computes.
+// CHUNKS-LABEL: llvm.func @layer(
+// CHUNKS: %[[A:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: %[[B:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[A]],
+// CHUNKS: gpu.launch_func
+// CHUNKS: %[[C:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[B]],
+// CHUNKS: gpu.launch_func
+// CHUNKS: %[[D:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[C]],
+// CHUNKS: gpu.launch_func
+// CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[D]],
+// CHUNKS: gpu.launch_func
+// CHUNKS: llvm.return
 func.func @layer(%x: tensor<24x32xf32>, %logits: tensor<24x8xf32>,
     %w1: tensor<8x32x64xf32>, %w2: tensor<8x32x32xf32>) -> tensor<24x32xf32> {
   %idx, %w = moe.router %logits top_k(2) softmax norm_topk_prob

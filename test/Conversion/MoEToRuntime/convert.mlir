@@ -1,8 +1,9 @@
-// RUN: moe-opt %s -split-input-file -convert-moe-to-runtime | FileCheck %s
+// RUN: moe-opt %s -split-input-file -convert-moe-to-runtime=overlap=false | FileCheck %s
 // RUN: moe-opt %s -split-input-file -moe-cpu-pipeline | FileCheck %s --check-prefix=LLVM
 
-// An exchange between 2 ranks: the operands' buffers and two new buffers go
-// to the runtime with the grid's size; the new buffers become the results.
+// An exchange between 2 ranks, as one blocking call (overlap=false; see
+// overlap.mlir for the default): the operands' buffers and two new buffers
+// go to the runtime with the grid's size; the new buffers become the results.
 // The grid, now unused, is erased.
 // CHECK-NOT: shard.grid
 // CHECK-LABEL: func.func @exchange
@@ -17,16 +18,19 @@
 // CHECK-DAG: %[[RD:.*]] = memref.cast %[[R]] : memref<16x16xf32> to memref<?x?xf32>
 // CHECK-DAG: %[[RCD:.*]] = memref.cast %[[RC]] : memref<4xi32> to memref<?xi32>
 // CHECK: call @moert_all_to_all_f32(%[[XD]], %[[CD]], %[[RD]], %[[RCD]], %[[G]]) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> ()
-// CHECK: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
-// CHECK: %[[RCT:.*]] = bufferization.to_tensor %[[RC]] restrict writable : memref<4xi32> to tensor<4xi32>
+// CHECK-DAG: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
+// CHECK-DAG: %[[RCT:.*]] = bufferization.to_tensor %[[RC]] restrict writable : memref<4xi32> to tensor<4xi32>
 // CHECK: return %[[RT]], %[[RCT]]
 // CHECK: func.func private @moert_all_to_all_f32(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) attributes {llvm.emit_c_interface}
-// The CPU pipeline bufferizes it and calls the runtime's C interface.
+// The CPU pipeline (overlap on: a start and a wait) bufferizes it and calls
+// the runtime's C interface.
 // LLVM-LABEL: llvm.func @exchange
-// LLVM: llvm.call @moert_all_to_all_f32(
-// LLVM: llvm.func private @moert_all_to_all_f32(
-// LLVM: llvm.call @_mlir_ciface_moert_all_to_all_f32(
-// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64)
+// LLVM: %[[H:.*]] = llvm.call @moert_all_to_all_start_f32(
+// LLVM: llvm.call @moert_all_to_all_wait_f32(%[[H]],
+// LLVM: llvm.func private @moert_all_to_all_start_f32(
+// LLVM: llvm.call @_mlir_ciface_moert_all_to_all_start_f32(
+// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_start_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i64
+// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_wait_f32(i64, !llvm.ptr, !llvm.ptr)
 shard.grid @ep(shape = 2)
 func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf32>, tensor<4xi32>) {
   %r, %rc = moe.all_to_all %x, %c on @ep grid_axes = [0]
@@ -48,7 +52,7 @@ func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf3
 // CHECK: call @moert_all_to_all_bf16({{.*}}, %[[N]])
 // CHECK-COUNT-1: func.func private @moert_all_to_all_bf16
 // LLVM-LABEL: llvm.func @bf16_i64
-// LLVM-COUNT-2: llvm.call @moert_all_to_all_bf16(
+// LLVM-COUNT-2: llvm.call @moert_all_to_all_start_bf16(
 shard.grid @ep(shape = 2)
 shard.grid @four(shape = 4)
 func.func @bf16_i64(%x: tensor<8x16xbf16>, %c: tensor<4xi64>) -> (tensor<8x16xbf16>, tensor<4xi64>) {

@@ -40,8 +40,8 @@ func.func @dynamic_rows(%x: tensor<?x16xf32>, %c: tensor<4xi32>) -> tensor<?x16x
 // -----
 
 shard.grid @ep(shape = 2)
-// expected-error @+1 {{@moert_all_to_all_f32 is declared as '(memref<?x?xf32>) -> ()', but the communication runtime's entry point is '(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> ()'}}
-func.func private @moert_all_to_all_f32(memref<?x?xf32>)
+// expected-error @+1 {{@moert_all_to_all_start_f32 is declared as '(memref<?x?xf32>) -> ()', but the communication runtime's entry point is '(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64'}}
+func.func private @moert_all_to_all_start_f32(memref<?x?xf32>)
 func.func @clash(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> tensor<16x16xf32> {
   %r, %rc = moe.all_to_all %x, %c on @ep
       : tensor<8x16xf32>, tensor<4xi32> -> tensor<16x16xf32>, tensor<4xi32>

@@ -135,8 +135,9 @@ def case(label, source, sizes=(2, 4), single_passes=None, ep_passes=None, extra=
         sharded = os.path.join(out_dir, f"{label}.ep{n}.so")
         text = compile_so(source, sharded,
                           ep_passes(n) if ep_passes else [f"--moe-expert-parallel=ep-size={n}"])
-        if "moert_all_to_all" not in run(["moe-opt", "--convert-moe-to-runtime"], text).stdout:
-            print(f"{label} ep={n}: FAILED (no runtime all_to_all)")
+        lowered = run(["moe-opt", "--convert-moe-to-runtime"], text).stdout
+        if "moert_all_to_all_start" not in lowered or "moert_all_to_all_wait" not in lowered:
+            print(f"{label} ep={n}: FAILED (no runtime all_to_all start/wait)")
             continue
         check(label, single, sharded, n, extra)
 
@@ -185,6 +186,32 @@ for label, fused in (("backward", False), ("backward-fused", True)):
          ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n}", "--moe-autodiff",
                               f"--moe-expert-parallel=ep-size={n}"])
 
+# Overlap: the tokens split into chunks whose exchanges run (started, then
+# waited for) while other chunks' experts compute. Same results: each
+# token's rows meet the same weights whichever chunk carries them.
+# CHECK: chunked ep=2: ok (2 ranks ok)
+# CHECK: chunked ep=4: ok (4 ranks ok)
+case("chunked", layer("layer", T=24, H=32, E=8, F=32, K=2, pad=1),
+     ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n} chunks=3"])
+# CHECK: chunked-mxfp8-fused ep=2: ok (2 ranks ok)
+# CHECK: chunked-mxfp8-fused ep=4: ok (4 ranks ok)
+case("chunked-mxfp8-fused", layer("layer", T=32, H=64, E=4, F=32, K=2, pad=32, mx=True, fused=True),
+     ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n} chunks=4"])
+# The same chunked exchanges with MOERT_COMM_OVERLAP=0 (each start completes
+# its exchange): the switch for measuring what the overlap gains.
+# CHECK: chunked-blocking ep=2: ok (2 ranks ok)
+os.environ["MOERT_COMM_OVERLAP"] = "0"
+case("chunked-blocking", layer("layer", T=24, H=32, E=8, F=32, K=2, pad=1), sizes=(2,),
+     ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n} chunks=2"])
+del os.environ["MOERT_COMM_OVERLAP"]
+# Backward of a chunked layer: the chunks' reverse exchanges overlap too.
+# CHECK: backward-chunked ep=2: ok (2 ranks ok)
+# CHECK: backward-chunked ep=4: ok (4 ranks ok)
+case("backward-chunked", loss(T=16, H=32, E=8, F=32, K=2, fused=False), extra=("--replicate", "1"),
+     single_passes=["--moe-autodiff"],
+     ep_passes=lambda n: [f"--moe-expert-parallel=ep-size={n} chunks=2", "--moe-autodiff",
+                          f"--moe-expert-parallel=ep-size={n}"])
+
 # The whole training pipeline (group the moe.experts region, MXFP8, fuse,
 # shard) against the same pipeline without sharding.
 # CHECK: train-pipeline ep=2: ok (2 ranks ok)
@@ -195,6 +222,10 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 case("train-pipeline", train,
      single_passes=["--moe-train-pipeline=ep-size=1 recipe=mxfp8"],
      ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} recipe=mxfp8"])
+# CHECK: train-pipeline-chunked ep=2: ok (2 ranks ok)
+case("train-pipeline-chunked", train, sizes=(2,),
+     single_passes=["--moe-train-pipeline=ep-size=1 recipe=mxfp8"],
+     ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} ep-chunks=2 recipe=mxfp8"])
 
 # The checker notices a wrong result: the "sharded" program routes with
 # sigmoid scores instead of softmax.

@@ -359,6 +359,37 @@ LogicalResult Differentiator::backprop(Operation *op) {
                    tensor::getMixedSizes(b, l, c.getSrc())));
     return success();
   }
+  if (auto ex = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    // The slice's gradient in its place, zeros elsewhere.
+    auto st = ex.getSourceType();
+    Value z = zerosOf(l, tensor::getMixedSizes(b, l, ex.getSource()),
+                      st.getElementType());
+    accumulate(ex.getSource(),
+               tensor::InsertSliceOp::create(
+                   b, l, gradOf(0), z, ex.getMixedOffsets(),
+                   ex.getMixedSizes(), ex.getMixedStrides()));
+    return success();
+  }
+  if (auto ins = dyn_cast<tensor::InsertSliceOp>(op)) {
+    Value g = gradOf(0);
+    // The inserted tensor: its slice of the gradient; the destination: the
+    // gradient with that slice zeroed (it was overwritten).
+    if (isActive(ins.getSource()))
+      accumulate(ins.getSource(),
+                 tensor::ExtractSliceOp::create(
+                     b, l, ins.getSourceType(), g, ins.getMixedOffsets(),
+                     ins.getMixedSizes(), ins.getMixedStrides()));
+    if (isActive(ins.getDest())) {
+      auto st = ins.getSourceType();
+      Value z = zerosOf(l, tensor::getMixedSizes(b, l, ins.getSource()),
+                        st.getElementType());
+      accumulate(ins.getDest(),
+                 tensor::InsertSliceOp::create(
+                     b, l, z, g, ins.getMixedOffsets(), ins.getMixedSizes(),
+                     ins.getMixedStrides()));
+    }
+    return success();
+  }
   if (auto e = dyn_cast<tensor::ExpandShapeOp>(op)) {
     accumulate(e.getSrc(), tensor::CollapseShapeOp::create(
                                b, l, e.getSrcType(), gradOf(0),

@@ -13,6 +13,13 @@
 //   all_to_all(y, recv counts)     rows return to the ranks they came from
 //   combine(y, weights, positions) as before
 //
+// With chunks=N the layer's tokens are split into N equal parts that are
+// exchanged and computed one after another, emitted stage by stage (every
+// chunk's dispatch and exchange, then every chunk's experts and return
+// exchange, then every chunk's combine): with the exchanges split into a
+// start and a wait (-convert-moe-to-runtime), one chunk's rows travel while
+// the experts compute another's.
+//
 // Expert weights [E, ...] that are function arguments become this rank's
 // shard [E / ep-size, ...] (argument attribute `moe.expert_shard`); other
 // expert weights are sliced at this rank's offset. Results marked
@@ -237,53 +244,18 @@ struct MoEExpertParallelPass
     return result;
   }
 
-  LogicalResult shardLayer(Layer &layer, func::FuncOp func) {
-    DispatchOp d = layer.dispatch;
-    int64_t experts = d.getNumExperts();
-    if (experts % epSize != 0)
-      return d.emitError("moe-expert-parallel: the ")
-             << experts << " experts do not divide evenly over ep-size="
-             << int64_t(epSize);
-    int64_t local = experts / epSize;
-    auto idxType = d.getIndices().getType();
-    int64_t tokens = idxType.getDimSize(0), k = idxType.getDimSize(1);
-    int64_t pad = d.getPadTo();
-    MLIRContext *ctx = &getContext();
-    Location loc = d.getLoc();
-    OpBuilder b(layer.combine);
+  /// The local expert of every received row (-1 past the received ones):
+  /// rows arrive by source rank, then local expert.
+  static Value localExperts(OpBuilder &b, Location loc, Value recvCounts,
+                            int64_t recvRows, int64_t experts, int64_t local) {
     Type i32 = b.getI32Type();
-    auto tokensType = d.getTokens().getType();
-    int64_t hidden = tokensType.getDimSize(1);
-    Type rowElt = tokensType.getElementType();
-
-    // 1. Dispatch by global expert, no padding (padding happens locally).
-    int64_t rows0 = tokens * k;
-    if (int64_t cap = d.getCapacity(); cap >= 0)
-      rows0 = std::min(rows0, experts * cap);
-    auto sortedType = RankedTensorType::get({rows0, hidden}, rowElt);
-    auto counts = RankedTensorType::get({experts}, i32);
-    auto global = DispatchOp::create(
-        b, loc, sortedType, RankedTensorType::get({experts + 1}, i32), counts,
-        RankedTensorType::get({tokens, k}, i32), d.getTokens(), d.getIndices(),
-        b.getI64IntegerAttr(experts), d.getCapacityFactorAttr(),
-        b.getI64IntegerAttr(1));
-    // 2. Rows to the ranks owning their experts.
-    int64_t recvRows = epSize * rows0;
-    auto grid = FlatSymbolRefAttr::get(ctx, gridName);
-    auto axes = b.getDenseI16ArrayAttr({0});
-    auto sent = AllToAllOp::create(
-        b, loc, RankedTensorType::get({recvRows, hidden}, rowElt), counts,
-        global.getSorted(), global.getCounts(), grid, axes);
-    // 3. The local expert of every received row (-1 past the received ones):
-    //    rows arrive by source rank, then local expert.
     AffineMap id1 = b.getMultiDimIdentityMap(1);
-    Value recvCounts = sent.getRecvCounts();
     Value localIdx =
         linalg::GenericOp::create(
             b, loc, TypeRange{RankedTensorType::get({recvRows}, i32)},
             ValueRange{},
-            ValueRange{tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{recvRows},
-                                               i32)},
+            ValueRange{tensor::EmptyOp::create(
+                b, loc, ArrayRef<int64_t>{recvRows}, i32)},
             ArrayRef<AffineMap>{id1},
             ArrayRef<utils::IteratorType>{utils::IteratorType::parallel},
             [&](OpBuilder &nb, Location nl, ValueRange) {
@@ -317,28 +289,73 @@ struct MoEExpertParallelPass
               linalg::YieldOp::create(nb, nl, loop.getResult(1));
             })
             .getResult(0);
-    Value localIdx2 = tensor::ExpandShapeOp::create(
+    return tensor::ExpandShapeOp::create(
         b, loc, RankedTensorType::get({recvRows, 1}, i32), localIdx,
         ArrayRef<ReassociationIndices>{{0, 1}});
-    // 4. Regroup by local expert, with the original padding.
+  }
+
+  /// Rows [offset, offset + rows) of a 2-d tensor.
+  static Value rowSlice(OpBuilder &b, Location loc, Value t, int64_t offset,
+                        int64_t rows) {
+    auto type = cast<RankedTensorType>(t.getType());
+    return tensor::ExtractSliceOp::create(
+        b, loc, RankedTensorType::get({rows, type.getDimSize(1)},
+                                      type.getElementType()),
+        t, ArrayRef<OpFoldResult>{b.getIndexAttr(offset), b.getIndexAttr(0)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(rows),
+                               b.getIndexAttr(type.getDimSize(1))},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+  }
+
+  LogicalResult shardLayer(Layer &layer, func::FuncOp func) {
+    DispatchOp d = layer.dispatch;
+    int64_t experts = d.getNumExperts();
+    if (experts % epSize != 0)
+      return d.emitError("moe-expert-parallel: the ")
+             << experts << " experts do not divide evenly over ep-size="
+             << int64_t(epSize);
+    int64_t local = experts / epSize;
+    auto idxType = d.getIndices().getType();
+    int64_t tokens = idxType.getDimSize(0), k = idxType.getDimSize(1);
+    int64_t pad = d.getPadTo();
+    int64_t parts = chunks;
+    if (parts < 1)
+      return d.emitError("moe-expert-parallel: chunks must be at least 1, got ")
+             << parts;
+    if (tokens % parts != 0)
+      return d.emitError("moe-expert-parallel: the ")
+             << tokens << " tokens do not split into chunks=" << parts
+             << " equal parts";
+    if (parts > 1 && d.getCapacity() >= 0)
+      return d.emitError("moe-expert-parallel: chunks=")
+             << parts
+             << " with a capacity factor: capacity would apply to each chunk "
+                "of tokens instead of the layer (use chunks=1)";
+    int64_t part = tokens / parts;
+    MLIRContext *ctx = &getContext();
+    Location loc = d.getLoc();
+    OpBuilder b(layer.combine);
+    Type i32 = b.getI32Type();
+    auto tokensType = d.getTokens().getType();
+    int64_t hidden = tokensType.getDimSize(1);
+    Type rowElt = tokensType.getElementType();
+    auto grid = FlatSymbolRefAttr::get(ctx, gridName);
+    auto axes = b.getDenseI16ArrayAttr({0});
+    int64_t rows0 = part * k;
+    if (int64_t cap = d.getCapacity(); cap >= 0)
+      rows0 = std::min(rows0, experts * cap);
+    int64_t recvRows = epSize * rows0;
     int64_t rows2 = roundUp((recvRows + local * (pad - 1)) / pad * pad, 32);
-    auto regroup = DispatchOp::create(
-        b, loc, RankedTensorType::get({rows2, hidden}, rowElt),
-        RankedTensorType::get({local + 1}, i32),
-        RankedTensorType::get({local}, i32),
-        RankedTensorType::get({recvRows, 1}, i32), sent.getResult(), localIdx2,
-        b.getI64IntegerAttr(local), FloatAttr(), b.getI64IntegerAttr(pad));
-    // 5. The expert computation on local rows and weight shards.
-    IRMapping mapping;
-    mapping.map(d.getSorted(), regroup.getSorted());
-    mapping.map(d.getOffsets(), regroup.getOffsets());
+    auto counts = RankedTensorType::get({experts}, i32);
+
+    // The expert weights: this rank's shards.
+    IRMapping weights;
     llvm::DenseMap<Value, Value> shards;
-    OpBuilder wb(func.getBody().front().getTerminator());
-    wb.setInsertionPoint(global);
+    OpBuilder wb(layer.combine); // before the chunks' ops
     for (Operation *op : layer.compute)
       for (unsigned i : weightOperands(op)) {
         Value w = op->getOperand(i);
-        if (mapping.contains(w))
+        if (weights.contains(w))
           continue;
         // Weights quantized in the graph: shard the float weights.
         if (auto q = w.getDefiningOp<QuantizeOp>();
@@ -354,7 +371,7 @@ struct MoEExpertParallelPass
                 qb, q.getLoc(),
                 cast<MXTensorType>(withLeading(q.getType(), local)), s,
                 q.getScaleMode());
-            mapping.map(w, lq.getResult());
+            weights.map(w, lq.getResult());
           }
           continue;
         }
@@ -367,38 +384,111 @@ struct MoEExpertParallelPass
           return op->emitError("moe-expert-parallel: cannot shard this expert "
                                "weight");
         if (s != w)
-          mapping.map(w, s);
+          weights.map(w, s);
       }
-    Value localOut;
-    for (Operation *op : layer.compute) {
-      Operation *clone = b.clone(*op, mapping);
-      // Row results now have the local row count.
-      for (Value r : clone->getResults())
-        r.setType(withLeading(r.getType(), rows2));
-      for (auto [o, c] : llvm::zip(op->getResults(), clone->getResults()))
-        mapping.map(o, c);
+
+    // Each chunk of tokens goes through the exchange on its own; the ops are
+    // emitted stage by stage over the chunks (all dispatches and exchanges,
+    // then all expert computations and return exchanges, then all
+    // combines), so that a chunk's exchange can run while the experts
+    // compute another (-convert-moe-to-runtime starts each exchange where
+    // its operands are ready and waits where its rows are used).
+    struct Chunk {
+      DispatchOp global;
+      AllToAllOp sent, back;
+      Value weights;
+    };
+    SmallVector<Chunk> chunkList(parts);
+    for (int64_t c = 0; c < parts; ++c) {
+      Chunk &ch = chunkList[c];
+      Value x = d.getTokens(), idx = d.getIndices();
+      ch.weights = layer.combine.getWeights();
+      if (parts > 1) {
+        x = rowSlice(b, loc, x, c * part, part);
+        idx = rowSlice(b, loc, idx, c * part, part);
+        ch.weights = rowSlice(b, loc, ch.weights, c * part, part);
+      }
+      // 1. Dispatch by global expert, no padding (padding happens locally).
+      ch.global = DispatchOp::create(
+          b, loc, RankedTensorType::get({rows0, hidden}, rowElt),
+          RankedTensorType::get({experts + 1}, i32), counts,
+          RankedTensorType::get({part, k}, i32), x, idx,
+          b.getI64IntegerAttr(experts), d.getCapacityFactorAttr(),
+          b.getI64IntegerAttr(1));
+      // 2. Rows to the ranks owning their experts.
+      ch.sent = AllToAllOp::create(
+          b, loc, RankedTensorType::get({recvRows, hidden}, rowElt), counts,
+          ch.global.getSorted(), ch.global.getCounts(), grid, axes);
     }
-    localOut = mapping.lookup(layer.combine.getExpertOut());
-    auto outType = cast<RankedTensorType>(localOut.getType());
-    int64_t outCols = outType.getDimSize(1);
-    // 6. Back to the received order.
-    Value ones = arith::ConstantOp::create(
-        b, loc,
-        DenseElementsAttr::get(RankedTensorType::get({recvRows, 1}, b.getF32Type()),
-                               1.0f));
-    auto unsorted = CombineOp::create(
-        b, loc, RankedTensorType::get({recvRows, outCols}, outType.getElementType()),
-        localOut, ones, regroup.getPositions());
-    // 7. Rows return to where they came from.
-    auto back = AllToAllOp::create(
-        b, loc, RankedTensorType::get({rows0, outCols}, outType.getElementType()),
-        counts, unsorted.getResult(), recvCounts, grid, axes);
-    // 8. The original combine, on the returned rows.
-    auto result = CombineOp::create(b, loc, layer.combine.getType(),
-                                    back.getResult(),
-                                    layer.combine.getWeights(),
-                                    global.getPositions());
-    layer.combine.getResult().replaceAllUsesWith(result.getResult());
+    for (Chunk &ch : chunkList) {
+      // 3. The local expert of every received row.
+      Value recvCounts = ch.sent.getRecvCounts();
+      Value localIdx =
+          localExperts(b, loc, recvCounts, recvRows, experts, local);
+      // 4. Regroup by local expert, with the original padding.
+      auto regroup = DispatchOp::create(
+          b, loc, RankedTensorType::get({rows2, hidden}, rowElt),
+          RankedTensorType::get({local + 1}, i32),
+          RankedTensorType::get({local}, i32),
+          RankedTensorType::get({recvRows, 1}, i32), ch.sent.getResult(),
+          localIdx, b.getI64IntegerAttr(local), FloatAttr(),
+          b.getI64IntegerAttr(pad));
+      // 5. The expert computation on local rows and weight shards.
+      IRMapping mapping = weights;
+      mapping.map(d.getSorted(), regroup.getSorted());
+      mapping.map(d.getOffsets(), regroup.getOffsets());
+      for (Operation *op : layer.compute) {
+        Operation *clone = b.clone(*op, mapping);
+        // Row results now have the local row count.
+        for (Value r : clone->getResults())
+          r.setType(withLeading(r.getType(), rows2));
+        for (auto [o, c] : llvm::zip(op->getResults(), clone->getResults()))
+          mapping.map(o, c);
+      }
+      Value localOut = mapping.lookup(layer.combine.getExpertOut());
+      auto outType = cast<RankedTensorType>(localOut.getType());
+      int64_t outCols = outType.getDimSize(1);
+      // 6. Back to the received order.
+      Value ones = arith::ConstantOp::create(
+          b, loc,
+          DenseElementsAttr::get(
+              RankedTensorType::get({recvRows, 1}, b.getF32Type()), 1.0f));
+      auto unsorted = CombineOp::create(
+          b, loc,
+          RankedTensorType::get({recvRows, outCols}, outType.getElementType()),
+          localOut, ones, regroup.getPositions());
+      // 7. Rows return to where they came from.
+      ch.back = AllToAllOp::create(
+          b, loc,
+          RankedTensorType::get({rows0, outCols}, outType.getElementType()),
+          counts, unsorted.getResult(), recvCounts, grid, axes);
+    }
+    // 8. The original combine, on the returned rows (chunk by chunk).
+    auto resultType = layer.combine.getType();
+    Value result;
+    if (parts == 1) {
+      result = CombineOp::create(b, loc, resultType,
+                                 chunkList[0].back.getResult(),
+                                 chunkList[0].weights,
+                                 chunkList[0].global.getPositions());
+    } else {
+      result = tensor::EmptyOp::create(b, loc, resultType.getShape(),
+                                       resultType.getElementType());
+      auto partType = RankedTensorType::get({part, resultType.getDimSize(1)},
+                                            resultType.getElementType());
+      for (auto [c, ch] : llvm::enumerate(chunkList)) {
+        Value y = CombineOp::create(b, loc, partType, ch.back.getResult(),
+                                    ch.weights, ch.global.getPositions());
+        result = tensor::InsertSliceOp::create(
+            b, loc, y, result,
+            ArrayRef<OpFoldResult>{b.getIndexAttr(int64_t(c) * part),
+                                   b.getIndexAttr(0)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(part),
+                                   b.getIndexAttr(partType.getDimSize(1))},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+      }
+    }
+    layer.combine.getResult().replaceAllUsesWith(result);
     layer.combine.erase();
     for (Operation *op : llvm::reverse(layer.compute))
       if (op->use_empty())

@@ -175,6 +175,19 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     their owners. E must be a multiple of `ep-size`. With `ep-size=1` the
     exchanges are identities and the result is that of the original layer.
 
+    Overlap: with `chunks=N` each layer's tokens are split into N equal
+    parts, each dispatched, exchanged, computed, returned and combined on
+    its own; the ops are emitted stage by stage (all chunks' dispatches and
+    exchanges, then all chunks' experts and return exchanges, then the
+    combines, whose results fill the layer's output), so that once
+    `-convert-moe-to-runtime` has split every exchange into a start and a
+    wait, chunk i+1's rows travel while the experts compute chunk i, and
+    chunk i's results return while chunk i+1 computes. The results are those
+    of `chunks=1` (each token's rows meet the same weights); expert weight
+    gradients are summed over the chunks, so in another order. The token
+    count must divide by N; capacity factors are refused with N > 1 (they
+    would apply per chunk).
+
     Training: shard the loss function, then `-moe-autodiff` (the gradient
     of a `moe.all_to_all` is the reverse exchange, so gradients travel back
     to where their rows came from), then run this pass again: a function
@@ -188,7 +201,11 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     Option<"gridName", "grid", "std::string", /*default=*/"\"ep\"",
            "Name of the shard.grid holding the expert-parallel axis">,
     Option<"remarks", "remarks", "bool", /*default=*/"false",
-           "Emit a remark on every MoE layer left unsharded, saying why">
+           "Emit a remark on every MoE layer left unsharded, saying why">,
+    Option<"chunks", "chunks", "int64_t", /*default=*/"1",
+           "Split each layer's tokens into this many equal chunks, exchanged "
+           "and computed stage by stage, so that one chunk's exchange "
+           "overlaps another's expert computation">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect",
                            "::mlir::linalg::LinalgDialect",
@@ -217,7 +234,9 @@ def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
     - `moe.all_to_all`: the reverse exchange (counted by what each rank
       received), so an expert-parallel loss differentiates across ranks;
     - upstream: `linalg.matmul`, `linalg.transpose`, `linalg.softmax`,
-      `tensor.expand_shape` / `collapse_shape`, and `arith.addf`, `subf`,
+      `tensor.expand_shape` / `collapse_shape`, `tensor.extract_slice` /
+      `insert_slice` (the chunks of `-moe-expert-parallel{chunks}`), and
+      `arith.addf`, `subf`,
       `mulf`, `divf`, `negf`, `math.exp`, `math.tanh` on tensors.
     An op the loss depends on without a rule (a `linalg.generic`, an
     `moe.experts` region, block-scaled operands) is an error at that op:

@@ -1,0 +1,68 @@
+// RUN: moe-opt %s -split-input-file -convert-moe-to-runtime | FileCheck %s
+
+// By default an exchange is a start and a wait: the start right after its
+// operands are defined (ahead of the unrelated %u), its received counts
+// usable right after it, the wait right before the first op reading the
+// received rows (after the unrelated %v and the counts' user %n). The wait
+// reads the input again (to_buffer) and gets the start's handle and the
+// result buffer.
+// CHECK-LABEL: func.func @overlap
+// CHECK-SAME: (%[[X:.*]]: tensor<8x16xf32>, %[[C:.*]]: tensor<4xi32>, %[[Z:.*]]: tensor<32xf32>)
+// CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
+// CHECK: %[[XD:.*]] = memref.cast %[[XB]]
+// CHECK: %[[R:.*]] = memref.alloc() : memref<16x16xf32>
+// CHECK: %[[RD:.*]] = memref.cast %[[R]]
+// CHECK: %[[H:.*]] = call @moert_all_to_all_start_f32(%[[XD]], %{{.*}}, %[[RD]], %{{.*}}, %{{.*}}) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64
+// CHECK: %[[RC:.*]] = bufferization.to_tensor %{{.*}} restrict writable : memref<4xi32> to tensor<4xi32>
+// CHECK: %[[U:.*]] = arith.addf %[[Z]], %[[Z]]
+// CHECK: %[[N:.*]] = arith.addi %[[RC]], %[[RC]]
+// CHECK: %[[V:.*]] = arith.mulf %[[U]], %[[U]]
+// CHECK: %[[XB2:.*]] = bufferization.to_buffer %[[X]] read_only
+// CHECK: %[[XD2:.*]] = memref.cast %[[XB2]]
+// CHECK: call @moert_all_to_all_wait_f32(%[[H]], %[[XD2]], %[[RD]]) : (i64, memref<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
+// CHECK: %[[W:.*]] = arith.addf %[[RT]], %[[RT]]
+// CHECK: return %[[W]], %[[N]], %[[V]]
+// CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64 attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32>, memref<?x?xf32>) attributes {llvm.emit_c_interface}
+shard.grid @ep(shape = 2)
+func.func @overlap(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %z: tensor<32xf32>)
+    -> (tensor<16x16xf32>, tensor<4xi32>, tensor<32xf32>) {
+  %u = arith.addf %z, %z : tensor<32xf32>
+  %r, %rc = moe.all_to_all %x, %c on @ep
+      : tensor<8x16xf32>, tensor<4xi32> -> tensor<16x16xf32>, tensor<4xi32>
+  %n = arith.addi %rc, %rc : tensor<4xi32>
+  %v = arith.mulf %u, %u : tensor<32xf32>
+  %w = arith.addf %r, %r : tensor<16x16xf32>
+  return %w, %n, %v : tensor<16x16xf32>, tensor<4xi32>, tensor<32xf32>
+}
+
+// -----
+
+// Rows used only inside a loop: the wait goes before the loop. Rows nobody
+// reads: the wait goes before the return (the exchange still completes).
+// Both start at the top, in program order.
+// CHECK-LABEL: func.func @nested
+// CHECK: %[[H:.*]] = call @moert_all_to_all_start_f32(
+// CHECK: %[[H2:.*]] = call @moert_all_to_all_start_f32(
+// CHECK: call @moert_all_to_all_wait_f32(%[[H]],
+// CHECK-NEXT: bufferization.to_tensor
+// CHECK-NEXT: scf.for
+// CHECK: call @moert_all_to_all_wait_f32(%[[H2]],
+// CHECK-NEXT: bufferization.to_tensor
+// CHECK-NEXT: return
+shard.grid @ep(shape = 2)
+func.func @nested(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %acc: tensor<16x16xf32>) -> tensor<16x16xf32> {
+  %r, %rc = moe.all_to_all %x, %c on @ep
+      : tensor<8x16xf32>, tensor<4xi32> -> tensor<16x16xf32>, tensor<4xi32>
+  %unused, %urc = moe.all_to_all %x, %c on @ep
+      : tensor<8x16xf32>, tensor<4xi32> -> tensor<16x16xf32>, tensor<4xi32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %s = scf.for %i = %c0 to %c3 step %c1 iter_args(%a = %acc) -> tensor<16x16xf32> {
+    %n = arith.addf %a, %r : tensor<16x16xf32>
+    scf.yield %n : tensor<16x16xf32>
+  }
+  return %s : tensor<16x16xf32>
+}
