@@ -20,6 +20,13 @@
 #   qwen3_train  its train step (loss sum(layer * dy), -moe-autodiff; at
 #           EP=2 sharded before and after): loss, token and expert-weight
 #           gradients; MOE_EP_TRAIN_TOKENS tokens a rank (default 2048)
+#   overlap the qwen3 block in MXFP8 (-moe-train-pipeline recipe=mxfp8,
+#           Hopper kernels), MOE_EP_OVERLAP_TOKENS tokens a rank (16384),
+#           at EP=2: one chunk, and for each of MOE_EP_CHUNKS ("2 4")
+#           that many chunks with MOERT_COMM_OVERLAP=0 (every exchange
+#           blocking) and overlapped; a table of layer time and the time the
+#           program waits on exchanges (started + waited), each checked
+#           against the 1-GPU layer bit for bit
 #
 # `run` builds libmoert (cmake -S runtime) and then, with NCCL_NVLS_ENABLE=0:
 #   1. moert-comm-test device: every collective of libmoert on device
@@ -35,7 +42,8 @@
 # The last lines summarize; the exit status is non-zero on any failure.
 #
 # Variables: MOE_GPU_CHIP (sm_90a), MOE_EP_TOKENS (512), MOE_EP_TRAIN_TOKENS
-# (2048), MOE_EP_LAYERS (small qwen3 qwen3_train), MOE_SEED (1),
+# (2048), MOE_EP_OVERLAP_TOKENS (16384), MOE_EP_CHUNKS ("2 4"), MOE_EP_LAYERS
+# (small qwen3 qwen3_train overlap), MOE_SEED (1),
 # MOE_RUNTIME_BUILD (/tmp/moert-build), MOERT_NCCL_LIBRARY (found if unset:
 # the system's libnccl.so.2, else PyTorch's nvidia-nccl wheel),
 # MOERT_COMM_TIMEOUT (120 here), MOE_EP_REPEAT (timed calls, 10).
@@ -45,8 +53,10 @@ artifacts="$root/gpu-artifacts/ep"
 chip=${MOE_GPU_CHIP:-sm_90a}
 tokens=${MOE_EP_TOKENS:-512}
 train_tokens=${MOE_EP_TRAIN_TOKENS:-2048}
+overlap_tokens=${MOE_EP_OVERLAP_TOKENS:-16384}
+chunks=${MOE_EP_CHUNKS:-"2 4"}
 mode=${1:-all}
-layers=${MOE_EP_LAYERS:-"small qwen3 qwen3_train"}
+layers=${MOE_EP_LAYERS:-"small qwen3 qwen3_train overlap"}
 
 # A MoE layer as MLIR: name T H E F K [loss]. With `loss`, the function is
 # the loss sum(layer(x) * dy) of a fixed gradient dy (for -moe-autodiff).
@@ -86,6 +96,25 @@ prepare() {
   layer_mlir qwen3 "$tokens" 2048 128 768 8 >"$artifacts/qwen3.mlir"
   layer_mlir qwen3_train "$train_tokens" 2048 128 768 8 loss >"$artifacts/qwen3_train.mlir"
   for name in $layers; do
+    if [ "$name" = overlap ]; then
+      layer_mlir qwen3_overlap "$overlap_tokens" 2048 128 768 8 >"$artifacts/overlap.mlir"
+      local variant passes
+      local c variants=(single ep2)
+      for c in $chunks; do variants+=("ep2c$c"); done
+      for variant in "${variants[@]}"; do
+        case $variant in
+          single) passes="ep-size=1 recipe=mxfp8" ;;
+          ep2) passes="ep-size=2 recipe=mxfp8" ;;
+          *) passes="ep-size=2 ep-chunks=${variant#ep2c} recipe=mxfp8" ;;
+        esac
+        "$root/build/bin/moe-opt" "$artifacts/overlap.mlir" --moe-train-pipeline="$passes" \
+          -o "$artifacts/overlap.$variant.mlir"
+        echo "compile: overlap $variant (moe-train-pipeline $passes; $chip)"
+        "$root/build/bin/moe-compile" "$artifacts/overlap.$variant.mlir" --target="$chip" \
+          -o "$artifacts/overlap.$variant.$chip.so"
+      done
+      continue
+    fi
     src="$artifacts/$name.mlir"
     local single_passes=() ep_passes=(--moe-expert-parallel=ep-size=2)
     if [ "$name" = qwen3_train ]; then
@@ -206,6 +235,40 @@ faults() {
   return $status
 }
 
+# The overlap measurement: the MXFP8 qwen3 block at EP=2 with one chunk,
+# with chunks whose exchanges block, and with the chunks overlapped.
+overlap_table() {
+  local rt=$1 seed=$2 repeat=$3 have_mpi=$4
+  local single="$artifacts/overlap.single.$chip.so" rows=() variant rc log
+  local launcher=launch_env
+  [ "$have_mpi" = 1 ] && launcher=launch_mpi
+  local c variants=("ep2:1")
+  for c in $chunks; do variants+=("ep2c$c:0" "ep2c$c:1"); done
+  for variant in "${variants[@]}"; do
+    local so="$artifacts/overlap.${variant%%:*}.$chip.so" flag=${variant##*:}
+    if [ ! -f "$single" ] || [ ! -f "$so" ]; then
+      echo "gpu-ep-check: $single or $so missing: run 'scripts/gpu-ep-check.sh prepare' first" >&2
+      exit 1
+    fi
+    echo "== overlap: ${variant%%:*}, MOERT_COMM_OVERLAP=$flag ($launcher)"
+    log=/tmp/gpu-ep-overlap.log
+    rc=0
+    MOERT_COMM_OVERLAP=$flag $launcher "$rt/bin/moert-ep-check" "$single" "$so" \
+      --seed "$seed" --repeat "$repeat" >"$log" 2>&1 || rc=$?
+    grep -E "time per|collectives per|check on" "$log" || tail -20 "$log"
+    record "overlap ${variant%%:*} MOERT_COMM_OVERLAP=$flag (bit-identical to 1 GPU)" $rc
+    local single_ms ep_ms wait_ms
+    single_ms=$(sed -n 's/.*slowest rank: \([0-9.]*\) ms on 1 GPU.*/\1/p' "$log" | head -1)
+    ep_ms=$(sed -n 's/.*every expert, \([0-9.]*\) ms at EP=2.*/\1/p' "$log" | head -1)
+    wait_ms=$(sed -n 's/^rank [0-9]*: .*collectives per expert-parallel call: .* all_to_all, \([0-9.]*\) ms in all.*/\1/p' "$log" |
+              sort -g | tail -1)
+    rows+=("$(printf '%-10s %-8s %12s %14s %18s' "${variant%%:*}" "$flag" "${single_ms:-?}" "${ep_ms:-?}" "${wait_ms:-?}")")
+  done
+  echo "== overlap table: qwen3 MXFP8 block, $overlap_tokens tokens a GPU, EP=2"
+  printf '%-10s %-8s %12s %14s %18s\n' program overlap "1 GPU ms" "EP=2 ms" "exchange wait ms"
+  printf '%s\n' "${rows[@]}"
+}
+
 run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build} seed=${MOE_SEED:-1}
   local repeat=${MOE_EP_REPEAT:-10}
@@ -239,6 +302,10 @@ run() {
   rc=0; launch_env "$rt/bin/moert-comm-test" device || rc=$?
   record "collectives, NCCL (torchrun-style, TCP store)" $rc
   for name in $layers; do
+    if [ "$name" = overlap ]; then
+      overlap_table "$rt" "$seed" "$repeat" "$have_mpi"
+      continue
+    fi
     local single="$artifacts/$name.single.$chip.so" ep="$artifacts/$name.ep2.$chip.so"
     if [ ! -f "$single" ] || [ ! -f "$ep" ]; then
       echo "gpu-ep-check: $single or $ep missing: run 'scripts/gpu-ep-check.sh prepare' first" >&2

@@ -144,6 +144,9 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
     dedicated.chip = options.chip;
     dedicated.fp8Mma = options.mxfp8FP8MMA;
     pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
+    // GEMMs sharing an MX weight (the chunks of an expert-parallel layer, a
+    // forward and its recomputation) share its dequantization.
+    pm.addPass(createCSEPass());
   }
   addTensorLoweringAndBufferization(pm, /*parallel=*/true);
   pm.addPass(createCanonicalizerPass());
