@@ -810,6 +810,129 @@ constexpr int64_t kHLBO = 128;                 // next core matrix along K
 constexpr int64_t kHSBO = kHTileK / 8 * 128;   // next 8 rows / columns: 1024
 constexpr int64_t kHAccRegs = kHTileN / 2;     // f32 per thread per MMA half
 
+/// What the Hopper wgmma emitters share: global and shared addresses,
+/// cp.async copies, shared-memory matrix descriptors, the accumulator type.
+struct HopperEmitterBase : EmitterBase {
+  /// Descriptor of byte 0 of the dynamic shared memory (set by setUp()).
+  Value descBase{};
+  /// One m64nNk16 f32 accumulator: N/2 f32 per thread (set by setUp()).
+  LLVM::LLVMStructType accType{};
+
+  Value toI64(Value index) {
+    return arith::IndexCastOp::create(b, loc, i64(), index);
+  }
+  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
+  /// The address of a buffer's first element, as an i64.
+  Value baseAddress(Value memref) {
+    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
+  }
+  /// A global pointer `byteOffset` (index) bytes past `base` (i64).
+  Value globalPtr(Value base, Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
+  }
+  /// A shared pointer to byte `byteOffset` (index) of the dynamic memory.
+  Value sharedPtrAt(Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
+  }
+  /// cp.async of 16 bytes; with `srcBytes` (i32), only that many are read
+  /// and the rest of the 16 are zero-filled.
+  void copy16(Value dstOffset, Value srcBase, Value srcOffset,
+              Value srcBytes = Value()) {
+    NVVM::CpAsyncOp::create(b, loc, sharedPtrAt(dstOffset),
+                            globalPtr(srcBase, srcOffset), 16,
+                            NVVM::LoadCacheModifierKind::CG, srcBytes);
+  }
+  /// Descriptor of the matrix at byte `offset` of ring buffer `slotUnits`
+  /// (the slot's byte offset >> 4, i64).
+  Value descriptor(Value slotUnits, int64_t offset) {
+    return arith::AddIOp::create(
+        b, loc, descBase,
+        arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
+  }
+  /// The bf16 MMA main loop over `nk` (index) stages of 64 reduction
+  /// values through the 4-buffer ring (see "Hopper (sm_90a): bf16 grouped
+  /// GEMM" for the schedule): `load(kt, slot)` issues stage kt's cp.asyncs
+  /// into ring buffer `slot` (A tile 128 x 64 first, then B tile 64 x 128);
+  /// `layoutA` is `row` for a K-major A tile, `col` for an MN-major one.
+  /// Returns the two m64n128 accumulators (zeros when nk is 0).
+  SmallVector<Value> pipelinedMma(Value nk,
+                                  function_ref<void(Value, Value)> load,
+                                  NVVM::MMALayout layoutA) {
+    for (int64_t p = 0; p < kHAhead; ++p) {
+      ifThen(cmp(P::slt, idx(p), nk), [&] { load(idx(p), idx(p)); });
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    Value zero = LLVM::ZeroOp::create(b, loc, accType);
+    MLIRContext *ctx = b.getContext();
+    auto shape = NVVM::MMAShapeAttr::get(ctx, kHMmaM, kHTileN, kHMmaK);
+    auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
+    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    // B is MN-major (`row` = transposed B) in both kernels.
+    auto aLayout = NVVM::MMALayoutAttr::get(ctx, layoutA);
+    auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+    SmallVector<Value> acc = forLoop(
+        0, nk, {zero, zero},
+        [&](Value it, ValueRange carried) -> SmallVector<Value> {
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, kHAhead - 1);
+          NVVM::FenceProxyOp::create(
+              b, loc, NVVM::ProxyKind::async_shared,
+              NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+          NVVM::Barrier0Op::create(b, loc);
+          Value next = add(it, idx(kHAhead));
+          ifThen(cmp(P::slt, next, nk),
+                 [&] { load(next, rem(next, kHStages)); });
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+          Value slotUnits =
+              toI64(mul(rem(it, kHStages), idx(kHStageBytes >> 4)));
+          SmallVector<Value> d(carried.begin(), carried.end());
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          for (int64_t j = 0; j < kHTileK / kHMmaK; ++j) {
+            Value bDesc = descriptor(slotUnits, kHTileABytes + 256 * j);
+            for (int64_t h = 0; h < kHTileM / kHMmaM; ++h) {
+              Value aDesc =
+                  descriptor(slotUnits, h * (kHMmaM / 8) * kHSBO + 256 * j);
+              d[h] = NVVM::WgmmaMmaAsyncOp::create(
+                  b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
+                  scaleD, scaleIn, scaleIn, aLayout, row,
+                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
+            }
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+          return d;
+        });
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    return acc;
+  }
+  /// The dynamic shared memory, the descriptor base for leading / stride
+  /// byte offsets `lbo` / `sbo`, and the m64n128 accumulator type.
+  void setUp(int64_t lbo, int64_t sbo) {
+    smem = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
+                        gpu::AddressSpaceAttr::get(
+                            b.getContext(), gpu::AddressSpace::Workgroup)));
+    smemBase = arith::IndexCastOp::create(
+        b, loc, i64(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    // Start address >> 4 (the dynamic shared memory lies below 256 KiB, so it
+    // fits the 14-bit field and adding offsets >> 4 never carries out),
+    // LBO >> 4 at bit 16, SBO >> 4 at bit 32, no swizzle.
+    descBase = arith::OrIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, smemBase, int64(4)),
+        int64((lbo >> 4) << 16 | (sbo >> 4) << 32));
+    accType = LLVM::LLVMStructType::getLiteral(
+        b.getContext(), SmallVector<Type>(kHAccRegs, b.getF32Type()));
+  }
+};
+
 /// One bf16 grouped GEMM shape the wgmma kernel handles.
 struct WgmmaGemm {
   int64_t rows, k, n, experts;
@@ -918,39 +1041,12 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
 }
 
 /// Emits the body of the wgmma grouped GEMM's gpu.launch.
-struct WgmmaEmitter : EmitterBase {
+struct WgmmaEmitter : HopperEmitterBase {
   const WgmmaGemm &g;
   // Buffers: A [R, K] bf16, B [E, K, N] bf16, offsets [E+1], result [R, N].
   Value a, w, offsets, out;
-  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{}, descBase{};
-  LLVM::LLVMStructType accType{};
+  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
 
-  Value toI64(Value index) {
-    return arith::IndexCastOp::create(b, loc, i64(), index);
-  }
-  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
-  /// The address of a buffer's first element, as an i64.
-  Value baseAddress(Value memref) {
-    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
-  }
-  /// A global pointer `byteOffset` (index) bytes past `base` (i64).
-  Value globalPtr(Value base, Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
-  }
-  /// A shared pointer to byte `byteOffset` (index) of the dynamic memory.
-  Value sharedPtrAt(Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
-  }
-  void copy16(Value dstOffset, Value srcBase, Value srcOffset) {
-    NVVM::CpAsyncOp::create(b, loc, sharedPtrAt(dstOffset),
-                            globalPtr(srcBase, srcOffset), 16,
-                            NVVM::LoadCacheModifierKind::CG,
-                            /*cpSize=*/Value());
-  }
 
   /// Stage `kt` (K values [64 kt, 64 kt + 64)) of expert `e` into ring
   /// buffer `slot` (layouts in the header of this section).
@@ -986,88 +1082,21 @@ struct WgmmaEmitter : EmitterBase {
     }
   }
 
-  /// Descriptor of the matrix at byte `offset` of ring buffer `slotUnits`
-  /// (the slot's byte offset >> 4, i64).
-  Value descriptor(Value slotUnits, int64_t offset) {
-    return arith::AddIOp::create(
-        b, loc, descBase,
-        arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
-  }
 
   SmallVector<Value> kLoop(Value e) {
-    int64_t nk = g.k / kHTileK;
-    for (int64_t p = 0; p < kHAhead; ++p) {
-      if (p < nk)
-        loadStage(e, idx(p), idx(p));
-      NVVM::CpAsyncCommitGroupOp::create(b, loc);
-    }
-    Value zero = LLVM::ZeroOp::create(b, loc, accType);
-    MLIRContext *ctx = b.getContext();
-    auto shape = NVVM::MMAShapeAttr::get(ctx, kHMmaM, kHTileN, kHMmaK);
-    auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
-    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-    // A K-major (`row`), B MN-major (`row` = transposed B).
-    auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
-    SmallVector<Value> acc = forLoop(
-        0, idx(nk), {zero, zero},
-        [&](Value it, ValueRange carried) -> SmallVector<Value> {
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, kHAhead - 1);
-          NVVM::FenceProxyOp::create(
-              b, loc, NVVM::ProxyKind::async_shared,
-              NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-          NVVM::Barrier0Op::create(b, loc);
-          Value next = add(it, idx(kHAhead));
-          ifThen(cmp(P::slt, next, idx(nk)),
-                 [&] { loadStage(e, next, rem(next, kHStages)); });
-          NVVM::CpAsyncCommitGroupOp::create(b, loc);
-
-          Value slotUnits =
-              toI64(mul(rem(it, kHStages), idx(kHStageBytes >> 4)));
-          SmallVector<Value> d(carried.begin(), carried.end());
-          NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          for (int64_t j = 0; j < kHTileK / kHMmaK; ++j) {
-            Value bDesc = descriptor(slotUnits, kHTileABytes + 256 * j);
-            for (int64_t h = 0; h < kHTileM / kHMmaM; ++h) {
-              Value aDesc =
-                  descriptor(slotUnits, h * (kHMmaM / 8) * kHSBO + 256 * j);
-              d[h] = NVVM::WgmmaMmaAsyncOp::create(
-                  b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
-                  scaleD, scaleIn, scaleIn, row, row,
-                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
-            }
-          }
-          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
-          return d;
-        });
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-    return acc;
+    return pipelinedMma(
+        idx(g.k / kHTileK),
+        [&](Value kt, Value slot) { loadStage(e, kt, slot); },
+        NVVM::MMALayout::row);
   }
 
   void emit(gpu::LaunchOp launch) {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     m0 = mul(launch.getBlockIds().y, idx(kHTileM));
-    smem = gpu::DynamicSharedMemoryOp::create(
-        b, loc,
-        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
-                        gpu::AddressSpaceAttr::get(
-                            b.getContext(), gpu::AddressSpace::Workgroup)));
-    smemBase = arith::IndexCastOp::create(
-        b, loc, i64(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    setUp(kHLBO, kHSBO);
     aGlobal = baseAddress(a);
     wGlobal = baseAddress(w);
-    // Start address >> 4 (the dynamic shared memory lies below 256 KiB, so it
-    // fits the 14-bit field and adding offsets >> 4 never carries out),
-    // LBO >> 4 at bit 16, SBO >> 4 at bit 32, no swizzle.
-    descBase = arith::OrIOp::create(
-        b, loc, arith::ShRUIOp::create(b, loc, smemBase, int64(4)),
-        int64((kHLBO >> 4) << 16 | (kHSBO >> 4) << 32));
-    accType = LLVM::LLVMStructType::getLiteral(
-        b.getContext(), SmallVector<Type>(kHAccRegs, b.getF32Type()));
 
     // This thread's accumulator rows: (half hf, h) -> m0 + 64 hf + 16 w +
     // l/4 + 8 h; its columns n0 + 8 j + 2 (l%4) + c.
@@ -1182,7 +1211,7 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&launch.getBody().front());
-    WgmmaEmitter k{{b, loc}, g, buffers[0], buffers[1], buffers[2], out};
+    WgmmaEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
     k.emit(launch);
     gpu::TerminatorOp::create(b, loc);
   }
@@ -1190,6 +1219,245 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
       b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
   func::ReturnOp::create(b, loc, result);
   return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): bf16 grouped weight-gradient GEMM on wgmma
+//===----------------------------------------------------------------------===//
+//
+// Handles moe.grouped_matmul_wgrad with bf16 lhs [R, K] and rhs [R, N], f32
+// result [E, K, N], static shapes, K % 128 == 0, N % 128 == 0 (R arbitrary):
+// result[e] = lhs[lo:hi]^T @ rhs[lo:hi] over expert e's rows [lo, hi)
+// (offsets clamped to [0, R]).
+//
+// Grid (N/128, K/128, E), 128 threads = one warpgroup. CTA (bx, by, e) owns
+// result[e][k0 : k0+128][n0 : n0+128], k0 = 128 by, n0 = 128 bx: the MMA's M
+// is the lhs's K, its N the rhs's N, and its reduction runs over the
+// expert's rows, 64 per stage, through the forward kernel's 4-buffer
+// cp.async ring and schedule (pipelinedMma). The number of stages,
+// ceil((hi - lo) / 64), differs by expert; an empty group stores zeros.
+//
+// Tiles (no swizzle; canonical layouts as in the forward kernel):
+//   A (128 K values x 64 rows): the lhs's rows are K-contiguous, so the
+//     tile is MN-major: element (m, r) at byte
+//       (m / 8) * 1024 + (r / 8) * 128 + (r % 8) * 16 + (m % 8) * 2
+//     (the forward kernel's B layout with M for N; LBO 128, SBO 1024), read
+//     by wgmma as a transposed A (NVVM layout `col`, allowed for 16-bit
+//     types).
+//   B (64 rows x 128 N values): the forward kernel's B layout.
+//   Thread t copies A chunks (row 8i + t%8, K chunk t/8) and B chunks (row
+//   8i + t%8, N chunk t/8), i = 0..7.
+// Rows at or past hi are zero in both tiles (cp.async with source size 0,
+// from a clamped address): rows of the next expert add nothing, and
+// whatever they hold (even Inf or NaN) cannot leak in.
+//
+// Numerics: bf16 products accumulated in f32 by the tensor core, in its own
+// order: results match the reference (f32 in row order) to f32 rounding.
+
+/// One bf16 grouped weight-gradient shape the wgmma kernel handles.
+struct WgmmaWgrad {
+  int64_t rows, k, n, experts;
+  Type offsetElt;
+  std::string name() const {
+    return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}", rows, k,
+                         n, experts, BlockScaledGemm::eltName(offsetElt))
+        .str();
+  }
+};
+
+std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
+  if (op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  auto lhs = dyn_cast<RankedTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
+  auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 2 ||
+      result.getRank() != 3 || offsets.getRank() != 1 ||
+      !lhs.getElementType().isBF16() || !rhs.getElementType().isBF16() ||
+      !result.getElementType().isF32() || !lhs.hasStaticShape() ||
+      !rhs.hasStaticShape() || !result.hasStaticShape() ||
+      !offsets.hasStaticShape() || !offsets.getElementType().isInteger())
+    return std::nullopt;
+  int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1),
+          n = rhs.getDimSize(1), experts = result.getDimSize(0);
+  if (rows < 1 || rhs.getDimSize(0) != rows || k < kHTileM || k % kHTileM ||
+      n < kHTileN || n % kHTileN || experts < 1 ||
+      offsets.getDimSize(0) != experts + 1 || result.getDimSize(1) != k ||
+      result.getDimSize(2) != n)
+    return std::nullopt;
+  return WgmmaWgrad{rows, k, n, experts, offsets.getElementType()};
+}
+
+/// Emits the body of the wgmma weight-gradient kernel's gpu.launch.
+struct WgmmaWgradEmitter : HopperEmitterBase {
+  const WgmmaWgrad &g;
+  // Buffers: lhs [R, K] bf16, rhs [R, N] bf16, offsets [E+1], result
+  // [E, K, N] f32.
+  Value x, dy, offsets, out;
+  Value tid{}, k0{}, n0{}, xGlobal{}, dyGlobal{};
+
+  /// Stage `st` (rows [lo + 64 st, lo + 64 st + 64), those below `hi`) into
+  /// ring buffer `slot`.
+  void loadStage(Value lo, Value hi, Value st, Value slot) {
+    Value stageBase = mul(slot, idx(kHStageBytes));
+    Value lane8 = rem(tid, 8), chunk = div(tid, 8);
+    Value row0 = add(lo, add(mul(st, idx(kHTileK)), lane8));
+    Value rowsLast = idx(g.rows - 1);
+    Value aDst = add(stageBase, add(mul(chunk, idx(kHSBO)), mul(lane8, idx(16))));
+    Value bDst = add(add(stageBase, idx(kHTileABytes)),
+                     add(mul(chunk, idx(kHSBO)), mul(lane8, idx(16))));
+    Value aCol = add(k0, mul(chunk, idx(8)));
+    Value bCol = add(n0, mul(chunk, idx(8)));
+    for (int64_t i = 0; i < kHTileK / 8; ++i) {
+      Value row = add(row0, idx(8 * i));
+      Value bytes = select(cmp(P::slt, row, hi), int32(16), int32(0));
+      Value at = minS(row, rowsLast);
+      copy16(add(aDst, idx(i * kHLBO)), xGlobal,
+             mul(add(mul(at, idx(g.k)), aCol), idx(2)), bytes);
+      copy16(add(bDst, idx(i * kHLBO)), dyGlobal,
+             mul(add(mul(at, idx(g.n)), bCol), idx(2)), bytes);
+    }
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    n0 = mul(launch.getBlockIds().x, idx(kHTileN));
+    k0 = mul(launch.getBlockIds().y, idx(kHTileM));
+    Value e = launch.getBlockIds().z;
+    setUp(kHLBO, kHSBO);
+    xGlobal = baseAddress(x);
+    dyGlobal = baseAddress(dy);
+
+    Value rowsEnd = idx(g.rows);
+    Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
+    Value hi = toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
+    lo = minS(maxS(lo, idx(0)), rowsEnd);
+    hi = minS(maxS(hi, lo), rowsEnd);
+    Value stages = div(
+        add(arith::SubIOp::create(b, loc, hi, lo), idx(kHTileK - 1)), kHTileK);
+    SmallVector<Value> acc = pipelinedMma(
+        stages, [&](Value st, Value slot) { loadStage(lo, hi, st, slot); },
+        NVVM::MMALayout::col);
+
+    // Thread t's accumulator element 4 j + 2 h + c of half hf is
+    // result[e][k0 + 64 hf + 16 w + l/4 + 8 h][n0 + 8 j + 2 (l%4) + c].
+    Value warp = div(tid, 32), lane = rem(tid, 32);
+    Value rowBase = add(k0, add(mul(warp, idx(16)), div(lane, 4)));
+    Value colBase = add(n0, mul(rem(lane, 4), idx(2)));
+    for (int64_t hf = 0; hf < 2; ++hf)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value r = add(rowBase, idx(kHMmaM * hf + 8 * h));
+        for (int64_t j = 0; j < kHTileN / 8; ++j)
+          for (int64_t c = 0; c < 2; ++c) {
+            Value v = LLVM::ExtractValueOp::create(
+                b, loc, acc[hf], ArrayRef<int64_t>{4 * j + 2 * h + c});
+            memref::StoreOp::create(
+                b, loc, v, out, ValueRange{e, r, add(colBase, idx(8 * j + c))});
+          }
+      }
+  }
+};
+
+/// The private function computing one bf16 weight-gradient shape on wgmma:
+/// (lhs, rhs, offsets) -> result.
+func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
+                                           SymbolTable &symbols,
+                                           const WgmmaWgrad &g,
+                                           ArrayRef<Type> argTypes,
+                                           RankedTensorType resultType,
+                                           Location loc) {
+  MLIRContext *ctx = module.getContext();
+  auto type = FunctionType::get(ctx, argTypes, resultType);
+  std::string name = g.name();
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    if (existing.getFunctionType() == type &&
+        existing->hasAttr("moe.dedicated_kernel"))
+      return existing;
+
+  auto func = func::FuncOp::create(loc, name, type);
+  func.setPrivate();
+  func->setAttr("moe.dedicated_kernel",
+                StringAttr::get(ctx, "wgmma.mma_async bf16 weight gradient"));
+  symbols.insert(func);
+  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
+  SmallVector<Value> buffers;
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    buffers.push_back(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
+        /*read_only=*/true));
+  }
+  Value out = memref::AllocOp::create(
+      b, loc,
+      MemRefType::get(resultType.getShape(), resultType.getElementType()));
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(g.n / kHTileN), c(g.k / kHTileM), c(g.experts), c(kHThreads),
+      one, one, arith::ConstantIntOp::create(b, loc, kHSmemBytes, 32));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&launch.getBody().front());
+    WgmmaWgradEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
+    k.emit(launch);
+    gpu::TerminatorOp::create(b, loc);
+  }
+  Value result = bufferization::ToTensorOp::create(
+      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b, loc, result);
+  return func;
+}
+
+/// A weight gradient in the form the wgmma kernel takes: MX operands whose
+/// blocks run along the rows (the contraction; `axis = 0`) dequantized to
+/// bf16, exactly as for the forward GEMM (see rewriteForWgmma). Returns the
+/// kernel's call, or nullptr (nothing changed).
+Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
+                             SymbolTable &symbols) {
+  Type bf16 = BFloat16Type::get(op.getContext());
+  auto eligible = [&](Value v) {
+    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+      return mx.getAxis() == 0;
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.getElementType() == bf16;
+  };
+  if (!eligible(op.getLhs()) || !eligible(op.getRhs()))
+    return nullptr;
+  auto shapeOf = [](Value v) -> ArrayRef<int64_t> {
+    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+      return mx.getShape();
+    return cast<RankedTensorType>(v.getType()).getShape();
+  };
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto toBF16 = [&](Value v) -> Value {
+    if (!isa<MXTensorType>(v.getType()))
+      return v;
+    return DequantizeOp::create(
+        b, loc, RankedTensorType::get(shapeOf(v), bf16), v);
+  };
+  Value x = toBF16(op.getLhs()), dy = toBF16(op.getRhs());
+  auto bf16Op = GroupedMatmulWgradOp::create(b, loc, op.getType(), x, dy,
+                                             op.getOffsets());
+  std::optional<WgmmaWgrad> w = matchWgmmaWgrad(bf16Op);
+  if (!w) {
+    bf16Op.erase();
+    for (Value v : {dy, x})
+      if (v != op.getLhs() && v != op.getRhs() && v.use_empty())
+        v.getDefiningOp()->erase();
+    return nullptr;
+  }
+  SmallVector<Type> argTypes = {x.getType(), dy.getType(),
+                                op.getOffsets().getType()};
+  func::FuncOp kernel = getOrCreateWgmmaWgradFunction(
+      module, symbols, *w, argTypes, op.getType(), loc);
+  auto call = func::CallOp::create(b, loc, kernel,
+                                   ValueRange{x, dy, op.getOffsets()});
+  bf16Op.erase();
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+  return call;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1324,40 +1592,16 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
 }
 
 /// Emits the body of the MXFP8 wgmma grouped GEMM's gpu.launch.
-struct WgmmaMxEmitter : EmitterBase {
+struct WgmmaMxEmitter : HopperEmitterBase {
   const WgmmaMxGemm &g;
   // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
   // [E, K/32, N], offsets [E+1], result [R, N].
   Value a, aScales, w, wScales, offsets, out;
-  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{}, descBase{};
+  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
   // Per thread: byte offsets (index) of its accumulator rows' scales within
   // a block's A scales ([hf][hh]) and of its columns' within B's ([j][c]).
   SmallVector<Value> rowScaleOff{}, colScaleOff{};
-  LLVM::LLVMStructType accType{};
 
-  Value toI64(Value index) {
-    return arith::IndexCastOp::create(b, loc, i64(), index);
-  }
-  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
-  Value baseAddress(Value memref) {
-    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
-  }
-  Value globalPtr(Value base, Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
-  }
-  Value sharedPtrAt(Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
-  }
-  void copy16(Value dstOffset, Value srcBase, Value srcOffset) {
-    NVVM::CpAsyncOp::create(b, loc, sharedPtrAt(dstOffset),
-                            globalPtr(srcBase, srcOffset), 16,
-                            NVVM::LoadCacheModifierKind::CG,
-                            /*cpSize=*/Value());
-  }
   Value shl(Value x, int64_t s) {
     return arith::ShLIOp::create(b, loc, x, int32(s));
   }
@@ -1438,11 +1682,6 @@ struct WgmmaMxEmitter : EmitterBase {
     }
   }
 
-  Value descriptor(Value slotUnits, int64_t offset) {
-    return arith::AddIOp::create(
-        b, loc, descBase,
-        arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
-  }
   Value loadF32(Value byteOffset) {
     return LLVM::LoadOp::create(b, loc, b.getF32Type(), sharedPtrAt(byteOffset),
                                 /*alignment=*/4);
@@ -1529,22 +1768,9 @@ struct WgmmaMxEmitter : EmitterBase {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     m0 = mul(launch.getBlockIds().y, idx(kHTileM));
-    smem = gpu::DynamicSharedMemoryOp::create(
-        b, loc,
-        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
-                        gpu::AddressSpaceAttr::get(
-                            b.getContext(), gpu::AddressSpace::Workgroup)));
-    smemBase = arith::IndexCastOp::create(
-        b, loc, i64(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    setUp(kXLBO, kXSBO);
     aGlobal = baseAddress(a);
     wGlobal = baseAddress(w);
-    // As the bf16 kernel: start >> 4, LBO >> 4 at bit 16, SBO >> 4 at 32.
-    descBase = arith::OrIOp::create(
-        b, loc, arith::ShRUIOp::create(b, loc, smemBase, int64(4)),
-        int64((kXLBO >> 4) << 16 | (kXSBO >> 4) << 32));
-    accType = LLVM::LLVMStructType::getLiteral(
-        b.getContext(), SmallVector<Type>(kHAccRegs, b.getF32Type()));
 
     Value warp = div(tid, 32), lane = rem(tid, 32);
     Value rowInHalf = add(mul(warp, idx(16)), div(lane, 4));
@@ -1665,7 +1891,7 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&launch.getBody().front());
-    WgmmaMxEmitter k{{b, loc},   g,          buffers[0], buffers[1],
+    WgmmaMxEmitter k{{{b, loc}},  g,          buffers[0], buffers[1],
                      buffers[2], buffers[3], buffers[4], out};
     k.emit(launch);
     gpu::TerminatorOp::create(b, loc);
@@ -1695,6 +1921,12 @@ struct MoEGPUDedicatedKernelsPass
       func.walk([&](GroupedMatmulOp op) { candidates.push_back(op); });
 
     if (chip == "sm_90a") {
+      // Weight gradients (bf16, or MXFP8 blocked along the rows).
+      SmallVector<GroupedMatmulWgradOp> wgrads;
+      for (auto func : module.getOps<func::FuncOp>())
+        func.walk([&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
+      for (GroupedMatmulWgradOp op : wgrads)
+        (void)lowerWgradToWgmma(op, module, symbols);
       for (GroupedMatmulOp op : candidates) {
         // MXFP8 without fp8-mma (exact through bf16), transposed rhs
         // (materialized): see rewriteForWgmma.

@@ -118,7 +118,8 @@ func.func @grouped_matmul_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
   return %y : tensor<4576x128xf32>
 }
 
-// Weight gradient over the same routing (sums over each group's rows).
+// Weight gradient over the same routing (sums over each group's rows; the
+// wgmma weight-gradient kernel on sm_90a).
 func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
                                 %dy: tensor<4576x128xbf16>) -> tensor<16x256x128xf32>
     attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
@@ -129,6 +130,26 @@ func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
       -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
   %dw = moe.grouped_matmul_wgrad %s, %dy, %o
       : tensor<4576x256xbf16>, tensor<4576x128xbf16>, tensor<17xi32> -> tensor<16x256x128xf32>
+  return %dw : tensor<16x256x128xf32>
+}
+
+// The same on the wgmma weight-gradient kernel with MXFP8 operands blocked
+// along the rows (as the backward recipe quantizes them; dequantized to
+// bf16 exactly): E4M3 activations, E5M2 gradients, and experts 12-15
+// routed no rows (their gradients are zero). Tolerance as above: exact
+// products, f32 sums of each group's rows in another order.
+func.func @grouped_matmul_wgrad_mxfp8(%x: tensor<1024x256xbf16>,
+                                      %idx: tensor<1024x4xi32> {moe.test_range = [0, 12]},
+                                      %dy: tensor<4576x128xbf16>) -> tensor<16x256x128xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %sq = moe.quantize %s : tensor<4576x256xbf16> -> !moe.mx<4576x256xf8E4M3FN, axis = 0>
+  %dq = moe.quantize %dy : tensor<4576x128xbf16> -> !moe.mx<4576x128xf8E5M2, axis = 0>
+  %dw = moe.grouped_matmul_wgrad %sq, %dq, %o
+      : !moe.mx<4576x256xf8E4M3FN, axis = 0>, !moe.mx<4576x128xf8E5M2, axis = 0>, tensor<17xi32>
+      -> tensor<16x256x128xf32>
   return %dw : tensor<16x256x128xf32>
 }
 

@@ -1,0 +1,69 @@
+// Weight gradients on Hopper's warpgroup MMA: moe.grouped_matmul_wgrad with
+// bf16 operands, or MXFP8 ones blocked along the rows (dequantized to bf16
+// first, exactly), becomes the wgmma weight-gradient kernel; the PTX of the
+// whole GPU pipeline and ptxas accepting it for sm_90a. Nothing of it runs
+// here (scripts/gpu-check.sh runs it against the CPU).
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
+
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+
+// The rows past the group are zero-filled copies (source size 0 or 16);
+// the A tile is read transposed (the 4th immediate: trans-a = 1).
+// PTX-LABEL: kernel module moe_wgmma_wgrad_200x128x256_e3_bf16_i32_kernel
+// PTX: .target sm_90a
+// PTX: cp.async.cg.shared.global [%{{.*}}], [%{{.*}}], 16, %r{{[0-9]+}};
+// PTX: wgmma.fence.sync.aligned;
+// PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1, 1;
+// PTX: wgmma.wait_group.sync.aligned 0;
+// PTX-LABEL: kernel module moe_wgmma_wgrad_96x256x128_e4_bf16_i32_kernel
+
+// NOKERNEL-NOT: moe_wgmma_wgrad
+// NOKERNEL: moe.grouped_matmul_wgrad
+// NOKERNEL-NOT: moe_wgmma_wgrad
+
+// CHECK-LABEL: func.func @bf16
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[G:[a-z0-9]+]]: tensor<200x256xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
+// CHECK: %[[W:.*]] = call @moe_wgmma_wgrad_200x128x256_e3_bf16_i32(%[[X]], %[[G]], %[[O]]) : (tensor<200x128xbf16>, tensor<200x256xbf16>, tensor<4xi32>) -> tensor<3x128x256xf32>
+// CHECK-NOT: moe.grouped_matmul_wgrad
+// CHECK: return %[[W]]
+func.func @bf16(%x: tensor<200x128xbf16>, %g: tensor<200x256xbf16>,
+                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<3x128x256xf32> {
+  %w = moe.grouped_matmul_wgrad %x, %g, %off
+      : tensor<200x128xbf16>, tensor<200x256xbf16>, tensor<4xi32> -> tensor<3x128x256xf32>
+  return %w : tensor<3x128x256xf32>
+}
+
+// MXFP8 columnwise operands (blocks of 32 rows): dequantized, then the same
+// kernel.
+// CHECK-LABEL: func.func @mxfp8
+// CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<96x256xf8E4M3FN, axis = 0> -> tensor<96x256xbf16>
+// CHECK: %[[GB:.*]] = moe.dequantize %{{.*}} : !moe.mx<96x128xf8E5M2, axis = 0> -> tensor<96x128xbf16>
+// CHECK: call @moe_wgmma_wgrad_96x256x128_e4_bf16_i32(%[[XB]], %[[GB]], %{{.*}})
+func.func @mxfp8(%x: tensor<96x256xf32>, %g: tensor<96x128xf32>,
+                 %off: tensor<5xi32> {moe.test_range = [0, 96]}) -> tensor<4x256x128xf32> {
+  %xq = moe.quantize %x : tensor<96x256xf32> -> !moe.mx<96x256xf8E4M3FN, axis = 0>
+  %gq = moe.quantize %g : tensor<96x128xf32> -> !moe.mx<96x128xf8E5M2, axis = 0>
+  %w = moe.grouped_matmul_wgrad %xq, %gq, %off
+      : !moe.mx<96x256xf8E4M3FN, axis = 0>, !moe.mx<96x128xf8E5M2, axis = 0>, tensor<5xi32> -> tensor<4x256x128xf32>
+  return %w : tensor<4x256x128xf32>
+}
+
+// Shapes the kernel does not take (K not a multiple of 128; f32 operands)
+// keep the generic path.
+// CHECK-LABEL: func.func @generic
+// CHECK-NOT: moe_wgmma_wgrad
+// CHECK-COUNT-2: moe.grouped_matmul_wgrad
+// CHECK-NOT: moe.dequantize
+func.func @generic(%x: tensor<64x64xbf16>, %g: tensor<64x128xbf16>,
+                   %xf: tensor<64x128xf32>, %off: tensor<3xi32>)
+    -> (tensor<2x64x128xf32>, tensor<2x128x128xf32>) {
+  %a = moe.grouped_matmul_wgrad %x, %g, %off
+      : tensor<64x64xbf16>, tensor<64x128xbf16>, tensor<3xi32> -> tensor<2x64x128xf32>
+  %b = moe.grouped_matmul_wgrad %xf, %xf, %off
+      : tensor<64x128xf32>, tensor<64x128xf32>, tensor<3xi32> -> tensor<2x128x128xf32>
+  return %a, %b : tensor<2x64x128xf32>, tensor<2x128x128xf32>
+}
