@@ -23,8 +23,6 @@ import torch
 import torch.nn.functional as F
 
 H, FF, E, K = 2048, 768, 128, 8
-art_dir = sys.argv[1]
-token_counts = [int(t) for t in sys.argv[2:]] or [2048, 8192]
 
 
 def inputs(T, skew, dtype=torch.float32):
@@ -80,68 +78,73 @@ class Stats(ctypes.Structure):
                 ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64), ("reuses", ctypes.c_uint64)]
 
 
-rows = []
-print(f"# MoE layer forward + backward, hidden {H}, expert FFN {FF}, {E} experts, top-{K}")
-print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
-for T in token_counts:
-    flops = 6.0 * T * K * 3 * H * FF
-    repeat = 5 if T <= 8192 else 3
-    for skew in (0, 1):
-        routing = "skewed" if skew else "balanced"
-        # --- ours ---
-        from moe_mlir import load, runtime
-        for recipe in ("none", "mxfp8"):
-            path = os.path.join(art_dir, f"layer_{T}_{recipe}.sm_90a.so")
-            if not os.path.exists(path):
-                continue
-            art = load(path)
-            args = inputs(T, skew)
-            lib = runtime.moert()
-            lib.moert_gpu_empty_cache()
-            lib.moert_gpu_reset_peak_memory()
-            t = timed(lambda: art.loss_grad(*args), repeat)
-            stats = Stats()
-            lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
-            name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
-            rows.append((T, routing, name, T / t, flops / t / 1e12, stats.peak / 2**20))
-        # --- peers ---
-        try:
-            from transformers import Qwen3MoeConfig
-            from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
-            for experts in ("eager", "grouped_mm"):
-                cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=FF, num_experts=E,
-                                     num_experts_per_tok=K, norm_topk_prob=True)
-                if experts != "eager":
-                    cfg._experts_implementation = experts
-                block = Qwen3MoeSparseMoeBlock(cfg).cuda().bfloat16()
-                x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
-                with torch.no_grad():
-                    block.gate.weight.copy_(rw.t())
-                    block.experts.gate_up_proj.copy_(w1.transpose(1, 2))
-                    block.experts.down_proj.copy_(w2.transpose(1, 2))
-                xx = x[None].requires_grad_(True)
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
+def main(art_dir, token_counts):
+    rows = []
+    print(f"# MoE layer forward + backward, hidden {H}, expert FFN {FF}, {E} experts, top-{K}")
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for T in token_counts:
+        flops = 6.0 * T * K * 3 * H * FF
+        repeat = 5 if T <= 8192 else 3
+        for skew in (0, 1):
+            routing = "skewed" if skew else "balanced"
+            # --- ours ---
+            from moe_mlir import load, runtime
+            for recipe in ("none", "mxfp8"):
+                path = os.path.join(art_dir, f"layer_{T}_{recipe}.sm_90a.so")
+                if not os.path.exists(path):
+                    continue
+                art = load(path)
+                args = inputs(T, skew)
+                lib = runtime.moert()
+                lib.moert_gpu_empty_cache()
+                lib.moert_gpu_reset_peak_memory()
+                t = timed(lambda: art.loss_grad(*args), repeat)
+                stats = Stats()
+                lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
+                name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
+                rows.append((T, routing, name, T / t, flops / t / 1e12, stats.peak / 2**20))
+            # --- peers ---
+            try:
+                from transformers import Qwen3MoeConfig
+                from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+                for experts in ("eager", "grouped_mm"):
+                    cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=FF, num_experts=E,
+                                         num_experts_per_tok=K, norm_topk_prob=True)
+                    if experts != "eager":
+                        cfg._experts_implementation = experts
+                    block = Qwen3MoeSparseMoeBlock(cfg).cuda().bfloat16()
+                    x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
+                    with torch.no_grad():
+                        block.gate.weight.copy_(rw.t())
+                        block.experts.gate_up_proj.copy_(w1.transpose(1, 2))
+                        block.experts.down_proj.copy_(w2.transpose(1, 2))
+                    xx = x[None].requires_grad_(True)
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
 
-                def step():
-                    out = block(xx)
-                    out = out[0] if isinstance(out, tuple) else out
-                    out.backward(dy[None])
-                t = timed(step, repeat)
-                rows.append((T, routing, f"transformers {experts} bf16", T / t, flops / t / 1e12,
-                             torch.cuda.max_memory_allocated() / 2**20))
-                del block
-        except Exception as err:
-            print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
-        x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
-        w1 = w1.requires_grad_(True)
-        w2 = w2.requires_grad_(True)
-        xx = x.requires_grad_(True)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2).backward(dy), repeat)
-        rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
-                     torch.cuda.max_memory_allocated() / 2**20))
-print(f"{'tokens':>7} {'routing':9} {'':32} {'tokens/s':>12} {'TFLOP/s':>8} {'peak MiB':>9}")
-for T, routing, name, tps, tf, mem in rows:
-    print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f}")
+                    def step():
+                        out = block(xx)
+                        out = out[0] if isinstance(out, tuple) else out
+                        out.backward(dy[None])
+                    t = timed(step, repeat)
+                    rows.append((T, routing, f"transformers {experts} bf16", T / t, flops / t / 1e12,
+                                 torch.cuda.max_memory_allocated() / 2**20))
+                    del block
+            except Exception as err:
+                print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
+            x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
+            w1 = w1.requires_grad_(True)
+            w2 = w2.requires_grad_(True)
+            xx = x.requires_grad_(True)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2).backward(dy), repeat)
+            rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
+                         torch.cuda.max_memory_allocated() / 2**20))
+    print(f"{'tokens':>7} {'routing':9} {'':32} {'tokens/s':>12} {'TFLOP/s':>8} {'peak MiB':>9}")
+    for T, routing, name, tps, tf, mem in rows:
+        print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], [int(t) for t in sys.argv[2:]] or [2048, 8192])

@@ -49,13 +49,28 @@ std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
   MXFormat fmt = MXFormat::get(type.getElementType());
   Value xe = view.expand(e, x);
   SmallVector<IteratorType> par(view.expandedRank(), IteratorType::parallel);
-  SmallVector<IteratorType> red = par;
-  red[view.blockDim] = IteratorType::reduction;
+  SmallVector<IteratorType> red;
   Type f32 = e.b.getF32Type(), i8 = e.b.getI8Type();
 
-  // 1. amax per block (NaN-propagating).
+  // 1. amax per block (NaN-propagating). The block's 32 elements are the
+  // innermost (reduction) loop, whichever axis is scaled: the loops around
+  // it run over neighbouring blocks, whose elements are neighbours in
+  // memory (on a GPU: consecutive threads, coalesced loads; with the
+  // reduction in the middle, an axis other than the last gave each thread
+  // a whole row of blocks).
+  int64_t rank = view.expandedRank();
+  SmallVector<AffineExpr> inExprs, scaleExprs;
+  for (int64_t j = 0, d = 0; j < rank; ++j)
+    inExprs.push_back(j == view.blockDim ? e.b.getAffineDimExpr(rank - 1)
+                                         : e.b.getAffineDimExpr(d++));
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    scaleExprs.push_back(e.b.getAffineDimExpr(d));
+  AffineMap blocksIn = AffineMap::get(rank, 0, inExprs, ctx);
+  AffineMap blocksOut = AffineMap::get(rank, 0, scaleExprs, ctx);
+  red = par;
+  red.back() = IteratorType::reduction;
   Value amaxInit = e.zeros(view.scaleSizes(e, x), f32);
-  Value amax = e.generic(xe, amaxInit, {view.identity(ctx), view.toScales(ctx)},
+  Value amax = e.generic(xe, amaxInit, {blocksIn, blocksOut},
                          red,
                          [&](OpBuilder &nb, Location nl, ValueRange a) {
                            Emitter n{nb, nl};

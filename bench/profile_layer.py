@@ -1,0 +1,61 @@
+"""Where the time of a compiled train step goes, kernel by kernel.
+
+    python3 bench/profile_layer.py ARTIFACT.so TOKENS [TOP]
+
+ARTIFACT is a layer train step from `bench/run-layer.sh prepare`
+(gpu-artifacts/layer/layer_<T>_<recipe>.sm_90a.so). PyTorch's profiler
+(CUPTI) records every kernel launched in the process, ours included; the
+table lists the TOP (30) kernels by total GPU time over 3 profiled steps,
+then the step's wall time against the sum of its kernels' times (the rest
+is launch gaps and host work). Kernel names are the compiled program's
+(`loss_grad_kernel_N`: the N-th outlined loop nest, in program order, see
+`moe-opt --moe-gpu-pipeline` on the artifact's .mlir; `moe_wgmma_*`: the
+dedicated GEMM kernels).
+"""
+import sys
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, sys.path[0])  # bench/ for layer.inputs
+import layer as bench_layer  # noqa: E402
+
+from moe_mlir import load  # noqa: E402
+
+path, T = sys.argv[1], int(sys.argv[2])
+top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
+art = load(path)
+args = bench_layer.inputs(T, 0)
+for _ in range(2):
+    art.loss_grad(*args)
+torch.cuda.synchronize()
+steps = 3
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        art.loss_grad(*args)
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / steps
+totals, calls = defaultdict(float), defaultdict(int)
+launches = []  # (start, ms, name) of every kernel and copy, in time order
+for ev in prof.events():
+    if ev.device_type == torch.autograd.DeviceType.CUDA:
+        totals[ev.name] += ev.device_time_total / 1e3 / steps  # ms per step
+        calls[ev.name] += 1
+        launches.append((ev.time_range.start, ev.device_time_total / 1e3, ev.name))
+launches.sort()
+kernel_ms = sum(totals.values())
+print(f"# {path}, {T} tokens: step {wall * 1e3:.2f} ms wall, "
+      f"{kernel_ms:.2f} ms in {sum(calls.values()) // steps} kernels and copies")
+print(f"{'ms/step':>9} {'%step':>6} {'calls':>6}  kernel")
+for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
+    print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {calls[name] // steps:6d}  {name[:110]}")
+# The generic kernels share one name: by launch position instead (the i-th
+# gpu.launch_func of the step's host code), in the last profiled step.
+per_step = len(launches) // steps
+last = launches[-per_step:]
+print(f"{'ms':>9} {'%step':>6} {'launch':>6}  kernel (last step, by launch position)")
+for i, (_, ms, name) in sorted(enumerate(last), key=lambda x: -x[1][1])[:top]:
+    print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {i:6d}  {name[:110]}")
