@@ -727,9 +727,9 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 // Hopper (sm_90a): bf16 grouped GEMM on warpgroup MMA (wgmma)
 //===----------------------------------------------------------------------===//
 //
-// Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N], f32
-// result, no transpose_rhs, static shapes, K % 64 == 0, N % 128 == 0 (R
-// arbitrary). Anything else keeps the generic path.
+// Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N] (or,
+// with transpose_rhs, [E, N, K]), f32 result, static shapes, K % 64 == 0,
+// N % 128 == 0 (R arbitrary). Anything else keeps the generic path.
 //
 // Grid (N/128, ceil(R/128)), 128 threads = one warpgroup. CTA (bx, by) owns
 // output rows [m0, m0+128), m0 = 128 by, and columns [n0, n0+128), n0 =
@@ -774,6 +774,12 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 //       (n / 8) * 1024 + (k / 8) * 128 + (k % 8) * 16 + (n % 8) * 2
 //     i.e. a core matrix is 8 K rows of 8 consecutive N values; LBO = 128
 //     (next core matrix along K), SBO = 1024 (next 8 columns).
+//   B, K-major (transpose_rhs: the rhs is [E, N, K] with K contiguous, as
+//     a data gradient reads its weights; wgmma's untransposed B, layout
+//     `col`): laid out and copied as A, N for the rows: element (k, n) at
+//       (n / 8) * 1024 + (k / 8) * 128 + (n % 8) * 16 + (k % 8) * 2
+//     (LBO 128, SBO 1024 as above), so no transposed copy of the weights
+//     is made.
 //   MMA j (K step of 16 = two core matrices along K) of half h uses A at
 //   byte 8192 h + 256 j and B at 256 j of the stage's tiles.
 //   Descriptor (sm_90 format): bits 0-13 start address >> 4, 16-29 LBO >> 4,
@@ -857,11 +863,13 @@ struct HopperEmitterBase : EmitterBase {
   /// values through the 4-buffer ring (see "Hopper (sm_90a): bf16 grouped
   /// GEMM" for the schedule): `load(kt, slot)` issues stage kt's cp.asyncs
   /// into ring buffer `slot` (A tile 128 x 64 first, then B tile 64 x 128);
-  /// `layoutA` is `row` for a K-major A tile, `col` for an MN-major one.
+  /// `layoutA` is `row` for a K-major A tile, `col` for an MN-major one;
+  /// `layoutB` `col` for a K-major B tile, `row` for an MN-major one.
   /// Returns the two m64n128 accumulators (zeros when nk is 0).
   SmallVector<Value> pipelinedMma(Value nk,
                                   function_ref<void(Value, Value)> load,
-                                  NVVM::MMALayout layoutA) {
+                                  NVVM::MMALayout layoutA,
+                                  NVVM::MMALayout layoutB) {
     for (int64_t p = 0; p < kHAhead; ++p) {
       ifThen(cmp(P::slt, idx(p), nk), [&] { load(idx(p), idx(p)); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -873,9 +881,8 @@ struct HopperEmitterBase : EmitterBase {
     auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
     auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
     auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-    // B is MN-major (`row` = transposed B) in both kernels.
     auto aLayout = NVVM::MMALayoutAttr::get(ctx, layoutA);
-    auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+    auto bLayout = NVVM::MMALayoutAttr::get(ctx, layoutB);
     SmallVector<Value> acc = forLoop(
         0, nk, {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
@@ -900,7 +907,7 @@ struct HopperEmitterBase : EmitterBase {
                   descriptor(slotUnits, h * (kHMmaM / 8) * kHSBO + 256 * j);
               d[h] = NVVM::WgmmaMmaAsyncOp::create(
                   b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
-                  scaleD, scaleIn, scaleIn, aLayout, row,
+                  scaleD, scaleIn, scaleIn, aLayout, bLayout,
                   /*satfinite=*/NVVM::MMAIntOverflowAttr());
             }
           }
@@ -937,9 +944,12 @@ struct HopperEmitterBase : EmitterBase {
 struct WgmmaGemm {
   int64_t rows, k, n, experts;
   Type offsetElt;
+  /// The rhs is stored [E, N, K] (transpose_rhs: a data gradient's weights).
+  bool rhsTransposed = false;
   std::string name() const {
-    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16_{4}", rows, k, n,
-                         experts, BlockScaledGemm::eltName(offsetElt))
+    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}", rows, k,
+                         n, experts, BlockScaledGemm::eltName(offsetElt),
+                         rhsTransposed ? "_rhsT" : "")
         .str();
   }
 };
@@ -956,15 +966,15 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
 ///   subnormal, 2^-133: scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above,
 ///   beneath which elements are far below anything a GEMM sums); bf16
 ///   products are exact in the f32 accumulator.
-/// - `transpose_rhs` (the data gradient's rhs [E, N, K]): the rhs is
-///   transposed to [E, K, N] in memory first (a copy).
+/// - `transpose_rhs` (the data gradient's rhs [E, N, K]) stays: the kernel
+///   reads such an rhs K-major, as wgmma's untransposed B.
 /// Only when the resulting GEMM fits the kernel; returns the new op, or
 /// nullopt (nothing changed).
 std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
   bool transposed = op.getTransposeRhs();
   bool anyMX = isa<MXTensorType>(op.getLhs().getType()) ||
                isa<MXTensorType>(op.getRhs().getType());
-  if ((!anyMX && !transposed) || op->getParentOfType<ExpertsOp>())
+  if (!anyMX || op->getParentOfType<ExpertsOp>())
     return std::nullopt;
   Type bf16 = BFloat16Type::get(op.getContext());
   // Each operand: MX with blocks along K (dequantized), or already bf16.
@@ -989,22 +999,8 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
     return dq;
   };
   Value a = toBF16(op.getLhs()), w = toBF16(op.getRhs());
-  if (transposed) {
-    auto wt = cast<RankedTensorType>(w.getType());
-    if (wt.getRank() != 3 || !wt.hasStaticShape())
-      return std::nullopt;
-    auto init = tensor::EmptyOp::create(
-        b, loc,
-        ArrayRef<int64_t>{wt.getDimSize(0), wt.getDimSize(2), wt.getDimSize(1)},
-        bf16);
-    auto t = linalg::TransposeOp::create(b, loc, w, init,
-                                         ArrayRef<int64_t>{0, 2, 1});
-    created.push_back(init);
-    created.push_back(t);
-    w = t.getResult()[0];
-  }
   auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
-                                      op.getOffsets(), /*transpose_rhs=*/false);
+                                      op.getOffsets(), transposed);
   if (!matchWgmmaGemm(gemm)) {
     gemm.erase();
     for (Operation *c : llvm::reverse(created))
@@ -1017,8 +1013,9 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
 }
 
 std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
-  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
+  if (op->getParentOfType<ExpertsOp>())
     return std::nullopt;
+  bool transposed = op.getTransposeRhs();
   auto lhs = dyn_cast<RankedTensorType>(op.getLhs().getType());
   auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
@@ -1031,13 +1028,13 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
       !offsets.hasStaticShape() || !offsets.getElementType().isInteger())
     return std::nullopt;
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
-  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
+  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[transposed ? 1 : 2];
   if (rows < 1 || k < kHTileK || k % kHTileK || n < kHTileN || n % kHTileN ||
-      experts < 1 || rhs.getShape()[1] != k ||
+      experts < 1 || rhs.getShape()[transposed ? 2 : 1] != k ||
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
     return std::nullopt;
-  return WgmmaGemm{rows, k, n, experts, offsets.getElementType()};
+  return WgmmaGemm{rows, k, n, experts, offsets.getElementType(), transposed};
 }
 
 /// Emits the body of the wgmma grouped GEMM's gpu.launch.
@@ -1068,6 +1065,20 @@ struct WgmmaEmitter : HopperEmitterBase {
       Value src = mul(add(mul(grow, idx(g.k)), aCol), idx(2));
       copy16(add(aDst, idx(2 * i * kHSBO)), aGlobal, src);
     }
+    if (g.rhsTransposed) {
+      // B K-major (rhs [E, N, K]), laid out as A: chunk (N column
+      // 8 (2i + t/64) + t%8, K chunk (t/8)%8).
+      Value bDst = add(add(stageBase, idx(kHTileABytes)),
+                       add(mul(aRowGroup, idx(kHSBO)),
+                           add(mul(aChunk, idx(kHLBO)), mul(lane8, idx(16)))));
+      for (int64_t i = 0; i < kHTileN * kHTileK / 8 / kHThreads; ++i) {
+        Value c = add(lane8, mul(add(aRowGroup, idx(2 * i)), idx(8)));
+        Value wrow = add(mul(e, idx(g.n)), add(n0, c));
+        Value src = mul(add(mul(wrow, idx(g.k)), aCol), idx(2));
+        copy16(add(bDst, idx(2 * i * kHSBO)), wGlobal, src);
+      }
+      return;
+    }
     // B: chunk (K row 8i + t%8, N chunk t/8).
     Value bChunk = div(tid, 8);
     Value bDst = add(stageBase,
@@ -1084,10 +1095,13 @@ struct WgmmaEmitter : HopperEmitterBase {
 
 
   SmallVector<Value> kLoop(Value e) {
+    // A K-major; B MN-major (`row`: wgmma's transposed B) or, for a
+    // transposed rhs, K-major (`col`).
     return pipelinedMma(
         idx(g.k / kHTileK),
         [&](Value kt, Value slot) { loadStage(e, kt, slot); },
-        NVVM::MMALayout::row);
+        NVVM::MMALayout::row,
+        g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row);
   }
 
   void emit(gpu::LaunchOp launch) {
@@ -1338,7 +1352,7 @@ struct WgmmaWgradEmitter : HopperEmitterBase {
         add(arith::SubIOp::create(b, loc, hi, lo), idx(kHTileK - 1)), kHTileK);
     SmallVector<Value> acc = pipelinedMma(
         stages, [&](Value st, Value slot) { loadStage(lo, hi, st, slot); },
-        NVVM::MMALayout::col);
+        NVVM::MMALayout::col, NVVM::MMALayout::row);
 
     // Thread t's accumulator element 4 j + 2 h + c of half hf is
     // result[e][k0 + 64 hf + 16 w + l/4 + 8 h][n0 + 8 j + 2 (l%4) + c].

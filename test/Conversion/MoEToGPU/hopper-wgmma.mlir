@@ -24,6 +24,9 @@
 // PTX: wgmma.wait_group.sync.aligned 0;
 // PTX-LABEL: kernel module moe_wgmma_gmm_4576x256x128_e16_bf16_i64_kernel
 // PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// A transposed rhs is read K-major: trans-b (the last immediate) is 0.
+// PTX-LABEL: kernel module moe_wgmma_gmm_64x128x128_e2_bf16_rhsT_i32_kernel
+// PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 0;
 
 // NOKERNEL-NOT: moe_wgmma_gmm
 // NOKERNEL-NOT: gpu.launch
@@ -52,14 +55,15 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 
 // Ineligible for the bf16 kernel: K not a multiple of 64, N not a multiple
 // of 128, f32 operands. They stay moe.grouped_matmul.
-// The transposed rhs is eligible once transposed in memory, and the MXFP8
-// pair (blocks along K) through its exact bf16 dequantization
-// (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
+// The transposed rhs is eligible as it is (the kernel reads it K-major, no
+// copy), and the MXFP8 pair (blocks along K) through its exact bf16
+// dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
 // CHECK-LABEL: func.func @ineligible
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<64x128xbf16>, %{{[a-z0-9]+}}: tensor<2x128x64xbf16>, %[[WT:[a-z0-9]+]]: tensor<2x128x128xbf16>
 // CHECK-NOT: call @moe_wgmma
 // CHECK-COUNT-2: moe.grouped_matmul
-// CHECK: %[[T:.*]] = linalg.transpose ins(%{{.*}} : tensor<2x128x128xbf16>) outs(%{{.*}} : tensor<2x128x128xbf16>) permutation = [0, 2, 1]
-// CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_i32(%{{.*}}, %[[T]],
+// CHECK-NOT: linalg.transpose
+// CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_rhsT_i32(%[[X]], %[[WT]],
 // CHECK: moe.grouped_matmul %{{.*}} : tensor<64x128xf32>, tensor<2x128x128xf32>
 // CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<64x128xf8E4M3FN, axis = 1> -> tensor<64x128xbf16>
 // CHECK: %[[WB:.*]] = moe.dequantize %{{.*}} : !moe.mx<2x128x128xf8E4M3FN, axis = 1> -> tensor<2x128x128xbf16>

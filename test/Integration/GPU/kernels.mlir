@@ -118,6 +118,21 @@ func.func @grouped_matmul_mxfp8(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
   return %y : tensor<4576x128xf32>
 }
 
+// The data-gradient form: transpose_rhs, weights [E, N, K], which the wgmma
+// kernel reads K-major (no transposed copy).
+func.func @grouped_matmul_bf16_transpose_rhs(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                                             %w: tensor<16x128x256xbf16>) -> tensor<4576x128xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %y = moe.grouped_matmul %s, %w, %o transpose_rhs
+      : tensor<4576x256xbf16>, tensor<16x128x256xbf16>, tensor<17xi32> -> tensor<4576x128xf32>
+  return %y : tensor<4576x128xf32>
+}
+
 // Weight gradient over the same routing (sums over each group's rows; the
 // wgmma weight-gradient kernel on sm_90a).
 func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
