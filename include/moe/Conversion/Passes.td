@@ -190,14 +190,20 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
 
     Kernels:
     - sm_90a (Hopper, wgmma): `moe.grouped_matmul` with bf16 operands, an
-      f32 result, no `transpose_rhs`, static shapes with K a multiple of 64
-      and N of 128: `@moe_wgmma_gmm_...`, warpgroup MMA (m64n128k16) fed by
-      a 4-buffer `cp.async` pipeline. MXFP8 operands with blocks along K go
-      the same way after `moe.dequantize` to bf16, which is exact (at most 4
-      significant bits times a power of two; scales down to 2^-124 for E4M3,
-      2^-117 for E5M2): the exact MXFP8 path Hopper has without a
-      block-scaled MMA. A `transpose_rhs` GEMM (the data gradient) takes
-      the kernel after its rhs is transposed in memory (`linalg.transpose`). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
+      f32 result, static shapes with K a multiple of 64 and N of 128:
+      `@moe_wgmma_gmm_...`, warpgroup MMA (m64n128k16) fed by a 4-buffer
+      `cp.async` pipeline; a `transpose_rhs` GEMM (the data gradient,
+      weights [E, N, K]) reads its rhs K-major (`..._rhsT_...`). MXFP8
+      operands with blocks along K go the same way after `moe.dequantize`
+      to bf16, which is exact (at most 4 significant bits times a power of
+      two; scales down to 2^-124 for E4M3, 2^-117 for E5M2): the exact MXFP8
+      path Hopper has without a block-scaled MMA.
+      `moe.grouped_matmul_wgrad` (bf16, or MXFP8 blocked along the rows;
+      K and N multiples of 128): `@moe_wgmma_wgrad_...`, one CTA per
+      expert and 128x128 output tile reducing that expert's rows.
+      `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
+      shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
+      thread, each output summed over K in order). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
       per 32-wide K slice with both scales applied to the f32 partial sums
       (`@moe_wgmma_mx_gmm_...`; faster, not exact).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
@@ -235,6 +241,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     "::mlir::gpu::GPUDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::LLVM::LLVMDialect",
+    "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::moe::MoEDialect",
     "::mlir::NVVM::NVVMDialect",

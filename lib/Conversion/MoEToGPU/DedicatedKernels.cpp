@@ -156,6 +156,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -1475,6 +1476,198 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 }
 
 //===----------------------------------------------------------------------===//
+// Hopper (sm_90a): f32 dense matmul on CUDA cores
+//===----------------------------------------------------------------------===//
+//
+// Handles linalg.matmul (the plain form: no broadcast or transposed maps) on
+// f32 tensors of static shape: C = C_in + A [M, K] @ B [K, N]. The router's
+// projection and its gradients, attention and LM-head projections are such
+// matmuls; without this kernel each output element is one thread's K-long
+// loop over global memory.
+//
+// Grid (ceil(N/64), ceil(M/64)), 256 threads (16 x 16). CTA (bx, by) owns
+// C[m0 : m0+64][n0 : n0+64], m0 = 64 by, n0 = 64 bx; thread (tx, ty) =
+// (t % 16, t / 16) owns rows m0 + 4 ty + i and columns n0 + 4 tx + j
+// (i, j = 0..3), 16 f32 accumulators in registers. K advances 16 at a time:
+// the A tile (64 x 16) is stored transposed in shared memory (As[k][m], byte
+// 4 (64 k + m)), the B tile (16 x 64) as is (Bs[k][n], byte 4096 +
+// 4 (64 k + n)); elements outside A or B are stored as zeros. Barrier,
+// then for each of the 16 k: 4 values of As[k], 4 of Bs[k], 16 FMAs;
+// barrier. Each output is summed over k = 0..K-1 in order (one FMA chain,
+// starting from 0) and C_in is added at the end, as the generic lowering
+// contracts them.
+
+constexpr int64_t kSTile = 64, kSTileK = 16, kSThreads = 256, kSPer = 4;
+constexpr int64_t kSBTileBytes = kSTileK * kSTile * 4; // 4096
+
+struct SimtMatmul {
+  int64_t m, n, k;
+  std::string name() const {
+    return llvm::formatv("moe_simt_matmul_{0}x{1}x{2}_f32", m, n, k).str();
+  }
+};
+
+std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
+  if (op.hasUserDefinedMaps() || op->getParentOfType<ExpertsOp>() ||
+      !op.hasPureTensorSemantics() || op.getInputs().size() != 2 ||
+      op.getOutputs().size() != 1)
+    return std::nullopt;
+  auto a = dyn_cast<RankedTensorType>(op.getInputs()[0].getType());
+  auto b = dyn_cast<RankedTensorType>(op.getInputs()[1].getType());
+  auto c = dyn_cast<RankedTensorType>(op.getOutputs()[0].getType());
+  if (!a || !b || !c || a.getRank() != 2 || b.getRank() != 2 ||
+      c.getRank() != 2 || !a.hasStaticShape() || !b.hasStaticShape() ||
+      !c.hasStaticShape() || !a.getElementType().isF32() ||
+      !b.getElementType().isF32() || !c.getElementType().isF32())
+    return std::nullopt;
+  int64_t m = a.getDimSize(0), k = a.getDimSize(1), n = b.getDimSize(1);
+  if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k ||
+      c.getDimSize(0) != m || c.getDimSize(1) != n)
+    return std::nullopt;
+  return SimtMatmul{m, n, k};
+}
+
+/// Emits the body of the f32 matmul's gpu.launch.
+struct SimtMatmulEmitter : HopperEmitterBase {
+  const SimtMatmul &g;
+  Value a, bm, cIn, out; // A [M, K], B [K, N], C_in [M, N], result [M, N]
+  Value tid{}, m0{}, n0{};
+
+  Value loadShared(Value byteOffset) {
+    return LLVM::LoadOp::create(b, loc, b.getF32Type(), sharedPtrAt(byteOffset),
+                                /*alignment=*/4);
+  }
+  void storeSharedF32(Value byteOffset, Value v) {
+    LLVM::StoreOp::create(b, loc, v, sharedPtrAt(byteOffset), /*alignment=*/4);
+  }
+  /// `memref[r][c]` when (r, c) is inside (rows, cols), else 0.
+  Value loadOrZero(Value memref, Value r, Value c, int64_t rows, int64_t cols) {
+    Value inside = land(cmp(P::slt, r, idx(rows)), cmp(P::slt, c, idx(cols)));
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, inside,
+                                  /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+      scf::YieldOp::create(
+          b, loc, ValueRange{memref::LoadOp::create(b, loc, memref,
+                                                    ValueRange{r, c})});
+      b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))});
+    }
+    return ifOp.getResult(0);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    n0 = mul(launch.getBlockIds().x, idx(kSTile));
+    m0 = mul(launch.getBlockIds().y, idx(kSTile));
+    setUp(/*lbo=*/0, /*sbo=*/0); // (no MMA descriptors here)
+    Value tx = rem(tid, 16), ty = div(tid, 16);
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
+    SmallVector<Value> init(kSPer * kSPer, zero);
+    int64_t steps = llvm::divideCeil(g.k, kSTileK);
+    SmallVector<Value> acc = forLoop(
+        0, idx(steps), init,
+        [&](Value kt, ValueRange carried) -> SmallVector<Value> {
+          Value k0 = mul(kt, idx(kSTileK));
+          for (int64_t i = 0; i < kSTile * kSTileK / kSThreads; ++i) {
+            Value e = add(tid, idx(kSThreads * i));
+            // A element (r, c) of the 64 x 16 tile -> As[c][r].
+            Value ar = div(e, kSTileK), ac = rem(e, kSTileK);
+            Value av = loadOrZero(a, add(m0, ar), add(k0, ac), g.m, g.k);
+            storeSharedF32(mul(add(mul(ac, idx(kSTile)), ar), idx(4)), av);
+            // B element (r, c) of the 16 x 64 tile -> Bs[r][c].
+            Value br = div(e, kSTile), bc = rem(e, kSTile);
+            Value bv = loadOrZero(bm, add(k0, br), add(n0, bc), g.k, g.n);
+            storeSharedF32(
+                add(idx(kSBTileBytes), mul(add(mul(br, idx(kSTile)), bc), idx(4))),
+                bv);
+          }
+          NVVM::Barrier0Op::create(b, loc);
+          SmallVector<Value> d(carried.begin(), carried.end());
+          for (int64_t kk = 0; kk < kSTileK; ++kk) {
+            SmallVector<Value> av, bv;
+            for (int64_t i = 0; i < kSPer; ++i)
+              av.push_back(loadShared(mul(
+                  add(idx(kk * kSTile + i), mul(ty, idx(kSPer))), idx(4))));
+            for (int64_t j = 0; j < kSPer; ++j)
+              bv.push_back(loadShared(add(
+                  idx(kSBTileBytes),
+                  mul(add(idx(kk * kSTile + j), mul(tx, idx(kSPer))), idx(4)))));
+            for (int64_t i = 0; i < kSPer; ++i)
+              for (int64_t j = 0; j < kSPer; ++j)
+                d[i * kSPer + j] =
+                    math::FmaOp::create(b, loc, av[i], bv[j], d[i * kSPer + j]);
+          }
+          NVVM::Barrier0Op::create(b, loc);
+          return d;
+        });
+    for (int64_t i = 0; i < kSPer; ++i)
+      for (int64_t j = 0; j < kSPer; ++j) {
+        Value r = add(m0, add(mul(ty, idx(kSPer)), idx(i)));
+        Value c = add(n0, add(mul(tx, idx(kSPer)), idx(j)));
+        ifThen(land(cmp(P::slt, r, idx(g.m)), cmp(P::slt, c, idx(g.n))), [&] {
+          Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
+          Value sum = arith::AddFOp::create(b, loc, prior, acc[i * kSPer + j]);
+          memref::StoreOp::create(b, loc, sum, out, ValueRange{r, c});
+        });
+      }
+  }
+};
+
+/// The private function computing one f32 matmul shape: (A, B, C_in) ->
+/// C_in + A @ B.
+func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
+                                           SymbolTable &symbols,
+                                           const SimtMatmul &g,
+                                           ArrayRef<Type> argTypes,
+                                           RankedTensorType resultType,
+                                           Location loc) {
+  MLIRContext *ctx = module.getContext();
+  auto type = FunctionType::get(ctx, argTypes, resultType);
+  std::string name = g.name();
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    if (existing.getFunctionType() == type &&
+        existing->hasAttr("moe.dedicated_kernel"))
+      return existing;
+  auto func = func::FuncOp::create(loc, name, type);
+  func.setPrivate();
+  func->setAttr("moe.dedicated_kernel",
+                StringAttr::get(ctx, "f32 matmul, shared-memory tiles"));
+  symbols.insert(func);
+  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
+  SmallVector<Value> buffers;
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    buffers.push_back(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
+        /*read_only=*/true));
+  }
+  Value out = memref::AllocOp::create(
+      b, loc,
+      MemRefType::get(resultType.getShape(), resultType.getElementType()));
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(llvm::divideCeil(g.n, kSTile)), c(llvm::divideCeil(g.m, kSTile)),
+      one, c(kSThreads), one, one,
+      arith::ConstantIntOp::create(b, loc, 2 * kSBTileBytes, 32));
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&launch.getBody().front());
+    SimtMatmulEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
+    k.emit(launch);
+    gpu::TerminatorOp::create(b, loc);
+  }
+  Value result = bufferization::ToTensorOp::create(
+      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b, loc, result);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
 // Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with per-block promotion
 //===----------------------------------------------------------------------===//
 //
@@ -1941,6 +2134,28 @@ struct MoEGPUDedicatedKernelsPass
         func.walk([&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
       for (GroupedMatmulWgradOp op : wgrads)
         (void)lowerWgradToWgmma(op, module, symbols);
+      // Dense f32 matmuls (router, projections) on CUDA cores.
+      SmallVector<linalg::MatmulOp> matmuls;
+      for (auto func : module.getOps<func::FuncOp>())
+        if (!func->hasAttr("moe.dedicated_kernel"))
+          func.walk([&](linalg::MatmulOp op) { matmuls.push_back(op); });
+      for (linalg::MatmulOp op : matmuls) {
+        std::optional<SimtMatmul> mm = matchSimtMatmul(op);
+        if (!mm)
+          continue;
+        Value lhs = op.getInputs()[0], rhs = op.getInputs()[1],
+              init = op.getOutputs()[0];
+        auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+        func::FuncOp kernel = getOrCreateSimtMatmulFunction(
+            module, symbols, *mm,
+            {lhs.getType(), rhs.getType(), init.getType()}, resultType,
+            op.getLoc());
+        OpBuilder b(op);
+        auto call = func::CallOp::create(b, op.getLoc(), kernel,
+                                         ValueRange{lhs, rhs, init});
+        op->getResult(0).replaceAllUsesWith(call.getResult(0));
+        op->erase();
+      }
       for (GroupedMatmulOp op : candidates) {
         // MXFP8 without fp8-mma (exact through bf16), transposed rhs
         // (materialized): see rewriteForWgmma.

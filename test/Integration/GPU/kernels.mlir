@@ -211,6 +211,17 @@ func.func @grouped_mlp_backward(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
   return %dx, %dw1, %dw2 : tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
 }
 
+// The f32 matmul kernel at sizes that are no multiple of its 64 x 64 x 16
+// tiles, accumulating into a given C (C + A @ B): each output is summed over
+// K = 200 in order, with FMAs; |terms| ~ 1, sums ~ 14: atol 1e-4.
+func.func @matmul_f32_ragged(%a: tensor<300x200xf32>, %b: tensor<200x130xf32>,
+                             %c: tensor<300x130xf32>) -> tensor<300x130xf32>
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-5]} {
+  %y = linalg.matmul ins(%a, %b : tensor<300x200xf32>, tensor<200x130xf32>)
+                     outs(%c : tensor<300x130xf32>) -> tensor<300x130xf32>
+  return %y : tensor<300x130xf32>
+}
+
 // Dense layers around the experts: a matmul (shared expert, router
 // projection) and a row softmax from upstream ops; f32 sums of 256 terms in
 // the same order, fma contraction allowed on the GPU.

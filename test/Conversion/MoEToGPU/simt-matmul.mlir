@@ -1,0 +1,38 @@
+// f32 linalg.matmul on Hopper: -moe-gpu-dedicated-kernels{chip=sm_90a}
+// turns it into a call of the shared-memory tiled CUDA-core kernel (C_in
+// passed along: the result is C_in + A @ B); ptxas accepts the PTX. Nothing
+// of it runs here (scripts/gpu-check.sh: @matmul_f32_ragged and the router's
+// matmuls).
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
+
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// PTX-LABEL: kernel module moe_simt_matmul_100x130x70_f32_kernel
+// PTX: bar.sync 0;
+// PTX: fma.rn.f32
+// NOKERNEL-NOT: moe_simt_matmul
+
+// CHECK-LABEL: func.func @mm
+// CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<100x70xf32>, %[[B:[a-z0-9]+]]: tensor<70x130xf32>, %[[C:[a-z0-9]+]]: tensor<100x130xf32>
+// CHECK: %[[Y:.*]] = call @moe_simt_matmul_100x130x70_f32(%[[A]], %[[B]], %[[C]]) : (tensor<100x70xf32>, tensor<70x130xf32>, tensor<100x130xf32>) -> tensor<100x130xf32>
+// CHECK-NOT: linalg.matmul ins(%[[A]]
+// Not f32, or dynamic: left to the generic path.
+// CHECK: linalg.matmul ins(%{{.*}} : tensor<64x64xbf16>, tensor<64x64xbf16>)
+// CHECK: linalg.matmul ins(%{{.*}} : tensor<?x64xf32>, tensor<64x64xf32>)
+// CHECK: func.func private @moe_simt_matmul_100x130x70_f32({{.*}}) -> tensor<100x130xf32> attributes {moe.dedicated_kernel = "f32 matmul, shared-memory tiles"}
+// CHECK: gpu.launch
+func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130xf32>,
+              %h: tensor<64x64xbf16>, %d: tensor<?x64xf32>, %w: tensor<64x64xf32>,
+              %hc: tensor<64x64xf32>, %dc: tensor<?x64xf32>)
+    -> (tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>) {
+  %y = linalg.matmul ins(%a, %b : tensor<100x70xf32>, tensor<70x130xf32>)
+                     outs(%c : tensor<100x130xf32>) -> tensor<100x130xf32>
+  %p = linalg.matmul ins(%h, %h : tensor<64x64xbf16>, tensor<64x64xbf16>)
+                     outs(%hc : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %q = linalg.matmul ins(%d, %w : tensor<?x64xf32>, tensor<64x64xf32>)
+                     outs(%dc : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %y, %p, %q : tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>
+}
