@@ -671,16 +671,28 @@ struct KernelEmitter : EmitterBase {
   }
 };
 
-/// The private function computing one grouped GEMM shape (see the header):
-/// (A data, A scales, B data, B scales, offsets) -> result.
-func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
-                                       const BlockScaledGemm &g,
-                                       ArrayRef<Type> argTypes,
-                                       RankedTensorType resultType,
-                                       Location loc) {
+/// A kernel's launch: grid, threads per block (along x), dynamic shared
+/// memory in bytes.
+struct LaunchShape {
+  int64_t gridX, gridY, gridZ, threads, smemBytes;
+};
+
+/// Tiles of `tile` covering `n`.
+int64_t tilesOf(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
+
+/// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
+/// body takes its arguments as buffers (read only), allocates the result,
+/// runs one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
+/// writes, and returns the result; marked `moe.dedicated_kernel = what`.
+/// An existing function of that name and type is reused.
+func::FuncOp getOrCreateKernelCall(
+    ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
+    ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
+    LaunchShape shape,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
+        emit) {
   MLIRContext *ctx = module.getContext();
   auto type = FunctionType::get(ctx, argTypes, resultType);
-  std::string name = g.name();
   if (auto existing = symbols.lookup<func::FuncOp>(name))
     if (existing.getFunctionType() == type &&
         existing->hasAttr("moe.dedicated_kernel"))
@@ -688,11 +700,9 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 
   auto func = func::FuncOp::create(loc, name, type);
   func.setPrivate();
-  func->setAttr("moe.dedicated_kernel",
-                StringAttr::get(ctx, "tcgen05.mma.block_scale mxf8f6f4"));
+  func->setAttr("moe.dedicated_kernel", StringAttr::get(ctx, what));
   symbols.insert(func); // renamed if the name is taken
   OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
-
   SmallVector<Value> buffers;
   for (BlockArgument arg : func.getArguments()) {
     auto t = cast<RankedTensorType>(arg.getType());
@@ -700,28 +710,42 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
         b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
         /*read_only=*/true));
   }
-  auto outType =
-      MemRefType::get(resultType.getShape(), resultType.getElementType());
-  Value out = memref::AllocOp::create(b, loc, outType);
-
+  Value out = memref::AllocOp::create(
+      b, loc,
+      MemRefType::get(resultType.getShape(), resultType.getElementType()));
   auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
   Value one = c(1);
   auto launch = gpu::LaunchOp::create(
-      b, loc, c(llvm::divideCeil(g.rows, kTileM)), c(g.n / kTileN), one,
-      c(kThreads), one, one,
-      arith::ConstantIntOp::create(b, loc, kSmemBytes, 32));
+      b, loc, c(shape.gridX), c(shape.gridY), c(shape.gridZ), c(shape.threads),
+      one, one, arith::ConstantIntOp::create(b, loc, shape.smemBytes, 32));
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&launch.getBody().front());
-    KernelEmitter k{{b, loc},   g,          buffers[0], buffers[1],
-                    buffers[2], buffers[3], buffers[4], out};
-    k.emit(launch);
+    emit(b, launch, buffers, out);
     gpu::TerminatorOp::create(b, loc);
   }
   Value result = bufferization::ToTensorOp::create(
       b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
   func::ReturnOp::create(b, loc, result);
   return func;
+}
+
+/// The private function computing one grouped GEMM shape (see the header):
+/// (A data, A scales, B data, B scales, offsets) -> result.
+func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
+                                       const BlockScaledGemm &g,
+                                       ArrayRef<Type> argTypes,
+                                       RankedTensorType resultType,
+                                       Location loc) {
+  return getOrCreateKernelCall(
+      module, symbols, g.name(), "tcgen05.mma.block_scale mxf8f6f4", argTypes,
+      resultType, loc,
+      {tilesOf(g.rows, kTileM), g.n / kTileN, 1, kThreads, kSmemBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        KernelEmitter k{{b, loc}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
+                        out};
+        k.emit(launch);
+      });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1191,49 +1215,15 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
                                       ArrayRef<Type> argTypes,
                                       RankedTensorType resultType,
                                       Location loc) {
-  MLIRContext *ctx = module.getContext();
-  auto type = FunctionType::get(ctx, argTypes, resultType);
-  std::string name = g.name();
-  if (auto existing = symbols.lookup<func::FuncOp>(name))
-    if (existing.getFunctionType() == type &&
-        existing->hasAttr("moe.dedicated_kernel"))
-      return existing;
-
-  auto func = func::FuncOp::create(loc, name, type);
-  func.setPrivate();
-  func->setAttr("moe.dedicated_kernel",
-                StringAttr::get(ctx, "wgmma.mma_async bf16"));
-  symbols.insert(func);
-  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
-
-  SmallVector<Value> buffers;
-  for (BlockArgument arg : func.getArguments()) {
-    auto t = cast<RankedTensorType>(arg.getType());
-    buffers.push_back(bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
-        /*read_only=*/true));
-  }
-  auto outType =
-      MemRefType::get(resultType.getShape(), resultType.getElementType());
-  Value out = memref::AllocOp::create(b, loc, outType);
-
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
-  Value one = c(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, c(g.n / kHTileN), c(llvm::divideCeil(g.rows, kHTileM)), one,
-      c(kHThreads), one, one,
-      arith::ConstantIntOp::create(b, loc, kHSmemBytes, 32));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&launch.getBody().front());
-    WgmmaEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
-    k.emit(launch);
-    gpu::TerminatorOp::create(b, loc);
-  }
-  Value result = bufferization::ToTensorOp::create(
-      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b, loc, result);
-  return func;
+  return getOrCreateKernelCall(
+      module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
+      loc,
+      {g.n / kHTileN, tilesOf(g.rows, kHTileM), 1, kHThreads,
+       kHSmemBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        WgmmaEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+        k.emit(launch);
+      });
 }
 
 //===----------------------------------------------------------------------===//
@@ -1382,46 +1372,14 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
                                            ArrayRef<Type> argTypes,
                                            RankedTensorType resultType,
                                            Location loc) {
-  MLIRContext *ctx = module.getContext();
-  auto type = FunctionType::get(ctx, argTypes, resultType);
-  std::string name = g.name();
-  if (auto existing = symbols.lookup<func::FuncOp>(name))
-    if (existing.getFunctionType() == type &&
-        existing->hasAttr("moe.dedicated_kernel"))
-      return existing;
-
-  auto func = func::FuncOp::create(loc, name, type);
-  func.setPrivate();
-  func->setAttr("moe.dedicated_kernel",
-                StringAttr::get(ctx, "wgmma.mma_async bf16 weight gradient"));
-  symbols.insert(func);
-  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
-  SmallVector<Value> buffers;
-  for (BlockArgument arg : func.getArguments()) {
-    auto t = cast<RankedTensorType>(arg.getType());
-    buffers.push_back(bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
-        /*read_only=*/true));
-  }
-  Value out = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get(resultType.getShape(), resultType.getElementType()));
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
-  Value one = c(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, c(g.n / kHTileN), c(g.k / kHTileM), c(g.experts), c(kHThreads),
-      one, one, arith::ConstantIntOp::create(b, loc, kHSmemBytes, 32));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&launch.getBody().front());
-    WgmmaWgradEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
-    k.emit(launch);
-    gpu::TerminatorOp::create(b, loc);
-  }
-  Value result = bufferization::ToTensorOp::create(
-      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b, loc, result);
-  return func;
+  return getOrCreateKernelCall(
+      module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
+      argTypes, resultType, loc,
+      {g.n / kHTileN, g.k / kHTileM, g.experts, kHThreads, kHSmemBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+        k.emit(launch);
+      });
 }
 
 /// A weight gradient in the form the wgmma kernel takes: MX operands whose
@@ -1625,46 +1583,15 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
                                            ArrayRef<Type> argTypes,
                                            RankedTensorType resultType,
                                            Location loc) {
-  MLIRContext *ctx = module.getContext();
-  auto type = FunctionType::get(ctx, argTypes, resultType);
-  std::string name = g.name();
-  if (auto existing = symbols.lookup<func::FuncOp>(name))
-    if (existing.getFunctionType() == type &&
-        existing->hasAttr("moe.dedicated_kernel"))
-      return existing;
-  auto func = func::FuncOp::create(loc, name, type);
-  func.setPrivate();
-  func->setAttr("moe.dedicated_kernel",
-                StringAttr::get(ctx, "f32 matmul, shared-memory tiles"));
-  symbols.insert(func);
-  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
-  SmallVector<Value> buffers;
-  for (BlockArgument arg : func.getArguments()) {
-    auto t = cast<RankedTensorType>(arg.getType());
-    buffers.push_back(bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
-        /*read_only=*/true));
-  }
-  Value out = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get(resultType.getShape(), resultType.getElementType()));
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
-  Value one = c(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, c(llvm::divideCeil(g.n, kSTile)), c(llvm::divideCeil(g.m, kSTile)),
-      one, c(kSThreads), one, one,
-      arith::ConstantIntOp::create(b, loc, 2 * kSBTileBytes, 32));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&launch.getBody().front());
-    SimtMatmulEmitter k{{{b, loc}}, g, buffers[0], buffers[1], buffers[2], out};
-    k.emit(launch);
-    gpu::TerminatorOp::create(b, loc);
-  }
-  Value result = bufferization::ToTensorOp::create(
-      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b, loc, result);
-  return func;
+  return getOrCreateKernelCall(
+      module, symbols, g.name(), "f32 matmul, shared-memory tiles", argTypes,
+      resultType, loc,
+      {tilesOf(g.n, kSTile), tilesOf(g.m, kSTile), 1,
+       kSThreads, 2 * kSBTileBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        SimtMatmulEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+        k.emit(launch);
+      });
 }
 
 //===----------------------------------------------------------------------===//
@@ -2063,50 +1990,16 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
                                         ArrayRef<Type> argTypes,
                                         RankedTensorType resultType,
                                         Location loc) {
-  MLIRContext *ctx = module.getContext();
-  auto type = FunctionType::get(ctx, argTypes, resultType);
-  std::string name = g.name();
-  if (auto existing = symbols.lookup<func::FuncOp>(name))
-    if (existing.getFunctionType() == type &&
-        existing->hasAttr("moe.dedicated_kernel"))
-      return existing;
-
-  auto func = func::FuncOp::create(loc, name, type);
-  func.setPrivate();
-  func->setAttr("moe.dedicated_kernel",
-                StringAttr::get(ctx, "wgmma.mma_async f8 promoted"));
-  symbols.insert(func);
-  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
-
-  SmallVector<Value> buffers;
-  for (BlockArgument arg : func.getArguments()) {
-    auto t = cast<RankedTensorType>(arg.getType());
-    buffers.push_back(bufferization::ToBufferOp::create(
-        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
-        /*read_only=*/true));
-  }
-  auto outType =
-      MemRefType::get(resultType.getShape(), resultType.getElementType());
-  Value out = memref::AllocOp::create(b, loc, outType);
-
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
-  Value one = c(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, c(g.n / kHTileN), c(llvm::divideCeil(g.rows, kHTileM)), one,
-      c(kHThreads), one, one,
-      arith::ConstantIntOp::create(b, loc, kXSmemBytes, 32));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&launch.getBody().front());
-    WgmmaMxEmitter k{{{b, loc}},  g,          buffers[0], buffers[1],
-                     buffers[2], buffers[3], buffers[4], out};
-    k.emit(launch);
-    gpu::TerminatorOp::create(b, loc);
-  }
-  Value result = bufferization::ToTensorOp::create(
-      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b, loc, result);
-  return func;
+  return getOrCreateKernelCall(
+      module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
+      resultType, loc,
+      {g.n / kHTileN, tilesOf(g.rows, kHTileM), 1, kHThreads,
+       kXSmemBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        WgmmaMxEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
+                         out};
+        k.emit(launch);
+      });
 }
 
 struct MoEGPUDedicatedKernelsPass
