@@ -1037,21 +1037,41 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
   return gemm;
 }
 
-std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
+/// The operand types of a grouped GEMM a Hopper bf16 kernel can take: static
+/// bf16 lhs (rank 2) and rhs (rank `rhsRank`), an f32 result of rank
+/// `resultRank`, integer offsets; outside moe.experts regions.
+struct Bf16GemmTypes {
+  RankedTensorType lhs, rhs, offsets, result;
+};
+std::optional<Bf16GemmTypes> bf16GemmTypes(Operation *op, Value lhsValue,
+                                           Value rhsValue, Value offsetsValue,
+                                           int64_t rhsRank,
+                                           int64_t resultRank) {
   if (op->getParentOfType<ExpertsOp>())
     return std::nullopt;
-  bool transposed = op.getTransposeRhs();
-  auto lhs = dyn_cast<RankedTensorType>(op.getLhs().getType());
-  auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
-  auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
-  RankedTensorType result = op.getType();
-  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 3 ||
-      result.getRank() != 2 || offsets.getRank() != 1 ||
-      !lhs.getElementType().isBF16() || !rhs.getElementType().isBF16() ||
-      !result.getElementType().isF32() || !lhs.hasStaticShape() ||
-      !rhs.hasStaticShape() || !result.hasStaticShape() ||
-      !offsets.hasStaticShape() || !offsets.getElementType().isInteger())
+  auto lhs = dyn_cast<RankedTensorType>(lhsValue.getType());
+  auto rhs = dyn_cast<RankedTensorType>(rhsValue.getType());
+  auto offsets = dyn_cast<RankedTensorType>(offsetsValue.getType());
+  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!lhs || !rhs || !offsets || !result || lhs.getRank() != 2 ||
+      rhs.getRank() != rhsRank || result.getRank() != resultRank ||
+      offsets.getRank() != 1 || !lhs.getElementType().isBF16() ||
+      !rhs.getElementType().isBF16() || !result.getElementType().isF32() ||
+      !lhs.hasStaticShape() || !rhs.hasStaticShape() ||
+      !result.hasStaticShape() || !offsets.hasStaticShape() ||
+      !offsets.getElementType().isInteger())
     return std::nullopt;
+  return Bf16GemmTypes{lhs, rhs, offsets, result};
+}
+
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
+  bool transposed = op.getTransposeRhs();
+  std::optional<Bf16GemmTypes> types = bf16GemmTypes(
+      op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/3,
+      /*resultRank=*/2);
+  if (!types)
+    return std::nullopt;
+  auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
   int64_t experts = rhs.getShape()[0], n = rhs.getShape()[transposed ? 1 : 2];
   if (rows < 1 || k < kHTileK || k % kHTileK || n < kHTileN || n % kHTileN ||
@@ -1271,19 +1291,12 @@ struct WgmmaWgrad {
 };
 
 std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
-  if (op->getParentOfType<ExpertsOp>())
+  std::optional<Bf16GemmTypes> types = bf16GemmTypes(
+      op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/2,
+      /*resultRank=*/3);
+  if (!types)
     return std::nullopt;
-  auto lhs = dyn_cast<RankedTensorType>(op.getLhs().getType());
-  auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
-  auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
-  RankedTensorType result = op.getType();
-  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 2 ||
-      result.getRank() != 3 || offsets.getRank() != 1 ||
-      !lhs.getElementType().isBF16() || !rhs.getElementType().isBF16() ||
-      !result.getElementType().isF32() || !lhs.hasStaticShape() ||
-      !rhs.hasStaticShape() || !result.hasStaticShape() ||
-      !offsets.hasStaticShape() || !offsets.getElementType().isInteger())
-    return std::nullopt;
+  auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1),
           n = rhs.getDimSize(1), experts = result.getDimSize(0);
   if (rows < 1 || rhs.getDimSize(0) != rows || k < kHTileM || k % kHTileM ||
