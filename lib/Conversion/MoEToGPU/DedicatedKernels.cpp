@@ -1495,6 +1495,11 @@ std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
   if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k ||
       c.getDimSize(0) != m || c.getDimSize(1) != n)
     return std::nullopt;
+  // Fewer outputs than a quarter tile (a dot product, a matrix-vector
+  // product): one or two CTAs would do all of K; the generic path splits
+  // such reductions over many threads (-moe-gpu-split-reductions).
+  if (m * n < kSTile * kSTile / 4)
+    return std::nullopt;
   return SimtMatmul{m, n, k};
 }
 

@@ -19,20 +19,25 @@
 // CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<100x70xf32>, %[[B:[a-z0-9]+]]: tensor<70x130xf32>, %[[C:[a-z0-9]+]]: tensor<100x130xf32>
 // CHECK: %[[Y:.*]] = call @moe_simt_matmul_100x130x70_f32(%[[A]], %[[B]], %[[C]]) : (tensor<100x70xf32>, tensor<70x130xf32>, tensor<100x130xf32>) -> tensor<100x130xf32>
 // CHECK-NOT: linalg.matmul ins(%[[A]]
-// Not f32, or dynamic: left to the generic path.
+// Not f32, dynamic, or fewer than 1024 outputs (a dot product: left to the
+// split reductions of the generic path).
 // CHECK: linalg.matmul ins(%{{.*}} : tensor<64x64xbf16>, tensor<64x64xbf16>)
 // CHECK: linalg.matmul ins(%{{.*}} : tensor<?x64xf32>, tensor<64x64xf32>)
+// CHECK: linalg.matmul ins(%{{.*}} : tensor<1x8192xf32>, tensor<8192x1xf32>)
 // CHECK: func.func private @moe_simt_matmul_100x130x70_f32({{.*}}) -> tensor<100x130xf32> attributes {moe.dedicated_kernel = "f32 matmul, shared-memory tiles"}
 // CHECK: gpu.launch
 func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130xf32>,
               %h: tensor<64x64xbf16>, %d: tensor<?x64xf32>, %w: tensor<64x64xf32>,
-              %hc: tensor<64x64xf32>, %dc: tensor<?x64xf32>)
-    -> (tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>) {
+              %hc: tensor<64x64xf32>, %dc: tensor<?x64xf32>,
+              %u: tensor<1x8192xf32>, %v: tensor<8192x1xf32>, %uc: tensor<1x1xf32>)
+    -> (tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>, tensor<1x1xf32>) {
   %y = linalg.matmul ins(%a, %b : tensor<100x70xf32>, tensor<70x130xf32>)
                      outs(%c : tensor<100x130xf32>) -> tensor<100x130xf32>
   %p = linalg.matmul ins(%h, %h : tensor<64x64xbf16>, tensor<64x64xbf16>)
                      outs(%hc : tensor<64x64xf32>) -> tensor<64x64xf32>
   %q = linalg.matmul ins(%d, %w : tensor<?x64xf32>, tensor<64x64xf32>)
                      outs(%dc : tensor<?x64xf32>) -> tensor<?x64xf32>
-  return %y, %p, %q : tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>
+  %r = linalg.matmul ins(%u, %v : tensor<1x8192xf32>, tensor<8192x1xf32>)
+                     outs(%uc : tensor<1x1xf32>) -> tensor<1x1xf32>
+  return %y, %p, %q, %r : tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>, tensor<1x1xf32>
 }
