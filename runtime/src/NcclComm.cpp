@@ -380,6 +380,7 @@ public:
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
     std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    drainRows(label);
     int64_t count = slots * size_;
     if (isDevicePointer(sendCounts)) {
       MOERT_CU(driver().cuCtxSynchronize()); // the inputs are written
@@ -454,6 +455,7 @@ public:
     std::string what =
         std::string(name(type)) + ", " + std::to_string(count) + " values";
     std::string label = seq.enter(rank_, Kind::AllReduce, what.c_str());
+    drainRows(label);
     size_t n = size_t(count) * bytes(type);
     if (isDevicePointer(in) || isDevicePointer(out)) {
       MOERT_CU(driver().cuCtxSynchronize());
@@ -471,7 +473,16 @@ public:
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
     std::string label = seq.enter(rank_, Kind::Barrier, "");
+    drainRows(label);
     headers(label, Kind::Barrier, 0, 0, "arrival");
+  }
+
+  /// Waits, against the deadline, for the rows of started exchanges still on
+  /// the data stream. Blocking collectives call it first: their context and
+  /// stream synchronizations (and memory frees) would otherwise wait on
+  /// those rows with no deadline, and a dead peer would hang this rank.
+  void drainRows(const std::string &label) {
+    wait(label, "rows of earlier started exchanges", data, nullptr);
   }
 
   /// A communicator and the stream its operations run on.
@@ -591,6 +602,9 @@ private:
                      Channel &on, const std::vector<int64_t> &out,
                      std::vector<int64_t> &in, int64_t words) {
     size_t part = size_t(words) * sizeof(int64_t);
+    // Growing the scratch frees the old one, which waits for the device.
+    if (on.meta.bytes < 2 * part * size_t(size_))
+      drainRows(label);
     CUdeviceptr m = on.meta.get(2 * part * size_t(size_));
     CUdeviceptr mOut = m, mIn = m + part * size_t(size_);
     copy(mOut, dev(out.data()), part * size_t(size_), on.stream);

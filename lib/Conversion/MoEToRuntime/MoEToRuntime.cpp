@@ -129,6 +129,14 @@ struct ConvertMoEToRuntimePass
     return f;
   }
 
+  /// `t` with a fully dynamic strided layout (any offset and strides).
+  static MemRefType anyLayout(MemRefType t) {
+    SmallVector<int64_t> strides(t.getRank(), ShapedType::kDynamic);
+    return MemRefType::get(
+        t.getShape(), t.getElementType(),
+        StridedLayoutAttr::get(t.getContext(), ShapedType::kDynamic, strides));
+  }
+
   /// A dynamically shaped identity-layout buffer of `t`'s element type.
   static MemRefType dynamicBuffer(RankedTensorType t) {
     return MemRefType::get(
@@ -205,8 +213,8 @@ struct ConvertMoEToRuntimePass
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
       waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
-                       FunctionType::get(&getContext(), {i64, rowsDyn, rowsDyn},
-                                         {}),
+                       FunctionType::get(&getContext(),
+                                         {i64, anyLayout(rowsDyn), rowsDyn}, {}),
                        /*cInterface=*/true, loc);
       if (failed(waitFn))
         return failure();
@@ -249,15 +257,20 @@ struct ConvertMoEToRuntimePass
       // The rows are waited for where they are first needed. The input is
       // read again there (to_buffer), so that bufferization writes nothing
       // into its buffer while the rows travel; the wait checks that it is
-      // the buffer the exchange started with.
+      // the buffer the exchange started with. That read has a type of its
+      // own (any strided layout: the buffer as it is), so that CSE cannot
+      // merge it into the start's.
       Operation *first = block->getTerminator();
       for (Operation *user : op.getResult().getUsers())
         if (Operation *in = block->findAncestorOpInBlock(*user);
             in && in->isBeforeInBlock(first))
           first = in;
       b.setInsertionPoint(first);
-      auto [again, againDyn] = inputBuffer(b, loc, op.getInput());
-      (void)again;
+      Value again = bufferization::ToBufferOp::create(
+          b, loc, anyLayout(MemRefType::get(inType.getShape(),
+                                            inType.getElementType())),
+          op.getInput(), /*read_only=*/true);
+      Value againDyn = memref::CastOp::create(b, loc, anyLayout(rowsDyn), again);
       func::CallOp::create(b, loc, *waitFn,
                            ValueRange{call.getResult(0), againDyn, outDyn});
     }
@@ -367,6 +380,7 @@ struct ConvertMoEToRuntimePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    lastStart.clear();
     SymbolTableCollection symbols;
     SmallVector<Operation *> ops;
     module.walk([&](Operation *op) {

@@ -64,7 +64,9 @@
 //     flight; its caller has finished writing the input);
 //   - two communicators over the same ranks: rows on one (its stream), and
 //     the headers and counts of started exchanges on the other, so that a
-//     start does not queue behind the rows still in flight;
+//     start does not queue behind the rows still in flight; a blocking
+//     collective first waits, against the deadline, for rows still in
+//     flight (its synchronizations would otherwise wait on them with none);
 //   - all_to_all: counts copied to the host and checked, then a header (the
 //     collective's number, kind, row size) and the counts exchanged with
 //     grouped ncclSend/ncclRecv and copied back to size the rows, then the

@@ -37,13 +37,15 @@
 // CHECK-NOT: llvm.call @moert_
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S2]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S2]])
-// CHECK-NEXT: llvm.call @moert_all_to_all_wait_f32(%[[H1]],
+// CHECK-NOT: gpu.launch_func
+// CHECK: llvm.call @moert_all_to_all_wait_f32(%[[H1]],
 // CHECK-NEXT: %[[S3:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S3]] : !llvm.ptr>
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S3]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S3]])
 // CHECK-NEXT: %[[H2:.*]] = llvm.call @moert_all_to_all_start_f32(
-// CHECK-NEXT: llvm.call @moert_all_to_all_wait_f32(%[[H2]],
+// CHECK-NOT: gpu.launch_func
+// CHECK: llvm.call @moert_all_to_all_wait_f32(%[[H2]],
 // CHECK-NEXT: %[[S4:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S4]] : !llvm.ptr>
 // CHECK-NOT: llvm.call @moert_

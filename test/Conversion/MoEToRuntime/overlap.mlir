@@ -1,11 +1,18 @@
 // RUN: moe-opt %s -split-input-file -convert-moe-to-runtime | FileCheck %s
+// RUN: moe-opt %s -split-input-file -convert-moe-to-runtime -cse | FileCheck %s --check-prefix=CSE
+// CSE-LABEL: func.func @overlap
+// CSE: bufferization.to_buffer %{{.*}} read_only : tensor<8x16xf32> to memref<8x16xf32>
+// CSE: call @moert_all_to_all_start_f32
+// CSE: bufferization.to_buffer %{{.*}} read_only : tensor<8x16xf32> to memref<8x16xf32, strided<[?, ?], offset: ?>>
+// CSE: call @moert_all_to_all_wait_f32
 
 // By default an exchange is a start and a wait: the start right after its
 // operands are defined (ahead of the unrelated %u), its received counts
 // usable right after it, the wait right before the first op reading the
 // received rows (after the unrelated %v and the counts' user %n). The wait
-// reads the input again (to_buffer) and gets the start's handle and the
-// result buffer.
+// reads the input again (to_buffer, typed with any strided layout so that
+// CSE cannot fold it into the start's read; RUN 2 checks that) and gets the
+// start's handle and the result buffer.
 // CHECK-LABEL: func.func @overlap
 // CHECK-SAME: (%[[X:.*]]: tensor<8x16xf32>, %[[C:.*]]: tensor<4xi32>, %[[Z:.*]]: tensor<32xf32>)
 // CHECK: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only
@@ -17,14 +24,14 @@
 // CHECK: %[[U:.*]] = arith.addf %[[Z]], %[[Z]]
 // CHECK: %[[N:.*]] = arith.addi %[[RC]], %[[RC]]
 // CHECK: %[[V:.*]] = arith.mulf %[[U]], %[[U]]
-// CHECK: %[[XB2:.*]] = bufferization.to_buffer %[[X]] read_only
+// CHECK: %[[XB2:.*]] = bufferization.to_buffer %[[X]] read_only : tensor<8x16xf32> to memref<8x16xf32, strided<[?, ?], offset: ?>>
 // CHECK: %[[XD2:.*]] = memref.cast %[[XB2]]
-// CHECK: call @moert_all_to_all_wait_f32(%[[H]], %[[XD2]], %[[RD]]) : (i64, memref<?x?xf32>, memref<?x?xf32>) -> ()
+// CHECK: call @moert_all_to_all_wait_f32(%[[H]], %[[XD2]], %[[RD]]) : (i64, memref<?x?xf32, strided<[?, ?], offset: ?>>, memref<?x?xf32>) -> ()
 // CHECK: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
 // CHECK: %[[W:.*]] = arith.addf %[[RT]], %[[RT]]
 // CHECK: return %[[W]], %[[N]], %[[V]]
 // CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64 attributes {llvm.emit_c_interface}
-// CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32>, memref<?x?xf32>) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32, strided<[?, ?], offset: ?>>, memref<?x?xf32>) attributes {llvm.emit_c_interface}
 shard.grid @ep(shape = 2)
 func.func @overlap(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %z: tensor<32xf32>)
     -> (tensor<16x16xf32>, tensor<4xi32>, tensor<32xf32>) {
