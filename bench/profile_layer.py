@@ -19,10 +19,8 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, sys.path[0])  # bench/ for layer.inputs
-import layer as bench_layer  # noqa: E402
-
-from moe_mlir import load  # noqa: E402
+import layer as bench_layer  # bench/layer.py, next to this script
+from moe_mlir import load
 
 path, T = sys.argv[1], int(sys.argv[2])
 top = int(sys.argv[3]) if len(sys.argv) > 3 else 30

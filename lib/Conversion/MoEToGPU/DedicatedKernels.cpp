@@ -981,6 +981,28 @@ struct WgmmaGemm {
 
 std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
 
+/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
+/// blocks along `axis` (the contraction), which dequantizes exactly.
+bool bf16OrMXAlong(Value v, unsigned axis) {
+  if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+    return mx.getAxis() == axis;
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.getElementType().isBF16();
+}
+
+/// `v` as bf16: MX operands dequantized (the new op is added to `created`),
+/// bf16 ones as they are.
+Value toBF16(OpBuilder &b, Location loc, Value v,
+             SmallVectorImpl<Operation *> &created) {
+  auto mx = dyn_cast<MXTensorType>(v.getType());
+  if (!mx)
+    return v;
+  auto dq = DequantizeOp::create(
+      b, loc, RankedTensorType::get(mx.getShape(), b.getBF16Type()), v);
+  created.push_back(dq);
+  return dq;
+}
+
 /// Brings a grouped GEMM to the form the bf16 wgmma kernel takes (bf16
 /// operands, rhs [E, K, N]):
 /// - Hopper has no block-scaled MMA: an MX operand whose blocks run along K
@@ -1001,29 +1023,15 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
                isa<MXTensorType>(op.getRhs().getType());
   if (!anyMX || op->getParentOfType<ExpertsOp>())
     return std::nullopt;
-  Type bf16 = BFloat16Type::get(op.getContext());
   // Each operand: MX with blocks along K (dequantized), or already bf16.
-  auto eligible = [&](Value v, unsigned kAxis) {
-    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-      return mx.getAxis() == kAxis;
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    return t && t.getElementType() == bf16;
-  };
-  if (!eligible(op.getLhs(), 1) || !eligible(op.getRhs(), transposed ? 2 : 1))
+  if (!bf16OrMXAlong(op.getLhs(), 1) ||
+      !bf16OrMXAlong(op.getRhs(), transposed ? 2 : 1))
     return std::nullopt;
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Operation *> created;
-  auto toBF16 = [&](Value v) -> Value {
-    auto mx = dyn_cast<MXTensorType>(v.getType());
-    if (!mx)
-      return v;
-    auto dq = DequantizeOp::create(
-        b, loc, RankedTensorType::get(mx.getShape(), bf16), v);
-    created.push_back(dq);
-    return dq;
-  };
-  Value a = toBF16(op.getLhs()), w = toBF16(op.getRhs());
+  Value a = toBF16(b, loc, op.getLhs(), created),
+        w = toBF16(b, loc, op.getRhs(), created);
   auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
                                       op.getOffsets(), transposed);
   if (!matchWgmmaGemm(gemm)) {
@@ -1401,37 +1409,20 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
 /// kernel's call, or nullptr (nothing changed).
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
                              SymbolTable &symbols) {
-  Type bf16 = BFloat16Type::get(op.getContext());
-  auto eligible = [&](Value v) {
-    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-      return mx.getAxis() == 0;
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    return t && t.getElementType() == bf16;
-  };
-  if (!eligible(op.getLhs()) || !eligible(op.getRhs()))
+  if (!bf16OrMXAlong(op.getLhs(), 0) || !bf16OrMXAlong(op.getRhs(), 0))
     return nullptr;
-  auto shapeOf = [](Value v) -> ArrayRef<int64_t> {
-    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-      return mx.getShape();
-    return cast<RankedTensorType>(v.getType()).getShape();
-  };
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto toBF16 = [&](Value v) -> Value {
-    if (!isa<MXTensorType>(v.getType()))
-      return v;
-    return DequantizeOp::create(
-        b, loc, RankedTensorType::get(shapeOf(v), bf16), v);
-  };
-  Value x = toBF16(op.getLhs()), dy = toBF16(op.getRhs());
+  SmallVector<Operation *> created;
+  Value x = toBF16(b, loc, op.getLhs(), created),
+        dy = toBF16(b, loc, op.getRhs(), created);
   auto bf16Op = GroupedMatmulWgradOp::create(b, loc, op.getType(), x, dy,
                                              op.getOffsets());
   std::optional<WgmmaWgrad> w = matchWgmmaWgrad(bf16Op);
   if (!w) {
     bf16Op.erase();
-    for (Value v : {dy, x})
-      if (v != op.getLhs() && v != op.getRhs() && v.use_empty())
-        v.getDefiningOp()->erase();
+    for (Operation *c : llvm::reverse(created))
+      c->erase();
     return nullptr;
   }
   SmallVector<Type> argTypes = {x.getType(), dy.getType(),
