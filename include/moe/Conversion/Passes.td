@@ -28,13 +28,29 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
     on its own, loops only inside generic bodies), with identical results:
     the form GPU pipelines map to threads. `moe.experts` has no such form:
     run `-moe-group-experts` first.
+
+    Live rows (`live-rows`, on by default): a dispatch sizes its rows for the
+    worst case and ends the real ones at `offsets[E]`; the expert
+    computation after it reads rows only through groups and positions. Where
+    every reader of a value is such an op (a grouped GEMM or MLP with that
+    dispatch's offsets, a combine with its positions, a generated kernel's
+    `moe.group_rows` argument, or a row-local op whose result is bounded
+    too), the dispatch's gather, SwiGLU (and its gradient), quantize and
+    dequantize compute rows [0, offsets[E]) only, in statically sized
+    storage; the other rows of their results are unspecified. An expert-
+    parallel rank receives about half of its worst case at 2 ranks.
   }];
   let options = [
     Option<"parallel", "parallel", "bool", /*default=*/"false",
            "Lower router, dispatch and grouped matmuls to data-parallel "
-           "linalg (for GPUs) instead of host loops">
+           "linalg (for GPUs) instead of host loops">,
+    Option<"liveRows", "live-rows", "bool", /*default=*/"true",
+           "Compute the row-wise ops of an expert computation (dispatch's "
+           "gather, SwiGLU, quantize, dequantize) only on the rows before "
+           "their dispatch's offsets[E] where nothing reads the others">
   ];
   let dependentDialects = [
+    "::mlir::bufferization::BufferizationDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::tensor::TensorDialect",
     "::mlir::scf::SCFDialect",

@@ -148,6 +148,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -730,6 +731,18 @@ func::FuncOp getOrCreateKernelCall(
   return func;
 }
 
+/// Declares which arguments of a grouped kernel are rows read only inside the
+/// groups of the offsets argument (see LiveRows.h): lets the rows past the
+/// last group stay unspecified where they are computed.
+func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
+                             unsigned offsets) {
+  UnitAttr unit = UnitAttr::get(kernel.getContext());
+  for (unsigned a : rows)
+    kernel.setArgAttr(a, kGroupRowsAttr, unit);
+  kernel.setArgAttr(offsets, kGroupOffsetsAttr, unit);
+  return kernel;
+}
+
 /// The private function computing one grouped GEMM shape (see the header):
 /// (A data, A scales, B data, B scales, offsets) -> result.
 func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
@@ -737,7 +750,7 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
                                        ArrayRef<Type> argTypes,
                                        RankedTensorType resultType,
                                        Location loc) {
-  return getOrCreateKernelCall(
+  return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "tcgen05.mma.block_scale mxf8f6f4", argTypes,
       resultType, loc,
       {tilesOf(g.rows, kTileM), g.n / kTileN, 1, kThreads, kSmemBytes},
@@ -745,7 +758,8 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
         KernelEmitter k{{b, loc}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
                         out};
         k.emit(launch);
-      });
+      }),
+                         {0, 1}, 4);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1243,7 +1257,7 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
                                       ArrayRef<Type> argTypes,
                                       RankedTensorType resultType,
                                       Location loc) {
-  return getOrCreateKernelCall(
+  return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
       loc,
       {g.n / kHTileN, tilesOf(g.rows, kHTileM), 1, kHThreads,
@@ -1251,7 +1265,8 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         WgmmaEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
         k.emit(launch);
-      });
+      }),
+                         {0}, 2);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1393,14 +1408,15 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
                                            ArrayRef<Type> argTypes,
                                            RankedTensorType resultType,
                                            Location loc) {
-  return getOrCreateKernelCall(
+  return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
       argTypes, resultType, loc,
       {g.n / kHTileN, g.k / kHTileM, g.experts, kHThreads, kHSmemBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
         k.emit(launch);
-      });
+      }),
+                         {0, 1}, 2);
 }
 
 /// A weight gradient in the form the wgmma kernel takes: MX operands whose
@@ -1999,7 +2015,7 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
                                         ArrayRef<Type> argTypes,
                                         RankedTensorType resultType,
                                         Location loc) {
-  return getOrCreateKernelCall(
+  return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
       resultType, loc,
       {g.n / kHTileN, tilesOf(g.rows, kHTileM), 1, kHThreads,
@@ -2008,7 +2024,8 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
         WgmmaMxEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
                          out};
         k.emit(launch);
-      });
+      }),
+                         {0, 1}, 4);
 }
 
 struct MoEGPUDedicatedKernelsPass

@@ -8,9 +8,11 @@
 #ifndef MOE_LIB_CONVERSION_MOETOLINALG_EMITTER_H
 #define MOE_LIB_CONVERSION_MOETOLINALG_EMITTER_H
 
+#include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -25,6 +27,13 @@ using utils::IteratorType;
 struct Emitter {
   OpBuilder &b;
   Location loc;
+  /// Set for a computation over rows [0, liveCount) of tensors of
+  /// `liveCapacity` rows (the rows that matter, moe/Dialect/MoE/Utils/
+  /// LiveRows.h): `sizes` reports dynamic leading dimensions as liveCount,
+  /// and `empty` of liveCount rows is a view of a tensor of liveCapacity
+  /// rows (static storage whatever the count).
+  Value liveCount = {};
+  int64_t liveCapacity = 0;
 
   Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
   Value f32(double v) {
@@ -35,11 +44,90 @@ struct Emitter {
   }
   Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }
   SmallVector<OpFoldResult> sizes(Value t) {
+    auto type = cast<RankedTensorType>(t.getType());
+    if (liveCount && type.getRank() > 0 && type.isDynamicDim(0)) {
+      SmallVector<OpFoldResult> s = {liveCount};
+      for (int64_t d = 1; d < type.getRank(); ++d)
+        s.push_back(type.isDynamicDim(d) ? OpFoldResult(dim(t, d))
+                                         : b.getIndexAttr(type.getDimSize(d)));
+      return s;
+    }
     return tensor::getMixedSizes(b, loc, t);
   }
 
   Value empty(ArrayRef<OpFoldResult> sizes, Type elt) {
+    if (liveCount && !sizes.empty() &&
+        llvm::dyn_cast_if_present<Value>(sizes[0]) == liveCount) {
+      // An explicit allocation: a view of a tensor.empty would fold into a
+      // tensor.empty of liveCount rows, sized where liveCount may not be
+      // readable (the host, for a count in device memory).
+      SmallVector<int64_t> shape;
+      SmallVector<Value> dynamic;
+      for (OpFoldResult s : sizes.drop_front()) {
+        if (auto v = llvm::dyn_cast_if_present<Value>(s)) {
+          shape.push_back(ShapedType::kDynamic);
+          dynamic.push_back(v);
+        } else {
+          shape.push_back(cast<IntegerAttr>(cast<Attribute>(s)).getInt());
+        }
+      }
+      shape.insert(shape.begin(), liveCapacity);
+      Value full = bufferization::AllocTensorOp::create(
+          b, loc, RankedTensorType::get(shape, elt), dynamic);
+      return leadingRows(full, liveCount);
+    }
     return tensor::EmptyOp::create(b, loc, sizes, elt);
+  }
+
+  /// Rows [0, count) of `t` (dim 0).
+  Value leadingRows(Value t, OpFoldResult count) {
+    auto type = cast<RankedTensorType>(t.getType());
+    int64_t rank = type.getRank();
+    SmallVector<OpFoldResult> offs(rank, b.getIndexAttr(0)),
+        strides(rank, b.getIndexAttr(1));
+    SmallVector<OpFoldResult> sz = tensor::getMixedSizes(b, loc, t);
+    sz[0] = count;
+    return tensor::ExtractSliceOp::create(b, loc, t, offs, sz, strides);
+  }
+
+  /// `part`, rows [0, n) of a computation over the rows that matter, as a
+  /// tensor of type `full` whose other rows are unspecified: inserted back
+  /// into the storage `empty` allocated for it where it has one (no copy),
+  /// else into a new tensor.
+  Value fullRows(Value part, RankedTensorType full) {
+    auto type = cast<RankedTensorType>(part.getType());
+    if (!liveCount || !type.isDynamicDim(0) || full.isDynamicDim(0))
+      return part;
+    // Through a collapse that keeps the rows a dimension of their own.
+    if (auto c = part.getDefiningOp<tensor::CollapseShapeOp>();
+        c && c.getReassociationIndices()[0].size() == 1) {
+      SmallVector<int64_t> shape(c.getSrcType().getShape());
+      shape[0] = full.getDimSize(0);
+      Value src = fullRows(
+          c.getSrc(), RankedTensorType::get(shape, full.getElementType()));
+      return tensor::CollapseShapeOp::create(b, loc, full, src,
+                                             c.getReassociationIndices());
+    }
+    Value dest;
+    SmallVector<OpFoldResult> offs, sz, strides;
+    if (auto dps = part.getDefiningOp<DestinationStyleOpInterface>())
+      if (auto slice = dps.getTiedOpOperand(cast<OpResult>(part))
+                           ->get()
+                           .getDefiningOp<tensor::ExtractSliceOp>();
+          slice && slice.getSourceType() == full) {
+        dest = slice.getSource();
+        offs = slice.getMixedOffsets();
+        sz = slice.getMixedSizes();
+        strides = slice.getMixedStrides();
+      }
+    if (!dest) {
+      dest = tensor::EmptyOp::create(b, loc, full.getShape(),
+                                     full.getElementType());
+      offs.assign(full.getRank(), b.getIndexAttr(0));
+      strides.assign(full.getRank(), b.getIndexAttr(1));
+      sz = tensor::getMixedSizes(b, loc, part);
+    }
+    return tensor::InsertSliceOp::create(b, loc, part, dest, offs, sz, strides);
   }
   Value fill(Value init, Value v) {
     return linalg::FillOp::create(b, loc, v, init).getResult(0);
@@ -309,6 +397,15 @@ Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
 
 /// A GEMM operand as a float tensor: MX operands are dequantized to f32.
 Value gemmOperand(Emitter &e, Type original, ValueRange converted);
+
+/// If `live` bounds `op`: sets `e` to compute rows [0, n) of `rows`, n the
+/// bounding dispatch's offsets[E] (clamped to [0, rows]), and returns true.
+bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
+               ConversionPatternRewriter &rewriter, int64_t rows);
+
+/// The ops under `root` whose rows the lowering computes only up to a
+/// dispatch's offsets[E], with that dispatch (see LiveRows.h).
+LiveRowBounds findLiveRowBounds(Operation *root);
 
 /// The router's per-expert scores (f32 [T, E]) from f32 logits: softmax,
 /// sigmoid, or the logits themselves when softmax comes after top-k.

@@ -9,6 +9,7 @@
 #include "Emitter.h"
 
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
@@ -126,6 +127,35 @@ Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
   return view.collapse(e, out, elt);
 }
 
+bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
+               ConversionPatternRewriter &rewriter, int64_t rows) {
+  if (!live || ShapedType::isDynamic(rows))
+    return false;
+  auto it = live->find(op);
+  if (it == live->end())
+    return false;
+  DispatchOp d = it->second;
+  Value offsets = rewriter.getRemappedValue(d.getOffsets());
+  if (!offsets)
+    return false;
+  int64_t numExperts = d.getNumExperts();
+  Value n = e.extractIndex(offsets, e.idx(numExperts));
+  e.liveCount = e.minI(e.maxI(n, e.idx(0)), e.idx(rows));
+  e.liveCapacity = rows;
+  return true;
+}
+
+LiveRowBounds findLiveRowBounds(Operation *root) {
+  LiveRows analysis(root);
+  LiveRowBounds bounds;
+  root->walk([&](Operation *op) {
+    if (isa<DispatchOp, QuantizeOp, DequantizeOp, SwigluOp, SwigluGradOp>(op))
+      if (DispatchOp d = analysis.boundedOp(op))
+        bounds[op] = d;
+  });
+  return bounds;
+}
+
 /// A GEMM operand as a float tensor: MX operands are dequantized to f32.
 Value gemmOperand(Emitter &e, Type original, ValueRange converted) {
   if (auto mx = dyn_cast<MXTensorType>(original))
@@ -141,29 +171,64 @@ namespace {
 // Patterns
 //===----------------------------------------------------------------------===//
 
-struct QuantizeLowering : OpConversionPattern<QuantizeOp> {
-  using OpConversionPattern::OpConversionPattern;
+/// A lowering that computes only the rows that matter of the ops `live`
+/// bounds (see LiveRows.h).
+template <typename Op>
+struct RowwiseLowering : OpConversionPattern<Op> {
+  RowwiseLowering(const TypeConverter &converter, MLIRContext *ctx,
+                  const LiveRowBounds *live)
+      : OpConversionPattern<Op>(converter, ctx), live(live) {}
+  const LiveRowBounds *live;
+};
+
+/// `t` with its rows dynamic.
+MXTensorType withDynamicRows(MXTensorType t) {
+  SmallVector<int64_t> shape(t.getShape());
+  shape[0] = ShapedType::kDynamic;
+  return MXTensorType::get(t.getContext(), shape, t.getElementType(),
+                           t.getAxis(), t.getBlockSize());
+}
+
+struct QuantizeLowering : RowwiseLowering<QuantizeOp> {
+  using RowwiseLowering::RowwiseLowering;
   LogicalResult
   matchAndRewrite(QuantizeOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
-    auto [data, scales] = quantizeMX(e, adaptor.getInput()[0],
-                                     op.getResult().getType(),
-                                     op.getScaleMode());
+    MXTensorType type = op.getResult().getType();
+    Value x = adaptor.getInput()[0];
+    if (boundRows(e, op, live, rewriter, type.getShape()[0])) {
+      x = e.leadingRows(x, e.liveCount);
+      auto [data, scales] =
+          quantizeMX(e, x, withDynamicRows(type), op.getScaleMode());
+      rewriter.replaceOpWithMultiple(
+          op, {{e.fullRows(data, type.getDataType()),
+                e.fullRows(scales, type.getScalesType())}});
+      return success();
+    }
+    auto [data, scales] = quantizeMX(e, x, type, op.getScaleMode());
     rewriter.replaceOpWithMultiple(op, {{data, scales}});
     return success();
   }
 };
 
-struct DequantizeLowering : OpConversionPattern<DequantizeOp> {
-  using OpConversionPattern::OpConversionPattern;
+struct DequantizeLowering : RowwiseLowering<DequantizeOp> {
+  using RowwiseLowering::RowwiseLowering;
   LogicalResult
   matchAndRewrite(DequantizeOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     ValueRange in = adaptor.getInput();
-    rewriter.replaceOp(op, dequantizeMX(e, in[0], in[1], op.getInput().getType(),
-                                        op.getType().getElementType()));
+    MXTensorType type = op.getInput().getType();
+    Type elt = op.getType().getElementType();
+    if (boundRows(e, op, live, rewriter, type.getShape()[0])) {
+      Value out = dequantizeMX(e, e.leadingRows(in[0], e.liveCount),
+                               e.leadingRows(in[1], e.liveCount),
+                               withDynamicRows(type), elt);
+      rewriter.replaceOp(op, e.fullRows(out, op.getType()));
+      return success();
+    }
+    rewriter.replaceOp(op, dequantizeMX(e, in[0], in[1], type, elt));
     return success();
   }
 };
@@ -306,35 +371,44 @@ Value gluHalf(Emitter &e, Value full, SwigluLayout layout, bool up) {
       offs, halfSizes(e, full, half), strides);
 }
 
-struct SwigluLowering : OpConversionPattern<SwigluOp> {
-  using OpConversionPattern::OpConversionPattern;
+struct SwigluLowering : RowwiseLowering<SwigluOp> {
+  using RowwiseLowering::RowwiseLowering;
   LogicalResult
   matchAndRewrite(SwigluOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
-    Value gate = gluHalf(e, adaptor.getInput(), op.getLayout(), false);
-    Value up = gluHalf(e, adaptor.getInput(), op.getLayout(), true);
+    Value in = adaptor.getInput();
+    if (op.getType().getRank() > 1 &&
+        boundRows(e, op, live, rewriter, op.getType().getDimSize(0)))
+      in = e.leadingRows(in, e.liveCount);
+    Value gate = gluHalf(e, in, op.getLayout(), false);
+    Value up = gluHalf(e, in, op.getLayout(), true);
     Type elt = op.getType().getElementType();
-    rewriter.replaceOp(op, e.map({gate, up}, elt, [&](Emitter &n, ValueRange a) {
+    rewriter.replaceOp(op, e.fullRows(e.map({gate, up}, elt, [&](Emitter &n, ValueRange a) {
       Value g = n.toF32(a[0]), u = n.toF32(a[1]);
       // silu(g) = g / (1 + exp(-g))
       Value ex = math::ExpOp::create(n.b, n.loc, arith::NegFOp::create(n.b, n.loc, g));
       Value silu = arith::DivFOp::create(
           n.b, n.loc, g, arith::AddFOp::create(n.b, n.loc, n.f32(1.0), ex));
       return n.fromF32(arith::MulFOp::create(n.b, n.loc, silu, u), elt);
-    }));
+    }), op.getType()));
     return success();
   }
 };
 
-struct SwigluGradLowering : OpConversionPattern<SwigluGradOp> {
-  using OpConversionPattern::OpConversionPattern;
+struct SwigluGradLowering : RowwiseLowering<SwigluGradOp> {
+  using RowwiseLowering::RowwiseLowering;
   LogicalResult
   matchAndRewrite(SwigluGradOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     MLIRContext *ctx = rewriter.getContext();
     Value in = adaptor.getInput(), dy = adaptor.getGrad();
+    if (op.getType().getRank() > 1 &&
+        boundRows(e, op, live, rewriter, op.getType().getDimSize(0))) {
+      in = e.leadingRows(in, e.liveCount);
+      dy = e.leadingRows(dy, e.liveCount);
+    }
     SwigluLayout layout = op.getLayout();
     Value gate = gluHalf(e, in, layout, false);
     Value up = gluHalf(e, in, layout, true);
@@ -366,7 +440,7 @@ struct SwigluGradLowering : OpConversionPattern<SwigluGradOp> {
       out = tensor::InsertSliceOp::create(rewriter, op.getLoc(), grads[which],
                                           out, offs, hs, strides);
     }
-    rewriter.replaceOp(op, out);
+    rewriter.replaceOp(op, e.fullRows(out, op.getType()));
     return success();
   }
 };
@@ -769,10 +843,15 @@ struct ConvertMoEToLinalgPass
       return converter.isSignatureLegal(op.getFunctionType()) &&
              converter.isLegal(&op.getBody());
     });
+    // The ops that need compute only the rows before their dispatch's
+    // offsets[E] (found before anything is rewritten).
+    LiveRowBounds live;
+    if (liveRows)
+      live = findLiveRowBounds(module);
     RewritePatternSet patterns(ctx);
-    populateMoEToLinalgConversionPatterns(converter, patterns);
+    populateMoEToLinalgConversionPatterns(converter, patterns, &live);
     if (parallel)
-      populateMoEToParallelLinalgPatterns(converter, patterns);
+      populateMoEToParallelLinalgPatterns(converter, patterns, &live);
     populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
                                                                    converter);
     populateCallOpTypeConversionPattern(patterns, converter);
@@ -803,12 +882,14 @@ void mlir::moe::populateMXTypeConversion(TypeConverter &converter) {
 }
 
 void mlir::moe::populateMoEToLinalgConversionPatterns(
-    const TypeConverter &converter, RewritePatternSet &patterns) {
-  patterns.add<QuantizeLowering, DequantizeLowering, MXPackLowering,
-               MXUnpackLowering, GroupedMatmulLowering,
-               GroupedMatmulWgradLowering, SwigluLowering, SwigluGradLowering,
-               RouterLowering, DispatchLowering, CombineLowering,
-               AllToAllLowering>(converter, patterns.getContext());
+    const TypeConverter &converter, RewritePatternSet &patterns,
+    const LiveRowBounds *live) {
+  patterns.add<MXPackLowering, MXUnpackLowering, GroupedMatmulLowering,
+               GroupedMatmulWgradLowering, RouterLowering, DispatchLowering,
+               CombineLowering, AllToAllLowering>(converter,
+                                                  patterns.getContext());
+  patterns.add<QuantizeLowering, DequantizeLowering, SwigluLowering,
+               SwigluGradLowering>(converter, patterns.getContext(), live);
   populateModelOpLoweringPatterns(converter, patterns);
 }
 

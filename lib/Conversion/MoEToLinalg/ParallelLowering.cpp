@@ -237,7 +237,10 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
 /// Dispatch in blocks of copies: per-block expert counts, their prefix sums,
 /// then every copy's rank inside its expert, and every row's source token.
 struct ParallelDispatch : OpConversionPattern<DispatchOp> {
-  using OpConversionPattern::OpConversionPattern;
+  ParallelDispatch(const TypeConverter &converter, MLIRContext *ctx,
+                   const LiveRowBounds *live)
+      : OpConversionPattern(converter, ctx, /*benefit=*/2), live(live) {}
+  const LiveRowBounds *live;
   static constexpr int64_t kBlock = 256;
 
   LogicalResult
@@ -367,10 +370,19 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
           return SmallVector<Value>{
               n.fromIndex(n.sel(keep, row, n.idx(-1)), posElt)};
         })[0];
-    // 5. the source token of every row of `sorted` (-1 for padding).
+    // 5. the source token of every row of `sorted` (-1 for padding); only
+    // for the rows before offsets[E] when nothing reads the others.
     int64_t rows = sortedType.getDimSize(0);
+    OpFoldResult rowCount = rewriter.getIndexAttr(rows);
+    if (live && live->contains(op) && !ShapedType::isDynamic(rows)) {
+      e.liveCount = e.minI(
+          e.maxI(e.extractIndex(offsets, e.idx(numExperts)), e.idx(0)),
+          e.idx(rows));
+      e.liveCapacity = rows;
+      rowCount = e.liveCount;
+    }
     Value source = e.generic(
-        ValueRange{}, e.empty({rewriter.getIndexAttr(rows)}, idxT), {id(1)},
+        ValueRange{}, e.empty({rowCount}, idxT), {id(1)},
         par(1), [&](OpBuilder &b, Location l, ValueRange) {
           Emitter n{b, l};
           Value r = linalg::IndexOp::create(b, l, 0);
@@ -417,8 +429,7 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
     bindDims(ctx, r, h);
     Value sorted = e.generic(
         source,
-        e.empty({rewriter.getIndexAttr(rows), e.sizes(tokens)[1]},
-                sortedType.getElementType()),
+        e.empty({rowCount, e.sizes(tokens)[1]}, sortedType.getElementType()),
         {AffineMap::get(2, 0, {r}, ctx), id(2)}, par(2),
         [&](OpBuilder &b, Location l, ValueRange a) {
           Emitter n{b, l};
@@ -429,6 +440,7 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
           return SmallVector<Value>{
               n.sel(valid, v, n.zeroOf(sortedType.getElementType()))};
         })[0];
+    sorted = e.fullRows(sorted, sortedType);
     rewriter.replaceOp(op, {sorted, offsets, counts, positions});
     return success();
   }
@@ -437,9 +449,10 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
 } // namespace
 
 void mlir::moe::populateMoEToParallelLinalgPatterns(
-    const TypeConverter &converter, RewritePatternSet &patterns) {
+    const TypeConverter &converter, RewritePatternSet &patterns,
+    const LiveRowBounds *live) {
   patterns.add<ParallelGroupedMatmul, ParallelGroupedMatmulWgrad,
-               ParallelRouter, ParallelDispatch>(converter,
-                                                 patterns.getContext(),
-                                                 /*benefit=*/2);
+               ParallelRouter>(converter, patterns.getContext(),
+                               /*benefit=*/2);
+  patterns.add<ParallelDispatch>(converter, patterns.getContext(), live);
 }

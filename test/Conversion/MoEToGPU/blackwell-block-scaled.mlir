@@ -144,7 +144,9 @@ func.func @ineligible(%x: tensor<256x256xbf16>, %w: tensor<4x256x128xbf16>,
 // gpu.launch of ceil(R/128) x N/128 blocks of 128 threads with 33808 bytes
 // of dynamic shared memory, the tensor of the result returned.
 // CHECK-LABEL: func.func private @moe_bs_gmm_256x256x128_e4_e4m3_e4m3_i32(
-// CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<256x256xf8E4M3FN>, %[[AS:[a-z0-9]+]]: tensor<256x8xf8E8M0FNU>, %[[B:[a-z0-9]+]]: tensor<4x256x128xf8E4M3FN>, %[[BS:[a-z0-9]+]]: tensor<4x8x128xf8E8M0FNU>, %[[O:[a-z0-9]+]]: tensor<5xi32>) -> tensor<256x128xf32>
+// The A rows are read only inside the groups of the offsets argument (the
+// live-rows analysis of -convert-moe-to-linalg reads these attributes).
+// CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<256x256xf8E4M3FN> {moe.group_rows}, %[[AS:[a-z0-9]+]]: tensor<256x8xf8E8M0FNU> {moe.group_rows}, %[[B:[a-z0-9]+]]: tensor<4x256x128xf8E4M3FN>, %[[BS:[a-z0-9]+]]: tensor<4x8x128xf8E8M0FNU>, %[[O:[a-z0-9]+]]: tensor<5xi32> {moe.group_offsets}) -> tensor<256x128xf32>
 // CHECK-SAME: moe.dedicated_kernel
 // CHECK-DAG: bufferization.to_buffer %[[A]] read_only : tensor<256x256xf8E4M3FN> to memref<256x256xf8E4M3FN>
 // CHECK-DAG: bufferization.to_buffer %[[AS]] read_only

@@ -2,23 +2,35 @@
 #ifndef MOE_CONVERSION_MOETOLINALG_MOETOLINALG_H
 #define MOE_CONVERSION_MOETOLINALG_MOETOLINALG_H
 
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+
 #include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/DenseMap.h"
 
 namespace mlir::moe {
 
 /// Adds `!moe.mx<...>` -> (data tensor, scale tensor) to `converter`.
 void populateMXTypeConversion(TypeConverter &converter);
 
+/// Ops whose lowering computes only the rows before offsets[E] of the
+/// dispatch they map to, leaving the rest unspecified (nothing reads them:
+/// moe/Dialect/MoE/Utils/LiveRows.h).
+using LiveRowBounds = llvm::DenseMap<Operation *, DispatchOp>;
+
 /// Adds the patterns that lower moe ops (other than moe.experts and
-/// moe.grouped_mlp, which are expanded first) to upstream ops.
+/// moe.grouped_mlp, which are expanded first) to upstream ops; the row-wise
+/// ops in `live` over their live rows only.
 void populateMoEToLinalgConversionPatterns(const TypeConverter &converter,
-                                           RewritePatternSet &patterns);
+                                           RewritePatternSet &patterns,
+                                           const LiveRowBounds *live = nullptr);
 
 /// Adds data-parallel lowerings of the ops whose reference lowering loops on
 /// the host (router, dispatch, grouped matmuls), with a higher benefit than
-/// the reference patterns: same results, every output element independent.
+/// the reference patterns: same results, every output element independent
+/// (a dispatch in `live` gathers its live rows only).
 void populateMoEToParallelLinalgPatterns(const TypeConverter &converter,
-                                         RewritePatternSet &patterns);
+                                         RewritePatternSet &patterns,
+                                         const LiveRowBounds *live = nullptr);
 
 /// Rewrites every moe.experts op under `root` into an scf.for over experts
 /// running the body on each expert's rows.

@@ -1,0 +1,95 @@
+// RUN: moe-opt %s --split-input-file --convert-moe-to-linalg=parallel=true | FileCheck %s
+// RUN: moe-opt %s --split-input-file --convert-moe-to-linalg="parallel=true live-rows=false" | FileCheck %s --check-prefix=OFF
+// RUN: moe-opt %s --split-input-file --moe-gpu-pipeline="chip=sm_90a format=isa" --mlir-print-ir-after=gpu-kernel-outlining -o /dev/null 2>&1 | FileCheck %s --check-prefix=GPU
+
+// Live rows: the expert computation reads its rows only through the groups
+// of the dispatch's offsets (grouped GEMMs) and its positions (combine), so
+// the gather, MXFP8 round trip and SwiGLU compute rows [0, offsets[4]) only,
+// in storage of the worst case's 16 rows; their other rows stay unspecified.
+func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32>,
+                 %w1: tensor<4x32x64xf32>, %w2: tensor<4x32x32xf32>) -> tensor<8x32xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
+      : tensor<8x32xf32>, tensor<8x2xi32> -> tensor<16x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x2xi32>
+  %q = moe.quantize %s : tensor<16x32xf32> -> !moe.mx<16x32xf8E4M3FN, axis = 1>
+  %d = moe.dequantize %q : !moe.mx<16x32xf8E4M3FN, axis = 1> -> tensor<16x32xbf16>
+  %h = moe.grouped_matmul %d, %w1, %o : tensor<16x32xbf16>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<16x64xf32>
+  %a = moe.swiglu %h : tensor<16x64xf32> -> tensor<16x32xf32>
+  %y = moe.grouped_matmul %a, %w2, %o : tensor<16x32xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<16x32xf32>
+  %out = moe.combine %y, %w, %p : tensor<16x32xf32>, tensor<8x2xf32>, tensor<8x2xi32> -> tensor<8x32xf32>
+  return %out : tensor<8x32xf32>
+}
+// The gather: offsets[4], clamped to [0, 16], bounds its rows.
+// CHECK-LABEL: func.func @layer(
+// CHECK: %[[END:.*]] = tensor.extract %[[OFFS:.*]][%c4{{.*}}] : tensor<5xi32>
+// CHECK: %[[N:.*]] = arith.minsi %{{.*}}, %c16{{.*}} : index
+// CHECK: %[[SRC:.*]] = bufferization.alloc_tensor() : tensor<16xindex>
+// CHECK: tensor.extract_slice %[[SRC]][0] [%[[N]]] [1]
+// CHECK: %[[ROWS:.*]] = bufferization.alloc_tensor() : tensor<16x32xf32>
+// CHECK: %[[LIVE:.*]] = tensor.extract_slice %[[ROWS]][0, 0] [%[[N]], 32] [1, 1]
+// CHECK: %[[G:.*]] = linalg.generic {{.*}} outs(%[[LIVE]] : tensor<?x32xf32>)
+// CHECK: %[[S:.*]] = tensor.insert_slice %[[G]] into %[[ROWS]][0, 0] [%[[N]], 32] [1, 1]
+// Quantize: amax, scales and elements of the live rows.
+// CHECK: tensor.extract %[[OFFS]][%c4{{.*}}] : tensor<5xi32>
+// CHECK: %[[NQ:.*]] = arith.minsi %{{.*}}, %c16{{.*}} : index
+// CHECK: tensor.extract_slice %[[S]][0, 0] [%[[NQ]], 32] [1, 1]
+// CHECK: bufferization.alloc_tensor() : tensor<16x1xf32>
+// CHECK: bufferization.alloc_tensor() : tensor<16x1xf8E8M0FNU>
+// CHECK: bufferization.alloc_tensor() : tensor<16x1x32xf8E4M3FN>
+// Dequantize and SwiGLU likewise.
+// CHECK: bufferization.alloc_tensor() : tensor<16x1x32xbf16>
+// CHECK: bufferization.alloc_tensor() : tensor<16x32xf32>
+// CHECK: return
+// OFF-LABEL: func.func @layer(
+// OFF-NOT: bufferization.alloc_tensor
+// OFF-NOT: tensor.extract_slice {{.*}} to tensor<?x32xf32>
+// OFF: return
+
+// On the GPU every kernel of the live rows launches for the worst case (16
+// rows x 32 = 4 blocks of 128) and reads the row count from offsets[4] in
+// device memory, stopping at it; the host reads nothing.
+// GPU-LABEL: func.func @layer(
+// GPU-NOT: memref.load
+// GPU: gpu.launch_func @layer_kernel_[[GATHER:[0-9]+]]::@layer_kernel blocks in (%c4, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[O:.*]] : memref<5xi32>,
+// GPU-NOT: memref.load
+// GPU: return
+// GPU: gpu.module @layer_kernel_[[GATHER]]
+// GPU: known_grid_size = array<i32: 4, 1, 1>
+// GPU: %[[END:.*]] = memref.load %arg0[%c4] : memref<5xi32>
+// GPU: %[[C:.*]] = arith.index_cast %[[END]] : i32 to index
+// GPU: arith.cmpi ult
+
+// -----
+
+// Rows that reach a result other than through groups and positions stay
+// computed: here the dispatched rows are returned.
+func.func @returned(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>,
+                    %w1: tensor<4x32x64xf32>) -> (tensor<16x64xf32>, tensor<16x32xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
+      : tensor<8x32xf32>, tensor<8x2xi32> -> tensor<16x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x2xi32>
+  %h = moe.grouped_matmul %s, %w1, %o : tensor<16x32xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<16x64xf32>
+  return %h, %s : tensor<16x64xf32>, tensor<16x32xf32>
+}
+// CHECK-LABEL: func.func @returned(
+// CHECK-NOT: bufferization.alloc_tensor
+// CHECK: return
+
+// -----
+
+// MX blocks along the rows (a weight gradient's operand) cross offsets[E]
+// unless every group is padded to whole blocks: the quantize stays whole,
+// and so do the rows it reads.
+func.func @row_blocks(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>,
+                      %dy: tensor<16x32xf32>) -> tensor<4x32x32xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
+      : tensor<8x32xf32>, tensor<8x2xi32> -> tensor<16x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x2xi32>
+  %a = moe.swiglu %s : tensor<16x32xf32> -> tensor<16x16xf32>
+  %q = moe.quantize %a : tensor<16x16xf32> -> !moe.mx<16x16xf8E4M3FN, axis = 0, block = 16>
+  %g = moe.dequantize %q : !moe.mx<16x16xf8E4M3FN, axis = 0, block = 16> -> tensor<16x16xf32>
+  %dw = moe.grouped_matmul_wgrad %g, %dy, %o : tensor<16x16xf32>, tensor<16x32xf32>, tensor<5xi32> -> tensor<4x16x32xf32>
+  %z = tensor.empty() : tensor<4x32x32xf32>
+  %r = tensor.insert_slice %dw into %z[0, 0, 0] [4, 16, 32] [1, 1, 1] : tensor<4x16x32xf32> into tensor<4x32x32xf32>
+  return %r : tensor<4x32x32xf32>
+}
+// CHECK-LABEL: func.func @row_blocks(
+// CHECK-NOT: bufferization.alloc_tensor
+// CHECK: return
