@@ -780,8 +780,10 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 // K loop into a fresh (zero) accumulator and stores only the rows in
 // [lo, hi). The MMA's rows are independent, so rows of other experts in the
 // tile (multiplied with this expert's weights) change nothing that is
-// stored. Rows in no group are written as zeros at the end; rows >= R are
-// loaded from row R-1 (clamped address) and never stored.
+// stored. Rows in no group are written as zeros at the end (only those
+// before offsets[E] when nothing reads the others: the `_live` variant, for
+// the rows of a dispatch, LiveRows.h); rows >= R are loaded from row R-1
+// (clamped address) and never stored.
 //
 // K loop: stages of 64 K values, a ring of 4 shared-memory buffers of 32 KiB
 // (A tile 128 x 64 bf16, then B tile 64 x 128 bf16), filled with cp.async
@@ -985,10 +987,14 @@ struct WgmmaGemm {
   Type offsetElt;
   /// The rhs is stored [E, N, K] (transpose_rhs: a data gradient's weights).
   bool rhsTransposed = false;
+  /// Nothing reads the result's rows at or past offsets[E] (LiveRows.h): they
+  /// are left unwritten instead of zeroed.
+  bool liveRowsOnly = false;
   std::string name() const {
-    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}", rows, k,
-                         n, experts, BlockScaledGemm::eltName(offsetElt),
-                         rhsTransposed ? "_rhsT" : "")
+    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}", rows,
+                         k, n, experts, BlockScaledGemm::eltName(offsetElt),
+                         rhsTransposed ? "_rhsT" : "",
+                         liveRowsOnly ? "_live" : "")
         .str();
   }
 };
@@ -1233,12 +1239,19 @@ struct WgmmaEmitter : HopperEmitterBase {
               });
         });
 
-    // Rows of the tile in no group are zero.
+    // Rows of the tile in no group are zero (up to offsets[E] only, when
+    // nothing reads the rest).
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+    Value zeroEnd = rowsEnd;
+    if (g.liveRowsOnly) {
+      Value last = toIndex(
+          memref::LoadOp::create(b, loc, offsets, idx(g.experts)));
+      zeroEnd = minS(maxS(last, idx(0)), rowsEnd);
+    }
     for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
       Value uncovered =
           land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
-               cmp(P::slt, rows[q], rowsEnd));
+               cmp(P::slt, rows[q], zeroEnd));
       ifThen(uncovered, [&] {
         for (int64_t j = 0; j < kHTileN / 8; ++j)
           for (int64_t c = 0; c < 2; ++c)
@@ -2046,6 +2059,15 @@ struct MoEGPUDedicatedKernelsPass
     for (auto func : module.getOps<func::FuncOp>())
       func.walk([&](GroupedMatmulOp op) { candidates.push_back(op); });
 
+    // GEMMs whose rows past the last group nothing reads (asked before
+    // anything is rewritten).
+    llvm::DenseSet<Operation *> liveRowsOnly;
+    {
+      LiveRows live(module);
+      for (GroupedMatmulOp op : candidates)
+        if (live.pastLastGroupUnread(op.getResult(), op.getOffsets()))
+          liveRowsOnly.insert(op);
+    }
     if (chip == "sm_90a") {
       // Weight gradients (bf16, or MXFP8 blocked along the rows).
       SmallVector<GroupedMatmulWgradOp> wgrads;
@@ -2080,6 +2102,7 @@ struct MoEGPUDedicatedKernelsPass
         // (materialized): see rewriteForWgmma.
         bool mxOperands = isa<MXTensorType>(op.getLhs().getType()) ||
                           isa<MXTensorType>(op.getRhs().getType());
+        bool live = liveRowsOnly.contains(op);
         if (!fp8Mma || !mxOperands)
           if (std::optional<GroupedMatmulOp> rewritten = rewriteForWgmma(op))
             op = *rewritten;
@@ -2113,6 +2136,7 @@ struct MoEGPUDedicatedKernelsPass
         std::optional<WgmmaGemm> gemm = matchWgmmaGemm(op);
         if (!gemm)
           continue;
+        gemm->liveRowsOnly = live;
         SmallVector<Type> argTypes = {op.getLhs().getType(),
                                       op.getRhs().getType(),
                                       op.getOffsets().getType()};

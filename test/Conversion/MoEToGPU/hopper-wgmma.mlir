@@ -91,3 +91,23 @@ func.func @ineligible(%x96: tensor<64x96xbf16>, %w96: tensor<2x96x128xbf16>,
   return %a, %b, %c, %d, %e : tensor<64x128xf32>, tensor<64x64xf32>, tensor<64x128xf32>,
       tensor<64x128xf32>, tensor<64x128xf32>
 }
+
+// A dispatch's rows past its last group that nothing reads (the GEMM's rows
+// are combined back through the dispatch's positions): the `_live` variant
+// leaves them unwritten instead of zeroing them. Its row and offsets
+// arguments say so for the analysis (moe.group_rows, moe.group_offsets).
+// CHECK-LABEL: func.func @live_rows
+// CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_128x128x128_e4_bf16_i32_live(
+// CHECK: moe.combine %[[Y]]
+// CHECK: func.func private @moe_wgmma_gmm_128x128x128_e4_bf16_i32_live(%{{[a-z0-9]+}}: tensor<128x128xbf16> {moe.group_rows}, %{{[a-z0-9]+}}: tensor<4x128x128xbf16>, %{{[a-z0-9]+}}: tensor<5xi32> {moe.group_offsets})
+// PTX-LABEL: kernel module moe_wgmma_gmm_128x128x128_e4_bf16_i32_live_kernel
+// PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+func.func @live_rows(%x: tensor<64x128xbf16>, %idx: tensor<64x2xi32>,
+                     %cw: tensor<64x2xf32>, %w: tensor<4x128x128xbf16>) -> tensor<64x128xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
+      : tensor<64x128xbf16>, tensor<64x2xi32> -> tensor<128x128xbf16>, tensor<5xi32>, tensor<4xi32>, tensor<64x2xi32>
+  %y = moe.grouped_matmul %s, %w, %o
+      : tensor<128x128xbf16>, tensor<4x128x128xbf16>, tensor<5xi32> -> tensor<128x128xf32>
+  %out = moe.combine %y, %cw, %p : tensor<128x128xf32>, tensor<64x2xf32>, tensor<64x2xi32> -> tensor<64x128xf32>
+  return %out : tensor<64x128xf32>
+}

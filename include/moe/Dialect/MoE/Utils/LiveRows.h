@@ -46,6 +46,14 @@ public:
   /// own rows) and the dispatch dominates it. Null otherwise.
   DispatchOp boundedOp(Operation *op);
 
+  /// Whether the rows of `result` (a grouped op's, grouped by `offsets`)
+  /// past the last group are never read: `offsets` are a dispatch's and
+  /// that dispatch bounds `result`.
+  bool pastLastGroupUnread(Value result, Value offsets) {
+    DispatchOp d = dispatchOfOffsets(offsets);
+    return d && boundOf(result) == d;
+  }
+
 private:
   DispatchOp compute(Value v);
   /// The dispatch whose offsets `offsets` is, or null.
