@@ -19,41 +19,52 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import layer as bench_layer  # bench/layer.py, next to this script
-from moe_mlir import load
 
-path, T = sys.argv[1], int(sys.argv[2])
-top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
-art = load(path)
-args = bench_layer.inputs(T, 0)
-for _ in range(2):
-    art.loss_grad(*args)
-torch.cuda.synchronize()
-steps = 3
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        art.loss_grad(*args)
+def kernel_table(step, label, top=30, steps=3, warmup=2):
+    """Runs `step` (warmup + steps times) under the profiler and prints its
+    kernels by total GPU time, then by launch position in the last step."""
+    for _ in range(warmup):
+        step()
     torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / steps
-totals, calls = defaultdict(float), defaultdict(int)
-launches = []  # (start, ms, name) of every kernel and copy, in time order
-for ev in prof.events():
-    if ev.device_type == torch.autograd.DeviceType.CUDA:
-        totals[ev.name] += ev.device_time_total / 1e3 / steps  # ms per step
-        calls[ev.name] += 1
-        launches.append((ev.time_range.start, ev.device_time_total / 1e3, ev.name))
-launches.sort()
-kernel_ms = sum(totals.values())
-print(f"# {path}, {T} tokens: step {wall * 1e3:.2f} ms wall, "
-      f"{kernel_ms:.2f} ms in {sum(calls.values()) // steps} kernels and copies")
-print(f"{'ms/step':>9} {'%step':>6} {'calls':>6}  kernel")
-for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
-    print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {calls[name] // steps:6d}  {name[:110]}")
-# The generic kernels share one name: by launch position instead (the i-th
-# gpu.launch_func of the step's host code), in the last profiled step.
-per_step = len(launches) // steps
-last = launches[-per_step:]
-print(f"{'ms':>9} {'%step':>6} {'launch':>6}  kernel (last step, by launch position)")
-for i, (_, ms, name) in sorted(enumerate(last), key=lambda x: -x[1][1])[:top]:
-    print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {i:6d}  {name[:110]}")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    totals, calls = defaultdict(float), defaultdict(int)
+    launches = []  # (start, ms, name) of every kernel and copy, in time order
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            totals[ev.name] += ev.device_time_total / 1e3 / steps  # ms per step
+            calls[ev.name] += 1
+            launches.append((ev.time_range.start, ev.device_time_total / 1e3, ev.name))
+    launches.sort()
+    kernel_ms = sum(totals.values())
+    print(f"# {label}: step {wall * 1e3:.2f} ms wall, "
+          f"{kernel_ms:.2f} ms in {sum(calls.values()) // steps} kernels and copies")
+    print(f"{'ms/step':>9} {'%step':>6} {'calls':>6}  kernel")
+    for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {calls[name] // steps:6d}  {name[:110]}")
+    # The generic kernels share one name: by launch position instead (the
+    # i-th gpu.launch_func of the step's host code), in the last step.
+    per_step = len(launches) // steps
+    last = launches[-per_step:]
+    print(f"{'ms':>9} {'%step':>6} {'launch':>6}  kernel (last step, by launch position)")
+    for i, (_, ms, name) in sorted(enumerate(last), key=lambda x: -x[1][1])[:top]:
+        print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {i:6d}  {name[:110]}")
+
+
+def main():
+    import layer as bench_layer  # bench/layer.py, next to this script
+    from moe_mlir import load
+
+    path, T = sys.argv[1], int(sys.argv[2])
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
+    art = load(path)
+    args = bench_layer.inputs(T, 0)
+    kernel_table(lambda: art.loss_grad(*args), f"{path}, {T} tokens", top)
+
+
+if __name__ == "__main__":
+    main()

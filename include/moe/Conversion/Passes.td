@@ -162,13 +162,21 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
   let description = [{
     Prepares bufferized programs (after `-moe-copy-to-linalg`) for
     `convert-parallel-loops-to-gpu`: every linalg op becomes an
-    `scf.parallel` nest (reductions stay sequential inside); the innermost
-    parallel dimension is tiled by `block-size`, the tiles go to GPU blocks
-    and the points of a tile to the threads of a block.
+    `scf.parallel` nest (reductions stay sequential inside), flattened to
+    one dimension and run by a grid of blocks of `block-size` threads in
+    which every thread strides over the iterations (thread `t` of block `b`
+    takes iterations `b * block-size + t`, then every `blocks * block-size`
+    after it): at most `max-blocks` blocks, fewer when the trip count's
+    static bound needs fewer. A trip count read from device memory (the
+    live rows of an expert computation) is read again inside the kernel,
+    the launch sized by its static bound; views are folded into the loads
+    and stores, so nothing sized on the host reaches a kernel.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
-           "Threads per block along the innermost parallel dimension">
+           "Threads per block along the innermost parallel dimension">,
+    Option<"maxBlocks", "max-blocks", "int64_t", /*default=*/"4096",
+           "Most blocks of one kernel; larger loops stride">
   ];
   let dependentDialects = ["::mlir::scf::SCFDialect",
                            "::mlir::gpu::GPUDialect",

@@ -110,48 +110,93 @@ Range rangeOf(Value v, int depth = 0) {
   return {};
 }
 
-/// A loop nest whose trip count is read from memory (the rows an expert
-/// computation needs, counted on the device) cannot size a launch on the
-/// host. When that count has a static bound, launch for the bound: the
-/// loop runs to it, and the bound check the tiling put in the body compares
-/// against the count computed inside (its loads and arithmetic cloned there,
-/// where the memory is the device's).
-LogicalResult boundDynamicTripCount(RewriterBase &rewriter,
-                                    scf::ParallelOp loop) {
-  SmallVector<Value> ubs(loop.getUpperBound());
-  bool changed = false;
-  for (auto [d, ub] : llvm::enumerate(ubs)) {
-    if (getConstantIntValue(ub))
-      continue;
-    std::optional<int64_t> hi = rangeOf(ub).hi;
-    if (!hi)
-      continue; // left as it is (computed on the host)
-    // The count's computation, in order.
-    BackwardSliceOptions options;
-    options.omitBlockArguments = true;
-    options.inclusive = true;
-    options.filter = [&](Operation *op) {
-      return !loop->isAncestor(op) && op->getNumRegions() == 0 &&
-             (isPure(op) || isa<memref::LoadOp>(op));
-    };
-    SetVector<Operation *> slice;
-    if (failed(getBackwardSlice(ub, &slice, options)))
-      return loop.emitError("cannot trace the loop bound's computation");
-    rewriter.setInsertionPointToStart(loop.getBody());
-    IRMapping map;
-    for (Operation *op : slice)
-      rewriter.clone(*op, map);
-    Value inside = map.lookupOrDefault(ub);
-    rewriter.replaceUsesWithIf(ub, inside, [&](OpOperand &use) {
-      return loop->isProperAncestor(use.getOwner());
-    });
-    rewriter.setInsertionPoint(loop);
-    ubs[d] = arith::ConstantIndexOp::create(rewriter, loop.getLoc(), *hi);
-    changed = true;
+/// `v` computed again at the start of `region`'s first block: the slice of
+/// pure ops and loads it comes from, cloned (a trip count read from device
+/// memory is read again inside the kernel, where that memory is readable).
+Value recomputeInside(RewriterBase &rewriter, Value v, Operation *outside,
+                      Block *into) {
+  if (getConstantIntValue(v))
+    return v;
+  BackwardSliceOptions options;
+  options.omitBlockArguments = true;
+  options.inclusive = true;
+  options.filter = [&](Operation *op) {
+    return !outside->isAncestor(op) && op->getNumRegions() == 0 &&
+           (isPure(op) || isa<memref::LoadOp>(op));
+  };
+  SetVector<Operation *> slice;
+  if (failed(getBackwardSlice(v, &slice, options)))
+    return {};
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPointToStart(into);
+  IRMapping map;
+  for (Operation *op : slice)
+    rewriter.clone(*op, map);
+  return map.lookupOrDefault(v);
+}
+
+/// Maps a one-dimensional parallel loop onto a grid: `blocks` blocks of
+/// `threads` threads, each thread striding over the iterations
+///
+///   scf.parallel (%b) = (0) to (blocks) {          // GPU blocks
+///     scf.parallel (%t) = (0) to (threads) {       // threads of a block
+///       scf.for %i = lb + (b * threads + t) * step to ub
+///                    step blocks * threads * step { body }
+///
+/// with `blocks` the trip count's static bound over `threads`, at most
+/// `maxBlocks`: consecutive threads take consecutive iterations (coalesced
+/// accesses), a large loop does not launch a block per few hundred
+/// iterations, and a trip count read from device memory (the rows an
+/// expert computation needs, counted on the device) is read inside the
+/// kernel, the launch sized by its bound. Loops without a static bound keep
+/// one block per `threads` iterations with a bounds check (their bound is
+/// computed on the host). Returns failure with a diagnostic.
+LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
+                        int64_t threads, int64_t maxBlocks) {
+  Value lb = loop.getLowerBound()[0], ub = loop.getUpperBound()[0],
+        step = loop.getStep()[0];
+  std::optional<int64_t> lbC = getConstantIntValue(lb),
+                         stepC = getConstantIntValue(step),
+                         hi = rangeOf(ub).hi;
+  if (!lbC || !stepC || *stepC <= 0 || !hi) {
+    scf::tileParallelLoop(loop, {threads}, /*noMinMaxBounds=*/true);
+    return success();
   }
-  if (changed)
-    rewriter.modifyOpInPlace(loop,
-                             [&] { loop.getUpperBoundMutable().assign(ubs); });
+  int64_t trips = std::max<int64_t>(0, (*hi - *lbC + *stepC - 1) / *stepC);
+  int64_t blocks =
+      std::clamp<int64_t>((trips + threads - 1) / threads, 1, maxBlocks);
+  Location loc = loop.getLoc();
+  auto c = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(rewriter, loc, v);
+  };
+  rewriter.setInsertionPoint(loop);
+  auto grid = scf::ParallelOp::create(rewriter, loc, ValueRange{c(0)},
+                                      ValueRange{c(blocks)}, ValueRange{c(1)});
+  rewriter.setInsertionPointToStart(grid.getBody());
+  auto block = scf::ParallelOp::create(rewriter, loc, ValueRange{c(0)},
+                                       ValueRange{c(threads)},
+                                       ValueRange{c(1)});
+  rewriter.setInsertionPointToStart(block.getBody());
+  Value end = recomputeInside(rewriter, ub, loop, block.getBody());
+  if (!end)
+    return loop.emitError("cannot trace the loop bound's computation");
+  Value b = grid.getInductionVars()[0], t = block.getInductionVars()[0];
+  Value linear = arith::AddIOp::create(
+      rewriter, loc, arith::MulIOp::create(rewriter, loc, b, c(threads)), t);
+  Value first = arith::AddIOp::create(
+      rewriter, loc, c(*lbC), arith::MulIOp::create(rewriter, loc, linear, c(*stepC)));
+  auto strided =
+      scf::ForOp::create(rewriter, loc, first, end, c(blocks * threads * *stepC));
+  // The loop's body, on the strided iterations.
+  Block *body = loop.getBody();
+  Block *into = strided.getBody();
+  into->getOperations().splice(into->begin(), body->getOperations(),
+                               body->begin(), std::prev(body->end()));
+  rewriter.replaceAllUsesWith(body->getArgument(0), strided.getInductionVar());
+  rewriter.replaceUsesWithIf(ub, end, [&](OpOperand &use) {
+    return strided->isProperAncestor(use.getOwner());
+  });
+  rewriter.eraseOp(loop);
   return success();
 }
 
@@ -165,6 +210,12 @@ struct MoEGPUMapLoopsPass
     if (blockSize < 1 || blockSize > 1024) {
       func.emitError("moe-gpu-map-loops: block-size must be in [1, 1024], got ")
           << blockSize;
+      return signalPassFailure();
+    }
+    if (maxBlocks < 1 || maxBlocks > (int64_t(1) << 31) - 1) {
+      func.emitError("moe-gpu-map-loops: max-blocks must be in [1, 2^31 - 1], "
+                     "got ")
+          << maxBlocks;
       return signalPassFailure();
     }
 
@@ -227,13 +278,9 @@ struct MoEGPUMapLoopsPass
       if (!op->getParentOfType<scf::ParallelOp>())
         outer.push_back(op);
     });
-    for (scf::ParallelOp loop : outer) {
-      auto [tiles, points] =
-          scf::tileParallelLoop(loop, {blockSize}, /*noMinMaxBounds=*/true);
-      (void)points;
-      if (failed(boundDynamicTripCount(rewriter, tiles)))
+    for (scf::ParallelOp loop : outer)
+      if (failed(mapToGrid(rewriter, loop, blockSize, maxBlocks)))
         return signalPassFailure();
-    }
   }
 };
 } // namespace

@@ -46,7 +46,8 @@ func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32
 
 // On the GPU every kernel of the live rows launches for the worst case (16
 // rows x 32 = 4 blocks of 128) and reads the row count from offsets[4] in
-// device memory, stopping at it; the host reads nothing.
+// device memory; its threads stride over the live elements only (the
+// gather: rows x 32 of them). The host reads nothing.
 // GPU-LABEL: func.func @layer(
 // GPU-NOT: memref.load
 // GPU: gpu.launch_func @layer_kernel_[[GATHER:[0-9]+]]::@layer_kernel blocks in (%c4, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[O:.*]] : memref<5xi32>,
@@ -56,7 +57,10 @@ func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32
 // GPU: known_grid_size = array<i32: 4, 1, 1>
 // GPU: %[[END:.*]] = memref.load %arg0[%c4] : memref<5xi32>
 // GPU: %[[C:.*]] = arith.index_cast %[[END]] : i32 to index
-// GPU: arith.cmpi ult
+// GPU: %[[LO:.*]] = arith.maxsi %[[C]], %c0
+// GPU: %[[N:.*]] = arith.minsi %[[LO]], %c16
+// GPU: %[[ELTS:.*]] = arith.muli %[[N]], %c32
+// GPU: scf.for %{{.*}} = %{{.*}} to %[[ELTS]] step %c512
 
 // -----
 
