@@ -53,6 +53,17 @@ def kernel_table(step, label, top=30, steps=3, warmup=2):
     print(f"{'ms':>9} {'%step':>6} {'launch':>6}  kernel (last step, by launch position)")
     for i, (_, ms, name) in sorted(enumerate(last), key=lambda x: -x[1][1])[:top]:
         print(f"{ms:9.3f} {100 * ms / (wall * 1e3):6.1f} {i:6d}  {name[:110]}")
+    # Where the GPU waits in the last step: gaps between one event's end and
+    # the next one's start (host work, synchronizations, launch latency).
+    gaps = []
+    for i in range(1, len(last)):
+        end = max(s + ms * 1e3 for s, ms, _ in last[:i])  # us
+        gaps.append(((last[i][0] - end) / 1e3, i))
+    idle = sum(g for g, _ in gaps if g > 0)
+    print(f"# GPU idle between events of the last step: {idle:.3f} ms "
+          f"({100 * idle / (wall * 1e3):.1f}% of the step); largest gaps:")
+    for g, i in sorted(gaps, reverse=True)[:min(top, 12)]:
+        print(f"{g:9.3f} ms before launch {i} ({last[i][2][:60]}), after {last[i - 1][2][:40]}")
 
 
 def main():
