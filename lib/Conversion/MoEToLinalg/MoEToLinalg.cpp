@@ -730,6 +730,10 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
 };
 
 /// out[t, h] = sum_j w[t, j] * y[pos[t, j], h] over the kept copies.
+/// out[t, h] = sum over j (ascending, from +0, in f32) of w[t, j] *
+/// y[pos[t, j], h], skipping dropped copies (pos outside y): one parallel
+/// generic over [T, H] with the k-loop in its body (no zero-filled
+/// accumulator pass, the conversion to the result type in the same pass).
 struct CombineLowering : OpConversionPattern<CombineOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -739,31 +743,35 @@ struct CombineLowering : OpConversionPattern<CombineOp> {
     MLIRContext *ctx = rewriter.getContext();
     Value y = adaptor.getExpertOut(), w = adaptor.getWeights(),
           pos = adaptor.getPositions();
-    Type f32 = rewriter.getF32Type();
-    AffineExpr t, h, j;
-    bindDims(ctx, t, h, j);
-    auto mapTJ = AffineMap::get(3, 0, {t, j}, ctx);
-    auto mapTH = AffineMap::get(3, 0, {t, h}, ctx);
+    Type elt = op.getType().getElementType();
+    int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
     Value rows = e.dim(y, 0);
+    auto id = AffineMap::getMultiDimIdentityMap(2, ctx);
     Value out = e.generic(
-        {w, pos}, e.zeros({e.sizes(w)[0], e.sizes(y)[1]}, f32),
-        {mapTJ, mapTJ, mapTH},
-        {IteratorType::parallel, IteratorType::parallel,
-         IteratorType::reduction},
-        [&](OpBuilder &nb, Location nl, ValueRange a) {
+        ValueRange{}, e.empty({e.sizes(w)[0], e.sizes(y)[1]}, elt), {id},
+        {IteratorType::parallel, IteratorType::parallel},
+        [&](OpBuilder &nb, Location nl, ValueRange) {
           Emitter n{nb, nl};
-          Value p = n.toIndex(a[1]);
-          Value ok = arith::AndIOp::create(
-              nb, nl, n.cmpI(arith::CmpIPredicate::sge, p, n.idx(0)),
-              n.cmpI(arith::CmpIPredicate::slt, p, rows));
-          Value safe = n.sel(ok, p, n.idx(0));
+          Value t = linalg::IndexOp::create(nb, nl, 0);
           Value hIdx = linalg::IndexOp::create(nb, nl, 1);
-          Value v = n.toF32(n.extract(y, {safe, hIdx}));
-          Value prod = arith::MulFOp::create(nb, nl, a[0], v);
-          Value sum = arith::AddFOp::create(nb, nl, a[2], prod);
-          return SmallVector<Value>{n.sel(ok, sum, a[2])};
+          Value kEnd = ShapedType::isDynamic(k) ? n.dim(w, 1) : n.idx(k);
+          Value sum = n.forLoop(
+              n.idx(0), kEnd, n.f32(0.0),
+              [&](Emitter &m, Value j, ValueRange acc) {
+                Value p = m.extractIndex(pos, {t, j});
+                Value ok = arith::AndIOp::create(
+                    m.b, m.loc, m.cmpI(arith::CmpIPredicate::sge, p, m.idx(0)),
+                    m.cmpI(arith::CmpIPredicate::slt, p, rows));
+                Value safe = m.sel(ok, p, m.idx(0));
+                Value v = m.toF32(m.extract(y, {safe, hIdx}));
+                Value prod =
+                    arith::MulFOp::create(m.b, m.loc, m.extract(w, {t, j}), v);
+                Value next = arith::AddFOp::create(m.b, m.loc, acc[0], prod);
+                return SmallVector<Value>{m.sel(ok, next, acc[0])};
+              })[0];
+          return SmallVector<Value>{n.fromF32(sum, elt)};
         })[0];
-    rewriter.replaceOp(op, e.castElements(out, op.getType().getElementType()));
+    rewriter.replaceOp(op, out);
     return success();
   }
 };
