@@ -15,6 +15,7 @@
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/Support/FileSystem.h"
@@ -44,6 +45,36 @@ struct ReadOnlyArgumentsPass
     });
   }
 };
+
+/// A tensor read after it was inserted into a larger one is read back from
+/// that one (`tensor.extract_slice` of the insertion). Canonicalization folds
+/// the other way (extract_slice(insert_slice(v)) -> v), and one-shot
+/// bufferization resolves a read of `v` after `v` was written in place into
+/// the larger buffer with a copy of `v`: for the live rows of an expert
+/// computation a copy sized by a count in device memory, which the host
+/// cannot size. Run last before bufferization.
+struct ReadInsertedSlicesPass
+    : PassWrapper<ReadInsertedSlicesPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReadInsertedSlicesPass)
+  StringRef getArgument() const override { return "moe-read-inserted-slices"; }
+  void runOnOperation() override {
+    getOperation().walk([](tensor::InsertSliceOp insert) {
+      Value part = insert.getSource();
+      Block *block = insert->getBlock();
+      for (OpOperand &use : llvm::make_early_inc_range(part.getUses())) {
+        Operation *at = block->findAncestorOpInBlock(*use.getOwner());
+        if (!at || at == insert.getOperation() ||
+            !insert->isBeforeInBlock(at))
+          continue;
+        OpBuilder b(use.getOwner());
+        use.set(tensor::ExtractSliceOp::create(
+            b, insert.getLoc(), insert.getSourceType(), insert.getResult(),
+            insert.getMixedOffsets(), insert.getMixedSizes(),
+            insert.getMixedStrides()));
+      }
+    });
+  }
+};
 } // namespace
 
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
@@ -62,7 +93,14 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
     pm.addNestedPass<func::FuncOp>(moe::createMoEGPUSplitReductions());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // On GPUs every generic is a kernel and a pass through memory: an
+  // elementwise producer used once is fused into its consumer (quantize
+  // and dequantize of a GEMM operand become one f32 -> bf16 pass, the
+  // 8-bit tensor between them never written).
+  if (parallel)
+    pm.addNestedPass<func::FuncOp>(moe::createMoEGPUFuseElementwise());
 
+  pm.addPass(std::make_unique<ReadInsertedSlicesPass>());
   pm.addPass(std::make_unique<ReadOnlyArgumentsPass>());
   bufferization::OneShotBufferizePassOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;

@@ -133,6 +133,21 @@ def MoEDecomposeAggregates : Pass<"moe-decompose-aggregates", "func::FuncOp"> {
                            "::mlir::math::MathDialect"];
 }
 
+def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
+  let summary = "Fuse single-use elementwise producers into their consumers (GPU)";
+  let description = [{
+    On tensors, before bufferization. On GPUs every linalg op is a kernel
+    and a pass through memory: a `linalg.generic` producer of static shape
+    whose result has one use is fused into its consumer (linalg's
+    elementwise fusion; the scalar code is the same, so are the results).
+    Quantizing a GEMM operand to MX and dequantizing it to bf16 becomes one
+    pass that never writes the 8-bit tensor. Ops of dynamic shape (the live
+    rows of an expert computation) and reshapes are left as they are.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
   let summary = "Split long reductions with little parallelism around them (GPU)";
   let description = [{
