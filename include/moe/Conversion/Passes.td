@@ -138,8 +138,10 @@ def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
   let description = [{
     On tensors, before bufferization. On GPUs every linalg op is a kernel
     and a pass through memory: a `linalg.generic` producer of static shape
-    whose result has one use is fused into its consumer (linalg's
-    elementwise fusion; the scalar code is the same, so are the results).
+    whose result has one use, read once per element (a permutation map on
+    both sides: a broadcasting read would recompute the producer for every
+    reader), is fused into its consumer (linalg's elementwise fusion; the
+    scalar code is the same, so are the results).
     Quantizing a GEMM operand to MX and dequantizing it to bf16 becomes one
     pass that never writes the 8-bit tensor. Ops of dynamic shape (the live
     rows of an expert computation) and reshapes are left as they are.

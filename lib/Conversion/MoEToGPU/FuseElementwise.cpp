@@ -4,10 +4,12 @@
 // elementwise producer whose result has one use is fused into its consumer
 // (linalg's elementwise fusion): quantizing a GEMM operand to MX and
 // dequantizing it to bf16 becomes one f32 -> bf16 pass, the 8-bit tensor
-// between them never written. Only ops of static shapes are fused (the live
-// rows of an expert computation, sized on the device, stay as they are), and
-// reshapes are left alone (folding them into generics would create tensors
-// sized on the host).
+// between them never written. Only reads that take every produced element
+// once are fused (a broadcasting read would recompute the producer per
+// reader), only ops of static shapes (the live rows of an expert
+// computation, sized on the device, stay as they are), and reshapes are left
+// alone (folding them into generics would create tensors sized on the
+// host).
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,6 +54,13 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
       auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
       if (!producer || !producer->hasOneUse() || !staticShapes(producer) ||
           !linalg::areElementwiseOpsFusable(operand))
+        continue;
+      // Each produced element read by exactly one consumer iteration: a
+      // broadcasting read (a row's source index read by every element of
+      // the row) would recompute the producer's body that many times.
+      auto result = cast<OpResult>(operand->get());
+      if (!consumer.getMatchingIndexingMap(operand).isPermutation() ||
+          !producer.getIndexingMapMatchingResult(result).isPermutation())
         continue;
       FailureOr<linalg::ElementwiseOpFusionResult> fused =
           linalg::fuseElementwiseOps(rewriter, operand);
