@@ -66,6 +66,11 @@ struct ReadInsertedSlicesPass
         if (!at || at == insert.getOperation() ||
             !insert->isBeforeInBlock(at))
           continue;
+        // Reads only: writing into a view of the larger tensor would make
+        // bufferization copy all of it.
+        if (auto dps = dyn_cast<DestinationStyleOpInterface>(use.getOwner()))
+          if (dps.isDpsInit(&use))
+            continue;
         OpBuilder b(use.getOwner());
         use.set(tensor::ExtractSliceOp::create(
             b, insert.getLoc(), insert.getSourceType(), insert.getResult(),

@@ -52,7 +52,10 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
       return failure();
     for (OpOperand *operand : consumer.getDpsInputOperands()) {
       auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
+      // In the same region: fused into a loop's body, a producer outside
+      // the loop would be recomputed on every iteration.
       if (!producer || !producer->hasOneUse() || !staticShapes(producer) ||
+          producer->getParentRegion() != consumer->getParentRegion() ||
           !linalg::areElementwiseOpsFusable(operand))
         continue;
       // Each produced element read by exactly one consumer iteration: a

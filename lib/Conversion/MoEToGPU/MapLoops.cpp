@@ -4,21 +4,22 @@
 
 #include "moe/Conversion/Passes.h"
 
+#include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
-#include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/Transforms.h"
-#include "mlir/Dialect/Utils/StaticValueUtils.h"
-#include "mlir/IR/IRMapping.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/SmallBitVector.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUMAPLOOPS
@@ -101,9 +102,19 @@ Range rangeOf(Value v, int depth = 0) {
     if (!type.isDynamicDim(*d))
       return {type.getDimSize(*d), type.getDimSize(*d)};
     if (auto view = op.getSource().getDefiningOp<memref::SubViewOp>()) {
-      // The sizes of a view of a static buffer are at most the buffer's.
-      Range r = sub(view.getMixedSizes()[*d].dyn_cast<Value>());
-      return {r.lo ? r.lo : std::optional<int64_t>(0), r.hi};
+      // A view's dimension is its size operand (counting past the
+      // dimensions a rank-reducing view drops).
+      llvm::SmallBitVector dropped = view.getDroppedDims();
+      int64_t seen = -1;
+      for (unsigned s = 0; s < dropped.size(); ++s) {
+        if (dropped.test(s) || ++seen != *d)
+          continue;
+        OpFoldResult size = view.getMixedSizes()[s];
+        if (std::optional<int64_t> c = getConstantIntValue(size))
+          return {*c, *c};
+        Range r = sub(cast<Value>(size));
+        return {r.lo ? r.lo : std::optional<int64_t>(0), r.hi};
+      }
     }
     return {0, std::nullopt};
   }
@@ -158,7 +169,20 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
   std::optional<int64_t> lbC = getConstantIntValue(lb),
                          stepC = getConstantIntValue(step),
                          hi = rangeOf(ub).hi;
-  if (!lbC || !stepC || *stepC <= 0 || !hi) {
+  if (!lbC || !stepC || *stepC <= 0 || !hi || loop.getNumResults() != 0) {
+    // The bound is computed on the host: it must not read memory there.
+    BackwardSliceOptions options;
+    options.omitBlockArguments = true;
+    options.inclusive = true;
+    options.filter = [&](Operation *op) { return !loop->isAncestor(op); };
+    SetVector<Operation *> slice;
+    if (succeeded(getBackwardSlice(ub, &slice, options)) &&
+        llvm::any_of(slice, [](Operation *op) {
+          return isa<memref::LoadOp>(op);
+        }))
+      return loop.emitError("the trip count of this loop is read from "
+                            "memory and has no static bound to size its "
+                            "launch on the host");
     scf::tileParallelLoop(loop, {threads}, /*noMinMaxBounds=*/true);
     return success();
   }

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::moe::detail {
@@ -110,16 +111,27 @@ struct Emitter {
     }
     Value dest;
     SmallVector<OpFoldResult> offs, sz, strides;
-    if (auto dps = part.getDefiningOp<DestinationStyleOpInterface>())
-      if (auto slice = dps.getTiedOpOperand(cast<OpResult>(part))
-                           ->get()
-                           .getDefiningOp<tensor::ExtractSliceOp>();
-          slice && slice.getSourceType() == full) {
+    // The storage `empty` made: through the destinations of the ops that
+    // wrote `part` (a generic's init, an insert_slice's destination), a
+    // leading slice of a tensor of type `full`.
+    Value v = part;
+    while (auto dps = v.getDefiningOp<DestinationStyleOpInterface>()) {
+      v = dps.getTiedOpOperand(cast<OpResult>(v))->get();
+      auto slice = v.getDefiningOp<tensor::ExtractSliceOp>();
+      if (!slice)
+        continue;
+      auto zero = [](OpFoldResult f) { return isConstantIntValue(f, 0); };
+      auto one = [](OpFoldResult f) { return isConstantIntValue(f, 1); };
+      if (slice.getSourceType() == full && slice.getType() == type &&
+          llvm::all_of(slice.getMixedOffsets(), zero) &&
+          llvm::all_of(slice.getMixedStrides(), one)) {
         dest = slice.getSource();
         offs = slice.getMixedOffsets();
         sz = slice.getMixedSizes();
         strides = slice.getMixedStrides();
       }
+      break;
+    }
     if (!dest) {
       dest = tensor::EmptyOp::create(b, loc, full.getShape(),
                                      full.getElementType());

@@ -64,8 +64,14 @@ DispatchOp LiveRows::compute(Value v) {
               return i == 0 && agree(dispatchOfOffsets(op.getOffsets()));
             })
             .Case([&](GroupedMlpBackwardOp op) {
-              return (i == 0 || i == 4) &&
-                     agree(dispatchOfOffsets(op.getOffsets()));
+              // With an f8 gemm_type the op quantizes x and dy in blocks of
+              // 32 rows for the weight gradients.
+              DispatchOp d = dispatchOfOffsets(op.getOffsets());
+              std::optional<Type> gemm = op.getGemmType();
+              bool rowBlocks =
+                  gemm && isa<Float8E4M3FNType, Float8E5M2Type>(*gemm);
+              return (i == 0 || i == 4) && d &&
+                     (!rowBlocks || d.getPadTo() % 32 == 0) && agree(d);
             })
             .Case([&](ExpertsOp op) {
               return i == 0 && agree(dispatchOfOffsets(op.getOffsets()));
