@@ -10,6 +10,14 @@
 // KEPT: previous artifact
 // RUN: not moe-compile %s --target=sm_90a --kernel-format=elf -o %t.so 2>&1 | FileCheck %s --check-prefix=FORMAT
 // FORMAT: unknown kernel format 'elf'
+// --help lists moe-compile's own options, not LLVM's hundreds:
+// RUN: moe-compile --help | FileCheck %s --check-prefix=HELP
+// HELP: moe-compile options:
+// HELP-DAG: --target=
+// HELP-DAG: --verify-ptx
+// HELP-DAG: --mxfp8-fp8-mma
+// HELP-NOT: aarch64
+// HELP-NOT: amdgpu
 
 func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
   %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>

@@ -25,46 +25,53 @@
 using namespace mlir;
 namespace cl = llvm::cl;
 
+/// The options --help lists (LLVM's own stay available, unlisted).
+static cl::OptionCategory moeCompileOptions("moe-compile options");
+
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.mlir>"),
-                                      cl::Required);
+                                      cl::Required, cl::cat(moeCompileOptions));
 static cl::opt<std::string> outputFile("o", cl::desc("Output shared object"),
-                                       cl::value_desc("file.so"), cl::Required);
+                                       cl::value_desc("file.so"), cl::Required,
+                                       cl::cat(moeCompileOptions));
 static cl::opt<std::string>
     target("target", cl::desc("cpu (default), or a GPU chip such as sm_90a"),
-           cl::init("cpu"));
+           cl::init("cpu"), cl::cat(moeCompileOptions));
 static cl::opt<std::string>
     kernelFormat("kernel-format",
                  cl::desc("GPU kernels as: auto (fatbin with cubin and PTX "
                           "when ptxas is found, else PTX), isa (PTX), fatbin"),
-                 cl::init("auto"));
+                 cl::init("auto"), cl::cat(moeCompileOptions));
 static cl::opt<std::string>
     emitLLVM("emit-llvm", cl::desc("Also write the LLVM IR to this file"),
-             cl::value_desc("file.ll"), cl::init(""));
+             cl::value_desc("file.ll"), cl::init(""),
+             cl::cat(moeCompileOptions));
 static cl::opt<std::string>
     emitKernels("emit-ptx",
                 cl::desc("Also write the GPU kernels' PTX to this file (the "
                          "artifact then embeds PTX only)"),
-                cl::value_desc("file.ptx"), cl::init(""));
+                cl::value_desc("file.ptx"), cl::init(""),
+                cl::cat(moeCompileOptions));
 static cl::opt<bool> verifyPTX(
     "verify-ptx",
     cl::desc("Assemble every kernel module with ptxas for the target chip and "
              "fail if ptxas rejects one (the artifact then embeds PTX only)"),
-    cl::init(false));
+    cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<bool> mxfp8FP8MMA(
     "mxfp8-fp8-mma",
     cl::desc("Hopper: run MXFP8 grouped GEMMs on FP8 wgmma (faster; the "
              "tensor core's FP8 accumulation differs from the exact result "
              "by ~1e-3 relative)"),
-    cl::init(false));
+    cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
-                                   cl::init("cc"));
+                                   cl::init("cc"), cl::cat(moeCompileOptions));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerAllPasses();
   moe::registerMoEPasses();
   moe::registerMoEConversionPasses();
+  cl::HideUnrelatedOptions({moeCompileOptions});
   cl::ParseCommandLineOptions(
       argc, argv,
       "moe-compile: compile a moe program to a shared object\n\n"

@@ -28,27 +28,35 @@
 using namespace mlir;
 namespace cl = llvm::cl;
 
+/// The options --help lists (LLVM's own stay available, unlisted).
+static cl::OptionCategory moeModelOptions("moe-model options");
+
 static cl::opt<std::string> configFile(cl::Positional,
-                                       cl::desc("<config.json>"), cl::Required);
-static cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
-                                       cl::value_desc("model.mlir"),
-                                       cl::init("-"));
-static cl::opt<int64_t> batch("batch", cl::desc("Sequences per step (default 1)"),
-                              cl::init(1));
-static cl::opt<int64_t> seq("seq", cl::desc("Tokens per sequence (default 128)"),
-                            cl::init(128));
+                                       cl::desc("<config.json>"), cl::Required,
+                                       cl::cat(moeModelOptions));
+static cl::opt<std::string>
+    outputFile("o", cl::desc("Output file (default: stdout)"),
+               cl::value_desc("model.mlir"), cl::init("-"),
+               cl::cat(moeModelOptions));
+static cl::opt<int64_t> batch("batch",
+                              cl::desc("Sequences per step (default 1)"),
+                              cl::init(1), cl::cat(moeModelOptions));
+static cl::opt<int64_t> seq("seq",
+                            cl::desc("Tokens per sequence (default 128)"),
+                            cl::init(128), cl::cat(moeModelOptions));
 static cl::opt<bool> trainStep(
     "train-step",
     cl::desc("Also emit @loss_grad, the loss and every parameter's gradient "
              "(-moe-autodiff)"),
-    cl::init(false));
+    cl::init(false), cl::cat(moeModelOptions));
 static cl::opt<bool> listParameters(
     "parameters",
     cl::desc("List the parameters (name, shape, init) instead of the graph"),
-    cl::init(false));
+    cl::init(false), cl::cat(moeModelOptions));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions({moeModelOptions});
   cl::ParseCommandLineOptions(
       argc, argv,
       "moe-model: the MoE language model of a Hugging Face config.json "
