@@ -12,12 +12,12 @@
 // FORMAT: unknown kernel format 'elf'
 // --help lists moe-compile's own options, not LLVM's hundreds:
 // RUN: moe-compile --help | FileCheck %s --check-prefix=HELP
+// HELP-NOT: aarch64
+// HELP-NOT: amdgpu
 // HELP: moe-compile options:
 // HELP-DAG: --target=
 // HELP-DAG: --verify-ptx
 // HELP-DAG: --mxfp8-fp8-mma
-// HELP-NOT: aarch64
-// HELP-NOT: amdgpu
 
 func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
   %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>
