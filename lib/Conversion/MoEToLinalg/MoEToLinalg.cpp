@@ -134,12 +134,33 @@ bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
   auto it = live->find(op);
   if (it == live->end())
     return false;
-  DispatchOp d = it->second;
-  Value offsets = rewriter.getRemappedValue(d.getOffsets());
-  if (!offsets)
-    return false;
-  int64_t numExperts = d.getNumExperts();
-  Value n = e.extractIndex(offsets, e.idx(numExperts));
+  RowBound bound = it->second;
+  Value n;
+  if (DispatchOp d = bound.dispatch) {
+    Value offsets = rewriter.getRemappedValue(d.getOffsets());
+    if (!offsets)
+      return false;
+    n = e.extractIndex(offsets, e.idx(d.getNumExperts()));
+  } else {
+    // The sum of the counts (a reduction to a 0-d tensor, read back).
+    Value counts = rewriter.getRemappedValue(bound.counts);
+    auto type = dyn_cast_or_null<RankedTensorType>(counts ? counts.getType()
+                                                          : Type());
+    if (!type || type.getRank() != 1)
+      return false;
+    MLIRContext *ctx = rewriter.getContext();
+    Type elt = type.getElementType();
+    Value init = e.zeros({}, elt);
+    Value sum = e.generic(
+        counts, init,
+        {AffineMap::getMultiDimIdentityMap(1, ctx),
+         AffineMap::get(1, 0, ArrayRef<AffineExpr>{}, ctx)},
+        {IteratorType::reduction},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          return SmallVector<Value>{arith::AddIOp::create(nb, nl, a[1], a[0])};
+        })[0];
+    n = e.extractIndex(sum, {});
+  }
   e.liveCount = e.minI(e.maxI(n, e.idx(0)), e.idx(rows));
   e.liveCapacity = rows;
   return true;
@@ -149,8 +170,9 @@ LiveRowBounds findLiveRowBounds(Operation *root) {
   LiveRows analysis(root);
   LiveRowBounds bounds;
   root->walk([&](Operation *op) {
-    if (isa<DispatchOp, QuantizeOp, DequantizeOp, SwigluOp, SwigluGradOp>(op))
-      if (DispatchOp d = analysis.boundedOp(op))
+    if (isa<DispatchOp, QuantizeOp, DequantizeOp, SwigluOp, SwigluGradOp,
+            CombineOp>(op))
+      if (RowBound d = analysis.boundedOp(op))
         bounds[op] = d;
   });
   return bounds;
@@ -734,8 +756,8 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
 /// y[pos[t, j], h], skipping dropped copies (pos outside y): one parallel
 /// generic over [T, H] with the k-loop in its body (no zero-filled
 /// accumulator pass, the conversion to the result type in the same pass).
-struct CombineLowering : OpConversionPattern<CombineOp> {
-  using OpConversionPattern::OpConversionPattern;
+struct CombineLowering : RowwiseLowering<CombineOp> {
+  using RowwiseLowering::RowwiseLowering;
   LogicalResult
   matchAndRewrite(CombineOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
@@ -747,8 +769,13 @@ struct CombineLowering : OpConversionPattern<CombineOp> {
     int64_t k = cast<RankedTensorType>(w.getType()).getDimSize(1);
     Value rows = e.dim(y, 0);
     auto id = AffineMap::getMultiDimIdentityMap(2, ctx);
+    // The tokens that matter only, where nothing reads the others (the
+    // rows an exchange sends back: the first sum(counts)).
+    OpFoldResult tokens = e.sizes(w)[0];
+    if (boundRows(e, op, live, rewriter, op.getType().getDimSize(0)))
+      tokens = e.liveCount;
     Value out = e.generic(
-        ValueRange{}, e.empty({e.sizes(w)[0], e.sizes(y)[1]}, elt), {id},
+        ValueRange{}, e.empty({tokens, e.sizes(y)[1]}, elt), {id},
         {IteratorType::parallel, IteratorType::parallel},
         [&](OpBuilder &nb, Location nl, ValueRange) {
           Emitter n{nb, nl};
@@ -771,7 +798,7 @@ struct CombineLowering : OpConversionPattern<CombineOp> {
               })[0];
           return SmallVector<Value>{n.fromF32(sum, elt)};
         })[0];
-    rewriter.replaceOp(op, out);
+    rewriter.replaceOp(op, e.fullRows(out, op.getType()));
     return success();
   }
 };
@@ -868,6 +895,14 @@ struct ConvertMoEToLinalgPass
                                                          target);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
+    // The argument attributes the live-rows analysis read have served.
+    if (liveRows)
+      module.walk([](func::FuncOp f) {
+        for (unsigned i = 0; i < f.getNumArguments(); ++i)
+          for (StringRef name : {kGroupRowsAttr, kGroupOffsetsAttr,
+                                 kRowsCountedByAttr, kRowsUnreadAttr})
+            f.removeArgAttr(i, name);
+      });
     // A grid that nothing refers to once its moe.all_to_all ops are lowered
     // is dead: erase it, or the module cannot reach LLVM (shard.grid has no
     // lowering, and mlir-runner does not even parse the shard dialect).
@@ -894,10 +929,10 @@ void mlir::moe::populateMoEToLinalgConversionPatterns(
     const LiveRowBounds *live) {
   patterns.add<MXPackLowering, MXUnpackLowering, GroupedMatmulLowering,
                GroupedMatmulWgradLowering, RouterLowering, DispatchLowering,
-               CombineLowering, AllToAllLowering>(converter,
-                                                  patterns.getContext());
+               AllToAllLowering>(converter, patterns.getContext());
   patterns.add<QuantizeLowering, DequantizeLowering, SwigluLowering,
-               SwigluGradLowering>(converter, patterns.getContext(), live);
+               SwigluGradLowering, CombineLowering>(converter,
+                                                    patterns.getContext(), live);
   populateModelOpLoweringPatterns(converter, patterns);
 }
 

@@ -24,6 +24,7 @@
 
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -210,6 +211,9 @@ struct ConvertMoEToRuntimePass
                       fnType, /*cInterface=*/true, loc);
     if (failed(fn))
       return failure();
+    // The exchange reads the first sum(counts) rows of its input (argument
+    // 1 holds the counts): what the live-rows analysis needs to know.
+    (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
       waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
@@ -218,6 +222,8 @@ struct ConvertMoEToRuntimePass
                        /*cInterface=*/true, loc);
       if (failed(waitFn))
         return failure();
+      // The wait only checks the input's address.
+      (*waitFn).setArgAttr(1, kRowsUnreadAttr, b.getUnitAttr());
     }
 
     // With overlap, the exchange starts as soon as its operands are there

@@ -21,7 +21,7 @@
 // CHECK-DAG: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
 // CHECK-DAG: %[[RCT:.*]] = bufferization.to_tensor %[[RC]] restrict writable : memref<4xi32> to tensor<4xi32>
 // CHECK: return %[[RT]], %[[RCT]]
-// CHECK: func.func private @moert_all_to_all_f32(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) attributes {llvm.emit_c_interface}
 // The CPU pipeline (overlap on: a start and a wait) bufferizes it and calls
 // the runtime's C interface.
 // LLVM-LABEL: llvm.func @exchange

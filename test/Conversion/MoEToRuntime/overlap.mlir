@@ -30,8 +30,11 @@
 // CHECK: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
 // CHECK: %[[W:.*]] = arith.addf %[[RT]], %[[RT]]
 // CHECK: return %[[W]], %[[N]], %[[V]]
-// CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64 attributes {llvm.emit_c_interface}
-// CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32, strided<[?, ?], offset: ?>>, memref<?x?xf32>) attributes {llvm.emit_c_interface}
+// The exchange reads the first sum(counts) rows of its input (counts:
+// argument 1), the wait none (it checks the input's address): what the
+// live-rows analysis of -convert-moe-to-linalg reads.
+// CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64 attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32, strided<[?, ?], offset: ?>> {moe.rows_unread}, memref<?x?xf32>) attributes {llvm.emit_c_interface}
 shard.grid @ep(shape = 2)
 func.func @overlap(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %z: tensor<32xf32>)
     -> (tensor<16x16xf32>, tensor<4xi32>, tensor<32xf32>) {

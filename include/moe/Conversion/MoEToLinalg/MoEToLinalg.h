@@ -3,6 +3,7 @@
 #define MOE_CONVERSION_MOETOLINALG_MOETOLINALG_H
 
 #include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/DenseMap.h"
@@ -12,10 +13,10 @@ namespace mlir::moe {
 /// Adds `!moe.mx<...>` -> (data tensor, scale tensor) to `converter`.
 void populateMXTypeConversion(TypeConverter &converter);
 
-/// Ops whose lowering computes only the rows before offsets[E] of the
-/// dispatch they map to, leaving the rest unspecified (nothing reads them:
-/// moe/Dialect/MoE/Utils/LiveRows.h).
-using LiveRowBounds = llvm::DenseMap<Operation *, DispatchOp>;
+/// Ops whose lowering computes only the rows before their bound (a
+/// dispatch's offsets[E], or the sum of an exchange's counts), leaving the
+/// rest unspecified (nothing reads them: moe/Dialect/MoE/Utils/LiveRows.h).
+using LiveRowBounds = llvm::DenseMap<Operation *, RowBound>;
 
 /// Adds the patterns that lower moe ops (other than moe.experts and
 /// moe.grouped_mlp, which are expanded first) to upstream ops; the row-wise

@@ -2,7 +2,9 @@
 
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -17,36 +19,83 @@ DispatchOp LiveRows::dispatchOfOffsets(Value offsets) {
 /// Whether an MX type's blocks stay inside rows [0, offsets[E]) of `d`:
 /// blocks off the rows, or along the rows with every group padded to whole
 /// blocks.
-static bool blocksWithinRows(MXTensorType type, DispatchOp d) {
-  return type.getAxis() != 0 || d.getPadTo() % type.getBlockSize() == 0;
+static bool blocksWithinRows(MXTensorType type, RowBound d) {
+  return type.getAxis() != 0 ||
+         (d.dispatch && d.dispatch.getPadTo() % type.getBlockSize() == 0);
 }
 
-DispatchOp LiveRows::boundOf(Value v) {
+FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
+  RowBound found;
+  // The buffer, cast to a dynamic shape, passed to runtime calls.
+  for (Operation *cast : toBuffer->getResult(0).getUsers()) {
+    if (!isa<memref::CastOp>(cast))
+      return failure();
+    for (OpOperand &use : cast->getResult(0).getUses()) {
+      auto call = dyn_cast<func::CallOp>(use.getOwner());
+      if (!call)
+        return failure();
+      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          call, call.getCalleeAttr());
+      unsigned i = use.getOperandNumber();
+      if (!callee)
+        return failure();
+      if (callee.getArgAttr(i, kRowsUnreadAttr))
+        continue;
+      auto k = callee.getArgAttrOfType<IntegerAttr>(i, kRowsCountedByAttr);
+      if (!k || k.getInt() < 0 || k.getInt() >= call.getNumOperands())
+        return failure();
+      // The counts as a tensor: the call reads a cast of the buffer of a
+      // tensor, or of a buffer that became one (to_buffer(to_tensor(b))
+      // folds to b).
+      auto countsCast =
+          call.getOperand(k.getInt()).getDefiningOp<memref::CastOp>();
+      if (!countsCast)
+        return failure();
+      Value buffer = countsCast.getSource(), counts;
+      if (auto tb = buffer.getDefiningOp<bufferization::ToBufferOp>())
+        counts = tb.getTensor();
+      else
+        for (Operation *user : buffer.getUsers())
+          if (auto tt = dyn_cast<bufferization::ToTensorOp>(user))
+            counts = tt.getResult();
+      if (!counts)
+        return failure();
+      RowBound b{DispatchOp(), counts};
+      if (found && found != b)
+        return failure();
+      found = b;
+    }
+  }
+  return found;
+}
+
+RowBound LiveRows::boundOf(Value v) {
   if (auto it = cache.find(v); it != cache.end())
     return it->second;
   // A cycle (through a region) proves nothing.
   if (!visiting.insert(v).second)
     return {};
-  DispatchOp d = compute(v);
+  RowBound d = compute(v);
   visiting.erase(v);
   cache[v] = d;
   return d;
 }
 
-DispatchOp LiveRows::compute(Value v) {
+RowBound LiveRows::compute(Value v) {
   auto shaped = dyn_cast<ShapedType>(v.getType());
   if (!shaped && !isa<MXTensorType>(v.getType()))
     return {};
   if (v.use_empty())
     return {};
-  DispatchOp found;
-  // Every use must bound v by the same dispatch.
-  auto agree = [&](DispatchOp d) {
+  RowBound found;
+  // Every use must bound v the same way.
+  auto agree = [&](RowBound d) {
     if (!d || (found && found != d))
       return false;
     found = d;
     return true;
   };
+  auto byDispatch = [](DispatchOp d) { return RowBound{d, Value()}; };
   for (OpOperand &use : v.getUses()) {
     Operation *user = use.getOwner();
     unsigned i = use.getOperandNumber();
@@ -54,14 +103,14 @@ DispatchOp LiveRows::compute(Value v) {
         llvm::TypeSwitch<Operation *, bool>(user)
             // Groups of rows: reads rows inside [offsets[0], offsets[E]).
             .Case([&](GroupedMatmulOp op) {
-              return i == 0 && agree(dispatchOfOffsets(op.getOffsets()));
+              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
             })
             .Case([&](GroupedMatmulWgradOp op) {
               return (i == 0 || i == 1) &&
-                     agree(dispatchOfOffsets(op.getOffsets()));
+                     agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
             })
             .Case([&](GroupedMlpOp op) {
-              return i == 0 && agree(dispatchOfOffsets(op.getOffsets()));
+              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
             })
             .Case([&](GroupedMlpBackwardOp op) {
               // With an f8 gemm_type the op quantizes x and dy in blocks of
@@ -71,27 +120,28 @@ DispatchOp LiveRows::compute(Value v) {
               bool rowBlocks =
                   gemm && isa<Float8E4M3FNType, Float8E5M2Type>(*gemm);
               return (i == 0 || i == 4) && d &&
-                     (!rowBlocks || d.getPadTo() % 32 == 0) && agree(d);
+                     (!rowBlocks || d.getPadTo() % 32 == 0) &&
+                     agree(byDispatch(d));
             })
             .Case([&](ExpertsOp op) {
-              return i == 0 && agree(dispatchOfOffsets(op.getOffsets()));
+              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
             })
             // Rows at the dispatch's positions, all inside its groups.
             .Case([&](CombineOp op) {
               auto d = op.getPositions().getDefiningOp<DispatchOp>();
               return i == 0 && d && d.getPositions() == op.getPositions() &&
-                     agree(d);
+                     agree(byDispatch(d));
             })
             // Row-local ops: row r of the result from row r of the operands.
             .Case<SwigluOp, SwigluGradOp>([&](Operation *op) {
               return agree(boundOf(op->getResult(0)));
             })
             .Case([&](QuantizeOp op) {
-              DispatchOp d = boundOf(op.getResult());
+              RowBound d = boundOf(op.getResult());
               return d && blocksWithinRows(op.getType(), d) && agree(d);
             })
             .Case([&](DequantizeOp op) {
-              DispatchOp d = boundOf(op.getResult());
+              RowBound d = boundOf(op.getResult());
               return d && blocksWithinRows(op.getInput().getType(), d) &&
                      agree(d);
             })
@@ -99,8 +149,14 @@ DispatchOp LiveRows::compute(Value v) {
               // Scales of row blocks have rows / block rows.
               if (op.getInput().getType().getAxis() == 0)
                 return false;
-              DispatchOp d = boundOf(op.getData());
+              RowBound d = boundOf(op.getData());
               return d && d == boundOf(op.getScales()) && agree(d);
+            })
+            // The buffer an exchange sends: its first sum(counts) rows.
+            .Case([&](bufferization::ToBufferOp op) {
+              FailureOr<RowBound> d = boundOfExchangeBuffer(op);
+              // An empty bound: only calls that read nothing of it.
+              return succeeded(d) && (!*d || agree(*d));
             })
             // Generated kernels declaring their grouped row arguments.
             .Case([&](func::CallOp call) {
@@ -111,7 +167,7 @@ DispatchOp LiveRows::compute(Value v) {
                 return false;
               for (unsigned a = 0; a < callee.getNumArguments(); ++a)
                 if (callee.getArgAttr(a, kGroupOffsetsAttr))
-                  return agree(dispatchOfOffsets(call.getOperand(a)));
+                  return agree(byDispatch(dispatchOfOffsets(call.getOperand(a))));
               return false;
             })
             .Default([](Operation *) { return false; });
@@ -121,20 +177,23 @@ DispatchOp LiveRows::compute(Value v) {
   return found;
 }
 
-DispatchOp LiveRows::boundedOp(Operation *op) {
-  DispatchOp d;
+RowBound LiveRows::boundedOp(Operation *op) {
+  RowBound d;
   if (auto dispatch = dyn_cast<DispatchOp>(op)) {
     d = boundOf(dispatch.getSorted());
-    return d == dispatch ? d : DispatchOp();
+    return d.dispatch == dispatch ? d : RowBound();
   }
-  if (isa<SwigluOp, SwigluGradOp>(op))
+  if (isa<SwigluOp, SwigluGradOp, CombineOp>(op))
     d = boundOf(op->getResult(0));
   else if (auto q = dyn_cast<QuantizeOp>(op))
-    d = q.getType().getAxis() != 0 ? boundOf(q.getResult()) : DispatchOp();
+    d = q.getType().getAxis() != 0 ? boundOf(q.getResult()) : RowBound();
   else if (auto dq = dyn_cast<DequantizeOp>(op))
     d = dq.getInput().getType().getAxis() != 0 ? boundOf(dq.getResult())
-                                               : DispatchOp();
-  if (!d || !dominance.properlyDominates(d.getOperation(), op))
+                                               : RowBound();
+  if (!d)
     return {};
-  return d;
+  bool available =
+      d.dispatch ? dominance.properlyDominates(d.dispatch.getOperation(), op)
+                 : dominance.properlyDominates(d.counts, op);
+  return available ? d : RowBound();
 }

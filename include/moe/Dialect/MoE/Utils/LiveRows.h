@@ -18,6 +18,8 @@
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 
 #include "mlir/IR/Dominance.h"
+#include "mlir/Support/LLVM.h"
+#include <optional>
 #include "llvm/ADT/DenseMap.h"
 
 namespace mlir::moe {
@@ -28,6 +30,25 @@ namespace mlir::moe {
 /// argument ([E + 1] group boundaries).
 constexpr llvm::StringLiteral kGroupRowsAttr = "moe.group_rows";
 constexpr llvm::StringLiteral kGroupOffsetsAttr = "moe.group_offsets";
+/// Argument attributes on the communication runtime's exchanges (buffers,
+/// after -convert-moe-to-runtime): `moe.rows_counted_by = k` on a rows
+/// argument of which only the first sum(counts) rows are read, the counts
+/// being argument k; `moe.rows_unread` on a rows argument whose contents are
+/// not read at all (the wait of a started exchange checks its address).
+constexpr llvm::StringLiteral kRowsCountedByAttr = "moe.rows_counted_by";
+constexpr llvm::StringLiteral kRowsUnreadAttr = "moe.rows_unread";
+
+/// Where the rows that matter end: `dispatch`'s offsets[E], or the sum of the
+/// `counts` tensor (the rows an exchange sends). Empty when unknown.
+struct RowBound {
+  DispatchOp dispatch;
+  Value counts;
+  explicit operator bool() const { return dispatch || counts; }
+  bool operator==(const RowBound &o) const {
+    return dispatch == o.dispatch && counts == o.counts;
+  }
+  bool operator!=(const RowBound &o) const { return !(*this == o); }
+};
 
 /// The live-rows analysis of the ops under one root. Queries are answered on
 /// the IR as it is when asked (results are cached: query before rewriting).
@@ -35,32 +56,38 @@ class LiveRows {
 public:
   explicit LiveRows(Operation *root) : dominance(root) {}
 
-  /// The moe.dispatch whose offsets[E] bounds the rows of `v` (dim 0) that
-  /// reach any result: rows at or beyond it are never read, other than by
-  /// ops whose results are themselves bounded. Null if unknown.
-  DispatchOp boundOf(Value v);
+  /// The bound of the rows of `v` (dim 0) that reach any result: rows at or
+  /// beyond it are never read, other than by ops whose results are
+  /// themselves bounded. Empty if unknown.
+  RowBound boundOf(Value v);
 
-  /// The dispatch bounding every result of `op` that has rows, provided
-  /// `op` is one whose rows can be computed alone (row-local: SwiGLU and its
-  /// gradient, quantize / dequantize with blocks off the rows, a dispatch's
-  /// own rows) and the dispatch dominates it. Null otherwise.
-  DispatchOp boundedOp(Operation *op);
+  /// The bound of every result of `op` that has rows, provided `op` is one
+  /// whose rows can be computed alone (row-local: SwiGLU and its gradient,
+  /// quantize / dequantize with blocks off the rows, a dispatch's own rows,
+  /// a combine's tokens) and the bound's value dominates it. Empty
+  /// otherwise.
+  RowBound boundedOp(Operation *op);
 
   /// Whether the rows of `result` (a grouped op's, grouped by `offsets`)
   /// past the last group are never read: `offsets` are a dispatch's and
   /// that dispatch bounds `result`.
   bool pastLastGroupUnread(Value result, Value offsets) {
     DispatchOp d = dispatchOfOffsets(offsets);
-    return d && boundOf(result) == d;
+    return d && boundOf(result) == RowBound{d, Value()};
   }
 
 private:
-  DispatchOp compute(Value v);
+  RowBound compute(Value v);
   /// The dispatch whose offsets `offsets` is, or null.
   static DispatchOp dispatchOfOffsets(Value offsets);
+  /// For a use of `v` by bufferization.to_buffer: the bound the runtime
+  /// calls receiving that buffer put on its rows (exchanges read the first
+  /// sum(counts) rows; empty if they read none), failure unless every use
+  /// is such a call.
+  static FailureOr<RowBound> boundOfExchangeBuffer(Operation *toBuffer);
 
   DominanceInfo dominance;
-  llvm::DenseMap<Value, DispatchOp> cache;
+  llvm::DenseMap<Value, RowBound> cache;
   llvm::DenseSet<Value> visiting;
 };
 
