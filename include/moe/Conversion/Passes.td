@@ -37,8 +37,11 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
     `moe.group_rows` argument, or a row-local op whose result is bounded
     too), the dispatch's gather, SwiGLU (and its gradient), quantize and
     dequantize compute rows [0, offsets[E]) only, in statically sized
-    storage; the other rows of their results are unspecified. An expert-
-    parallel rank receives about half of its worst case at 2 ranks.
+    storage; the other rows of their results are unspecified. Rows an
+    exchange sends (`moe.rows_counted_by` on the runtime's entry point) are
+    bounded by the sum of its counts: the combine producing them computes
+    those only. An expert-parallel rank receives about half of its worst
+    case at 2 ranks.
   }];
   let options = [
     Option<"parallel", "parallel", "bool", /*default=*/"false",

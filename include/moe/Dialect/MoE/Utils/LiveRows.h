@@ -9,7 +9,8 @@
 // r. So the rows at or beyond offsets[E] of such values never reach a
 // result: lowerings may leave them unspecified and compute only the rows
 // before offsets[E] (the received rows of an expert-parallel layer, about
-// half of its worst case at EP=2).
+// half of its worst case at EP=2). Likewise an exchange sends only the first
+// sum(counts) rows of its input (the rows going back to their ranks).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_DIALECT_MOE_UTILS_LIVEROWS_H
