@@ -49,8 +49,9 @@ def ConvertMoEToLinalg : Pass<"convert-moe-to-linalg", "ModuleOp"> {
            "linalg (for GPUs) instead of host loops">,
     Option<"liveRows", "live-rows", "bool", /*default=*/"true",
            "Compute the row-wise ops of an expert computation (dispatch's "
-           "gather, SwiGLU, quantize, dequantize) only on the rows before "
-           "their dispatch's offsets[E] where nothing reads the others">
+           "gather, SwiGLU, quantize, dequantize; a combine whose rows an "
+           "exchange sends) only on the rows that are read: before their "
+           "dispatch's offsets[E], or the exchange's sum of counts">
   ];
   let dependentDialects = [
     "::mlir::bufferization::BufferizationDialect",
