@@ -121,27 +121,34 @@ Range rangeOf(Value v, int depth = 0) {
   return {};
 }
 
-/// `v` computed again at the start of `region`'s first block: the slice of
-/// pure ops and loads it comes from, cloned (a trip count read from device
-/// memory is read again inside the kernel, where that memory is readable).
-Value recomputeInside(RewriterBase &rewriter, Value v, Operation *outside,
-                      Block *into) {
-  if (getConstantIntValue(v))
-    return v;
+/// The ops outside `loop` that compute `v`, in order; with `clonable`, only
+/// through ops that can be computed again anywhere (pure ops and loads,
+/// without regions).
+SetVector<Operation *> computationOf(Value v, Operation *loop, bool clonable) {
   BackwardSliceOptions options;
   options.omitBlockArguments = true;
   options.inclusive = true;
   options.filter = [&](Operation *op) {
-    return !outside->isAncestor(op) && op->getNumRegions() == 0 &&
-           (isPure(op) || isa<memref::LoadOp>(op));
+    return !loop->isAncestor(op) &&
+           (!clonable || (op->getNumRegions() == 0 &&
+                          (isPure(op) || isa<memref::LoadOp>(op))));
   };
   SetVector<Operation *> slice;
-  if (failed(getBackwardSlice(v, &slice, options)))
-    return {};
+  (void)getBackwardSlice(v, &slice, options);
+  return slice;
+}
+
+/// `v` computed again at the start of `into` (inside `loop`): its
+/// computation cloned (a trip count read from device memory is read again
+/// inside the kernel, where that memory is readable).
+Value recomputeInside(RewriterBase &rewriter, Value v, Operation *loop,
+                      Block *into) {
+  if (getConstantIntValue(v))
+    return v;
   OpBuilder::InsertionGuard guard(rewriter);
   rewriter.setInsertionPointToStart(into);
   IRMapping map;
-  for (Operation *op : slice)
+  for (Operation *op : computationOf(v, loop, /*clonable=*/true))
     rewriter.clone(*op, map);
   return map.lookupOrDefault(v);
 }
@@ -161,7 +168,8 @@ Value recomputeInside(RewriterBase &rewriter, Value v, Operation *outside,
 /// expert computation needs, counted on the device) is read inside the
 /// kernel, the launch sized by its bound. Loops without a static bound keep
 /// one block per `threads` iterations with a bounds check (their bound is
-/// computed on the host). Returns failure with a diagnostic.
+/// computed on the host; one read from memory is an error). Returns failure
+/// with a diagnostic.
 LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
                         int64_t threads, int64_t maxBlocks) {
   Value lb = loop.getLowerBound()[0], ub = loop.getUpperBound()[0],
@@ -171,15 +179,8 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
                          hi = rangeOf(ub).hi;
   if (!lbC || !stepC || *stepC <= 0 || !hi || loop.getNumResults() != 0) {
     // The bound is computed on the host: it must not read memory there.
-    BackwardSliceOptions options;
-    options.omitBlockArguments = true;
-    options.inclusive = true;
-    options.filter = [&](Operation *op) { return !loop->isAncestor(op); };
-    SetVector<Operation *> slice;
-    if (succeeded(getBackwardSlice(ub, &slice, options)) &&
-        llvm::any_of(slice, [](Operation *op) {
-          return isa<memref::LoadOp>(op);
-        }))
+    if (llvm::any_of(computationOf(ub, loop, /*clonable=*/false),
+                     [](Operation *op) { return isa<memref::LoadOp>(op); }))
       return loop.emitError("the trip count of this loop is read from "
                             "memory and has no static bound to size its "
                             "launch on the host");
@@ -202,8 +203,6 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
                                        ValueRange{c(1)});
   rewriter.setInsertionPointToStart(block.getBody());
   Value end = recomputeInside(rewriter, ub, loop, block.getBody());
-  if (!end)
-    return loop.emitError("cannot trace the loop bound's computation");
   Value b = grid.getInductionVars()[0], t = block.getInductionVars()[0];
   Value linear = arith::AddIOp::create(
       rewriter, loc, arith::MulIOp::create(rewriter, loc, b, c(threads)), t);

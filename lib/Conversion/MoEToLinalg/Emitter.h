@@ -80,6 +80,13 @@ struct Emitter {
     return tensor::EmptyOp::create(b, loc, sizes, elt);
   }
 
+  /// Computes over rows [0, count) (clamped to [0, capacity]) of tensors
+  /// of `capacity` rows from here on (see liveCount).
+  void bindLiveRows(Value count, int64_t capacity) {
+    liveCount = minI(maxI(count, idx(0)), idx(capacity));
+    liveCapacity = capacity;
+  }
+
   /// Rows [0, count) of `t` (dim 0).
   Value leadingRows(Value t, OpFoldResult count) {
     auto type = cast<RankedTensorType>(t.getType());

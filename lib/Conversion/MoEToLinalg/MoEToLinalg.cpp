@@ -161,8 +161,7 @@ bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
         })[0];
     n = e.extractIndex(sum, {});
   }
-  e.liveCount = e.minI(e.maxI(n, e.idx(0)), e.idx(rows));
-  e.liveCapacity = rows;
+  e.bindLiveRows(n, rows);
   return true;
 }
 

@@ -375,10 +375,7 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
     int64_t rows = sortedType.getDimSize(0);
     OpFoldResult rowCount = rewriter.getIndexAttr(rows);
     if (live && live->contains(op) && !ShapedType::isDynamic(rows)) {
-      e.liveCount = e.minI(
-          e.maxI(e.extractIndex(offsets, e.idx(numExperts)), e.idx(0)),
-          e.idx(rows));
-      e.liveCapacity = rows;
+      e.bindLiveRows(e.extractIndex(offsets, e.idx(numExperts)), rows);
       rowCount = e.liveCount;
     }
     Value source = e.generic(

@@ -20,7 +20,6 @@
 
 #include "mlir/IR/Dominance.h"
 #include "mlir/Support/LLVM.h"
-#include <optional>
 #include "llvm/ADT/DenseMap.h"
 
 namespace mlir::moe {
