@@ -254,6 +254,10 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(moe::createMoEFuseGroupedMlp());
   if (options.epSize != 1 && !options.autodiff)
     pm.addPass(moe::createMoEExpertParallel(parallel));
+  // MXFP8: rows are quantized before dispatch and exchange move them (a
+  // quarter of the bytes; T tokens quantized instead of T * k copies).
+  if (options.recipe == "mxfp8")
+    pm.addNestedPass<func::FuncOp>(moe::createMoEHoistQuantize());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

@@ -24,6 +24,14 @@ namespace mlir::moe::detail {
 
 using utils::IteratorType;
 
+/// The tensors a value of type `t` lowers to: itself, or an MX tensor's
+/// data and scales.
+inline SmallVector<RankedTensorType> loweredTypes(Type t) {
+  if (auto mx = dyn_cast<MXTensorType>(t))
+    return {mx.getDataType(), mx.getScalesType()};
+  return {cast<RankedTensorType>(t)};
+}
+
 /// One builder and location, with the small helpers every lowering uses.
 struct Emitter {
   OpBuilder &b;
@@ -40,7 +48,15 @@ struct Emitter {
   Value f32(double v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
   }
+  /// Zero; for E8M0 scales (no zero) the all-zero encoding, 2^-127: the
+  /// scale of an all-zero MX block, so that zero rows of an MX tensor are
+  /// zero bytes in both parts.
   Value zeroOf(Type t) {
+    if (auto f = dyn_cast<FloatType>(t);
+        f && !APFloat::semanticsHasZero(f.getFloatSemantics()))
+      return arith::ConstantOp::create(
+          b, loc, FloatAttr::get(f, APFloat(f.getFloatSemantics(),
+                                            APInt(f.getWidth(), 0))));
     return arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
   }
   Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }

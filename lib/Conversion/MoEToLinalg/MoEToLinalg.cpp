@@ -643,17 +643,20 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
 struct DispatchLowering : OpConversionPattern<DispatchOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
-  matchAndRewrite(DispatchOp op, OpAdaptor adaptor,
+  matchAndRewrite(DispatchOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
-    Value tokens = adaptor.getTokens(), indices = adaptor.getIndices();
+    // The rows: one tensor, or an MX tensor's data and scales (moved alike).
+    SmallVector<Value> tokens = llvm::to_vector(adaptor.getTokens());
+    Value indices = adaptor.getIndices()[0];
     int64_t numExperts = op.getNumExperts(), padTo = op.getPadTo();
     int64_t capacity = op.getCapacity();
     int64_t k = op.getIndices().getType().getDimSize(1);
     auto countsType = op.getCounts().getType();
     auto offsetsType = op.getOffsets().getType();
     auto posType = op.getPositions().getType();
-    auto sortedType = op.getSorted().getType();
+    SmallVector<RankedTensorType> sortedTypes =
+        loweredTypes(op.getSorted().getType());
     Value numTok = e.dim(indices, 0);
     Value eMax = e.idx(numExperts);
     using P = arith::CmpIPredicate;
@@ -705,27 +708,30 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                            arith::ConstantOp::create(
                                e.b, e.loc,
                                e.b.getIntegerAttr(posType.getElementType(), -1)));
-    Value sortedInit = e.zeros({e.b.getIndexAttr(sortedType.getDimSize(0)),
-                                e.sizes(tokens)[1]},
-                               sortedType.getElementType());
     Value cursorInit =
         e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType());
-    OpFoldResult hidden = e.sizes(tokens)[1];
+    // Loop-carried: pos, cursor, then the sorted parts.
+    SmallVector<Value> inits = {posInit, cursorInit};
+    for (auto [part, type] : llvm::zip(tokens, sortedTypes))
+      inits.push_back(e.zeros({e.b.getIndexAttr(type.getDimSize(0)),
+                               e.sizes(part)[1]},
+                              type.getElementType()));
     ValueRange placed = e.forLoop(
-        e.idx(0), numTok, {sortedInit, posInit, cursorInit},
+        e.idx(0), numTok, inits,
         [&](Emitter &n, Value t, ValueRange it) {
           return llvm::to_vector(n.forLoop(
               n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange s) {
                 auto [ex, ok] = expertOf(m, t, j);
-                Value cur = m.extractIndex(s[2], ex);
+                Value cur = m.extractIndex(s[1], ex);
                 Value keep = arith::AndIOp::create(
                     m.b, m.loc, ok,
                     m.cmpI(P::slt, cur, m.extractIndex(kept, ex)));
                 Value row = m.addI(m.extractIndex(offsets, ex), cur);
-                Value pos = m.insertIndex(m.sel(keep, row, m.idx(-1)), s[1],
+                Value pos = m.insertIndex(m.sel(keep, row, m.idx(-1)), s[0],
                                           {t, j});
                 Value cursor = m.insertIndex(
-                    m.sel(keep, m.addI(cur, m.idx(1)), cur), s[2], ex);
+                    m.sel(keep, m.addI(cur, m.idx(1)), cur), s[1], ex);
+                ValueRange sorted = s.drop_front(2);
                 auto ifOp = scf::IfOp::create(
                     m.b, m.loc, keep,
                     [&](OpBuilder &ib, Location il) {
@@ -734,18 +740,25 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                       // insert: rowSlice types its result tensor<?xH>, so a
                       // static 1 here would not verify.
                       Value one = q.idx(1);
-                      Value src = q.rowSlice(tokens, t, one);
-                      Value upd = q.insertAt(src, s[0], {row, ib.getIndexAttr(0)},
-                                             {one, hidden});
+                      SmallVector<Value> upd;
+                      for (auto [part, dest] : llvm::zip(tokens, sorted))
+                        upd.push_back(q.insertAt(
+                            q.rowSlice(part, t, one), dest,
+                            {row, ib.getIndexAttr(0)},
+                            {one, q.sizes(part)[1]}));
                       scf::YieldOp::create(ib, il, upd);
                     },
                     [&](OpBuilder &ib, Location il) {
-                      scf::YieldOp::create(ib, il, s[0]);
+                      scf::YieldOp::create(ib, il, sorted);
                     });
-                return SmallVector<Value>{ifOp.getResult(0), pos, cursor};
+                SmallVector<Value> next = {pos, cursor};
+                llvm::append_range(next, ifOp.getResults());
+                return next;
               }));
         });
-    rewriter.replaceOp(op, {placed[0], offsets, kept, placed[1]});
+    rewriter.replaceOpWithMultiple(
+        op, {ValueRange(placed.drop_front(2)), ValueRange(offsets),
+             ValueRange(kept), ValueRange(placed[0])});
     return success();
   }
 };
@@ -806,7 +819,7 @@ struct CombineLowering : RowwiseLowering<CombineOp> {
 struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
-  matchAndRewrite(AllToAllOp op, OpAdaptor adaptor,
+  matchAndRewrite(AllToAllOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     SymbolTableCollection symbols;
     if (op.getGroupSize(symbols) != 1)
@@ -814,19 +827,24 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
           "exchanges rows between several ranks; -convert-moe-to-linalg only "
           "lowers groups of one rank (run -convert-moe-to-runtime first)");
     Emitter e{rewriter, op.getLoc()};
-    Value in = adaptor.getInput();
-    auto rt = op.getResult().getType();
-    SmallVector<OpFoldResult> outSizes = {e.b.getIndexAttr(rt.getDimSize(0)),
-                                          e.sizes(in)[1]};
-    if (rt.isDynamicDim(0))
-      outSizes[0] = e.sizes(in)[0];
-    Value out = e.zeros(outSizes, rt.getElementType());
-    Value n = e.minI(e.dim(in, 0), e.dim(out, 0));
-    Value rowsIn = e.rowSlice(in, e.idx(0), n);
-    out = e.insertAt(rowsIn, out, {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
-                     {n, outSizes[1]});
-    out = tensor::CastOp::create(rewriter, op.getLoc(), rt, out);
-    rewriter.replaceOp(op, {out, adaptor.getSendCounts()});
+    // Each part of the rows (an MX tensor's data and scales) alike.
+    SmallVector<Value> outs;
+    for (auto [in, rt] : llvm::zip(adaptor.getInput(),
+                                   loweredTypes(op.getResult().getType()))) {
+      SmallVector<OpFoldResult> outSizes = {
+          e.b.getIndexAttr(rt.getDimSize(0)), e.sizes(in)[1]};
+      if (rt.isDynamicDim(0))
+        outSizes[0] = e.sizes(in)[0];
+      Value out = e.zeros(outSizes, rt.getElementType());
+      Value n = e.minI(e.dim(in, 0), e.dim(out, 0));
+      Value rowsIn = e.rowSlice(in, e.idx(0), n);
+      out = e.insertAt(rowsIn, out,
+                       {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
+                       {n, outSizes[1]});
+      outs.push_back(tensor::CastOp::create(rewriter, op.getLoc(), rt, out));
+    }
+    rewriter.replaceOpWithMultiple(
+        op, {ValueRange(outs), ValueRange(adaptor.getSendCounts())});
     return success();
   }
 };

@@ -244,11 +244,13 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
   static constexpr int64_t kBlock = 256;
 
   LogicalResult
-  matchAndRewrite(DispatchOp op, OpAdaptor adaptor,
+  matchAndRewrite(DispatchOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     MLIRContext *ctx = rewriter.getContext();
-    Value tokens = adaptor.getTokens(), indices = adaptor.getIndices();
+    // The rows: one tensor, or an MX tensor's data and scales (moved alike).
+    ValueRange tokens = adaptor.getTokens();
+    Value indices = adaptor.getIndices()[0];
     auto idxType = op.getIndices().getType();
     int64_t numTok = idxType.getDimSize(0), k = idxType.getDimSize(1);
     int64_t copies = numTok * k, numExperts = op.getNumExperts();
@@ -257,7 +259,8 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
     Type countElt = op.getCounts().getType().getElementType();
     Type offElt = op.getOffsets().getType().getElementType();
     Type posElt = op.getPositions().getType().getElementType();
-    auto sortedType = op.getSorted().getType();
+    SmallVector<RankedTensorType> sortedTypes =
+        loweredTypes(op.getSorted().getType());
     Type idxT = rewriter.getIndexType();
     auto par = [](int n) {
       return SmallVector<IteratorType>(n, IteratorType::parallel);
@@ -372,7 +375,7 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
         })[0];
     // 5. the source token of every row of `sorted` (-1 for padding); only
     // for the rows before offsets[E] when nothing reads the others.
-    int64_t rows = sortedType.getDimSize(0);
+    int64_t rows = sortedTypes[0].getDimSize(0);
     OpFoldResult rowCount = rewriter.getIndexAttr(rows);
     if (live && live->contains(op) && !ShapedType::isDynamic(rows)) {
       e.bindLiveRows(e.extractIndex(offsets, e.idx(numExperts)), rows);
@@ -421,24 +424,28 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
                                               n.cmpI(P::sge, copy, n.idx(0)));
           return SmallVector<Value>{n.sel(valid, token, n.idx(-1))};
         })[0];
-    // 6. gather the rows.
+    // 6. gather the rows (of each part).
     AffineExpr r, h;
     bindDims(ctx, r, h);
-    Value sorted = e.generic(
-        source,
-        e.empty({rowCount, e.sizes(tokens)[1]}, sortedType.getElementType()),
-        {AffineMap::get(2, 0, {r}, ctx), id(2)}, par(2),
-        [&](OpBuilder &b, Location l, ValueRange a) {
-          Emitter n{b, l};
-          Value valid = n.cmpI(P::sge, a[0], n.idx(0));
-          Value src = n.sel(valid, a[0], n.idx(0));
-          Value hi = linalg::IndexOp::create(b, l, 1);
-          Value v = n.extract(tokens, {src, hi});
-          return SmallVector<Value>{
-              n.sel(valid, v, n.zeroOf(sortedType.getElementType()))};
-        })[0];
-    sorted = e.fullRows(sorted, sortedType);
-    rewriter.replaceOp(op, {sorted, offsets, counts, positions});
+    SmallVector<Value> sorted;
+    for (auto [part, type] : llvm::zip(tokens, sortedTypes)) {
+      Type elt = type.getElementType();
+      Value rowsOut = e.generic(
+          source, e.empty({rowCount, e.sizes(part)[1]}, elt),
+          {AffineMap::get(2, 0, {r}, ctx), id(2)}, par(2),
+          [&](OpBuilder &b, Location l, ValueRange a) {
+            Emitter n{b, l};
+            Value valid = n.cmpI(P::sge, a[0], n.idx(0));
+            Value src = n.sel(valid, a[0], n.idx(0));
+            Value hi = linalg::IndexOp::create(b, l, 1);
+            Value v = n.extract(part, {src, hi});
+            return SmallVector<Value>{n.sel(valid, v, n.zeroOf(elt))};
+          })[0];
+      sorted.push_back(e.fullRows(rowsOut, type));
+    }
+    rewriter.replaceOpWithMultiple(
+        op, {ValueRange(sorted), ValueRange(offsets), ValueRange(counts),
+             ValueRange(positions)});
     return success();
   }
 };

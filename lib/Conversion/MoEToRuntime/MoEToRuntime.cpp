@@ -173,16 +173,68 @@ struct ConvertMoEToRuntimePass
         b.getUnitAttr(), b.getUnitAttr());
   }
 
+  /// An exchange of MX rows as two exchanges with the same counts: the data
+  /// rows and the scale rows. The parts are split off where the rows are
+  /// made and put together where they are first used, so that a started
+  /// exchange still runs until then.
+  static std::pair<AllToAllOp, AllToAllOp> splitMX(AllToAllOp op) {
+    Location loc = op.getLoc();
+    auto in = cast<MXTensorType>(op.getInput().getType());
+    auto out = cast<MXTensorType>(op.getResult().getType());
+    OpBuilder b(op);
+    b.setInsertionPointAfterValue(op.getInput());
+    auto unpack = MXUnpackOp::create(b, loc, in.getDataType(),
+                                     in.getScalesType(), op.getInput());
+    b.setInsertionPoint(op);
+    Type counts = op.getRecvCounts().getType();
+    auto data = AllToAllOp::create(
+        b, loc, TypeRange{out.getDataType(), counts},
+        ValueRange{unpack.getData(), op.getSendCounts()},
+        op->getAttrDictionary().getValue());
+    auto scales = AllToAllOp::create(
+        b, loc, TypeRange{out.getScalesType(), counts},
+        ValueRange{unpack.getScales(), op.getSendCounts()},
+        op->getAttrDictionary().getValue());
+    Block *block = op->getBlock();
+    Operation *first = block->getTerminator();
+    for (Operation *user : op.getResult().getUsers())
+      if (Operation *at = block->findAncestorOpInBlock(*user);
+          at && at->isBeforeInBlock(first))
+        first = at;
+    b.setInsertionPoint(first);
+    Value rows = MXPackOp::create(b, loc, out, data.getResult(),
+                                  scales.getResult());
+    op.getResult().replaceAllUsesWith(rows);
+    op.getRecvCounts().replaceAllUsesWith(data.getRecvCounts());
+    op.erase();
+    return {data, scales};
+  }
+
   LogicalResult lowerAllToAll(ModuleOp module, AllToAllOp op, int64_t p) {
+    if (isa<MXTensorType>(op.getInput().getType())) {
+      auto [data, scales] = splitMX(op);
+      if (failed(lowerAllToAll(module, data, p)))
+        return failure();
+      return lowerAllToAll(module, scales, p);
+    }
     Location loc = op.getLoc();
     OpBuilder b(op);
-    auto inType = op.getInput().getType();
-    auto resType = op.getResult().getType();
+    auto inType = cast<RankedTensorType>(op.getInput().getType());
+    auto resType = cast<RankedTensorType>(op.getResult().getType());
     std::string dtype = typeName(inType.getElementType());
-    if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
+    // 8-bit values (an MX tensor's data or scales) travel as bytes.
+    Type elt = inType.getElementType();
+    if (isa<Float8E4M3FNType>(elt))
+      dtype = "f8e4m3fn";
+    else if (isa<Float8E5M2Type>(elt))
+      dtype = "f8e5m2";
+    else if (isa<Float8E8M0FNUType>(elt))
+      dtype = "f8e8m0fnu";
+    else if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
       return op.emitOpError("exchanges ")
-             << inType.getElementType()
-             << " rows; the communication runtime has f32, bf16 and f16";
+             << elt
+             << " rows; the communication runtime has f32, bf16, f16 and the "
+                "8-bit types of MX tensors";
     if (resType.isDynamicDim(0))
       return op.emitOpError("has a dynamic result row count; the "
                             "communication runtime needs a static one (the "
@@ -231,7 +283,7 @@ struct ConvertMoEToRuntimePass
     Block *block = op->getBlock();
     if (overlap) {
       Operation *last = lastStart.lookup(block);
-      for (Value v : {op.getInput(), op.getSendCounts()}) {
+      for (Value v : {Value(op.getInput()), Value(op.getSendCounts())}) {
         Operation *def = v.getDefiningOp();
         if (def && def->getBlock() == block &&
             (!last || last->isBeforeInBlock(def)))

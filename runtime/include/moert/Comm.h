@@ -203,7 +203,8 @@ struct moert_memref2d {
 
 /// moe.all_to_all: rows [R, H] and send counts [C] (C/P per destination
 /// rank) in; received rows [R2, H] (source rank then slot, zero-filled) and
-/// received counts [C] out.
+/// received counts [C] out. The 8-bit types (an MX tensor's E4M3 or E5M2
+/// data and its E8M0 scales) are moved as bytes.
 #define MOERT_DECLARE_ALL_TO_ALL(T)                                            \
   void _mlir_ciface_moert_all_to_all_##T(                                      \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
@@ -213,6 +214,9 @@ MOERT_DECLARE_ALL_TO_ALL(f32)
 MOERT_DECLARE_ALL_TO_ALL(bf16)
 MOERT_DECLARE_ALL_TO_ALL(f16)
 MOERT_DECLARE_ALL_TO_ALL(f64)
+MOERT_DECLARE_ALL_TO_ALL(f8e4m3fn)
+MOERT_DECLARE_ALL_TO_ALL(f8e5m2)
+MOERT_DECLARE_ALL_TO_ALL(f8e8m0fnu)
 #undef MOERT_DECLARE_ALL_TO_ALL
 
 /// The same exchange in two calls, so that compute runs while rows travel
@@ -236,6 +240,9 @@ MOERT_DECLARE_ALL_TO_ALL_ASYNC(f32)
 MOERT_DECLARE_ALL_TO_ALL_ASYNC(bf16)
 MOERT_DECLARE_ALL_TO_ALL_ASYNC(f16)
 MOERT_DECLARE_ALL_TO_ALL_ASYNC(f64)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e4m3fn)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e5m2)
+MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e8m0fnu)
 #undef MOERT_DECLARE_ALL_TO_ALL_ASYNC
 
 /// shard.all_reduce (sum), on the flattened tensor: result = sum of input.

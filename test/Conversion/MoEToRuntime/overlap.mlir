@@ -76,3 +76,33 @@ func.func @nested(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %acc: tensor<16x16xf3
   }
   return %s : tensor<16x16xf32>
 }
+
+// -----
+
+// MX rows: the data and the scales are two exchanges with the same counts
+// (8-bit rows moved as bytes), both started where the rows are made, and
+// put back together where the received rows are first read, after the
+// unrelated %v: the rows still travel meanwhile.
+// CHECK-LABEL: func.func @mx_rows
+// CHECK-SAME: (%[[X:.*]]: !moe.mx<8x64xf8E4M3FN, axis = 1>, %[[C:.*]]: tensor<4xi32>
+// CHECK: %[[D:.*]], %[[S:.*]] = moe.mx_unpack %[[X]] : !moe.mx<8x64xf8E4M3FN, axis = 1> -> tensor<8x64xf8E4M3FN>, tensor<8x2xf8E8M0FNU>
+// CHECK: %[[HD:.*]] = call @moert_all_to_all_start_f8e4m3fn(
+// CHECK: %[[HS:.*]] = call @moert_all_to_all_start_f8e8m0fnu(
+// CHECK: arith.mulf
+// CHECK: call @moert_all_to_all_wait_f8e4m3fn(%[[HD]],
+// CHECK: %[[RD:.*]] = bufferization.to_tensor {{.*}} : memref<16x64xf8E4M3FN> to tensor<16x64xf8E4M3FN>
+// CHECK: call @moert_all_to_all_wait_f8e8m0fnu(%[[HS]],
+// CHECK: %[[RS:.*]] = bufferization.to_tensor {{.*}} : memref<16x2xf8E8M0FNU> to tensor<16x2xf8E8M0FNU>
+// CHECK: %[[R:.*]] = moe.mx_pack %[[RD]], %[[RS]] : tensor<16x64xf8E4M3FN>, tensor<16x2xf8E8M0FNU> -> !moe.mx<16x64xf8E4M3FN, axis = 1>
+// CHECK: moe.dequantize %[[R]]
+// CHECK: func.func private @moert_all_to_all_start_f8e4m3fn(memref<?x?xf8E4M3FN> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E4M3FN>, memref<?xi32>, i64) -> i64
+// CHECK: func.func private @moert_all_to_all_start_f8e8m0fnu(memref<?x?xf8E8M0FNU> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E8M0FNU>, memref<?xi32>, i64) -> i64
+shard.grid @ep(shape = 2)
+func.func @mx_rows(%x: !moe.mx<8x64xf8E4M3FN, axis = 1>, %c: tensor<4xi32>, %z: tensor<32xf32>)
+    -> (tensor<16x64xf32>, tensor<4xi32>, tensor<32xf32>) {
+  %r, %rc = moe.all_to_all %x, %c on @ep
+      : !moe.mx<8x64xf8E4M3FN, axis = 1>, tensor<4xi32> -> !moe.mx<16x64xf8E4M3FN, axis = 1>, tensor<4xi32>
+  %v = arith.mulf %z, %z : tensor<32xf32>
+  %w = moe.dequantize %r : !moe.mx<16x64xf8E4M3FN, axis = 1> -> tensor<16x64xf32>
+  return %w, %rc, %v : tensor<16x64xf32>, tensor<4xi32>, tensor<32xf32>
+}

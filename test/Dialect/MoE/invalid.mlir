@@ -286,7 +286,7 @@ func.func @dispatch_hidden(%x: tensor<6x16xbf16>, %idx: tensor<6x2xi32>) {
 
 // dispatch: sorted keeps the tokens' element type.
 func.func @dispatch_sorted_type(%x: tensor<6x16xbf16>, %idx: tensor<6x2xi32>) {
-  // expected-error @+1 {{expects sorted to have the element type of tokens ('bf16'), got 'f32'}}
+  // expected-error @+1 {{expects sorted to hold the rows of tokens ('tensor<6x16xbf16>'), got 'tensor<12x16xf32>'}}
   %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) : tensor<6x16xbf16>, tensor<6x2xi32> -> tensor<12x16xf32>, tensor<5xi32>, tensor<4xi32>, tensor<6x2xi32>
   return
 }
@@ -1162,10 +1162,38 @@ func.func @a2a_recv_type(%x: tensor<64x16xbf16>, %c: tensor<4xi32>) {
 
 // -----
 
+// dispatch: MX rows move with their scales, blocks along the row only.
+func.func @dispatch_mx_columnwise(%x: !moe.mx<64x16xf8E4M3FN, axis = 0>, %idx: tensor<64x2xi32>) {
+  // expected-error @+1 {{moves whole rows; expects the blocks of tokens ('!moe.mx<64x16xf8E4M3FN, axis = 0>') to run along the row (axis = 1), got axis = 0}}
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) : !moe.mx<64x16xf8E4M3FN, axis = 0>, tensor<64x2xi32> -> !moe.mx<128x16xf8E4M3FN, axis = 0>, tensor<5xi32>, tensor<4xi32>, tensor<64x2xi32>
+  return
+}
+
+// -----
+
+// dispatch: MX tokens give MX rows of the same format.
+func.func @dispatch_mx_to_float(%x: !moe.mx<64x32xf8E4M3FN, axis = 1>, %idx: tensor<64x2xi32>) {
+  // expected-error @+1 {{expects sorted to hold the rows of tokens ('!moe.mx<64x32xf8E4M3FN, axis = 1>'), got '!moe.mx<128x32xf8E5M2, axis = 1>'}}
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) : !moe.mx<64x32xf8E4M3FN, axis = 1>, tensor<64x2xi32> -> !moe.mx<128x32xf8E5M2, axis = 1>, tensor<5xi32>, tensor<4xi32>, tensor<64x2xi32>
+  return
+}
+
+// -----
+
+// all_to_all: MX rows stay MX rows.
+shard.grid @ep(shape = 2)
+func.func @a2a_mx_to_float(%x: !moe.mx<64x32xf8E4M3FN, axis = 1>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{expects the result to hold the rows of the input ('!moe.mx<64x32xf8E4M3FN, axis = 1>'), got 'tensor<128x32xf32>'}}
+  %r, %rc = moe.all_to_all %x, %c on @ep : !moe.mx<64x32xf8E4M3FN, axis = 1>, tensor<4xi32> -> tensor<128x32xf32>, tensor<4xi32>
+  return
+}
+
+// -----
+
 // all_to_all: the rows keep their element type.
 shard.grid @ep(shape = 2)
 func.func @a2a_elem_type(%x: tensor<64x16xbf16>, %c: tensor<4xi32>) {
-  // expected-error @+1 {{expects the result to have the input's element type 'bf16', got 'f32'}}
+  // expected-error @+1 {{expects the result to hold the rows of the input ('tensor<64x16xbf16>'), got 'tensor<128x16xf32>'}}
   %r, %rc = moe.all_to_all %x, %c on @ep : tensor<64x16xbf16>, tensor<4xi32> -> tensor<128x16xf32>, tensor<4xi32>
   return
 }

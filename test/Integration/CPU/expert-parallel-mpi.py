@@ -128,7 +128,8 @@ def check(label, single, sharded, ranks, extra=()):
         print(out.stdout + out.stderr)
 
 
-def case(label, source, sizes=(2, 4), single_passes=None, ep_passes=None, extra=()):
+def case(label, source, sizes=(2, 4), single_passes=None, ep_passes=None, extra=(),
+         exchanges=()):
     single = os.path.join(out_dir, f"{label}.single.so")
     compile_so(source, single, single_passes)
     for n in sizes:
@@ -138,6 +139,10 @@ def case(label, source, sizes=(2, 4), single_passes=None, ep_passes=None, extra=
         lowered = run(["moe-opt", "--convert-moe-to-runtime"], text).stdout
         if "moert_all_to_all_start" not in lowered or "moert_all_to_all_wait" not in lowered:
             print(f"{label} ep={n}: FAILED (no runtime all_to_all start/wait)")
+            continue
+        missing = [x for x in exchanges if f"call @moert_all_to_all_start_{x}(" not in lowered]
+        if missing:
+            print(f"{label} ep={n}: FAILED (no {', '.join(missing)} exchange)")
             continue
         check(label, single, sharded, n, extra)
 
@@ -226,6 +231,21 @@ case("train-pipeline", train,
 case("train-pipeline-chunked", train, sizes=(2,),
      single_passes=["--moe-train-pipeline=ep-size=1 recipe=mxfp8"],
      ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} ep-chunks=2 recipe=mxfp8"])
+
+# Tokens quantized before they travel (-moe-hoist-quantize in the train
+# pipeline): MX rows are exchanged, E4M3 data and E8M0 scales as bytes,
+# against one rank quantizing the dispatched rows (no hoisting): the same
+# bits.
+mx_single = ["--moe-group-experts", "--moe-quantize", "--moe-fuse-grouped-mlp"]
+# CHECK: mxfp8-exchange ep=2: ok (2 ranks ok)
+# CHECK: mxfp8-exchange ep=4: ok (4 ranks ok)
+case("mxfp8-exchange", layer("layer", T=32, H=64, E=4, F=32, K=2, pad=32),
+     single_passes=mx_single, exchanges=("f8e4m3fn", "f8e8m0fnu"),
+     ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} recipe=mxfp8"])
+# CHECK: mxfp8-exchange-chunked ep=2: ok (2 ranks ok)
+case("mxfp8-exchange-chunked", layer("layer", T=48, H=64, E=8, F=32, K=3, pad=32), sizes=(2,),
+     single_passes=mx_single, exchanges=("f8e4m3fn", "f8e8m0fnu"),
+     ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} ep-chunks=3 recipe=mxfp8"])
 
 # The checker notices a wrong result: the "sharded" program routes with
 # sigmoid scores instead of softmax.

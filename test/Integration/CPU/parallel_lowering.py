@@ -6,8 +6,9 @@
 # drops, padding, out-of-range indices, ties and NaN logits; and an expert
 # computation (dispatch, MXFP8 round trip, grouped GEMMs, SwiGLU, combine)
 # whose rows past offsets[E] the parallel lowering leaves uncomputed (live
-# rows) against the reference computing all. Every printed value must be
-# identical.
+# rows) against the reference computing all; and tokens quantized before
+# the dispatch (MX rows moved with their scales) against the dispatched
+# rows quantized. Every printed value must be identical.
 import sys
 
 import numpy as np
@@ -47,6 +48,36 @@ def program(rng, tokens, k, experts, hidden, n, pad, capacity):
               f"  %g5 = moe.dequantize %q5 : !moe.mx<{R}x{H}xf8E4M3FN, axis = 1> -> tensor<{R}x{H}xf32>")
     else:
         mx = "%g5 = tensor.cast %s5 : tensor<{R}x{H}xf32> to tensor<{R}x{H}xf32>".format(R=R, H=H)
+    # And the tokens quantized before the dispatch (what -moe-hoist-quantize
+    # makes): the same bytes as quantizing the dispatched rows, and the same
+    # layer output when the rows past offsets[E] are left out.
+    mx_dispatch = ""
+    if H % 32 == 0:
+        mxt = f"!moe.mx<{R}x{H}xf8E4M3FN, axis = 1>"
+        bytes_of = lambda v, n, cols, ty: (
+            f"  %{n}b = arith.bitcast %{v} : tensor<{R}x{cols}x{ty}> to tensor<{R}x{cols}xi8>\n"
+            f"  %{n}w = arith.extui %{n}b : tensor<{R}x{cols}xi8> to tensor<{R}x{cols}xi32>\n"
+            f"  %{n}c = tensor.cast %{n}w : tensor<{R}x{cols}xi32> to tensor<?x?xi32>\n"
+            f"  call @pi2(%{n}c) : (tensor<?x?xi32>) -> ()\n")
+        mx_dispatch = (
+            f"  %qx = moe.quantize %x : tensor<{T}x{H}xf32> -> !moe.mx<{T}x{H}xf8E4M3FN, axis = 1>\n"
+            f"  %q6, %off6, %cnt6, %pos6 = moe.dispatch %qx, %ix experts({E}){cap} pad_to({pad})\n"
+            f"      : !moe.mx<{T}x{H}xf8E4M3FN, axis = 1>, tensor<{T}x{K}xi32> -> {mxt}, tensor<{E+1}xi32>, tensor<{E}xi32>, tensor<{T}x{K}xi32>\n"
+            f"  %g6 = moe.dequantize %q6 : {mxt} -> tensor<{R}x{H}xf32>\n"
+            f"  %h6 = moe.grouped_matmul %g6, %w2, %off6 : tensor<{R}x{H}xf32>, tensor<{E}x{H}x{2*N}xf32>, tensor<{E+1}xi32> -> tensor<{R}x{2*N}xf32>\n"
+            f"  %a6 = moe.swiglu %h6 : tensor<{R}x{2*N}xf32> -> tensor<{R}x{N}xf32>\n"
+            f"  %y6 = moe.grouped_matmul %a6, %w3, %off6 : tensor<{R}x{N}xf32>, tensor<{E}x{N}x{H}xf32>, tensor<{E+1}xi32> -> tensor<{R}x{H}xf32>\n"
+            f"  %o6 = moe.combine %y6, %wt, %pos6 : tensor<{R}x{H}xf32>, tensor<{T}x{K}xf32>, tensor<{T}x{K}xi32> -> tensor<{T}x{H}xf32>\n"
+            f"  %c8 = tensor.cast %o6 : tensor<{T}x{H}xf32> to tensor<?x?xf32>\n"
+            f"  call @pf(%c8) : (tensor<?x?xf32>) -> ()\n"
+            # Every byte of both forms, padding and tail rows included.
+            f"  %q7, %off7, %cnt7, %pos7 = moe.dispatch %qx, %ix experts({E}){cap} pad_to({pad})\n"
+            f"      : !moe.mx<{T}x{H}xf8E4M3FN, axis = 1>, tensor<{T}x{K}xi32> -> {mxt}, tensor<{E+1}xi32>, tensor<{E}xi32>, tensor<{T}x{K}xi32>\n"
+            f"  %d7, %sc7 = moe.mx_unpack %q7 : {mxt} -> tensor<{R}x{H}xf8E4M3FN>, tensor<{R}x{H//32}xf8E8M0FNU>\n"
+            f"  %qs = moe.quantize %s : tensor<{R}x{H}xf32> -> {mxt}\n"
+            f"  %d8, %sc8 = moe.mx_unpack %qs : {mxt} -> tensor<{R}x{H}xf8E4M3FN>, tensor<{R}x{H//32}xf8E8M0FNU>\n"
+            + bytes_of("d7", "p7", H, "f8E4M3FN") + bytes_of("sc7", "r7", H // 32, "f8E8M0FNU")
+            + bytes_of("d8", "p8", H, "f8E4M3FN") + bytes_of("sc8", "r8", H // 32, "f8E8M0FNU"))
     return f"""
 func.func private @printMemrefF32(tensor<*xf32>)
 func.func private @printMemrefI32(tensor<*xi32>)
@@ -121,7 +152,7 @@ func.func @main() {{
   call @pf(%c6) : (tensor<?x?xf32>) -> ()
   %c7 = tensor.cast %o5 : tensor<{T}x{H}xf32> to tensor<?x?xf32>
   call @pf(%c7) : (tensor<?x?xf32>) -> ()
-  return
+{mx_dispatch}  return
 }}
 """
 
@@ -131,11 +162,14 @@ def main():
     names = ["router softmax idx", "router softmax w", "after-topk idx", "after-topk w",
              "sigmoid idx", "sigmoid w", "offsets", "counts", "positions", "sorted",
              "grouped_matmul", "wgrad", "live-rows layer"]
+    mx_names = ["mx-dispatch layer", "mx-dispatch data", "mx-dispatch scales",
+                "quantized sorted data", "quantized sorted scales"]
     failed = 0
     for case in [dict(tokens=300, k=3, experts=7, hidden=4, n=3, pad=1, capacity=None),
                  dict(tokens=257, k=2, experts=9, hidden=3, n=2, pad=8, capacity=None),
                  dict(tokens=200, k=4, experts=6, hidden=2, n=2, pad=4, capacity=0.8),
-                 dict(tokens=96, k=2, experts=5, hidden=32, n=4, pad=1, capacity=None)]:
+                 dict(tokens=96, k=2, experts=5, hidden=32, n=4, pad=1, capacity=None),
+                 dict(tokens=80, k=3, experts=6, hidden=64, n=4, pad=8, capacity=0.9)]:
         src = program(rng, **case)
         # The reference computes every row; the parallel lowering only the
         # live ones.
@@ -144,8 +178,9 @@ def main():
             print(f"MISMATCH: no live-rows slices in the parallel lowering of {case}")
             failed += 1
         par = tools.run_cpu(src, parallel=True)
-        if len(ref) != len(names) or len(par) != len(names):
-            print(f"MISMATCH: expected {len(names)} printed tensors, got {len(ref)} and {len(par)}")
+        expected = names + (mx_names if case["hidden"] % 32 == 0 else [])
+        if len(ref) != len(expected) or len(par) != len(expected):
+            print(f"MISMATCH: expected {len(expected)} printed tensors, got {len(ref)} and {len(par)}")
             failed += 1
             continue
         dropped = int((ref[8] < 0).sum())
@@ -153,10 +188,25 @@ def main():
         if case["capacity"] and dropped == 0:
             print("MISMATCH: the capacity case dropped nothing; it tests nothing")
             failed += 1
-        for name, a, b in zip(names, ref, par):
+        for name, a, b in zip(expected, ref, par):
             same = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
             failed += not same
             print(f"{'ok' if same else 'MISMATCH'}: {name} {case}")
+        if case["hidden"] % 32 == 0:
+            # Quantized before or after the dispatch: the same layer output,
+            # the same data and scale bytes (zero rows: all bytes 0).
+            pairs = [("live-rows layer", "mx-dispatch layer"),
+                     ("mx-dispatch data", "quantized sorted data"),
+                     ("mx-dispatch scales", "quantized sorted scales")]
+            for out in (ref, par):
+                for a, b in pairs:
+                    x, y = out[expected.index(a)], out[expected.index(b)]
+                    same = x.shape == y.shape and np.array_equal(x, y, equal_nan=True)
+                    failed += not same
+                    print(f"{'ok' if same else 'MISMATCH'}: {a} == {b} {case}")
+            if not (par[expected.index("mx-dispatch scales")] == 0).any():
+                print("MISMATCH: no zero-row scales; the padding is untested")
+                failed += 1
     print(f"{failed} mismatches")
     sys.exit(1 if failed else 0)
 

@@ -53,6 +53,31 @@ static LogicalResult expectRank(Operation *op, const Twine &what, Type type,
                                      << ")";
 }
 
+/// Checks that rows of `to` hold what rows of `from` hold: the same element
+/// type, or (MX) the same element type and blocks, running along the row.
+static LogicalResult expectSameRowFormat(Operation *op, const Twine &what,
+                                         Type to, const Twine &like,
+                                         Type from) {
+  auto mxFrom = dyn_cast<MXTensorType>(from);
+  auto mxTo = dyn_cast<MXTensorType>(to);
+  if (mxFrom && mxFrom.getAxis() != 1)
+    return op->emitOpError("moves whole rows; expects the blocks of ")
+           << like << " (" << from
+           << ") to run along the row (axis = 1), got axis = "
+           << mxFrom.getAxis();
+  if (mxFrom && mxTo && mxFrom.getElementType() == mxTo.getElementType() &&
+      mxFrom.getAxis() == mxTo.getAxis() &&
+      mxFrom.getBlockSize() == mxTo.getBlockSize())
+    return success();
+  if (!mxFrom && !mxTo &&
+      cast<RankedTensorType>(from).getElementType() ==
+          cast<RankedTensorType>(to).getElementType())
+    return success();
+  return op->emitOpError("expects ")
+         << what << " to hold the rows of " << like << " (" << from
+         << "), got " << to;
+}
+
 /// Checks an `offsets` operand: 1-d, E + 1 entries, E = `numExperts`.
 static LogicalResult verifyOffsets(Operation *op, Type offsets,
                                    int64_t numExperts) {
@@ -209,11 +234,9 @@ LogicalResult DispatchOp::verify() {
       failed(expectDim(op, "positions dim 0 (tokens)", pos[0], tokens[0])) ||
       failed(expectDim(op, "positions dim 1 (top_k)", pos[1], idx[1])))
     return failure();
-  if (getTokens().getType().getElementType() !=
-      getSorted().getType().getElementType())
-    return emitOpError("expects sorted to have the element type of tokens (")
-           << getTokens().getType().getElementType() << "), got "
-           << getSorted().getType().getElementType();
+  if (failed(expectSameRowFormat(op, "sorted", getSorted().getType(), "tokens",
+                                 getTokens().getType())))
+    return failure();
   if (getCapacityFactor() &&
       (ShapedType::isDynamic(idx[0]) || ShapedType::isDynamic(idx[1])))
     return emitOpError("capacity_factor needs a static number of tokens and "
@@ -712,18 +735,16 @@ LogicalResult AllToAllOp::verify() {
       failed(expectRank(op, "result", getResult().getType(), 2)) ||
       failed(expectRank(op, "send_counts", getSendCounts().getType(), 1)))
     return failure();
-  if (getInput().getType().getElementType() !=
-      getResult().getType().getElementType())
-    return emitOpError("expects the result to have the input's element type ")
-           << getInput().getType().getElementType() << ", got "
-           << getResult().getType().getElementType();
+  if (failed(expectSameRowFormat(op, "the result", getResult().getType(),
+                                 "the input", getInput().getType())))
+    return failure();
   if (getSendCounts().getType() != getRecvCounts().getType())
     return emitOpError("expects recv_counts to have the type of send_counts (")
            << getSendCounts().getType() << "), got "
            << getRecvCounts().getType();
   return expectDim(op, "result dim 1 (row size)",
-                   getResult().getType().getDimSize(1),
-                   getInput().getType().getDimSize(1));
+                   shapeOf(getResult().getType())[1],
+                   shapeOf(getInput().getType())[1]);
 }
 
 /// Over a group of one rank the exchange is the identity.

@@ -445,6 +445,10 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                     r.getNormTopkProbAttr()));
     return success();
   }
+  if (isa<DispatchOp, AllToAllOp>(op) &&
+      !isa<RankedTensorType>(op->getOperand(0).getType()))
+    return op->emitOpError("-moe-autodiff: block-scaled rows have no "
+                           "gradient; differentiate before -moe-quantize");
   if (auto d = dyn_cast<DispatchOp>(op)) {
     // x[t] went to rows pos[t, j]: its gradient sums theirs.
     Value g = gradOf(0);

@@ -315,6 +315,12 @@ struct MoEExpertParallelPass
              << experts << " experts do not divide evenly over ep-size="
              << int64_t(epSize);
     int64_t local = experts / epSize;
+    if (isa<MXTensorType>(d.getTokens().getType()))
+      return d.emitError("moe-expert-parallel: expects the dispatched tokens "
+                         "in high precision, got ")
+             << d.getTokens().getType()
+             << " (shard first, then -moe-hoist-quantize moves the "
+                "quantization before the exchange)";
     auto idxType = d.getIndices().getType();
     int64_t tokens = idxType.getDimSize(0), k = idxType.getDimSize(1);
     int64_t pad = d.getPadTo();
@@ -336,7 +342,7 @@ struct MoEExpertParallelPass
     Location loc = d.getLoc();
     OpBuilder b(layer.combine);
     Type i32 = b.getI32Type();
-    auto tokensType = d.getTokens().getType();
+    auto tokensType = cast<RankedTensorType>(d.getTokens().getType());
     int64_t hidden = tokensType.getDimSize(1);
     Type rowElt = tokensType.getElementType();
     auto grid = FlatSymbolRefAttr::get(ctx, gridName);

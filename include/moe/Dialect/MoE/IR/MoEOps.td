@@ -23,6 +23,9 @@ def MoE_FloatOrMXTensor : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor],
                                     "float tensor or block-scaled MX tensor">;
 def MoE_NarrowFloatTensor : RankedTensorOf<[F8E4M3FN, F8E5M2]>;
 def MoE_ScaleTensor : RankedTensorOf<[F8E8M0FNU]>;
+def MoE_RowsTensor : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor,
+                                MoE_NarrowFloatTensor, MoE_ScaleTensor],
+    "float tensor, block-scaled MX tensor, or the data or scales of one">;
 def MoE_PositiveFloat : AttrConstraint<
     CPred<"::llvm::cast<::mlir::FloatAttr>($_self).getValueAsDouble() > 0">,
     "whose value is positive">;
@@ -99,6 +102,11 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
     `R` must be at least the worst case: `T*k + E*(m-1)` rounded down to a
     multiple of `m` (dropless), or `E * roundup(C, m)` with a capacity.
 
+    The tokens may be an MX tensor with its blocks along the row (`axis =
+    1`): rows move with their scales, and padding rows are an all-zero
+    block's encoding (elements 0, scale 2^-127), so dispatching quantized
+    tokens equals quantizing the dispatched ones, bit for bit.
+
     Example:
 
     ```mlir
@@ -108,13 +116,13 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
     ```
   }];
   let arguments = (ins
-    MoE_FloatTensor:$tokens,
+    MoE_FloatOrMXTensor:$tokens,
     MoE_IntTensor:$indices,
     ConfinedAttr<I64Attr, [IntMinValue<1>]>:$num_experts,
     OptionalAttr<ConfinedAttr<F64Attr, [MoE_PositiveFloat]>>:$capacity_factor,
     DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$pad_to
   );
-  let results = (outs MoE_FloatTensor:$sorted, MoE_IntTensor:$offsets,
+  let results = (outs MoE_FloatOrMXTensor:$sorted, MoE_IntTensor:$offsets,
                       MoE_IntTensor:$counts, MoE_IntTensor:$positions);
   let assemblyFormat = [{
     $tokens `,` $indices `experts` `(` $num_experts `)`
@@ -597,6 +605,11 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
     With a group of one rank the op is the identity (rows copied, padded
     with zeros or cut to the result's row count).
 
+    Rows may be 8-bit: an MX tensor with its blocks along the row (`axis =
+    1`; each row travels with its scales, rows beyond those received are an
+    all-zero block's encoding), or the data or scales of one (rows moved as
+    bytes).
+
     Example:
 
     ```mlir
@@ -605,10 +618,10 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
         : tensor<64x16xbf16>, tensor<4xi32> -> tensor<128x16xbf16>, tensor<4xi32>
     ```
   }];
-  let arguments = (ins MoE_FloatTensor:$input, MoE_IntTensor:$send_counts,
+  let arguments = (ins MoE_RowsTensor:$input, MoE_IntTensor:$send_counts,
                        FlatSymbolRefAttr:$grid,
                        DefaultValuedAttr<DenseI16ArrayAttr, "{}">:$grid_axes);
-  let results = (outs MoE_FloatTensor:$result, MoE_IntTensor:$recv_counts);
+  let results = (outs MoE_RowsTensor:$result, MoE_IntTensor:$recv_counts);
   let extraClassDeclaration = [{
     /// The number of ranks exchanging rows (the product of the grid axes'
     /// sizes; all axes if `grid_axes` is empty), or ShapedType::kDynamic when

@@ -13,6 +13,9 @@ namespace mlir::moe {
 
 /// moe.grouped_mlp -> its defining sequence of moe ops.
 void populateExpandGroupedMlpPatterns(RewritePatternSet &patterns);
+/// moe.quantize of rows moved by moe.dispatch / moe.all_to_all -> the move
+/// of the quantized rows (-moe-hoist-quantize).
+void populateHoistQuantizePatterns(RewritePatternSet &patterns);
 
 } // namespace mlir::moe
 

@@ -77,6 +77,36 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoEHoistQuantize : Pass<"moe-hoist-quantize", "func::FuncOp"> {
+  let summary = "Quantize rows before moe.dispatch and moe.all_to_all move them";
+  let description = [{
+    A rowwise `moe.quantize` (blocks along the row, `axis = 1`) of rows that
+    `moe.dispatch` or `moe.all_to_all` produced is moved before that op,
+    which then moves the 8-bit rows with their scales:
+
+    ```mlir
+    %s, %o, %c, %p = moe.dispatch %x, %idx experts(E) : ... -> tensor<RxHxf32>, ...
+    %q = moe.quantize %s : tensor<RxHxf32> -> !moe.mx<RxHxf8E4M3FN, axis = 1>
+    // becomes
+    %qx = moe.quantize %x : tensor<TxHxf32> -> !moe.mx<TxHxf8E4M3FN, axis = 1>
+    %q, %o, %c, %p = moe.dispatch %qx, %idx experts(E) : ... -> !moe.mx<RxHxf8E4M3FN, axis = 1>, ...
+    ```
+
+    Exact: a block's scale and elements depend on that block only, the ops
+    copy whole rows, and their zero rows are an all-zero block's encoding.
+    What it saves: the dispatch quantizes T tokens instead of T * k copies
+    and writes a quarter of the bytes; an expert-parallel exchange sends
+    H + H/32 bytes a row instead of 4 H (f32). Applied repeatedly, so a
+    quantize after the exchange and the local dispatch of an
+    expert-parallel layer moves before both and the first dispatch.
+
+    Only when the moved rows have no other use (the row-moving op's result
+    is read by this quantize alone); a columnwise quantize (`axis = 0`)
+    mixes rows and stays where it is.
+  }];
+  let dependentDialects = ["moe::MoEDialect"];
+}
+
 def MoEFuseGroupedMlp : Pass<"moe-fuse-grouped-mlp"> {
   let summary = "Fuse the grouped GEMMs and SwiGLU of expert MLPs, forward and backward";
   let description = [{
