@@ -2,6 +2,7 @@
 
 #include "CommImpl.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -125,18 +126,20 @@ public:
 
   void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     std::string label = seq.enter(0, Kind::AllToAll, what);
-    int64_t total = checkSendCounts(*this, label, sendRows, sendCounts, slots);
-    if (total > recvCapacity)
-      abort(1, label + ": receives " + std::to_string(total) +
-                   " rows but the result holds " +
-                   std::to_string(recvCapacity));
+    checkSendCounts(*this, label, sendRows, sendCounts, slots);
     std::memmove(recvCounts, sendCounts, size_t(slots) * sizeof(int32_t));
-    std::memmove(recv, send, size_t(total * rowBytes));
-    std::memset(static_cast<char *>(recv) + total * rowBytes, 0,
-                size_t((recvCapacity - total) * rowBytes));
+    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
+                            layout, sendRows, recvCapacity);
+    char *to = static_cast<char *>(recv);
+    const char *from = static_cast<const char *>(send);
+    for (auto [s, r] : zipped(plan.send[0], plan.recv[0]))
+      std::memmove(to + r.row * rowBytes, from + s.row * rowBytes,
+                   size_t(r.rows * rowBytes));
+    for (RowSegment z : plan.zero)
+      std::memset(to + z.row * rowBytes, 0, size_t(z.rows * rowBytes));
   }
 
   void allReduceSum(const void *in, void *out, int64_t count,
@@ -360,9 +363,9 @@ bool overlapEnabled() {
 std::unique_ptr<Communicator::Pending> Communicator::allToAllVStart(
     const void *send, int64_t sendRows, const int32_t *sendCounts,
     int64_t slots, int64_t rowBytes, void *recv, int64_t recvCapacity,
-    int32_t *recvCounts, const char *what) {
+    int32_t *recvCounts, const char *what, const RowLayout &layout) {
   allToAllV(send, sendRows, sendCounts, slots, rowBytes, recv, recvCapacity,
-            recvCounts, what);
+            recvCounts, what, layout);
   return std::make_unique<Completed>();
 }
 
@@ -512,6 +515,82 @@ AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
     if (p != comm.rank())
       toPeers += uint64_t(plan.sendRowsTo[size_t(p)] * rowBytes);
   countBytesToPeers(toPeers);
+  return plan;
+}
+
+std::vector<std::vector<RowSegment>>
+rowSegments(const int32_t *counts, int size, int64_t slots, bool slotMajor,
+            int64_t padTo, bool perSlot, int64_t &extent) {
+  std::vector<std::vector<RowSegment>> segments(static_cast<size_t>(size));
+  int64_t at = 0;
+  if (!slotMajor) {
+    for (int p = 0; p < size; ++p) {
+      int64_t start = at;
+      for (int64_t j = 0; j < slots; ++j) {
+        int64_t n = counts[p * slots + j];
+        if (perSlot)
+          segments[size_t(p)].push_back({at, n});
+        at += n;
+      }
+      if (!perSlot)
+        segments[size_t(p)].push_back({start, at - start});
+    }
+  } else {
+    for (int64_t j = 0; j < slots; ++j) {
+      int64_t start = at;
+      for (int p = 0; p < size; ++p) {
+        int64_t n = counts[p * slots + j];
+        segments[size_t(p)].push_back({at, n});
+        at += n;
+      }
+      at = start + (at - start + padTo - 1) / padTo * padTo;
+    }
+  }
+  extent = at;
+  return segments;
+}
+
+RowPlan planRows(Communicator &comm, const std::string &label,
+                 const int32_t *sendCounts, const int32_t *recvCounts,
+                 int64_t slots, const RowLayout &layout, int64_t sendRows,
+                 int64_t recvCapacity) {
+  const int size = comm.size();
+  bool perSlot = layout.slotMajorSend || layout.slotMajorRecv;
+  RowPlan plan;
+  int64_t sendExtent = 0, recvExtent = 0;
+  plan.send = rowSegments(sendCounts, size, slots, layout.slotMajorSend,
+                          layout.padTo, perSlot, sendExtent);
+  plan.recv = rowSegments(recvCounts, size, slots, layout.slotMajorRecv,
+                          layout.padTo, perSlot, recvExtent);
+  if (sendExtent > sendRows)
+    comm.abort(1, label + ": the rows sent span " +
+                      std::to_string(sendExtent) +
+                      " rows (slot-major, padded to " +
+                      std::to_string(layout.padTo) + ") but the input has " +
+                      std::to_string(sendRows));
+  if (recvExtent > recvCapacity)
+    comm.abort(1, label + ": the rows received span " +
+                      std::to_string(recvExtent) +
+                      " rows (slot-major, padded to " +
+                      std::to_string(layout.padTo) +
+                      ") but the result holds " +
+                      std::to_string(recvCapacity));
+  // Zeros wherever nothing is received: between slots and after the last.
+  std::vector<RowSegment> covered;
+  for (const auto &list : plan.recv)
+    for (RowSegment s : list)
+      if (s.rows > 0)
+        covered.push_back(s);
+  std::sort(covered.begin(), covered.end(),
+            [](RowSegment a, RowSegment b) { return a.row < b.row; });
+  int64_t at = 0;
+  for (RowSegment s : covered) {
+    if (s.row > at)
+      plan.zero.push_back({at, s.row - at});
+    at = std::max(at, s.row + s.rows);
+  }
+  if (recvCapacity > at)
+    plan.zero.push_back({at, recvCapacity - at});
   return plan;
 }
 
@@ -669,6 +748,7 @@ struct AllToAllArgs {
   int64_t recvCapacity;
   int32_t *recvCounts;
   std::string what;
+  RowLayout layout;
 };
 
 char *rowsOf(const moert_memref2d *m, size_t elementBytes) {
@@ -678,7 +758,8 @@ char *rowsOf(const moert_memref2d *m, size_t elementBytes) {
 AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
                           const char *dtype, moert_memref2d *input,
                           moert_memref1d *sendCounts, moert_memref2d *result,
-                          moert_memref1d *recvCounts, int64_t groupSize) {
+                          moert_memref1d *recvCounts, int64_t groupSize,
+                          int64_t layout, int64_t padTo) {
   auto bytesOf = [&](const moert_memref2d *m) {
     return m->sizes[0] * m->sizes[1] * int64_t(elementBytes);
   };
@@ -701,6 +782,10 @@ AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
                    std::to_string(recvCounts->sizes[0]) +
                    " receive counts; both must be the same multiple of the " +
                    std::to_string(c.size()) + " ranks");
+  if (layout < 0 || layout > 3 || padTo < 1)
+    c.abort(1, op + ": layout " + std::to_string(layout) + " and pad_to " +
+                   std::to_string(padTo) +
+                   " (expected a layout of 0 to 3 and pad_to >= 1)");
   return {&c,
           rowsOf(input, elementBytes),
           input->sizes[0],
@@ -710,18 +795,21 @@ AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
           rowsOf(result, elementBytes),
           result->sizes[0],
           data<int32_t>(recvCounts),
-          std::string(dtype) + " rows"};
+          std::string(dtype) + " rows",
+          RowLayout{(layout & 1) != 0, (layout & 2) != 0, padTo}};
 }
 
-void allToAll(const char *dtype, size_t elementBytes, moert_memref2d *input,
-              moert_memref1d *sendCounts, moert_memref2d *result,
-              moert_memref1d *recvCounts, int64_t groupSize) {
+void allToAll(const char *entry, const char *dtype, size_t elementBytes,
+              moert_memref2d *input, moert_memref1d *sendCounts,
+              moert_memref2d *result, moert_memref1d *recvCounts,
+              int64_t groupSize, int64_t layout = 0, int64_t padTo = 1) {
   Timed timed(/*allToAll=*/true);
-  AllToAllArgs a = allToAllArgs(std::string("moert_all_to_all_") + dtype,
-                                elementBytes, dtype, input, sendCounts, result,
-                                recvCounts, groupSize);
+  AllToAllArgs a = allToAllArgs(std::string(entry) + dtype, elementBytes,
+                                dtype, input, sendCounts, result, recvCounts,
+                                groupSize, layout, padTo);
   a.comm->allToAllV(a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes,
-                    a.recv, a.recvCapacity, a.recvCounts, a.what.c_str());
+                    a.recv, a.recvCapacity, a.recvCounts, a.what.c_str(),
+                    a.layout);
 }
 
 /// Exchanges started and not yet waited for, by handle.
@@ -741,24 +829,25 @@ StartedTable &started() {
   return *t;
 }
 
-int64_t allToAllStart(const char *dtype, size_t elementBytes,
-                      moert_memref2d *input, moert_memref1d *sendCounts,
-                      moert_memref2d *result, moert_memref1d *recvCounts,
-                      int64_t groupSize) {
+int64_t allToAllStart(const char *entry, const char *dtype,
+                      size_t elementBytes, moert_memref2d *input,
+                      moert_memref1d *sendCounts, moert_memref2d *result,
+                      moert_memref1d *recvCounts, int64_t groupSize,
+                      int64_t layout = 0, int64_t padTo = 1) {
   Timed timed(/*allToAll=*/true);
-  AllToAllArgs a = allToAllArgs(std::string("moert_all_to_all_start_") + dtype,
-                                elementBytes, dtype, input, sendCounts, result,
-                                recvCounts, groupSize);
+  AllToAllArgs a = allToAllArgs(std::string(entry) + dtype, elementBytes,
+                                dtype, input, sendCounts, result, recvCounts,
+                                groupSize, layout, padTo);
   // MOERT_COMM_OVERLAP=0: the base class's start, which completes the
   // exchange, whatever the backend.
   std::unique_ptr<Communicator::Pending> pending =
       overlapEnabled()
           ? a.comm->allToAllVStart(a.send, a.sendRows, a.sendCounts, a.slots,
                                    a.rowBytes, a.recv, a.recvCapacity,
-                                   a.recvCounts, a.what.c_str())
+                                   a.recvCounts, a.what.c_str(), a.layout)
           : a.comm->Communicator::allToAllVStart(
                 a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes, a.recv,
-                a.recvCapacity, a.recvCounts, a.what.c_str());
+                a.recvCapacity, a.recvCounts, a.what.c_str(), a.layout);
   StartedTable &t = started();
   std::lock_guard<std::mutex> lock(t.mu);
   int64_t handle = t.next++;
@@ -819,7 +908,8 @@ extern "C" {
       moert_memref2d *input, moert_memref1d *send_counts,                      \
       moert_memref2d *result, moert_memref1d *recv_counts,                     \
       int64_t group_size) {                                                    \
-    allToAll(#T, BYTES, input, send_counts, result, recv_counts, group_size);  \
+    allToAll("moert_all_to_all_", #T, BYTES, input, send_counts, result,       \
+             recv_counts, group_size);                                         \
   }
 MOERT_DEFINE_ALL_TO_ALL(f32, 4)
 MOERT_DEFINE_ALL_TO_ALL(bf16, 2)
@@ -835,8 +925,8 @@ MOERT_DEFINE_ALL_TO_ALL(f8e8m0fnu, 1)
       moert_memref2d *input, moert_memref1d *send_counts,                      \
       moert_memref2d *result, moert_memref1d *recv_counts,                     \
       int64_t group_size) {                                                    \
-    return allToAllStart(#T, BYTES, input, send_counts, result, recv_counts,   \
-                         group_size);                                          \
+    return allToAllStart("moert_all_to_all_start_", #T, BYTES, input,          \
+                         send_counts, result, recv_counts, group_size);        \
   }                                                                            \
   void _mlir_ciface_moert_all_to_all_wait_##T(                                 \
       int64_t handle, moert_memref2d *input, moert_memref2d *result) {         \
@@ -850,6 +940,31 @@ MOERT_DEFINE_ALL_TO_ALL_ASYNC(f8e4m3fn, 1)
 MOERT_DEFINE_ALL_TO_ALL_ASYNC(f8e5m2, 1)
 MOERT_DEFINE_ALL_TO_ALL_ASYNC(f8e8m0fnu, 1)
 #undef MOERT_DEFINE_ALL_TO_ALL_ASYNC
+
+#define MOERT_DEFINE_ALL_TO_ALL_SLOTS(T, BYTES)                                \
+  void _mlir_ciface_moert_all_to_all_slots_##T(                                \
+      moert_memref2d *input, moert_memref1d *send_counts,                      \
+      moert_memref2d *result, moert_memref1d *recv_counts,                     \
+      int64_t group_size, int64_t layout, int64_t pad_to) {                    \
+    allToAll("moert_all_to_all_slots_", #T, BYTES, input, send_counts, result, \
+             recv_counts, group_size, layout, pad_to);                         \
+  }                                                                            \
+  int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
+      moert_memref2d *input, moert_memref1d *send_counts,                      \
+      moert_memref2d *result, moert_memref1d *recv_counts,                     \
+      int64_t group_size, int64_t layout, int64_t pad_to) {                    \
+    return allToAllStart("moert_all_to_all_slots_start_", #T, BYTES, input,    \
+                         send_counts, result, recv_counts, group_size, layout, \
+                         pad_to);                                              \
+  }
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f32, 4)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(bf16, 2)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f16, 2)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f64, 8)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f8e4m3fn, 1)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f8e5m2, 1)
+MOERT_DEFINE_ALL_TO_ALL_SLOTS(f8e8m0fnu, 1)
+#undef MOERT_DEFINE_ALL_TO_ALL_SLOTS
 
 #define MOERT_DEFINE_ALL_REDUCE(T, TYPE)                                       \
   void _mlir_ciface_moert_all_reduce_sum_##T(                                  \

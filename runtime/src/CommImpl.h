@@ -77,6 +77,45 @@ AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
                           const int32_t *sendCounts, int32_t *recvCounts,
                           int64_t recvCapacity);
 
+/// Rows [row, row + rows) of an exchange's input or result.
+struct RowSegment {
+  int64_t row, rows;
+};
+
+/// Where the rows to (send) or from (recv) each rank lie, rank by rank, in
+/// the order they travel between that pair of ranks: one segment per rank
+/// when both sides are peer-major, else one per slot on both sides (so that
+/// the messages of a pair match whatever each side's layout), and the rows
+/// of the result to zero.
+struct RowPlan {
+  std::vector<std::vector<RowSegment>> send, recv;
+  std::vector<RowSegment> zero;
+};
+
+/// The segments of rows counted by `counts` ([size * slots], rank-major) in
+/// a peer-major or slot-major layout (RowLayout), and the rows they span.
+std::vector<std::vector<RowSegment>>
+rowSegments(const int32_t *counts, int size, int64_t slots, bool slotMajor,
+            int64_t padTo, bool perSlot, int64_t &extent);
+
+/// The row plan of an exchange whose counts are known on both sides; the
+/// rows must fit the input (`sendRows`) and the result (`recvCapacity`), else
+/// the job ends with a message naming the sizes.
+RowPlan planRows(Communicator &comm, const std::string &label,
+                 const int32_t *sendCounts, const int32_t *recvCounts,
+                 int64_t slots, const RowLayout &layout, int64_t sendRows,
+                 int64_t recvCapacity);
+
+/// Pairs of a's and b's elements, in order (equal lengths).
+template <typename T>
+std::vector<std::pair<T, T>> zipped(const std::vector<T> &a,
+                                     const std::vector<T> &b) {
+  std::vector<std::pair<T, T>> out;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    out.emplace_back(a[i], b[i]);
+  return out;
+}
+
 /// bf16 / f16 <-> f32, round to nearest even.
 float toFloat(const void *p, DType type, int64_t i);
 void fromFloat(void *p, DType type, int64_t i, float value);

@@ -120,24 +120,24 @@ public:
 
   void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     std::lock_guard<std::mutex> lock(mu);
     Rows rows(*this);
     startAllToAll(send, sendRows, sendCounts, slots, rowBytes, recv,
-                  recvCapacity, recvCounts, what, rows);
+                  recvCapacity, recvCounts, what, layout, rows);
     wait(rows.reqs, rows.peers, rows.isRecv, rows.label, "rows");
   }
 
   std::unique_ptr<Pending>
   allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     std::lock_guard<std::mutex> lock(mu);
     auto rows = std::make_unique<Rows>(*this);
     startAllToAll(send, sendRows, sendCounts, slots, rowBytes, recv,
-                  recvCapacity, recvCounts, what, *rows);
+                  recvCapacity, recvCounts, what, layout, *rows);
     return rows;
   }
 
@@ -161,7 +161,8 @@ public:
   void startAllToAll(const void *send, int64_t sendRows,
                      const int32_t *sendCounts, int64_t slots,
                      int64_t rowBytes, void *recv, int64_t recvCapacity,
-                     int32_t *recvCounts, const char *what, Rows &rows) {
+                     int32_t *recvCounts, const char *what,
+                     const RowLayout &layout, Rows &rows) {
     std::string label = seq.enter(rank_, Kind::AllToAll, what);
     rows.label = label;
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
@@ -196,55 +197,48 @@ public:
     std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
     wait(reqs, peers, isRecv, label, "counts");
     // 2. Where the rows go and come from.
-    auto [sendRowsTo, recvRowsFrom, received] =
-        planAllToAll(*this, label, in, seq.total, rowBytes, slots, sendCounts,
-                     recvCounts, recvCapacity);
-    // 3. The rows, as rows of a contiguous type (counts stay small).
+    planAllToAll(*this, label, in, seq.total, rowBytes, slots, sendCounts,
+                 recvCounts, recvCapacity);
+    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
+                            layout, sendRows, recvCapacity);
+    // 3. The rows, segment by segment (both sides of a pair list the same
+    // segments), as rows of a contiguous type (counts stay small).
     MPI_Datatype row = rowType(rowBytes, label);
     reqs.clear();
     peers.clear();
     isRecv.clear();
     const char *src = static_cast<const char *>(send);
     char *dst = static_cast<char *>(recv);
-    int64_t at = 0;
-    for (int p = 0; p < size_; ++p) {
-      if (p != rank_ && recvRowsFrom[p] > 0) {
-        for (int64_t done = 0; done < recvRowsFrom[p];) {
-          int n = int(std::min<int64_t>(recvRowsFrom[p] - done, INT_MAX));
-          reqs.emplace_back();
-          check(MPI_Irecv(dst + (at + done) * rowBytes, n, row, p, kRowsTag,
-                          comm, &reqs.back()),
+    auto post = [&](bool receive, int p, RowSegment s) {
+      for (int64_t done = 0; done < s.rows;) {
+        int n = int(std::min<int64_t>(s.rows - done, INT_MAX));
+        reqs.emplace_back();
+        if (receive)
+          check(MPI_Irecv(dst + (s.row + done) * rowBytes, n, row, p,
+                          kRowsTag, comm, &reqs.back()),
                 "MPI_Irecv", label);
-          peers.push_back(p);
-          isRecv.push_back(true);
-          done += n;
-        }
-      }
-      at += recvRowsFrom[p];
-    }
-    int64_t from = 0, selfAt = 0;
-    for (int p = 0; p < rank_; ++p)
-      selfAt += recvRowsFrom[p];
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) {
-        std::memcpy(dst + selfAt * rowBytes, src + from * rowBytes,
-                    size_t(sendRowsTo[p] * rowBytes));
-      } else if (sendRowsTo[p] > 0) {
-        for (int64_t done = 0; done < sendRowsTo[p];) {
-          int n = int(std::min<int64_t>(sendRowsTo[p] - done, INT_MAX));
-          reqs.emplace_back();
-          check(MPI_Isend(src + (from + done) * rowBytes, n, row, p, kRowsTag,
-                          comm, &reqs.back()),
+        else
+          check(MPI_Isend(src + (s.row + done) * rowBytes, n, row, p,
+                          kRowsTag, comm, &reqs.back()),
                 "MPI_Isend", label);
-          peers.push_back(p);
-          isRecv.push_back(false);
-          done += n;
-        }
+        peers.push_back(p);
+        isRecv.push_back(receive);
+        done += n;
       }
-      from += sendRowsTo[p];
-    }
-    std::memset(dst + received * rowBytes, 0,
-                size_t((recvCapacity - received) * rowBytes));
+    };
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        for (RowSegment s : plan.recv[size_t(p)])
+          post(/*receive=*/true, p, s);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_)
+        for (RowSegment s : plan.send[size_t(p)])
+          post(/*receive=*/false, p, s);
+    for (auto [s, r] : zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
+      std::memcpy(dst + r.row * rowBytes, src + s.row * rowBytes,
+                  size_t(r.rows * rowBytes));
+    for (RowSegment z : plan.zero)
+      std::memset(dst + z.row * rowBytes, 0, size_t(z.rows * rowBytes));
     rows.reqs = std::move(reqs);
     rows.peers = std::move(peers);
     rows.isRecv = std::move(isRecv);

@@ -30,8 +30,9 @@
 // and the counts, which are copied back to the host: they size the row
 // exchange, and a header that does not match means the ranks run different
 // programs; (3) the rows, one grouped ncclSend/ncclRecv per peer with
-// something to send or receive, this rank's own rows copied on the device,
-// zeros after the last received row.
+// something to send or receive, while this rank's own rows are copied and
+// the rows after the last received one zeroed on a third stream (copy
+// engines, concurrent with NCCL's kernels; the data stream waits for it).
 // all_reduce: the same header exchange, then ncclAllReduce (bf16 and f16 on
 // more than 2 ranks are widened to f32 on the host first: the contract is
 // one rounding, and NCCL's ring rounds at every step).
@@ -330,6 +331,8 @@ public:
     ContextScope scope; // initializes the device: a missing GPU stops here
     MOERT_CU(driver().cuStreamCreate(&data.stream, CU_STREAM_NON_BLOCKING));
     MOERT_CU(driver().cuStreamCreate(&control.stream, CU_STREAM_NON_BLOCKING));
+    MOERT_CU(driver().cuStreamCreate(&local, CU_STREAM_NON_BLOCKING));
+    MOERT_CU(driver().cuEventCreate(&localDone, CU_EVENT_DISABLE_TIMING));
     double timeout = timeoutSeconds();
     // Two ids: the rows' communicator and the control one.
     nccl::UniqueId ids[2] = {};
@@ -375,8 +378,8 @@ public:
 
   void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
     std::string label = seq.enter(rank_, Kind::AllToAll, what);
@@ -385,7 +388,7 @@ public:
     if (isDevicePointer(sendCounts)) {
       MOERT_CU(driver().cuCtxSynchronize()); // the inputs are written
       exchange(label, data, dev(send), sendRows, dev(sendCounts), slots,
-               rowBytes, dev(recv), recvCapacity, dev(recvCounts));
+               rowBytes, dev(recv), recvCapacity, dev(recvCounts), layout);
       wait(label, "rows", data, nullptr);
       return;
     }
@@ -398,7 +401,7 @@ public:
     copy(in, dev(send), inBytes);
     copy(counts, dev(sendCounts), countBytes);
     exchange(label, data, in, sendRows, counts, slots, rowBytes, out,
-             recvCapacity, counts + countBytes);
+             recvCapacity, counts + countBytes, layout);
     wait(label, "rows", data, nullptr);
     copy(dev(recv), out, outBytes);
     copy(dev(recvCounts), counts + countBytes, countBytes);
@@ -428,20 +431,20 @@ public:
   std::unique_ptr<Pending>
   allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     // Host buffers are staged through device memory: nothing to overlap.
     if (!isDevicePointer(sendCounts))
       return Communicator::allToAllVStart(send, sendRows, sendCounts, slots,
                                           rowBytes, recv, recvCapacity,
-                                          recvCounts, what);
+                                          recvCounts, what, layout);
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
     std::string label = seq.enter(rank_, Kind::AllToAll, what);
     // No context synchronization: it would wait for the rows in flight. The
     // caller has written the inputs (see the file comment).
     exchange(label, control, dev(send), sendRows, dev(sendCounts), slots,
-             rowBytes, dev(recv), recvCapacity, dev(recvCounts));
+             rowBytes, dev(recv), recvCapacity, dev(recvCounts), layout);
     CUevent done = nullptr;
     MOERT_CU(driver().cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
     MOERT_CU(driver().cuEventRecord(done, data.stream));
@@ -671,7 +674,7 @@ private:
   void exchange(const std::string &label, Channel &counts, CUdeviceptr send,
                 int64_t sendRows, CUdeviceptr sendCounts, int64_t slots,
                 int64_t rowBytes, CUdeviceptr recv, int64_t recvCapacity,
-                CUdeviceptr recvCounts) {
+                CUdeviceptr recvCounts, const RowLayout &layout) {
     const int64_t count = slots * size_;
     // 1. This rank's counts, on the host (staged ones come on the stream).
     std::vector<int32_t> mine(static_cast<size_t>(count));
@@ -687,49 +690,51 @@ private:
     exchangeWords(label, "counts", counts, out, in, words);
     // 3. Where the rows go and come from.
     std::vector<int32_t> received(static_cast<size_t>(count));
-    auto [sendRowsTo, recvRowsFrom, total] =
-        planAllToAll(*this, label, in, seq.total, rowBytes, slots,
-                     mine.data(), received.data(), recvCapacity);
+    planAllToAll(*this, label, in, seq.total, rowBytes, slots, mine.data(),
+                 received.data(), recvCapacity);
+    RowPlan plan = planRows(*this, label, mine.data(), received.data(), slots,
+                            layout, sendRows, recvCapacity);
     // 4. The rows.
     MOERT_CU(driver().cuMemcpyHtoD(recvCounts, received.data(),
                                    size_t(count) * sizeof(int32_t)));
-    int64_t selfFrom = 0, selfAt = 0;
+    // This rank's own rows and the zeros on the local stream, by the copy
+    // engines while NCCL moves the others (the buffers are written, and
+    // nothing else writes these rows); the data stream waits for it.
+    for (auto [s, r] : zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
+      copy(recv + CUdeviceptr(r.row * rowBytes),
+           send + CUdeviceptr(s.row * rowBytes), size_t(r.rows * rowBytes),
+           local);
+    for (RowSegment z : plan.zero)
+      MOERT_CU(driver().cuMemsetD8Async(recv + CUdeviceptr(z.row * rowBytes),
+                                        0, size_t(z.rows * rowBytes), local));
+    MOERT_CU(driver().cuEventRecord(localDone, local));
     {
       Guard guard(watchdogText(label, "ncclGroupEnd", "rows"),
                   timeoutSeconds() + kWatchdogGrace);
       check(nc.groupStart(), "ncclGroupStart", label);
-      int64_t at = 0, from = 0;
-      for (int p = 0; p < size_; ++p) {
-        int64_t n = recvRowsFrom[size_t(p)];
-        if (p == rank_)
-          selfAt = at;
-        else if (n > 0)
-          check(nc.recv(reinterpret_cast<void *>(recv + CUdeviceptr(at * rowBytes)),
-                        size_t(n * rowBytes), nccl::Uint8, p, data.comm,
-                        data.stream),
-                "ncclRecv", label);
-        at += n;
-      }
-      for (int p = 0; p < size_; ++p) {
-        int64_t n = sendRowsTo[size_t(p)];
-        if (p == rank_)
-          selfFrom = from;
-        else if (n > 0)
-          check(nc.send(reinterpret_cast<void *>(send + CUdeviceptr(from * rowBytes)),
-                        size_t(n * rowBytes), nccl::Uint8, p, data.comm,
-                        data.stream),
-                "ncclSend", label);
-        from += n;
-      }
+      // Segment by segment: both sides of a pair list the same segments,
+      // and NCCL matches a pair's sends and receives in order.
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_)
+          for (RowSegment s : plan.recv[size_t(p)])
+            if (s.rows > 0)
+              check(nc.recv(reinterpret_cast<void *>(
+                                recv + CUdeviceptr(s.row * rowBytes)),
+                            size_t(s.rows * rowBytes), nccl::Uint8, p,
+                            data.comm, data.stream),
+                    "ncclRecv", label);
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_)
+          for (RowSegment s : plan.send[size_t(p)])
+            if (s.rows > 0)
+              check(nc.send(reinterpret_cast<void *>(
+                                send + CUdeviceptr(s.row * rowBytes)),
+                            size_t(s.rows * rowBytes), nccl::Uint8, p,
+                            data.comm, data.stream),
+                    "ncclSend", label);
       check(nc.groupEnd(), "ncclGroupEnd", label);
-      copy(recv + CUdeviceptr(selfAt * rowBytes),
-           send + CUdeviceptr(selfFrom * rowBytes),
-           size_t(sendRowsTo[size_t(rank_)] * rowBytes));
-      if (recvCapacity > total)
-        MOERT_CU(driver().cuMemsetD8Async(
-            recv + CUdeviceptr(total * rowBytes), 0,
-            size_t((recvCapacity - total) * rowBytes), data.stream));
     }
+    MOERT_CU(driver().cuStreamWaitEvent(data.stream, localDone, 0));
   }
 
   /// all_reduce on device buffers.
@@ -774,6 +779,9 @@ private:
   Communicator *mpi;
   Channel data;    ///< rows, reductions, the blocking collectives' headers
   Channel control; ///< headers and counts of started exchanges
+  /// An exchange's own rows and zero tail, beside the NCCL transfers.
+  CUstream local = nullptr;
+  CUevent localDone = nullptr;
   std::mutex mu;
   Sequence seq;
   Scratch stageIn, stageOut, stageCounts, stageWide;
@@ -792,11 +800,11 @@ public:
 
   void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts,
-                 const char *what) override {
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout) override {
     if (!isDevicePointer(sendCounts))
       return host.allToAllV(send, sendRows, sendCounts, slots, rowBytes, recv,
-                            recvCapacity, recvCounts, what);
+                            recvCapacity, recvCounts, what, layout);
     ContextScope scope;
     MOERT_CU(driver().cuCtxSynchronize());
     size_t count = size_t(slots * size());
@@ -808,7 +816,7 @@ public:
     MOERT_CU(driver().cuMemcpyDtoH(sc.data(), dev(sendCounts),
                                    count * sizeof(int32_t)));
     host.allToAllV(in.data(), sendRows, sc.data(), slots, rowBytes, out.data(),
-                   recvCapacity, rc.data(), what);
+                   recvCapacity, rc.data(), what, layout);
     if (!out.empty())
       MOERT_CU(driver().cuMemcpyHtoD(dev(recv), out.data(), out.size()));
     MOERT_CU(driver().cuMemcpyHtoD(dev(recvCounts), rc.data(),

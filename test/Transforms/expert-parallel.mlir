@@ -3,23 +3,23 @@
 // RUN: moe-opt %s -split-input-file --moe-expert-parallel="ep-size=2 chunks=2" | FileCheck %s --check-prefix=CHUNKS
 
 // A layer with 8 experts over 2 ranks: the weight arguments become this
-// rank's 4 experts; rows go out by global expert, are regrouped by local
-// expert (the original pad_to), computed, unsorted and sent back.
+// rank's 4 experts; rows go out by global expert and arrive grouped by local
+// expert (slot-major, the original pad_to), are computed where they arrived
+// (groups from moe.slot_offsets), and go back read from those groups.
 // CHECK: shard.grid @ep(shape = 2)
 // CHECK-LABEL: func.func @layer
 // CHECK-SAME: %[[W1:[a-z0-9]+]]: tensor<4x64x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
 // CHECK-SAME: %[[W2:[a-z0-9]+]]: tensor<4x32x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
 // CHECK: %{{.*}}, %[[W:.*]] = moe.router
 // CHECK: %[[S:.*]], %{{.*}}, %[[C:.*]], %[[P:.*]] = moe.dispatch %{{.*}} experts(8) : {{.*}} -> tensor<32x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<16x2xi32>
-// CHECK: %[[R:.*]], %[[RC:.*]] = moe.all_to_all %[[S]], %[[C]] on @ep grid_axes = [0] : tensor<32x64xf32>, tensor<8xi32> -> tensor<64x64xf32>, tensor<8xi32>
-// CHECK: %[[LOCAL:.*]] = linalg.generic
-// CHECK: %[[LI:.*]] = tensor.expand_shape %[[LOCAL]]
-// CHECK: %[[LS:.*]], %[[LO:.*]], %{{.*}}, %[[LP:.*]] = moe.dispatch %[[R]], %[[LI]] experts(4) pad_to(4)
-// CHECK: %[[H:.*]] = moe.grouped_matmul %[[LS]], %[[W1]], %[[LO]]
+// CHECK: %[[R:.*]], %[[RC:.*]] = moe.all_to_all %[[S]], %[[C]] on @ep grid_axes = [0] slot_major_result pad_to(4) : tensor<32x64xf32>, tensor<8xi32> -> tensor<96x64xf32>, tensor<8xi32>
+// CHECK: %[[LO:.*]] = moe.slot_offsets %[[RC]] pad_to(4) : tensor<8xi32> -> tensor<5xi32>
+// CHECK-NOT: moe.dispatch
+// CHECK: %[[H:.*]] = moe.grouped_matmul %[[R]], %[[W1]], %[[LO]]
 // CHECK: moe.swiglu %[[H]]
 // CHECK: %[[Y:.*]] = moe.grouped_matmul %{{.*}}, %[[W2]], %[[LO]]
-// CHECK: %[[U:.*]] = moe.combine %[[Y]], %{{.*}}, %[[LP]] : tensor<96x64xf32>, tensor<64x1xf32>, tensor<64x1xi32> -> tensor<64x64xf32>
-// CHECK: %[[B:.*]], %{{.*}} = moe.all_to_all %[[U]], %[[RC]] on @ep grid_axes = [0] : tensor<64x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
+// CHECK-NOT: moe.combine
+// CHECK: %[[B:.*]], %{{.*}} = moe.all_to_all %[[Y]], %[[RC]] on @ep grid_axes = [0] slot_major_input pad_to(4) : tensor<96x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
 // CHECK: %[[OUT:.*]] = moe.combine %[[B]], %[[W]], %[[P]]
 // CHECK: return %[[OUT]]
 // chunks=2: two halves of 8 tokens, stage by stage: both halves dispatched
@@ -32,15 +32,15 @@
 // CHUNKS: %[[I0:.*]] = tensor.extract_slice %[[IDX]][0, 0] [8, 2] [1, 1]
 // CHUNKS: %[[W0:.*]] = tensor.extract_slice %[[W]][0, 0] [8, 2] [1, 1]
 // CHUNKS: %[[S0:.*]], %{{.*}}, %[[C0:.*]], %[[P0:.*]] = moe.dispatch %[[X0]], %[[I0]] experts(8) : {{.*}} -> tensor<16x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x2xi32>
-// CHUNKS: %[[R0:.*]], %[[RC0:.*]] = moe.all_to_all %[[S0]], %[[C0]] on @ep grid_axes = [0] : tensor<16x64xf32>, tensor<8xi32> -> tensor<32x64xf32>, tensor<8xi32>
+// CHUNKS: %[[R0:.*]], %[[RC0:.*]] = moe.all_to_all %[[S0]], %[[C0]] on @ep grid_axes = [0] slot_major_result pad_to(4) : tensor<16x64xf32>, tensor<8xi32> -> tensor<64x64xf32>, tensor<8xi32>
 // CHUNKS: %[[X1:.*]] = tensor.extract_slice %[[X]][8, 0] [8, 64] [1, 1]
 // CHUNKS: %[[S1:.*]], %{{.*}}, %[[C1:.*]], %[[P1:.*]] = moe.dispatch %[[X1]]
 // CHUNKS: %[[R1:.*]], %[[RC1:.*]] = moe.all_to_all %[[S1]], %[[C1]]
-// CHUNKS: moe.dispatch %[[R0]], %{{.*}} experts(4) pad_to(4)
-// CHUNKS: moe.grouped_matmul
-// CHUNKS: %[[B0:.*]], %{{.*}} = moe.all_to_all %{{.*}}, %[[RC0]]
-// CHUNKS: moe.dispatch %[[R1]], %{{.*}} experts(4) pad_to(4)
-// CHUNKS: moe.grouped_matmul
+// CHUNKS: moe.slot_offsets %[[RC0]] pad_to(4)
+// CHUNKS: moe.grouped_matmul %[[R0]]
+// CHUNKS: %[[B0:.*]], %{{.*}} = moe.all_to_all %{{.*}}, %[[RC0]] on @ep grid_axes = [0] slot_major_input pad_to(4)
+// CHUNKS: moe.slot_offsets %[[RC1]] pad_to(4)
+// CHUNKS: moe.grouped_matmul %[[R1]]
 // CHUNKS: %[[B1:.*]], %{{.*}} = moe.all_to_all %{{.*}}, %[[RC1]]
 // CHUNKS: %[[E:.*]] = tensor.empty() : tensor<16x64xf32>
 // CHUNKS: %[[Y0:.*]] = moe.combine %[[B0]], %[[W0]], %[[P0]] : tensor<16x64xf32>, tensor<8x2xf32>, tensor<8x2xi32> -> tensor<8x64xf32>

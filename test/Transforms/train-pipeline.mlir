@@ -13,14 +13,15 @@
 // CHECK-DAG: %[[W1:.*]] = moe.quantize %{{.*}} : tensor<4x64x64xf32> -> !moe.mx<4x64x64xf8E4M3FN, axis = 1>
 // CHECK-DAG: %[[W2:.*]] = moe.quantize %{{.*}} : tensor<4x32x64xf32> -> !moe.mx<4x32x64xf8E4M3FN, axis = 1>
 // The tokens are quantized before they are dispatched and sent (8-bit rows
-// with their scales travel), and the grouped MLP reads the received rows.
+// with their scales travel), and the grouped MLP reads the received rows
+// where they arrived, grouped by local expert.
 // CHECK: %[[QX:.*]] = moe.quantize %{{.*}} : tensor<64x64xf32> -> !moe.mx<64x64xf8E4M3FN, axis = 1>
-// CHECK: %[[S:.*]], %{{.*}}, %[[C:.*]], %{{.*}} = moe.dispatch %[[QX]], {{.*}} -> !moe.mx<128x64xf8E4M3FN, axis = 1>,
-// CHECK: %[[R:.*]], %{{.*}} = moe.all_to_all %[[S]], %[[C]] on @ep {{.*}} : !moe.mx<128x64xf8E4M3FN, axis = 1>, tensor<8xi32> -> !moe.mx<256x64xf8E4M3FN, axis = 1>
-// CHECK: %[[X:.*]], %[[O:.*]], %{{.*}}, %{{.*}} = moe.dispatch %[[R]], {{.*}} experts(4) pad_to(32) {{.*}} -> !moe.mx<352x64xf8E4M3FN, axis = 1>
+// CHECK: %[[S:[^,]*]], %{{[^,]*}}, %[[C:[^,]*]], %{{.*}} = moe.dispatch %[[QX]], {{.*}} -> !moe.mx<128x64xf8E4M3FN, axis = 1>,
+// CHECK: %[[X:[^,]*]], %[[RC:[^ ]*]] = moe.all_to_all %[[S]], %[[C]] on @ep {{.*}} slot_major_result pad_to(32) : !moe.mx<128x64xf8E4M3FN, axis = 1>, tensor<8xi32> -> !moe.mx<352x64xf8E4M3FN, axis = 1>
+// CHECK: %[[O:.*]] = moe.slot_offsets %[[RC]] pad_to(32)
 // CHECK-NOT: moe.quantize
 // CHECK: moe.grouped_mlp %[[X]], %[[W1]], %[[W2]], %[[O]] : !moe.mx<352x64xf8E4M3FN, axis = 1>, !moe.mx<4x64x64xf8E4M3FN, axis = 1>, !moe.mx<4x32x64xf8E4M3FN, axis = 1>, tensor<5xi32> -> tensor<352x64xf32>
-// CHECK: moe.all_to_all {{.*}} : tensor<256x64xf32>
+// CHECK: moe.all_to_all {{.*}} slot_major_input pad_to(32) : tensor<352x64xf32>
 // CHECK: moe.combine
 
 // Without a recipe the experts are only grouped and fused (f32 throughout).

@@ -136,11 +136,14 @@ bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
     return false;
   RowBound bound = it->second;
   Value n;
-  if (DispatchOp d = bound.dispatch) {
-    Value offsets = rewriter.getRemappedValue(d.getOffsets());
-    if (!offsets)
+  if (bound.offsets) {
+    // The last offset.
+    Value offsets = rewriter.getRemappedValue(bound.offsets);
+    auto type = dyn_cast_or_null<RankedTensorType>(offsets ? offsets.getType()
+                                                            : Type());
+    if (!type || type.getRank() != 1 || type.isDynamicDim(0))
       return false;
-    n = e.extractIndex(offsets, e.idx(d.getNumExperts()));
+    n = e.extractIndex(offsets, e.idx(type.getDimSize(0) - 1));
   } else {
     // The sum of the counts (a reduction to a 0-d tensor, read back).
     Value counts = rewriter.getRemappedValue(bound.counts);
@@ -815,6 +818,51 @@ struct CombineLowering : RowwiseLowering<CombineOp> {
   }
 };
 
+/// offsets[g] = sum over j < g of roundup(sum over src of counts[src*S + j],
+/// pad): one parallel generic over the S + 1 entries.
+struct SlotOffsetsLowering : OpConversionPattern<SlotOffsetsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(SlotOffsetsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    Value counts = adaptor.getCounts();
+    int64_t slots = op.getNumSlots(), pad = op.getPadTo();
+    int64_t ranks = op.getCounts().getType().getDimSize(0) / slots;
+    auto type = op.getOffsets().getType();
+    Type elt = type.getElementType();
+    Value offsets = e.generic(
+        ValueRange{}, e.empty({e.b.getIndexAttr(slots + 1)}, elt),
+        {AffineMap::getMultiDimIdentityMap(1, rewriter.getContext())},
+        {IteratorType::parallel}, [&](OpBuilder &b, Location l, ValueRange) {
+          Emitter n{b, l};
+          Value g = linalg::IndexOp::create(b, l, 0);
+          Value at = n.forLoop(
+              n.idx(0), g, n.idx(0), [&](Emitter &m, Value j, ValueRange s) {
+                Value rows = m.forLoop(
+                    m.idx(0), m.idx(ranks), m.idx(0),
+                    [&](Emitter &q, Value src, ValueRange r) {
+                      Value slot = q.addI(
+                          arith::MulIOp::create(q.b, q.loc, src, q.idx(slots)),
+                          j);
+                      return SmallVector<Value>{
+                          q.addI(r[0], q.extractIndex(counts, slot))};
+                    })[0];
+                Value padded = arith::MulIOp::create(
+                    m.b, m.loc,
+                    arith::DivUIOp::create(m.b, m.loc,
+                                           m.addI(rows, m.idx(pad - 1)),
+                                           m.idx(pad)),
+                    m.idx(pad));
+                return SmallVector<Value>{m.addI(s[0], padded)};
+              })[0];
+          return SmallVector<Value>{n.fromIndex(at, elt)};
+        })[0];
+    rewriter.replaceOp(op, offsets);
+    return success();
+  }
+};
+
 /// Over a group of one rank: copy the rows (cut or zero-padded).
 struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -827,6 +875,8 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
           "exchanges rows between several ranks; -convert-moe-to-linalg only "
           "lowers groups of one rank (run -convert-moe-to-runtime first)");
     Emitter e{rewriter, op.getLoc()};
+    if (op.getPadTo() > 1)
+      return lowerPaddedSlots(e, op, adaptor, rewriter);
     // Each part of the rows (an MX tensor's data and scales) alike.
     SmallVector<Value> outs;
     for (auto [in, rt] : llvm::zip(adaptor.getInput(),
@@ -842,6 +892,78 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
                        {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
                        {n, outSizes[1]});
       outs.push_back(tensor::CastOp::create(rewriter, op.getLoc(), rt, out));
+    }
+    rewriter.replaceOpWithMultiple(
+        op, {ValueRange(outs), ValueRange(adaptor.getSendCounts())});
+    return success();
+  }
+
+  /// One rank with padded slot-major sides: slot j's rows (send_counts[j] of
+  /// them) move from where the input layout puts them to where the result
+  /// layout does; padding and the tail are zero.
+  static LogicalResult lowerPaddedSlots(Emitter &e, AllToAllOp op,
+                                        OneToNOpAdaptor adaptor,
+                                        ConversionPatternRewriter &rewriter) {
+    using P = arith::CmpIPredicate;
+    MLIRContext *ctx = rewriter.getContext();
+    Value counts = adaptor.getSendCounts()[0];
+    int64_t slots = op.getSendCounts().getType().getDimSize(0);
+    int64_t pad = op.getPadTo();
+    auto resultTypes = loweredTypes(op.getResult().getType());
+    int64_t rows = resultTypes[0].getDimSize(0);
+    if (ShapedType::isDynamic(rows) || ShapedType::isDynamic(slots))
+      return op.emitOpError("with padded slots needs static row and count "
+                            "sizes");
+    bool slotIn = op.getSlotMajorInput(), slotOut = op.getSlotMajorResult();
+    auto id = [&](int n) { return AffineMap::getMultiDimIdentityMap(n, ctx); };
+    // The input row of every result row, or -1.
+    Value source = e.generic(
+        ValueRange{}, e.empty({e.b.getIndexAttr(rows)}, e.b.getIndexType()),
+        {id(1)}, {IteratorType::parallel},
+        [&](OpBuilder &b, Location l, ValueRange) {
+          Emitter n{b, l};
+          Value r = linalg::IndexOp::create(b, l, 0);
+          auto padded = [&](Emitter &m, Value x) -> Value {
+            return arith::MulIOp::create(
+                m.b, m.loc,
+                arith::DivUIOp::create(m.b, m.loc, m.addI(x, m.idx(pad - 1)),
+                                       m.idx(pad)),
+                m.idx(pad));
+          };
+          ValueRange found = n.forLoop(
+              n.idx(0), n.idx(slots), {n.idx(0), n.idx(0), n.idx(-1)},
+              [&](Emitter &m, Value j, ValueRange s) {
+                Value c = m.extractIndex(counts, j);
+                Value in = m.cmpI(P::sge, r, s[1]);
+                in = arith::AndIOp::create(m.b, m.loc, in,
+                                           m.cmpI(P::slt, r, m.addI(s[1], c)));
+                Value src = m.addI(s[0], m.subI(r, s[1]));
+                return SmallVector<Value>{
+                    m.addI(s[0], slotIn ? padded(m, c) : c),
+                    m.addI(s[1], slotOut ? padded(m, c) : c),
+                    m.sel(in, src, s[2])};
+              });
+          return SmallVector<Value>{found[2]};
+        })[0];
+    SmallVector<Value> outs;
+    AffineExpr rr, hh;
+    bindDims(ctx, rr, hh);
+    for (auto [in, rt] : llvm::zip(adaptor.getInput(), resultTypes)) {
+      Type elt = rt.getElementType();
+      Value inRows = e.dim(in, 0);
+      outs.push_back(e.generic(
+          source, e.empty({e.b.getIndexAttr(rows), e.sizes(in)[1]}, elt),
+          {AffineMap::get(2, 0, {rr}, ctx), id(2)},
+          {IteratorType::parallel, IteratorType::parallel},
+          [&](OpBuilder &b, Location l, ValueRange a) {
+            Emitter n{b, l};
+            Value valid = arith::AndIOp::create(
+                b, l, n.cmpI(P::sge, a[0], n.idx(0)),
+                n.cmpI(P::slt, a[0], inRows));
+            Value src = n.sel(valid, a[0], n.idx(0));
+            Value v = n.extract(in, {src, linalg::IndexOp::create(b, l, 1)});
+            return SmallVector<Value>{n.sel(valid, v, n.zeroOf(elt))};
+          })[0]);
     }
     rewriter.replaceOpWithMultiple(
         op, {ValueRange(outs), ValueRange(adaptor.getSendCounts())});
@@ -946,7 +1068,8 @@ void mlir::moe::populateMoEToLinalgConversionPatterns(
     const LiveRowBounds *live) {
   patterns.add<MXPackLowering, MXUnpackLowering, GroupedMatmulLowering,
                GroupedMatmulWgradLowering, RouterLowering, DispatchLowering,
-               AllToAllLowering>(converter, patterns.getContext());
+               AllToAllLowering, SlotOffsetsLowering>(converter,
+                                                      patterns.getContext());
   patterns.add<QuantizeLowering, DequantizeLowering, SwigluLowering,
                SwigluGradLowering, CombineLowering>(converter,
                                                     patterns.getContext(), live);

@@ -254,18 +254,26 @@ struct ConvertMoEToRuntimePass
     TypeRange startResults;
     if (overlap)
       startResults = TypeRange(i64);
-    auto fnType = FunctionType::get(
-        &getContext(), {rowsDyn, countsDyn, rowsDyn, countsDyn, i64},
-        startResults);
-    auto fn = declare(module,
-                      (overlap ? "moert_all_to_all_start_" : "moert_all_to_all_") +
-                          dtype,
-                      fnType, /*cInterface=*/true, loc);
+    // A slot-major side: the `slots` entry points, which take the layout
+    // (bit 0: input, bit 1: result) and the slots' padding.
+    int64_t layout = (op.getSlotMajorInput() ? 1 : 0) |
+                     (op.getSlotMajorResult() ? 2 : 0);
+    SmallVector<Type> argTypes = {rowsDyn, countsDyn, rowsDyn, countsDyn, i64};
+    if (layout)
+      argTypes.append({i64, i64});
+    auto fnType = FunctionType::get(&getContext(), argTypes, startResults);
+    std::string entry = std::string("moert_all_to_all_") +
+                        (layout ? "slots_" : "") + (overlap ? "start_" : "") +
+                        dtype;
+    auto fn = declare(module, entry, fnType, /*cInterface=*/true, loc);
     if (failed(fn))
       return failure();
     // The exchange reads the first sum(counts) rows of its input (argument
-    // 1 holds the counts): what the live-rows analysis needs to know.
-    (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
+    // 1 holds the counts): what the live-rows analysis needs to know. (Not
+    // so for a slot-major input with padded slots: its rows lie between
+    // padding.)
+    if (!op.getSlotMajorInput() || op.getPadTo() == 1)
+      (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
       waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
@@ -302,9 +310,13 @@ struct ConvertMoEToRuntimePass
     Value recvBuf = newBuffer(b, loc, counts32Type, countsBuf);
     Value outDyn = memref::CastOp::create(b, loc, rowsDyn, outBuf);
     Value recvDyn = memref::CastOp::create(b, loc, countsDyn, recvBuf);
-    Value group = arith::ConstantIntOp::create(b, loc, p, 64);
-    auto call = func::CallOp::create(
-        b, loc, *fn, ValueRange{inDyn, countsDynV, outDyn, recvDyn, group});
+    SmallVector<Value> args = {inDyn, countsDynV, outDyn, recvDyn,
+                               arith::ConstantIntOp::create(b, loc, p, 64)};
+    if (layout) {
+      args.push_back(arith::ConstantIntOp::create(b, loc, layout, 64));
+      args.push_back(arith::ConstantIntOp::create(b, loc, op.getPadTo(), 64));
+    }
+    auto call = func::CallOp::create(b, loc, *fn, args);
     lastStart[block] = call;
     // The received counts are there when the call returns.
     Value recv = toTensor(b, loc, recvBuf);

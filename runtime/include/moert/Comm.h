@@ -98,6 +98,19 @@ enum class DType { F32, F64, BF16, F16, I32, I64 };
 const char *name(DType type);
 size_t bytes(DType type);
 
+/// Where an exchange's rows lie on one side (input or result).
+/// Peer-major (the default): by rank, then slot, one contiguous block per
+/// rank. Slot-major: by slot, then rank: slot j's rows (those of every rank)
+/// start where the earlier slots' end, rounded up to a multiple of padTo;
+/// rows between slots and after the last one are not sent (input) or are
+/// zero (result). The exchange of a slot-major result in reverse is the one
+/// with a slot-major input.
+struct RowLayout {
+  bool slotMajorSend = false;
+  bool slotMajorRecv = false;
+  int64_t padTo = 1;
+};
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -112,11 +125,14 @@ public:
   /// `src` sent for slot `j`; `recv` the rows, by source rank then slot, and
   /// zeros beyond the received ones. More rows than `recvCapacity`, or send
   /// counts that are negative or exceed `sendRows`, are errors naming the
-  /// sizes. `what` names the collective in messages ("f32 rows").
+  /// sizes. `what` names the collective in messages ("f32 rows"). `layout`
+  /// orders either side by slot instead (see RowLayout); all ranks pass the
+  /// same one.
   virtual void allToAllV(const void *send, int64_t sendRows,
                          const int32_t *sendCounts, int64_t slots,
                          int64_t rowBytes, void *recv, int64_t recvCapacity,
-                         int32_t *recvCounts, const char *what) = 0;
+                         int32_t *recvCounts, const char *what,
+                         const RowLayout &layout = RowLayout()) = 0;
 
   /// An exchange allToAllVStart began: its rows are in place after wait().
   class Pending {
@@ -138,7 +154,8 @@ public:
   virtual std::unique_ptr<Pending>
   allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
                  int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts, const char *what);
+                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
+                 const RowLayout &layout = RowLayout());
 
   /// out[i] = sum over ranks of in[i]; `in` may equal `out`. bf16 and f16
   /// are summed in f32 and rounded once (to nearest even).
@@ -244,6 +261,29 @@ MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e4m3fn)
 MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e5m2)
 MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e8m0fnu)
 #undef MOERT_DECLARE_ALL_TO_ALL_ASYNC
+
+/// Both of the above with either side ordered by slot (moe.all_to_all's
+/// slot_major_input / slot_major_result; see RowLayout): `layout` bit 0 makes
+/// the input slot-major, bit 1 the result; `pad_to` aligns the slots of a
+/// slot-major side. The started form is waited for with
+/// moert_all_to_all_wait_T.
+#define MOERT_DECLARE_ALL_TO_ALL_SLOTS(T)                                      \
+  void _mlir_ciface_moert_all_to_all_slots_##T(                                \
+      struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      int64_t group_size, int64_t layout, int64_t pad_to);                     \
+  int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
+      struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      int64_t group_size, int64_t layout, int64_t pad_to);
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f32)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(bf16)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f16)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f64)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f8e4m3fn)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f8e5m2)
+MOERT_DECLARE_ALL_TO_ALL_SLOTS(f8e8m0fnu)
+#undef MOERT_DECLARE_ALL_TO_ALL_SLOTS
 
 /// shard.all_reduce (sum), on the flattened tensor: result = sum of input.
 #define MOERT_DECLARE_ALL_REDUCE(T)                                            \

@@ -17,21 +17,21 @@
 // SYMS-DAG: T _mlir_ciface_layer
 // SYMS-DAG: T _mlir_ciface_router_grad
 // SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_f32
-// SYMS-DAG: U _mlir_ciface_moert_all_to_all_start_f32
+// SYMS-DAG: U _mlir_ciface_moert_all_to_all_slots_start_f32
 // SYMS-DAG: U _mlir_ciface_moert_all_to_all_wait_f32
-// TRAIN: U _mlir_ciface_moert_all_to_all_start_f32
+// TRAIN: U _mlir_ciface_moert_all_to_all_slots_start_f32
 
 // Tokens out to the experts' owners and back: two exchanges, each started
 // after the stream of the kernels before it is synchronized and waited for
 // before the kernels that read its rows; a new stream follows each call.
-// Between the first start and its wait, the kernel numbering the received
-// rows by local expert (it needs only the counts) runs while the rows travel.
+// Between the first start and its wait, the kernel computing the local groups
+// (moe.slot_offsets: it needs only the counts) runs while the rows travel.
 // CHECK-LABEL: llvm.func @layer(
 // CHECK: %[[S1:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S1]] : !llvm.ptr>
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S1]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S1]])
-// CHECK-NEXT: %[[H1:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHECK-NEXT: %[[H1:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
 // CHECK-NEXT: %[[S2:.*]] = llvm.call @mgpuStreamCreate()
 // CHECK: gpu.launch_func <%[[S2]] : !llvm.ptr>
 // CHECK-NOT: llvm.call @moert_
@@ -43,7 +43,7 @@
 // CHECK: gpu.launch_func <%[[S3]] : !llvm.ptr>
 // CHECK: llvm.call @mgpuStreamSynchronize(%[[S3]])
 // CHECK-NEXT: llvm.call @mgpuStreamDestroy(%[[S3]])
-// CHECK-NEXT: %[[H2:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHECK-NEXT: %[[H2:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
 // CHECK-NOT: gpu.launch_func
 // CHECK: llvm.call @moert_all_to_all_wait_f32(%[[H2]],
 // CHECK-NEXT: %[[S4:.*]] = llvm.call @mgpuStreamCreate()
@@ -51,7 +51,7 @@
 // CHECK-NOT: llvm.call @moert_
 // CHECK: llvm.return
 // CHECK-LABEL: llvm.func @router_grad(
-// CHECK-COUNT-2: llvm.call @moert_all_to_all_start_f32(
+// CHECK-COUNT-2: llvm.call @moert_all_to_all_slots_start_f32(
 // CHECK: llvm.call @moert_all_reduce_sum_f32(
 // CHECK: llvm.return
 
@@ -59,14 +59,14 @@
 // run; the second chunk's rows travel during them, and the first chunk's
 // results return while the second chunk computes.
 // CHUNKS-LABEL: llvm.func @layer(
-// CHUNKS: %[[A:.*]] = llvm.call @moert_all_to_all_start_f32(
-// CHUNKS: %[[B:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: %[[A:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
+// CHUNKS: %[[B:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
 // CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[A]],
 // CHUNKS: gpu.launch_func
-// CHUNKS: %[[C:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: %[[C:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
 // CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[B]],
 // CHUNKS: gpu.launch_func
-// CHUNKS: %[[D:.*]] = llvm.call @moert_all_to_all_start_f32(
+// CHUNKS: %[[D:.*]] = llvm.call @moert_all_to_all_slots_start_f32(
 // CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[C]],
 // CHUNKS: gpu.launch_func
 // CHUNKS: llvm.call @moert_all_to_all_wait_f32(%[[D]],

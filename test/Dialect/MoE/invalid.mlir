@@ -1235,3 +1235,22 @@ func.func @unknown_op_generic(%x: tensor<4xf32>) {
   %0 = "moe.foo"(%x) : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+// all_to_all: padding applies to slot-major sides only.
+shard.grid @ep(shape = 2)
+func.func @a2a_pad_without_slots(%x: tensor<64x16xf32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{pads slots to 4 rows, but neither side is slot-major (pad_to applies to slot_major_input and slot_major_result)}}
+  %r, %rc = moe.all_to_all %x, %c on @ep pad_to(4) : tensor<64x16xf32>, tensor<4xi32> -> tensor<128x16xf32>, tensor<4xi32>
+  return
+}
+
+// -----
+
+// slot_offsets: S + 1 offsets for S slots that divide the counts.
+func.func @slot_offsets_size(%c: tensor<8xi32>) {
+  // expected-error @+1 {{expects offsets of S + 1 entries, S >= 1 slots dividing the 8 counts, got 4 entries}}
+  %o = moe.slot_offsets %c : tensor<8xi32> -> tensor<4xi32>
+  return
+}

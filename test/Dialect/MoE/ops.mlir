@@ -389,6 +389,15 @@ func.func @all_to_all_forms(%x: tensor<64x16xbf16>, %c: tensor<4xi32>,
   // CHECK: moe.all_to_all %{{.*}}, %{{.*}} on @dyn : tensor<?x16xf32>, tensor<4xi32> -> tensor<?x16xf32>, tensor<4xi32>
   %r4, %rc4 = moe.all_to_all %xd, %c on @dyn
       : tensor<?x16xf32>, tensor<4xi32> -> tensor<?x16xf32>, tensor<4xi32>
+  // Slot-major sides, padded slots, and the groups of a slot-major result.
+  // CHECK: moe.all_to_all %{{.*}}, %{{.*}} on @ep grid_axes = [0] slot_major_result pad_to(8) : tensor<64x16xbf16>, tensor<4xi32> -> tensor<160x16xbf16>, tensor<4xi32>
+  %r5, %rc5 = moe.all_to_all %x, %c on @ep grid_axes = [0] slot_major_result pad_to(8)
+      : tensor<64x16xbf16>, tensor<4xi32> -> tensor<160x16xbf16>, tensor<4xi32>
+  // CHECK: moe.slot_offsets %{{.*}} pad_to(8) : tensor<4xi32> -> tensor<3xi32>
+  %o5 = moe.slot_offsets %rc5 pad_to(8) : tensor<4xi32> -> tensor<3xi32>
+  // CHECK: moe.all_to_all %{{.*}}, %{{.*}} on @ep slot_major_input slot_major_result : tensor<160x16xbf16>, tensor<4xi32> -> tensor<160x16xbf16>, tensor<4xi32>
+  %r6, %rc6 = moe.all_to_all %r5, %rc5 on @ep slot_major_input slot_major_result
+      : tensor<160x16xbf16>, tensor<4xi32> -> tensor<160x16xbf16>, tensor<4xi32>
   return
 }
 

@@ -93,5 +93,55 @@ func.func @main() {
   // CHECK-NEXT:  [0, 0]]
   // CHECK: sizes = [3]
   // CHECK-NEXT: {{^}}[0, 3, 1]
+
+  // 6. Slot-major result padded to 2 rows a slot (counts [2, 1]: slot 0 is
+  // rows 0-1, slot 1 starts at 2 and is padded to 4), its groups
+  // (moe.slot_offsets), and back from that layout: the input again.
+  %r6, %rc6 = moe.all_to_all %x, %counts on @g slot_major_result pad_to(2)
+      : tensor<3x2xf32>, tensor<2xi32> -> tensor<5x2xf32>, tensor<2xi32>
+  %o6 = moe.slot_offsets %rc6 pad_to(2) : tensor<2xi32> -> tensor<3xi32>
+  %b6, %bc6 = moe.all_to_all %r6, %rc6 on @g slot_major_input pad_to(2)
+      : tensor<5x2xf32>, tensor<2xi32> -> tensor<3x2xf32>, tensor<2xi32>
+  %r6_ = tensor.cast %r6 : tensor<5x2xf32> to tensor<?x?xf32>
+  %o6_ = tensor.cast %o6 : tensor<3xi32> to tensor<?xi32>
+  %b6_ = tensor.cast %b6 : tensor<3x2xf32> to tensor<?x?xf32>
+  call @pf(%r6_) : (tensor<?x?xf32>) -> ()
+  call @pi(%o6_) : (tensor<?xi32>) -> ()
+  call @pf(%b6_) : (tensor<?x?xf32>) -> ()
+  // CHECK: sizes = [5, 2]
+  // CHECK-NEXT: {{\[}}[1.5, -2],
+  // CHECK-NEXT:  [3.25, 4],
+  // CHECK-NEXT:  [-5, 6.125],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [0, 0]]
+  // CHECK: sizes = [3]
+  // CHECK-NEXT: {{^}}[0, 2, 4]
+  // CHECK: sizes = [3, 2]
+  // CHECK-NEXT: {{\[}}[1.5, -2],
+  // CHECK-NEXT:  [3.25, 4],
+  // CHECK-NEXT:  [-5, 6.125]]
+
+  // 7. Padded by 4, three slots (counts [1, 0, 2]): slot 0 at row 0, the
+  // empty slot 1 takes no rows, slot 2 at row 4.
+  %counts7 = arith.constant dense<[1, 0, 2]> : tensor<3xi32>
+  %r7, %rc7 = moe.all_to_all %x, %counts7 on @g slot_major_result pad_to(4)
+      : tensor<3x2xf32>, tensor<3xi32> -> tensor<9x2xf32>, tensor<3xi32>
+  %o7 = moe.slot_offsets %rc7 pad_to(4) : tensor<3xi32> -> tensor<4xi32>
+  %r7_ = tensor.cast %r7 : tensor<9x2xf32> to tensor<?x?xf32>
+  %o7_ = tensor.cast %o7 : tensor<4xi32> to tensor<?xi32>
+  call @pf(%r7_) : (tensor<?x?xf32>) -> ()
+  call @pi(%o7_) : (tensor<?xi32>) -> ()
+  // CHECK: sizes = [9, 2]
+  // CHECK-NEXT: {{\[}}[1.5, -2],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [3.25, 4],
+  // CHECK-NEXT:  [-5, 6.125],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [0, 0],
+  // CHECK-NEXT:  [0, 0]]
+  // CHECK: sizes = [4]
+  // CHECK-NEXT: {{^}}[0, 4, 4, 8]
   return
 }

@@ -738,6 +738,11 @@ LogicalResult AllToAllOp::verify() {
   if (failed(expectSameRowFormat(op, "the result", getResult().getType(),
                                  "the input", getInput().getType())))
     return failure();
+  if (getPadTo() > 1 && !getSlotMajorInput() && !getSlotMajorResult())
+    return emitOpError("pads slots to ")
+           << getPadTo()
+           << " rows, but neither side is slot-major (pad_to applies to "
+              "slot_major_input and slot_major_result)";
   if (getSendCounts().getType() != getRecvCounts().getType())
     return emitOpError("expects recv_counts to have the type of send_counts (")
            << getSendCounts().getType() << "), got "
@@ -747,10 +752,28 @@ LogicalResult AllToAllOp::verify() {
                    shapeOf(getInput().getType())[1]);
 }
 
+LogicalResult SlotOffsetsOp::verify() {
+  Operation *op = getOperation();
+  if (failed(expectRank(op, "counts", getCounts().getType(), 1)) ||
+      failed(expectRank(op, "offsets", getOffsets().getType(), 1)))
+    return failure();
+  int64_t c = getCounts().getType().getDimSize(0);
+  int64_t n = getOffsets().getType().getDimSize(0);
+  if (ShapedType::isDynamic(c) || ShapedType::isDynamic(n))
+    return emitOpError("expects static sizes, got ")
+           << getCounts().getType() << " and " << getOffsets().getType();
+  if (n < 2 || c % (n - 1) != 0)
+    return emitOpError("expects offsets of S + 1 entries, S >= 1 slots "
+                       "dividing the ")
+           << c << " counts, got " << n << " entries";
+  return success();
+}
+
 /// Over a group of one rank the exchange is the identity.
 LogicalResult AllToAllOp::fold(FoldAdaptor,
                                SmallVectorImpl<OpFoldResult> &results) {
-  if (getInput().getType() != getResult().getType())
+  // (Over one rank a slot-major side is the same rows, unless padded.)
+  if (getInput().getType() != getResult().getType() || getPadTo() != 1)
     return failure();
   SymbolTableCollection symbols;
   if (getGroupSize(symbols) != 1)

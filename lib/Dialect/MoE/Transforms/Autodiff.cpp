@@ -505,13 +505,16 @@ LogicalResult Differentiator::backprop(Operation *op) {
   }
   if (auto a2a = dyn_cast<AllToAllOp>(op)) {
     // Rows went from their sender to the receiver: their gradients go back
-    // the same way, counted by what each rank received.
+    // the same way, counted by what each rank received (a slot-major side
+    // of the exchange is the same side of the way back).
     Value g = gradOf(0);
     if (!g)
       return success();
     auto back = AllToAllOp::create(
         b, l, TypeRange{a2a.getInput().getType(), a2a.getRecvCounts().getType()},
-        g, a2a.getRecvCounts(), a2a.getGridAttr(), a2a.getGridAxesAttr());
+        g, a2a.getRecvCounts(), a2a.getGridAttr(), a2a.getGridAxesAttr(),
+        a2a.getSlotMajorResultAttr(), a2a.getSlotMajorInputAttr(),
+        a2a.getPadToAttr());
     accumulate(a2a.getInput(), back.getResult());
     return success();
   }

@@ -5,12 +5,13 @@
 // E / ep-size experts:
 //
 //   dispatch(x, idx, E)            rows grouped by global expert (no padding)
-//   all_to_all(rows, counts)       rows of the experts of rank r go to rank r
-//   dispatch(recv, local expert)   regroup received rows by local expert
-//                                  (padding of the original dispatch here)
+//   all_to_all(rows, counts)       rows of the experts of rank r go to rank r,
+//     slot_major_result            arriving grouped by local expert (each
+//                                  group padded as the original dispatch's)
+//   slot_offsets(recv counts)      the local groups' boundaries
 //   <expert computation>           on the local rows, local weight shards
-//   combine(y, 1, positions)       back to the received order
-//   all_to_all(y, recv counts)     rows return to the ranks they came from
+//   all_to_all(y, recv counts)     rows return to the ranks they came from,
+//     slot_major_input             read from the local groups
 //   combine(y, weights, positions) as before
 //
 // With chunks=N the layer's tokens are split into N equal parts that are
@@ -244,56 +245,6 @@ struct MoEExpertParallelPass
     return result;
   }
 
-  /// The local expert of every received row (-1 past the received ones):
-  /// rows arrive by source rank, then local expert.
-  static Value localExperts(OpBuilder &b, Location loc, Value recvCounts,
-                            int64_t recvRows, int64_t experts, int64_t local) {
-    Type i32 = b.getI32Type();
-    AffineMap id1 = b.getMultiDimIdentityMap(1);
-    Value localIdx =
-        linalg::GenericOp::create(
-            b, loc, TypeRange{RankedTensorType::get({recvRows}, i32)},
-            ValueRange{},
-            ValueRange{tensor::EmptyOp::create(
-                b, loc, ArrayRef<int64_t>{recvRows}, i32)},
-            ArrayRef<AffineMap>{id1},
-            ArrayRef<utils::IteratorType>{utils::IteratorType::parallel},
-            [&](OpBuilder &nb, Location nl, ValueRange) {
-              Value r = linalg::IndexOp::create(nb, nl, 0);
-              Value c0 = arith::ConstantIndexOp::create(nb, nl, 0);
-              Value c1 = arith::ConstantIndexOp::create(nb, nl, 1);
-              Value cE = arith::ConstantIndexOp::create(nb, nl, experts);
-              Value cL = arith::ConstantIndexOp::create(nb, nl, local);
-              Value none = arith::ConstantIntOp::create(nb, nl, -1, 32);
-              auto loop = scf::ForOp::create(
-                  nb, nl, c0, cE, c1, ValueRange{c0, none},
-                  [&](OpBuilder &lb, Location ll, Value slot, ValueRange it) {
-                    Value n = arith::IndexCastOp::create(
-                        lb, ll, lb.getIndexType(),
-                        tensor::ExtractOp::create(lb, ll, recvCounts, slot));
-                    Value end = arith::AddIOp::create(lb, ll, it[0], n);
-                    Value in = arith::AndIOp::create(
-                        lb, ll,
-                        arith::CmpIOp::create(lb, ll, arith::CmpIPredicate::sge,
-                                              r, it[0]),
-                        arith::CmpIOp::create(lb, ll, arith::CmpIPredicate::slt,
-                                              r, end));
-                    Value j = arith::IndexCastOp::create(
-                        lb, ll, lb.getI32Type(),
-                        arith::RemUIOp::create(lb, ll, slot, cL));
-                    scf::YieldOp::create(
-                        lb, ll,
-                        ValueRange{end, arith::SelectOp::create(lb, ll, in, j,
-                                                                it[1])});
-                  });
-              linalg::YieldOp::create(nb, nl, loop.getResult(1));
-            })
-            .getResult(0);
-    return tensor::ExpandShapeOp::create(
-        b, loc, RankedTensorType::get({recvRows, 1}, i32), localIdx,
-        ArrayRef<ReassociationIndices>{{0, 1}});
-  }
-
   /// Rows [offset, offset + rows) of a 2-d tensor.
   static Value rowSlice(OpBuilder &b, Location loc, Value t, int64_t offset,
                         int64_t rows) {
@@ -421,28 +372,24 @@ struct MoEExpertParallelPass
           RankedTensorType::get({part, k}, i32), x, idx,
           b.getI64IntegerAttr(experts), d.getCapacityFactorAttr(),
           b.getI64IntegerAttr(1));
-      // 2. Rows to the ranks owning their experts.
+      // 2. Rows to the ranks owning their experts, arriving grouped by
+      // local expert with the original padding.
       ch.sent = AllToAllOp::create(
-          b, loc, RankedTensorType::get({recvRows, hidden}, rowElt), counts,
-          ch.global.getSorted(), ch.global.getCounts(), grid, axes);
+          b, loc, RankedTensorType::get({rows2, hidden}, rowElt), counts,
+          ch.global.getSorted(), ch.global.getCounts(), grid, axes,
+          /*slot_major_input=*/UnitAttr(),
+          /*slot_major_result=*/b.getUnitAttr(), b.getI64IntegerAttr(pad));
     }
     for (Chunk &ch : chunkList) {
-      // 3. The local expert of every received row.
+      // 3. Where the local experts' groups are.
       Value recvCounts = ch.sent.getRecvCounts();
-      Value localIdx =
-          localExperts(b, loc, recvCounts, recvRows, experts, local);
-      // 4. Regroup by local expert, with the original padding.
-      auto regroup = DispatchOp::create(
-          b, loc, RankedTensorType::get({rows2, hidden}, rowElt),
-          RankedTensorType::get({local + 1}, i32),
-          RankedTensorType::get({local}, i32),
-          RankedTensorType::get({recvRows, 1}, i32), ch.sent.getResult(),
-          localIdx, b.getI64IntegerAttr(local), FloatAttr(),
+      Value offsets = SlotOffsetsOp::create(
+          b, loc, RankedTensorType::get({local + 1}, i32), recvCounts,
           b.getI64IntegerAttr(pad));
-      // 5. The expert computation on local rows and weight shards.
+      // 4. The expert computation on local rows and weight shards.
       IRMapping mapping = weights;
-      mapping.map(d.getSorted(), regroup.getSorted());
-      mapping.map(d.getOffsets(), regroup.getOffsets());
+      mapping.map(d.getSorted(), ch.sent.getResult());
+      mapping.map(d.getOffsets(), offsets);
       for (Operation *op : layer.compute) {
         Operation *clone = b.clone(*op, mapping);
         // Row results now have the local row count.
@@ -454,22 +401,16 @@ struct MoEExpertParallelPass
       Value localOut = mapping.lookup(layer.combine.getExpertOut());
       auto outType = cast<RankedTensorType>(localOut.getType());
       int64_t outCols = outType.getDimSize(1);
-      // 6. Back to the received order.
-      Value ones = arith::ConstantOp::create(
-          b, loc,
-          DenseElementsAttr::get(
-              RankedTensorType::get({recvRows, 1}, b.getF32Type()), 1.0f));
-      auto unsorted = CombineOp::create(
-          b, loc,
-          RankedTensorType::get({recvRows, outCols}, outType.getElementType()),
-          localOut, ones, regroup.getPositions());
-      // 7. Rows return to where they came from.
+      // 5. Rows return to where they came from, read from the local groups
+      // (they arrive in the order they left: the global dispatch's).
       ch.back = AllToAllOp::create(
           b, loc,
           RankedTensorType::get({rows0, outCols}, outType.getElementType()),
-          counts, unsorted.getResult(), recvCounts, grid, axes);
+          counts, localOut, recvCounts, grid, axes,
+          /*slot_major_input=*/b.getUnitAttr(),
+          /*slot_major_result=*/UnitAttr(), b.getI64IntegerAttr(pad));
     }
-    // 8. The original combine, on the returned rows (chunk by chunk).
+    // 6. The original combine, on the returned rows (chunk by chunk).
     auto resultType = layer.combine.getType();
     Value result;
     if (parts == 1) {

@@ -11,17 +11,29 @@
 using namespace mlir;
 using namespace mlir::moe;
 
-DispatchOp LiveRows::dispatchOfOffsets(Value offsets) {
-  auto d = offsets.getDefiningOp<DispatchOp>();
-  return d && d.getOffsets() == offsets ? d : DispatchOp();
+RowBound LiveRows::groupsEnd(Value offsets) {
+  auto type = dyn_cast<RankedTensorType>(offsets.getType());
+  if (!type || type.getRank() != 1 || type.isDynamicDim(0))
+    return {};
+  if (auto s = offsets.getDefiningOp<SlotOffsetsOp>(); s && s.getPadTo() == 1)
+    return RowBound{Value(), s.getCounts()};
+  return RowBound{offsets, Value()};
 }
 
-/// Whether an MX type's blocks stay inside rows [0, offsets[E]) of `d`:
-/// blocks off the rows, or along the rows with every group padded to whole
-/// blocks.
+int64_t LiveRows::groupPadding(Value offsets) {
+  if (auto d = offsets.getDefiningOp<DispatchOp>(); d && d.getOffsets() == offsets)
+    return d.getPadTo();
+  if (auto s = offsets.getDefiningOp<SlotOffsetsOp>())
+    return s.getPadTo();
+  return 1;
+}
+
+/// Whether an MX type's blocks stay inside the rows before bound `d`: blocks
+/// off the rows, or along the rows with every group padded to whole blocks.
 static bool blocksWithinRows(MXTensorType type, RowBound d) {
   return type.getAxis() != 0 ||
-         (d.dispatch && d.dispatch.getPadTo() % type.getBlockSize() == 0);
+         (d.offsets &&
+          LiveRows::groupPadding(d.offsets) % type.getBlockSize() == 0);
 }
 
 FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
@@ -60,7 +72,7 @@ FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
             counts = tt.getResult();
       if (!counts)
         return failure();
-      RowBound b{DispatchOp(), counts};
+      RowBound b{Value(), counts};
       if (found && found != b)
         return failure();
       found = b;
@@ -95,7 +107,7 @@ RowBound LiveRows::compute(Value v) {
     found = d;
     return true;
   };
-  auto byDispatch = [](DispatchOp d) { return RowBound{d, Value()}; };
+  auto byGroups = [](Value offsets) { return groupsEnd(offsets); };
   for (OpOperand &use : v.getUses()) {
     Operation *user = use.getOwner();
     unsigned i = use.getOperandNumber();
@@ -103,34 +115,33 @@ RowBound LiveRows::compute(Value v) {
         llvm::TypeSwitch<Operation *, bool>(user)
             // Groups of rows: reads rows inside [offsets[0], offsets[E]).
             .Case([&](GroupedMatmulOp op) {
-              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
+              return i == 0 && agree(byGroups(op.getOffsets()));
             })
             .Case([&](GroupedMatmulWgradOp op) {
               return (i == 0 || i == 1) &&
-                     agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
+                     agree(byGroups(op.getOffsets()));
             })
             .Case([&](GroupedMlpOp op) {
-              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
+              return i == 0 && agree(byGroups(op.getOffsets()));
             })
             .Case([&](GroupedMlpBackwardOp op) {
               // With an f8 gemm_type the op quantizes x and dy in blocks of
               // 32 rows for the weight gradients.
-              DispatchOp d = dispatchOfOffsets(op.getOffsets());
               std::optional<Type> gemm = op.getGemmType();
               bool rowBlocks =
                   gemm && isa<Float8E4M3FNType, Float8E5M2Type>(*gemm);
-              return (i == 0 || i == 4) && d &&
-                     (!rowBlocks || d.getPadTo() % 32 == 0) &&
-                     agree(byDispatch(d));
+              return (i == 0 || i == 4) &&
+                     (!rowBlocks || groupPadding(op.getOffsets()) % 32 == 0) &&
+                     agree(byGroups(op.getOffsets()));
             })
             .Case([&](ExpertsOp op) {
-              return i == 0 && agree(byDispatch(dispatchOfOffsets(op.getOffsets())));
+              return i == 0 && agree(byGroups(op.getOffsets()));
             })
             // Rows at the dispatch's positions, all inside its groups.
             .Case([&](CombineOp op) {
               auto d = op.getPositions().getDefiningOp<DispatchOp>();
               return i == 0 && d && d.getPositions() == op.getPositions() &&
-                     agree(byDispatch(d));
+                     agree(byGroups(d.getOffsets()));
             })
             // Row-local ops: row r of the result from row r of the operands.
             .Case<SwigluOp, SwigluGradOp>([&](Operation *op) {
@@ -167,7 +178,7 @@ RowBound LiveRows::compute(Value v) {
                 return false;
               for (unsigned a = 0; a < callee.getNumArguments(); ++a)
                 if (callee.getArgAttr(a, kGroupOffsetsAttr))
-                  return agree(byDispatch(dispatchOfOffsets(call.getOperand(a))));
+                  return agree(byGroups(call.getOperand(a)));
               return false;
             })
             .Default([](Operation *) { return false; });
@@ -181,7 +192,7 @@ RowBound LiveRows::boundedOp(Operation *op) {
   RowBound d;
   if (auto dispatch = dyn_cast<DispatchOp>(op)) {
     d = boundOf(dispatch.getSorted());
-    return d.dispatch == dispatch ? d : RowBound();
+    return d && d == groupsEnd(dispatch.getOffsets()) ? d : RowBound();
   }
   if (isa<SwigluOp, SwigluGradOp, CombineOp>(op))
     d = boundOf(op->getResult(0));
@@ -193,7 +204,6 @@ RowBound LiveRows::boundedOp(Operation *op) {
   if (!d)
     return {};
   bool available =
-      d.dispatch ? dominance.properlyDominates(d.dispatch.getOperation(), op)
-                 : dominance.properlyDominates(d.counts, op);
+      dominance.properlyDominates(d.offsets ? d.offsets : d.counts, op);
   return available ? d : RowBound();
 }

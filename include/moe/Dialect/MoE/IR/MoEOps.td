@@ -610,6 +610,26 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
     all-zero block's encoding), or the data or scales of one (rows moved as
     bytes).
 
+    Slot-major sides. With `slot_major_result` the received rows are grouped
+    by slot instead: slot `j` holds the rows every rank sent for slot `j`,
+    by source rank, and starts where the earlier slots end, rounded up to a
+    multiple of `pad_to`; rows between slots and after the last are zero.
+    When the slots are an expert-parallel rank's local experts, that is the
+    rows grouped by expert, ready for grouped GEMMs (group `j` starts at
+    `sum over j' < j of roundup(sum over src of recv_counts[src * C/P + j'],
+    pad_to)`). `slot_major_input` reads the input in that layout (the counts
+    being `send_counts`), by slot then destination rank: the exchange back
+    of a slot-major result is the one with a slot-major input.
+
+    ```
+    P = 2, C = 4 (slots x, y)    rank 0               rank 1
+    input rows                   a0 | a1 || b0        c0 | c1 c2 || d0
+    send_counts                  [1, 1, 1, 0]         [1, 2, 0, 1]
+    result on rank 0             a0 a1 | c0 c1 c2     (by source, then slot)
+    slot_major_result            a0 c0 | a1 c1 c2     (by slot, then source)
+    ... pad_to(4)                a0 c0 0 0 | a1 c1 c2 0
+    ```
+
     Example:
 
     ```mlir
@@ -620,7 +640,9 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
   }];
   let arguments = (ins MoE_RowsTensor:$input, MoE_IntTensor:$send_counts,
                        FlatSymbolRefAttr:$grid,
-                       DefaultValuedAttr<DenseI16ArrayAttr, "{}">:$grid_axes);
+                       DefaultValuedAttr<DenseI16ArrayAttr, "{}">:$grid_axes,
+                       UnitAttr:$slot_major_input, UnitAttr:$slot_major_result,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$pad_to);
   let results = (outs MoE_RowsTensor:$result, MoE_IntTensor:$recv_counts);
   let extraClassDeclaration = [{
     /// The number of ranks exchanging rows (the product of the grid axes'
@@ -629,12 +651,44 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
     int64_t getGroupSize(::mlir::SymbolTableCollection &symbols);
   }];
   let assemblyFormat = [{
-    $input `,` $send_counts `on` $grid (`grid_axes` `=` $grid_axes^)? attr-dict
+    $input `,` $send_counts `on` $grid (`grid_axes` `=` $grid_axes^)?
+    (`slot_major_input` $slot_major_input^)?
+    (`slot_major_result` $slot_major_result^)?
+    (`pad_to` `(` $pad_to^ `)`)? attr-dict
     `:` type($input) `,` type($send_counts) `->` type($result) `,`
     type($recv_counts)
   }];
   let hasVerifier = 1;
   let hasFolder = 1;
+}
+
+def MoE_SlotOffsetsOp : MoE_Op<"slot_offsets", [Pure]> {
+  let summary = "group boundaries of a slot-major exchange result";
+  let description = [{
+    The groups of rows that `moe.all_to_all ... slot_major_result
+    pad_to(m)` makes, from its `recv_counts` [C] (`C = P * S`: `S` slots
+    per source rank): group `j` holds the rows every rank sent for slot `j`,
+    and `offsets[j] = sum over j' < j of roundup(sum over src of
+    counts[src * S + j'], m)` for `j` in `[0, S]`. Expert parallelism
+    groups the received rows by local expert this way, so that grouped ops
+    read them where they arrived.
+
+    ```mlir
+    %offsets = moe.slot_offsets %recv_counts pad_to(32) : tensor<128xi32> -> tensor<65xi32>
+    ```
+  }];
+  let arguments = (ins MoE_IntTensor:$counts,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$pad_to);
+  let results = (outs MoE_IntTensor:$offsets);
+  let assemblyFormat = [{
+    $counts (`pad_to` `(` $pad_to^ `)`)? attr-dict `:` type($counts) `->`
+    type($offsets)
+  }];
+  let extraClassDeclaration = [{
+    /// The number of slots (groups): the offsets' size minus one.
+    int64_t getNumSlots() { return getOffsets().getType().getDimSize(0) - 1; }
+  }];
+  let hasVerifier = 1;
 }
 
 include "moe/Dialect/MoE/IR/MoEModelOps.td"

@@ -185,13 +185,20 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
 
     ```
     dispatch(x, idx, E)                 rows grouped by global expert
-    all_to_all(rows, counts)            counts first, then rows to the expert owners
-    dispatch(received, local expert)    regrouped by local expert (original pad_to)
+    all_to_all(rows, counts)            counts first, then rows to the expert
+      slot_major_result pad_to(m)       owners, arriving grouped by local expert
+                                        (the original pad_to)
+    slot_offsets(received counts)       the local groups
     <expert computation>                local rows, local weight shards
-    combine(y, 1, positions)            back to the received order
-    all_to_all(y, received counts)      rows return to their ranks
+    all_to_all(y, received counts)      rows return to their ranks, read from
+      slot_major_input pad_to(m)        the local groups
     combine(y, weights, positions)      the original weighted sum
     ```
+
+    The exchanges place and read the rows (no regrouping dispatch, no
+    combine back into the received order); the local groups hold a token's
+    rows in the order the single-rank layer's would, so the results are its
+    bits.
 
     Stacked expert weights `[E, ...]` that are function arguments become the
     rank's shard `[E / ep-size, ...]` (argument attribute `moe.expert_shard

@@ -38,14 +38,16 @@ constexpr llvm::StringLiteral kGroupOffsetsAttr = "moe.group_offsets";
 constexpr llvm::StringLiteral kRowsCountedByAttr = "moe.rows_counted_by";
 constexpr llvm::StringLiteral kRowsUnreadAttr = "moe.rows_unread";
 
-/// Where the rows that matter end: `dispatch`'s offsets[E], or the sum of the
-/// `counts` tensor (the rows an exchange sends). Empty when unknown.
+/// Where the rows that matter end: the last entry of a groups' `offsets`
+/// tensor (a dispatch's offsets[E]), or the sum of the `counts` tensor (the
+/// rows an exchange sends, and the groups of moe.slot_offsets without
+/// padding). Empty when unknown.
 struct RowBound {
-  DispatchOp dispatch;
+  Value offsets;
   Value counts;
-  explicit operator bool() const { return dispatch || counts; }
+  explicit operator bool() const { return offsets || counts; }
   bool operator==(const RowBound &o) const {
-    return dispatch == o.dispatch && counts == o.counts;
+    return offsets == o.offsets && counts == o.counts;
   }
   bool operator!=(const RowBound &o) const { return !(*this == o); }
 };
@@ -69,17 +71,22 @@ public:
   RowBound boundedOp(Operation *op);
 
   /// Whether the rows of `result` (a grouped op's, grouped by `offsets`)
-  /// past the last group are never read: `offsets` are a dispatch's and
-  /// that dispatch bounds `result`.
+  /// past the last group are never read.
   bool pastLastGroupUnread(Value result, Value offsets) {
-    DispatchOp d = dispatchOfOffsets(offsets);
-    return d && boundOf(result) == RowBound{d, Value()};
+    RowBound b = groupsEnd(offsets);
+    return b && boundOf(result) == b;
   }
+
+  /// The end of the groups `offsets` describes, as a bound: the offsets
+  /// themselves, or the counts of moe.slot_offsets without padding (their
+  /// sum is the last offset: the bound of the exchange sending those rows
+  /// back).
+  static RowBound groupsEnd(Value offsets);
+  /// The padding of every group `offsets` describes (1 when unknown).
+  static int64_t groupPadding(Value offsets);
 
 private:
   RowBound compute(Value v);
-  /// The dispatch whose offsets `offsets` is, or null.
-  static DispatchOp dispatchOfOffsets(Value offsets);
   /// For a use of `v` by bufferization.to_buffer: the bound the runtime
   /// calls receiving that buffer put on its rows (exchanges read the first
   /// sum(counts) rows; empty if they read none), failure unless every use
