@@ -30,9 +30,10 @@
 // and the counts, which are copied back to the host: they size the row
 // exchange, and a header that does not match means the ranks run different
 // programs; (3) the rows, one grouped ncclSend/ncclRecv per peer with
-// something to send or receive, while this rank's own rows are copied and
-// the rows after the last received one zeroed on a third stream (copy
-// engines, concurrent with NCCL's kernels; the data stream waits for it).
+// something to send or receive (a slot-major side staged through a device
+// buffer, gathered or scattered by segment), while this rank's own rows are
+// copied and the rows nothing is received into zeroed on a third stream
+// (copy engines, concurrent with NCCL's kernels; the data stream waits).
 // all_reduce: the same header exchange, then ncclAllReduce (bf16 and f16 on
 // more than 2 ranks are widened to f32 on the host first: the contract is
 // one rounding, and NCCL's ring rounds at every step).
@@ -668,6 +669,60 @@ private:
     }
   }
 
+  /// Where each peer's rows of one side of an exchange travel from or to:
+  /// `base[p]` (`rows[p]` contiguous rows). For a slot-major side, a staging
+  /// buffer holds them peer by peer (`at[p]`: where each of the side's
+  /// segments lies in it); else they are the side's own contiguous rows.
+  struct Staged {
+    CUdeviceptr buffer = 0;
+    std::vector<CUdeviceptr> base;
+    std::vector<int64_t> rows;
+    std::vector<std::vector<RowSegment>> at;
+  };
+
+  Staged stage(const std::string &label, Scratch &scratch,
+               const std::vector<std::vector<RowSegment>> &segments,
+               bool slotMajor, CUdeviceptr rowsPtr, int64_t rowBytes) {
+    Staged s;
+    s.base.assign(size_t(size_), 0);
+    s.rows.assign(size_t(size_), 0);
+    s.at.resize(size_t(size_));
+    int64_t total = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_)
+        continue;
+      for (RowSegment seg : segments[size_t(p)]) {
+        s.at[size_t(p)].push_back({s.rows[size_t(p)], seg.rows});
+        s.rows[size_t(p)] += seg.rows;
+      }
+      total += s.rows[size_t(p)];
+    }
+    if (slotMajor && total > 0) {
+      // The data stream orders the exchanges that share it; a larger
+      // buffer waits until the old one is no longer in use.
+      size_t bytes = size_t(total * rowBytes);
+      if (bytes > scratch.bytes)
+        wait(label, "rows of earlier started exchanges", data, nullptr);
+      s.buffer = scratch.get(bytes);
+      int64_t at = 0;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_)
+          continue;
+        for (RowSegment &seg : s.at[size_t(p)])
+          seg.row += at;
+        s.base[size_t(p)] = s.buffer + CUdeviceptr(at * rowBytes);
+        at += s.rows[size_t(p)];
+      }
+      return s;
+    }
+    // Peer-major: each peer's segments are adjacent.
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !segments[size_t(p)].empty())
+        s.base[size_t(p)] =
+            rowsPtr + CUdeviceptr(segments[size_t(p)].front().row * rowBytes);
+    return s;
+  }
+
   /// all_to_all on device buffers (see the file comment), headers and
   /// counts through `counts`' communicator: returns with recvCounts written
   /// and the rows enqueued on the data stream.
@@ -708,32 +763,46 @@ private:
       MOERT_CU(driver().cuMemsetD8Async(recv + CUdeviceptr(z.row * rowBytes),
                                         0, size_t(z.rows * rowBytes), local));
     MOERT_CU(driver().cuEventRecord(localDone, local));
+    // One message per peer and direction, contiguous: a slot-major side
+    // goes through a staging buffer, its segments gathered before the sends
+    // or scattered after the receives (all on the data stream).
+    // (NCCL runs one message per segment far below its bandwidth.)
+    Staged sending =
+        stage(label, sendStage, plan.send, layout.slotMajorSend, send, rowBytes);
+    Staged receiving = stage(label, recvStage, plan.recv, layout.slotMajorRecv,
+                             recv, rowBytes);
+    if (sending.buffer)
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_)
+          for (auto [s, at] : zipped(plan.send[size_t(p)], sending.at[size_t(p)]))
+            copy(sending.buffer + CUdeviceptr(at.row * rowBytes),
+                 send + CUdeviceptr(s.row * rowBytes),
+                 size_t(s.rows * rowBytes));
     {
       Guard guard(watchdogText(label, "ncclGroupEnd", "rows"),
                   timeoutSeconds() + kWatchdogGrace);
       check(nc.groupStart(), "ncclGroupStart", label);
-      // Segment by segment: both sides of a pair list the same segments,
-      // and NCCL matches a pair's sends and receives in order.
       for (int p = 0; p < size_; ++p)
-        if (p != rank_)
-          for (RowSegment s : plan.recv[size_t(p)])
-            if (s.rows > 0)
-              check(nc.recv(reinterpret_cast<void *>(
-                                recv + CUdeviceptr(s.row * rowBytes)),
-                            size_t(s.rows * rowBytes), nccl::Uint8, p,
-                            data.comm, data.stream),
-                    "ncclRecv", label);
+        if (p != rank_ && receiving.rows[size_t(p)] > 0)
+          check(nc.recv(reinterpret_cast<void *>(receiving.base[size_t(p)]),
+                        size_t(receiving.rows[size_t(p)] * rowBytes), nccl::Uint8, p,
+                        data.comm, data.stream),
+                "ncclRecv", label);
       for (int p = 0; p < size_; ++p)
-        if (p != rank_)
-          for (RowSegment s : plan.send[size_t(p)])
-            if (s.rows > 0)
-              check(nc.send(reinterpret_cast<void *>(
-                                send + CUdeviceptr(s.row * rowBytes)),
-                            size_t(s.rows * rowBytes), nccl::Uint8, p,
-                            data.comm, data.stream),
-                    "ncclSend", label);
+        if (p != rank_ && sending.rows[size_t(p)] > 0)
+          check(nc.send(reinterpret_cast<void *>(sending.base[size_t(p)]),
+                        size_t(sending.rows[size_t(p)] * rowBytes), nccl::Uint8, p,
+                        data.comm, data.stream),
+                "ncclSend", label);
       check(nc.groupEnd(), "ncclGroupEnd", label);
     }
+    if (receiving.buffer)
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_)
+          for (auto [r, at] : zipped(plan.recv[size_t(p)], receiving.at[size_t(p)]))
+            copy(recv + CUdeviceptr(r.row * rowBytes),
+                 receiving.buffer + CUdeviceptr(at.row * rowBytes),
+                 size_t(r.rows * rowBytes));
     MOERT_CU(driver().cuStreamWaitEvent(data.stream, localDone, 0));
   }
 
@@ -779,6 +848,8 @@ private:
   Communicator *mpi;
   Channel data;    ///< rows, reductions, the blocking collectives' headers
   Channel control; ///< headers and counts of started exchanges
+  /// Staging of slot-major sides (used in data-stream order).
+  Scratch sendStage, recvStage;
   /// An exchange's own rows and zero tail, beside the NCCL transfers.
   CUstream local = nullptr;
   CUevent localDone = nullptr;
