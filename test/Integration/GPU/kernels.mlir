@@ -75,6 +75,20 @@ func.func @dispatch(%x: tensor<1024x64xbf16>,
   return %s, %o, %c, %p : tensor<4576x64xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
 }
 
+// Quantized tokens dispatched (rows with their scales; zero rows are zero
+// bytes): bit-identical, data and scales.
+func.func @dispatch_mx(%x: tensor<1024x64xbf16>,
+                       %idx: tensor<1024x4xi32> {moe.test_range = [0, 16]})
+    -> (tensor<4576x64xf8E4M3FN>, tensor<4576x2xf8E8M0FNU>, tensor<17xi32>) {
+  %q = moe.quantize %x : tensor<1024x64xbf16> -> !moe.mx<1024x64xf8E4M3FN, axis = 1>
+  %s, %o, %c, %p = moe.dispatch %q, %idx experts(16) pad_to(32)
+      : !moe.mx<1024x64xf8E4M3FN, axis = 1>, tensor<1024x4xi32>
+      -> !moe.mx<4576x64xf8E4M3FN, axis = 1>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %d, %sc = moe.mx_unpack %s : !moe.mx<4576x64xf8E4M3FN, axis = 1>
+      -> tensor<4576x64xf8E4M3FN>, tensor<4576x2xf8E8M0FNU>
+  return %d, %sc, %o : tensor<4576x64xf8E4M3FN>, tensor<4576x2xf8E8M0FNU>, tensor<17xi32>
+}
+
 // Combine: a k-term f32 weighted sum (fma contraction on the GPU).
 func.func @combine(%y: tensor<4096x64xf32>, %w: tensor<1024x4xf32>,
                    %pos: tensor<1024x4xi32> {moe.test_range = [-1, 4096]})
