@@ -309,6 +309,84 @@ struct Scratch {
 
 CUdeviceptr dev(const void *p) { return reinterpret_cast<CUdeviceptr>(p); }
 
+/// Device-to-device copies of many pieces in one launch: block (x, y)
+/// copies piece x (its {dst, src, bytes} in the parameter table) with the
+/// other blocks of column x, 16-byte words when everything is 16-byte
+/// aligned, else bytes. (An exchange with slot-major sides copies pieces by
+/// slot and rank; a cuMemcpyAsync each costs microseconds on the host and on
+/// the GPU.) Loaded once per communicator, JIT-compiled by the driver.
+constexpr int kPiecesPerLaunch = 166; // 24 bytes each, in 4 KB of parameters
+const char *const kCopyPiecesPtx = R"PTX(
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry moert_copy_pieces(
+  .param .u64 p_count,
+  .param .align 8 .b8 p_table[3984])
+{
+  .reg .pred %p<5>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<24>;
+
+  ld.param.u64 %rd2, [p_count];
+  mov.u32 %r1, %ctaid.x;
+  cvt.u64.u32 %rd3, %r1;
+  setp.ge.u64 %p1, %rd3, %rd2;
+  @%p1 bra DONE;
+  mov.u64 %rd1, p_table;
+  mul.lo.u64 %rd7, %rd3, 24;
+  add.u64 %rd8, %rd1, %rd7;
+  ld.param.u64 %rd9, [%rd8];
+  ld.param.u64 %rd10, [%rd8+8];
+  ld.param.u64 %rd11, [%rd8+16];
+  cvta.to.global.u64 %rd9, %rd9;
+  cvta.to.global.u64 %rd10, %rd10;
+  mov.u32 %r2, %ctaid.y;
+  mov.u32 %r3, %nctaid.y;
+  mov.u32 %r4, %tid.x;
+  mov.u32 %r9, %ntid.x;
+  mul.lo.u32 %r10, %r2, %r9;
+  add.u32 %r10, %r10, %r4;
+  cvt.u64.u32 %rd14, %r10;
+  mul.lo.u32 %r11, %r3, %r9;
+  cvt.u64.u32 %rd6, %r11;
+  or.b64 %rd12, %rd9, %rd10;
+  or.b64 %rd12, %rd12, %rd11;
+  and.b64 %rd12, %rd12, 15;
+  setp.ne.u64 %p2, %rd12, 0;
+  @%p2 bra BYTES;
+  shr.u64 %rd13, %rd11, 4;
+WORDS:
+  setp.ge.u64 %p3, %rd14, %rd13;
+  @%p3 bra DONE;
+  shl.b64 %rd15, %rd14, 4;
+  add.u64 %rd16, %rd10, %rd15;
+  add.u64 %rd17, %rd9, %rd15;
+  ld.global.nc.v4.u32 {%r5, %r6, %r7, %r8}, [%rd16];
+  st.global.v4.u32 [%rd17], {%r5, %r6, %r7, %r8};
+  add.u64 %rd14, %rd14, %rd6;
+  bra WORDS;
+BYTES:
+  setp.ge.u64 %p4, %rd14, %rd11;
+  @%p4 bra DONE;
+  add.u64 %rd16, %rd10, %rd14;
+  add.u64 %rd17, %rd9, %rd14;
+  ld.global.u8 %r5, [%rd16];
+  st.global.u8 [%rd17], %r5;
+  add.u64 %rd14, %rd14, %rd6;
+  bra BYTES;
+DONE:
+  ret;
+}
+)PTX";
+
+struct Piece {
+  CUdeviceptr dst, src;
+  uint64_t bytes;
+};
+static_assert(sizeof(Piece) == 24, "the kernel reads 24-byte pieces");
+
 int ncclType(DType type) {
   switch (type) {
   case DType::F32: return nccl::Float32;
@@ -334,6 +412,13 @@ public:
     MOERT_CU(driver().cuStreamCreate(&control.stream, CU_STREAM_NON_BLOCKING));
     MOERT_CU(driver().cuStreamCreate(&local, CU_STREAM_NON_BLOCKING));
     MOERT_CU(driver().cuEventCreate(&localDone, CU_EVENT_DISABLE_TIMING));
+    // Without it (a driver that cannot compile the PTX) pieces are copied
+    // one by one.
+    if (driver().cuModuleLoadData(&copyModule, kCopyPiecesPtx) ==
+            CUDA_SUCCESS &&
+        driver().cuModuleGetFunction(&copyKernel, copyModule,
+                                     "moert_copy_pieces") != CUDA_SUCCESS)
+      copyKernel = nullptr;
     double timeout = timeoutSeconds();
     // Two ids: the rows' communicator and the control one.
     nccl::UniqueId ids[2] = {};
@@ -669,6 +754,37 @@ private:
     }
   }
 
+  /// Copies `pieces` on `stream`: one kernel launch per kPiecesPerLaunch
+  /// pieces (the table travels as a launch parameter, so the host can reuse
+  /// it at once), or cuMemcpyAsync for a piece or two.
+  void copyPieces(std::vector<Piece> pieces, CUstream stream) {
+    pieces.erase(std::remove_if(pieces.begin(), pieces.end(),
+                                [](const Piece &p) { return p.bytes == 0; }),
+                 pieces.end());
+    if (!copyKernel || pieces.size() <= 2) {
+      for (const Piece &p : pieces)
+        copy(p.dst, p.src, size_t(p.bytes), stream);
+      return;
+    }
+    for (size_t first = 0; first < pieces.size(); first += kPiecesPerLaunch) {
+      uint64_t count =
+          std::min<uint64_t>(kPiecesPerLaunch, pieces.size() - first);
+      Piece table[kPiecesPerLaunch] = {};
+      uint64_t largest = 0;
+      for (uint64_t i = 0; i < count; ++i) {
+        table[i] = pieces[first + i];
+        largest = std::max(largest, table[i].bytes);
+      }
+      // Columns of blocks sized to the largest piece (256 KiB a block).
+      unsigned columns = unsigned(
+          std::clamp<uint64_t>(largest / (256 << 10), 1, 32));
+      void *args[] = {&count, table};
+      MOERT_CU(driver().cuLaunchKernel(copyKernel, unsigned(count), columns,
+                                       1, 256, 1, 1, 0, stream, args,
+                                       nullptr));
+    }
+  }
+
   /// Where each peer's rows of one side of an exchange travel from or to:
   /// `base[p]` (`rows[p]` contiguous rows). For a slot-major side, a staging
   /// buffer holds them peer by peer (`at[p]`: where each of the side's
@@ -755,10 +871,12 @@ private:
     // This rank's own rows and the zeros on the local stream, by the copy
     // engines while NCCL moves the others (the buffers are written, and
     // nothing else writes these rows); the data stream waits for it.
+    std::vector<Piece> own;
     for (auto [s, r] : zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
-      copy(recv + CUdeviceptr(r.row * rowBytes),
-           send + CUdeviceptr(s.row * rowBytes), size_t(r.rows * rowBytes),
-           local);
+      own.push_back({recv + CUdeviceptr(r.row * rowBytes),
+                     send + CUdeviceptr(s.row * rowBytes),
+                     uint64_t(r.rows * rowBytes)});
+    copyPieces(std::move(own), local);
     for (RowSegment z : plan.zero)
       MOERT_CU(driver().cuMemsetD8Async(recv + CUdeviceptr(z.row * rowBytes),
                                         0, size_t(z.rows * rowBytes), local));
@@ -771,13 +889,16 @@ private:
         stage(label, sendStage, plan.send, layout.slotMajorSend, send, rowBytes);
     Staged receiving = stage(label, recvStage, plan.recv, layout.slotMajorRecv,
                              recv, rowBytes);
-    if (sending.buffer)
+    if (sending.buffer) {
+      std::vector<Piece> gather;
       for (int p = 0; p < size_; ++p)
         if (p != rank_)
           for (auto [s, at] : zipped(plan.send[size_t(p)], sending.at[size_t(p)]))
-            copy(sending.buffer + CUdeviceptr(at.row * rowBytes),
-                 send + CUdeviceptr(s.row * rowBytes),
-                 size_t(s.rows * rowBytes));
+            gather.push_back({sending.buffer + CUdeviceptr(at.row * rowBytes),
+                              send + CUdeviceptr(s.row * rowBytes),
+                              uint64_t(s.rows * rowBytes)});
+      copyPieces(std::move(gather), data.stream);
+    }
     {
       Guard guard(watchdogText(label, "ncclGroupEnd", "rows"),
                   timeoutSeconds() + kWatchdogGrace);
@@ -796,13 +917,16 @@ private:
                 "ncclSend", label);
       check(nc.groupEnd(), "ncclGroupEnd", label);
     }
-    if (receiving.buffer)
+    if (receiving.buffer) {
+      std::vector<Piece> scatter;
       for (int p = 0; p < size_; ++p)
         if (p != rank_)
           for (auto [r, at] : zipped(plan.recv[size_t(p)], receiving.at[size_t(p)]))
-            copy(recv + CUdeviceptr(r.row * rowBytes),
-                 receiving.buffer + CUdeviceptr(at.row * rowBytes),
-                 size_t(r.rows * rowBytes));
+            scatter.push_back({recv + CUdeviceptr(r.row * rowBytes),
+                               receiving.buffer + CUdeviceptr(at.row * rowBytes),
+                               uint64_t(r.rows * rowBytes)});
+      copyPieces(std::move(scatter), data.stream);
+    }
     MOERT_CU(driver().cuStreamWaitEvent(data.stream, localDone, 0));
   }
 
@@ -848,6 +972,8 @@ private:
   Communicator *mpi;
   Channel data;    ///< rows, reductions, the blocking collectives' headers
   Channel control; ///< headers and counts of started exchanges
+  CUmodule copyModule = nullptr;
+  CUfunction copyKernel = nullptr;
   /// Staging of slot-major sides (used in data-stream order).
   Scratch sendStage, recvStage;
   /// An exchange's own rows and zero tail, beside the NCCL transfers.
