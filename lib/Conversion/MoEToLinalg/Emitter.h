@@ -205,6 +205,12 @@ struct Emitter {
   Value minI(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
   Value maxI(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
   Value addI(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  /// x (an index, >= 0) rounded up to a multiple of m.
+  Value roundUp(Value x, int64_t m) {
+    return arith::MulIOp::create(
+        b, loc, arith::DivUIOp::create(b, loc, addI(x, idx(m - 1)), idx(m)),
+        idx(m));
+  }
   Value subI(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
   Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
     return arith::CmpIOp::create(b, loc, p, x, y);

@@ -693,12 +693,7 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
           Value kept = n.extractIndex(counts, ex);
           if (capacity >= 0)
             kept = n.minI(kept, n.idx(capacity));
-          Value m = n.idx(padTo);
-          Value padded = arith::MulIOp::create(
-              n.b, n.loc,
-              arith::DivUIOp::create(n.b, n.loc,
-                                     n.addI(kept, n.subI(m, n.idx(1))), m),
-              m);
+          Value padded = n.roundUp(kept, padTo);
           Value start = n.extractIndex(it[1], ex);
           return SmallVector<Value>{
               n.insertIndex(kept, it[0], ex),
@@ -848,13 +843,7 @@ struct SlotOffsetsLowering : OpConversionPattern<SlotOffsetsOp> {
                       return SmallVector<Value>{
                           q.addI(r[0], q.extractIndex(counts, slot))};
                     })[0];
-                Value padded = arith::MulIOp::create(
-                    m.b, m.loc,
-                    arith::DivUIOp::create(m.b, m.loc,
-                                           m.addI(rows, m.idx(pad - 1)),
-                                           m.idx(pad)),
-                    m.idx(pad));
-                return SmallVector<Value>{m.addI(s[0], padded)};
+                return SmallVector<Value>{m.addI(s[0], m.roundUp(rows, pad))};
               })[0];
           return SmallVector<Value>{n.fromIndex(at, elt)};
         })[0];
@@ -923,13 +912,6 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
         [&](OpBuilder &b, Location l, ValueRange) {
           Emitter n{b, l};
           Value r = linalg::IndexOp::create(b, l, 0);
-          auto padded = [&](Emitter &m, Value x) -> Value {
-            return arith::MulIOp::create(
-                m.b, m.loc,
-                arith::DivUIOp::create(m.b, m.loc, m.addI(x, m.idx(pad - 1)),
-                                       m.idx(pad)),
-                m.idx(pad));
-          };
           ValueRange found = n.forLoop(
               n.idx(0), n.idx(slots), {n.idx(0), n.idx(0), n.idx(-1)},
               [&](Emitter &m, Value j, ValueRange s) {
@@ -939,8 +921,8 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
                                            m.cmpI(P::slt, r, m.addI(s[1], c)));
                 Value src = m.addI(s[0], m.subI(r, s[1]));
                 return SmallVector<Value>{
-                    m.addI(s[0], slotIn ? padded(m, c) : c),
-                    m.addI(s[1], slotOut ? padded(m, c) : c),
+                    m.addI(s[0], slotIn ? m.roundUp(c, pad) : c),
+                    m.addI(s[1], slotOut ? m.roundUp(c, pad) : c),
                     m.sel(in, src, s[2])};
               });
           return SmallVector<Value>{found[2]};

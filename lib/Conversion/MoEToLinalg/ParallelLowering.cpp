@@ -320,15 +320,7 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
                            n.extract(blockCounts, {n.idx(nb - 1), ex}));
       return capacity >= 0 ? n.minI(total, n.idx(capacity)) : total;
     };
-    auto padded = [&](Emitter &n, Value x) {
-      Value m = n.idx(padTo);
-      return arith::MulIOp::create(
-                 n.b, n.loc,
-                 arith::DivUIOp::create(n.b, n.loc, n.addI(x, n.idx(padTo - 1)),
-                                        m),
-                 m)
-          .getResult();
-    };
+    auto padded = [&](Emitter &n, Value x) { return n.roundUp(x, padTo); };
     Value counts = e.generic(
         ValueRange{}, e.empty({eSize}, countElt), {id(1)}, par(1),
         [&](OpBuilder &b, Location l, ValueRange) {
