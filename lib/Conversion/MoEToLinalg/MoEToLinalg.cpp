@@ -1021,7 +1021,8 @@ struct ConvertMoEToLinalgPass
       module.walk([](func::FuncOp f) {
         for (unsigned i = 0; i < f.getNumArguments(); ++i)
           for (StringRef name : {kGroupRowsAttr, kGroupOffsetsAttr,
-                                 kRowsCountedByAttr, kRowsUnreadAttr})
+                                 kRowsCountedByAttr, kRowsInSlotsPaddedToAttr,
+                                 kRowsUnreadAttr})
             f.removeArgAttr(i, name);
       });
     // A grid that nothing refers to once its moe.all_to_all ops are lowered

@@ -269,11 +269,12 @@ struct ConvertMoEToRuntimePass
     if (failed(fn))
       return failure();
     // The exchange reads the first sum(counts) rows of its input (argument
-    // 1 holds the counts): what the live-rows analysis needs to know. (Not
-    // so for a slot-major input with padded slots: its rows lie between
-    // padding.)
-    if (!op.getSlotMajorInput() || op.getPadTo() == 1)
-      (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
+    // 1 holds the counts), or, by padded slot, the rows of the groups those
+    // counts make: what the live-rows analysis needs to know.
+    (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
+    if (op.getSlotMajorInput() && op.getPadTo() > 1)
+      (*fn).setArgAttr(0, kRowsInSlotsPaddedToAttr,
+                       b.getI64IntegerAttr(op.getPadTo()));
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
       waitFn = declare(module, "moert_all_to_all_wait_" + dtype,

@@ -52,3 +52,29 @@ func.func @slot_groups(%x: tensor<8x32xf32>, %c: tensor<4xi32>, %w1: tensor<2x32
 // CHECK: %[[ROWS:.*]] = bufferization.alloc_tensor() : tensor<16x32xf32>
 // CHECK: tensor.extract_slice %[[ROWS]][0, 0] [%[[N]], 32] [1, 1]
 // CHECK: call @moert_all_to_all_slots_start_f32(
+
+// -----
+
+// The same with groups padded to 4 rows: the exchange back reads the rows
+// of the padded groups, offsets[S] of moe.slot_offsets (its last entry), the
+// bound the SwiGLU shares.
+shard.grid @ep3(shape = 2)
+func.func @padded_slot_groups(%x: tensor<8x32xf32>, %c: tensor<4xi32>, %w1: tensor<2x32x64xf32>,
+                              %w2: tensor<2x32x32xf32>) -> tensor<8x32xf32> {
+  %r, %rc = moe.all_to_all %x, %c on @ep3 slot_major_result pad_to(4)
+      : tensor<8x32xf32>, tensor<4xi32> -> tensor<24x32xf32>, tensor<4xi32>
+  %o = moe.slot_offsets %rc pad_to(4) : tensor<4xi32> -> tensor<3xi32>
+  %h = moe.grouped_matmul %r, %w1, %o : tensor<24x32xf32>, tensor<2x32x64xf32>, tensor<3xi32> -> tensor<24x64xf32>
+  %a = moe.swiglu %h : tensor<24x64xf32> -> tensor<24x32xf32>
+  %y = moe.grouped_matmul %a, %w2, %o : tensor<24x32xf32>, tensor<2x32x32xf32>, tensor<3xi32> -> tensor<24x32xf32>
+  %back, %bc = moe.all_to_all %y, %rc on @ep3 slot_major_input pad_to(4)
+      : tensor<24x32xf32>, tensor<4xi32> -> tensor<8x32xf32>, tensor<4xi32>
+  return %back : tensor<8x32xf32>
+}
+// CHECK-LABEL: func.func @padded_slot_groups(
+// CHECK: %[[OFF:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<3xi32>)
+// CHECK: %[[LAST:.*]] = tensor.extract %[[OFF]][%c2{{.*}}] : tensor<3xi32>
+// CHECK: %[[N:.*]] = arith.minsi %{{.*}}, %c24{{.*}} : index
+// CHECK: %[[ROWS:.*]] = bufferization.alloc_tensor() : tensor<24x32xf32>
+// CHECK: tensor.extract_slice %[[ROWS]][0, 0] [%[[N]], 32] [1, 1]
+// CHECK: call @moert_all_to_all_slots_start_f32(

@@ -2,6 +2,7 @@
 
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -73,6 +74,25 @@ FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
       if (!counts)
         return failure();
       RowBound b{Value(), counts};
+      // Rows read by padded slot: the groups of the slot_offsets of these
+      // counts with that padding and the call's number of ranks.
+      if (auto m = callee.getArgAttrOfType<IntegerAttr>(
+              i, kRowsInSlotsPaddedToAttr)) {
+        auto ranks = call.getNumOperands() > 4
+                         ? call.getOperand(4).getDefiningOp<arith::ConstantOp>()
+                         : arith::ConstantOp();
+        auto ranksAttr =
+            ranks ? dyn_cast<IntegerAttr>(ranks.getValue()) : IntegerAttr();
+        b = RowBound();
+        for (Operation *user : counts.getUsers())
+          if (auto s = dyn_cast<SlotOffsetsOp>(user);
+              s && ranksAttr && s.getPadTo() == m.getInt() &&
+              s.getCounts().getType().getDimSize(0) ==
+                  s.getNumSlots() * ranksAttr.getInt())
+            b = groupsEnd(s.getOffsets());
+        if (!b)
+          return failure();
+      }
       if (found && found != b)
         return failure();
       found = b;

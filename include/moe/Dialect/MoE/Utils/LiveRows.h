@@ -35,7 +35,12 @@ constexpr llvm::StringLiteral kGroupOffsetsAttr = "moe.group_offsets";
 /// argument of which only the first sum(counts) rows are read, the counts
 /// being argument k; `moe.rows_unread` on a rows argument whose contents are
 /// not read at all (the wait of a started exchange checks its address).
+/// With `moe.rows_in_slots_padded_to = m` besides, the rows read are those
+/// of the groups `moe.slot_offsets %counts pad_to(m)` describes (an input
+/// read by slot, each slot padded to m rows).
 constexpr llvm::StringLiteral kRowsCountedByAttr = "moe.rows_counted_by";
+constexpr llvm::StringLiteral kRowsInSlotsPaddedToAttr =
+    "moe.rows_in_slots_padded_to";
 constexpr llvm::StringLiteral kRowsUnreadAttr = "moe.rows_unread";
 
 /// Where the rows that matter end: the last entry of a groups' `offsets`
