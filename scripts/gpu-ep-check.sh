@@ -262,10 +262,17 @@ overlap_table() {
     ep_ms=$(sed -n 's/.*every expert, \([0-9.]*\) ms at EP=2.*/\1/p' "$log" | head -1)
     wait_ms=$(sed -n 's/^rank [0-9]*: .*collectives per expert-parallel call: .* all_to_all, \([0-9.]*\) ms in all.*/\1/p' "$log" |
               sort -g | tail -1)
-    rows+=("$(printf '%-10s %-8s %12s %14s %18s' "${variant%%:*}" "$flag" "${single_ms:-?}" "${ep_ms:-?}" "${wait_ms:-?}")")
+    local gbs tput
+    gbs=$(sed -n 's/^rank [0-9]*: .*collectives per expert-parallel call: .*(\([0-9.]*\) GB\/s over.*/\1/p' "$log" |
+          sort -g | head -1)
+    # Tokens a second: one GPU's tokens, or both GPUs' at EP=2.
+    tput=$(awk -v t="$overlap_tokens" -v s="${single_ms:-0}" -v e="${ep_ms:-0}" 'BEGIN {
+      if (s > 0 && e > 0) printf "%10.0f %12.0f %8.2fx", t / s * 1000, 2 * t / e * 1000, 2 * s / e
+      else printf "%10s %12s %9s", "?", "?", "?" }')
+    rows+=("$(printf '%-8s %-7s %9s %9s %s %9s %8s' "${variant%%:*}" "$flag" "${single_ms:-?}" "${ep_ms:-?}" "$tput" "${wait_ms:-?}" "${gbs:-?}")")
   done
-  echo "== overlap table: qwen3 MXFP8 block, $overlap_tokens tokens a GPU, EP=2"
-  printf '%-10s %-8s %12s %14s %18s\n' program overlap "1 GPU ms" "EP=2 ms" "exchange wait ms"
+  echo "== overlap table: qwen3 MXFP8 block, $overlap_tokens tokens a GPU, EP=2 (tokens/s: one GPU's, both GPUs' at EP=2; wait: the slowest rank's time in exchanges; GB/s: to the other rank over that time)"
+  printf '%-8s %-7s %9s %9s %10s %12s %9s %9s %8s\n' program overlap "1GPU ms" "EP=2 ms" "1GPU tok/s" "EP=2 tok/s" "EP/1GPU" "wait ms" "GB/s"
   printf '%s\n' "${rows[@]}"
 }
 
