@@ -135,6 +135,13 @@ public:
                             layout, sendRows, recvCapacity);
     char *to = static_cast<char *>(recv);
     const char *from = static_cast<const char *>(send);
+    // Rows moving within one buffer (send == recv, a slot-major side): read
+    // them all before writing any.
+    std::vector<char> copyOfInput;
+    if (send == recv && (layout.slotMajorSend || layout.slotMajorRecv)) {
+      copyOfInput.assign(from, from + sendRows * rowBytes);
+      from = copyOfInput.data();
+    }
     for (auto [s, r] : zipped(plan.send[0], plan.recv[0]))
       std::memmove(to + r.row * rowBytes, from + s.row * rowBytes,
                    size_t(r.rows * rowBytes));
@@ -453,10 +460,16 @@ void checkHeader(Communicator &comm, const std::string &label, int peer,
                     "in different orders");
 }
 
+int64_t layoutWord(const RowLayout &layout) {
+  return (layout.slotMajorSend ? 1 : 0) | (layout.slotMajorRecv ? 2 : 0) |
+         (layout.padTo << 2);
+}
+
 std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
                                      int64_t rowBytes, int64_t slots,
+                                     const RowLayout &layout,
                                      const int32_t *sendCounts) {
-  const int64_t words = 4 + slots;
+  const int64_t words = kAllToAllHeaderWords + slots;
   std::vector<int64_t> out(size_t(size * words));
   for (int p = 0; p < size; ++p) {
     int64_t *h = &out[size_t(p * words)];
@@ -464,8 +477,9 @@ std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
     h[1] = int64_t(Kind::AllToAll);
     h[2] = rowBytes;
     h[3] = slots;
+    h[4] = layoutWord(layout);
     for (int64_t j = 0; j < slots; ++j)
-      h[4 + j] = sendCounts[p * slots + j];
+      h[kAllToAllHeaderWords + j] = sendCounts[p * slots + j];
   }
   return out;
 }
@@ -473,10 +487,11 @@ std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
 AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
                           const std::vector<int64_t> &in, uint64_t seqTotal,
                           int64_t rowBytes, int64_t slots,
+                          const RowLayout &layout,
                           const int32_t *sendCounts, int32_t *recvCounts,
                           int64_t recvCapacity) {
   const int size = comm.size();
-  const int64_t words = 4 + slots;
+  const int64_t words = kAllToAllHeaderWords + slots;
   for (int p = 0; p < size; ++p) {
     const int64_t *h = &in[size_t(p * words)];
     checkHeader(comm, label, p, h, seqTotal, Kind::AllToAll);
@@ -486,13 +501,20 @@ AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
                         std::to_string(h[2]) + " bytes, this rank expects " +
                         std::to_string(slots) + " and " +
                         std::to_string(rowBytes) + " (different programs?)");
+    if (h[4] != layoutWord(layout))
+      comm.abort(1, label + ": rank " + std::to_string(p) +
+                        " orders its rows with layout word " +
+                        std::to_string(h[4]) + ", this rank with " +
+                        std::to_string(layoutWord(layout)) +
+                        " (slot-major sides or padding differ: different "
+                        "programs?)");
   }
   AllToAllPlan plan;
   plan.sendRowsTo.assign(size_t(size), 0);
   plan.recvRowsFrom.assign(size_t(size), 0);
   for (int p = 0; p < size; ++p)
     for (int64_t j = 0; j < slots; ++j) {
-      int64_t n = in[size_t(p * words + 4 + j)];
+      int64_t n = in[size_t(p * words + kAllToAllHeaderWords + j)];
       if (n < 0 || n > INT32_MAX)
         comm.abort(1, label + ": rank " + std::to_string(p) +
                           " announces a count of " + std::to_string(n));

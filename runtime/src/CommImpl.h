@@ -53,10 +53,18 @@ void countBytesToPeers(uint64_t bytes);
 void checkHeader(Communicator &comm, const std::string &label, int peer,
                  const int64_t *h, uint64_t seqTotal, Kind kind);
 
-/// This rank's all_to_all header for every rank, `4 + slots` int64 each:
-/// [sequence, kind, rowBytes, slots, sendCounts for that rank...].
+/// The words of an all_to_all header before the counts.
+constexpr int64_t kAllToAllHeaderWords = 5;
+
+/// A RowLayout as one header word (the ranks must agree on it).
+int64_t layoutWord(const RowLayout &layout);
+
+/// This rank's all_to_all header for every rank, kAllToAllHeaderWords +
+/// slots int64 each: [sequence, kind, rowBytes, slots, layout, sendCounts
+/// for that rank...].
 std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
                                      int64_t rowBytes, int64_t slots,
+                                     const RowLayout &layout,
                                      const int32_t *sendCounts);
 
 /// Where an all_to_all's rows go and come from.
@@ -65,8 +73,7 @@ struct AllToAllPlan {
   int64_t received = 0;
 };
 
-/// Reads every rank's all_to_all header, `words` = 4 + slots int64 each:
-/// [sequence, kind, rowBytes, slots, counts for this rank...]. Checks that
+/// Reads every rank's all_to_all header (allToAllHeaders). Checks that
 /// the ranks agree and that the rows fit recvCapacity (aborting with a message
 /// naming the rank otherwise), writes the received counts to recvCounts
 /// (size * slots, rank-major), counts the bytes sent to peers, and returns
@@ -74,6 +81,7 @@ struct AllToAllPlan {
 AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
                           const std::vector<int64_t> &in, uint64_t seqTotal,
                           int64_t rowBytes, int64_t slots,
+                          const RowLayout &layout,
                           const int32_t *sendCounts, int32_t *recvCounts,
                           int64_t recvCapacity);
 

@@ -167,9 +167,9 @@ public:
     rows.label = label;
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
     // 1. Headers and counts: [Header, counts for that peer (int64)].
-    const int64_t words = 4 + slots;
+    const int64_t words = kAllToAllHeaderWords + slots;
     std::vector<int64_t> out =
-        allToAllHeaders(size_, seq.total, rowBytes, slots, sendCounts);
+        allToAllHeaders(size_, seq.total, rowBytes, slots, layout, sendCounts);
     std::vector<int64_t> in(size_t(size_ * words));
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
@@ -197,8 +197,8 @@ public:
     std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
     wait(reqs, peers, isRecv, label, "counts");
     // 2. Where the rows go and come from.
-    planAllToAll(*this, label, in, seq.total, rowBytes, slots, sendCounts,
-                 recvCounts, recvCapacity);
+    planAllToAll(*this, label, in, seq.total, rowBytes, slots, layout,
+                 sendCounts, recvCounts, recvCapacity);
     RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
                             layout, sendRows, recvCapacity);
     // 3. The rows, segment by segment (both sides of a pair list the same

@@ -853,16 +853,17 @@ private:
     MOERT_CU(driver().cuMemcpyDtoH(mine.data(), sendCounts,
                                    size_t(count) * sizeof(int32_t)));
     checkSendCounts(*this, label, sendRows, mine.data(), count);
-    // 2. Headers and counts: [seq, kind, rowBytes, slots, counts...] per peer.
-    const int64_t words = 4 + slots;
+    // 2. Headers and counts: [seq, kind, rowBytes, slots, layout,
+    // counts...] per peer.
+    const int64_t words = kAllToAllHeaderWords + slots;
     std::vector<int64_t> out =
-        allToAllHeaders(size_, seq.total, rowBytes, slots, mine.data());
+        allToAllHeaders(size_, seq.total, rowBytes, slots, layout, mine.data());
     std::vector<int64_t> in;
     exchangeWords(label, "counts", counts, out, in, words);
     // 3. Where the rows go and come from.
     std::vector<int32_t> received(static_cast<size_t>(count));
-    planAllToAll(*this, label, in, seq.total, rowBytes, slots, mine.data(),
-                 received.data(), recvCapacity);
+    planAllToAll(*this, label, in, seq.total, rowBytes, slots, layout,
+                 mine.data(), received.data(), recvCapacity);
     RowPlan plan = planRows(*this, label, mine.data(), received.data(), slots,
                             layout, sendRows, recvCapacity);
     // 4. The rows.

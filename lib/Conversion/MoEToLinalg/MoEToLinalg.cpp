@@ -1016,15 +1016,18 @@ struct ConvertMoEToLinalgPass
                                                          target);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
-    // The argument attributes the live-rows analysis read have served.
-    if (liveRows)
+    // The attributes the live-rows analysis read have served.
+    if (liveRows) {
       module.walk([](func::FuncOp f) {
         for (unsigned i = 0; i < f.getNumArguments(); ++i)
           for (StringRef name : {kGroupRowsAttr, kGroupOffsetsAttr,
-                                 kRowsCountedByAttr, kRowsInSlotsPaddedToAttr,
-                                 kRowsUnreadAttr})
+                                 kRowsCountedByAttr, kRowsUnreadAttr})
             f.removeArgAttr(i, name);
       });
+      module.walk([](func::CallOp call) {
+        call->removeAttr(kRowsInSlotsPaddedToAttr);
+      });
+    }
     // A grid that nothing refers to once its moe.all_to_all ops are lowered
     // is dead: erase it, or the module cannot reach LLVM (shard.grid has no
     // lowering, and mlir-runner does not even parse the shard dialect).

@@ -269,12 +269,10 @@ struct ConvertMoEToRuntimePass
     if (failed(fn))
       return failure();
     // The exchange reads the first sum(counts) rows of its input (argument
-    // 1 holds the counts), or, by padded slot, the rows of the groups those
-    // counts make: what the live-rows analysis needs to know.
+    // 1 holds the counts): what the live-rows analysis needs to know. A call
+    // reading by padded slot says so itself (the declaration is shared by
+    // every layout): below.
     (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
-    if (op.getSlotMajorInput() && op.getPadTo() > 1)
-      (*fn).setArgAttr(0, kRowsInSlotsPaddedToAttr,
-                       b.getI64IntegerAttr(op.getPadTo()));
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
       waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
@@ -318,6 +316,9 @@ struct ConvertMoEToRuntimePass
       args.push_back(arith::ConstantIntOp::create(b, loc, op.getPadTo(), 64));
     }
     auto call = func::CallOp::create(b, loc, *fn, args);
+    if (op.getSlotMajorInput() && op.getPadTo() > 1)
+      call->setAttr(kRowsInSlotsPaddedToAttr,
+                    b.getI64IntegerAttr(op.getPadTo()));
     lastStart[block] = call;
     // The received counts are there when the call returns.
     Value recv = toTensor(b, loc, recvBuf);

@@ -68,10 +68,12 @@
 //     collective first waits, against the deadline, for rows still in
 //     flight (its synchronizations would otherwise wait on them with none);
 //   - all_to_all: counts copied to the host and checked, then a header (the
-//     collective's number, kind, row size) and the counts exchanged with
-//     grouped ncclSend/ncclRecv and copied back to size the rows, then the
-//     rows with a second group (own rows copied on the device, zeros after
-//     the last received row); all_reduce: the same header exchange, then
+//     collective's number, kind, row size, row layout) and the counts
+//     exchanged with grouped ncclSend/ncclRecv and copied back to size the
+//     rows, then the rows with a second group, one message per peer (a
+//     slot-major side staged through device memory; own rows and staged
+//     pieces copied by one kernel launch, zeros where nothing arrives);
+//     all_reduce: the same header exchange, then
 //     ncclAllReduce (bf16/f16 on more than 2 ranks summed in f32 on the
 //     host: one rounding); barrier: the header exchange;
 //   - faults: the host polls the stream and ncclCommGetAsyncError against

@@ -42,16 +42,16 @@ func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf3
 
 // Slot-major sides: the `slots` entry point with the layout (bit 0: input,
 // bit 1: result) and the padding. An input read from padded slots declares
-// the padding beside its counts (its rows lie between padding, not in the
-// first sum(counts)).
+// the padding on the call (its rows lie between padding, not in the first
+// sum(counts); the declaration serves every layout).
 // CHECK-LABEL: func.func @slots
 // CHECK-DAG: %[[G:.*]] = arith.constant 2 : i64
 // CHECK-DAG: %[[L2:.*]] = arith.constant 2 : i64
 // CHECK-DAG: %[[P4:.*]] = arith.constant 4 : i64
 // CHECK: call @moert_all_to_all_slots_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[L2]], %[[P4]]) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) -> ()
-// CHECK: call @moert_all_to_all_slots_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x?xbf16>, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) -> ()
+// CHECK: call @moert_all_to_all_slots_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {moe.rows_in_slots_padded_to = 4 : i64} : (memref<?x?xbf16>, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) -> ()
 // CHECK: func.func private @moert_all_to_all_slots_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
-// CHECK: func.func private @moert_all_to_all_slots_bf16(memref<?x?xbf16> {moe.rows_counted_by = 1 : i64, moe.rows_in_slots_padded_to = 4 : i64}, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_slots_bf16(memref<?x?xbf16> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
 shard.grid @ep(shape = 2)
 func.func @slots(%x: tensor<8x16xf32>, %y: tensor<40x16xbf16>, %c: tensor<4xi32>)
     -> (tensor<40x16xf32>, tensor<8x16xbf16>) {

@@ -76,8 +76,7 @@ FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
       RowBound b{Value(), counts};
       // Rows read by padded slot: the groups of the slot_offsets of these
       // counts with that padding and the call's number of ranks.
-      if (auto m = callee.getArgAttrOfType<IntegerAttr>(
-              i, kRowsInSlotsPaddedToAttr)) {
+      if (auto m = call->getAttrOfType<IntegerAttr>(kRowsInSlotsPaddedToAttr)) {
         auto ranks = call.getNumOperands() > 4
                          ? call.getOperand(4).getDefiningOp<arith::ConstantOp>()
                          : arith::ConstantOp();

@@ -603,7 +603,8 @@ def MoE_AllToAllOp : MoE_Op<"all_to_all", [
     ```
 
     With a group of one rank the op is the identity (rows copied, padded
-    with zeros or cut to the result's row count).
+    with zeros or cut to the result's row count), unless a slot-major side
+    pads its slots: then each slot's rows move to their padded place.
 
     Rows may be 8-bit: an MX tensor with its blocks along the row (`axis =
     1`; each row travels with its scales, rows beyond those received are an

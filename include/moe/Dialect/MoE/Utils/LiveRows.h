@@ -35,9 +35,9 @@ constexpr llvm::StringLiteral kGroupOffsetsAttr = "moe.group_offsets";
 /// argument of which only the first sum(counts) rows are read, the counts
 /// being argument k; `moe.rows_unread` on a rows argument whose contents are
 /// not read at all (the wait of a started exchange checks its address).
-/// With `moe.rows_in_slots_padded_to = m` besides, the rows read are those
-/// of the groups `moe.slot_offsets %counts pad_to(m)` describes (an input
-/// read by slot, each slot padded to m rows).
+/// A call with `moe.rows_in_slots_padded_to = m` (on the call: one
+/// declaration serves every layout) reads those rows by slot instead: the
+/// rows of the groups `moe.slot_offsets %counts pad_to(m)` describes.
 constexpr llvm::StringLiteral kRowsCountedByAttr = "moe.rows_counted_by";
 constexpr llvm::StringLiteral kRowsInSlotsPaddedToAttr =
     "moe.rows_in_slots_padded_to";
