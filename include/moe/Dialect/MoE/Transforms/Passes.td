@@ -245,8 +245,7 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
            "overlaps another's expert computation">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect",
-                           "::mlir::linalg::LinalgDialect",
-                           "::mlir::scf::SCFDialect",
+                           "::mlir::arith::ArithDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 
