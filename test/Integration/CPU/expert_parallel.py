@@ -1,8 +1,9 @@
 # RUN: %python %s
 #
-# -moe-expert-parallel with ep-size=1 (every exchange an identity) must not
-# change a layer's result: the sharded program (global dispatch, all_to_all,
-# regroup by local expert, expert MLP, unsort, all_to_all back, combine) is
+# -moe-expert-parallel with ep-size=1 (every exchange over one rank) must not
+# change a layer's result: the sharded program (global dispatch, all_to_all
+# into groups by local expert, padded where the layer pads, expert MLP on
+# those groups, all_to_all back out of them, combine) is
 # compared bit for bit with the original on random inputs, for plain f32
 # experts, padded groups, a capacity factor, MXFP8 weights quantized in the
 # graph and the fused grouped MLP. (The one freedom the rewrite has is the
