@@ -484,12 +484,11 @@ std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
   return out;
 }
 
-AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
-                          const std::vector<int64_t> &in, uint64_t seqTotal,
-                          int64_t rowBytes, int64_t slots,
-                          const RowLayout &layout,
-                          const int32_t *sendCounts, int32_t *recvCounts,
-                          int64_t recvCapacity) {
+void readAllToAllHeaders(Communicator &comm, const std::string &label,
+                         const std::vector<int64_t> &in, uint64_t seqTotal,
+                         int64_t rowBytes, int64_t slots,
+                         const RowLayout &layout, const int32_t *sendCounts,
+                         int32_t *recvCounts, int64_t recvCapacity) {
   const int size = comm.size();
   const int64_t words = kAllToAllHeaderWords + slots;
   for (int p = 0; p < size; ++p) {
@@ -509,9 +508,9 @@ AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
                         " (slot-major sides or padding differ: different "
                         "programs?)");
   }
-  AllToAllPlan plan;
-  plan.sendRowsTo.assign(size_t(size), 0);
-  plan.recvRowsFrom.assign(size_t(size), 0);
+  std::vector<int64_t> recvRowsFrom(static_cast<size_t>(size), 0);
+  int64_t received = 0;
+  uint64_t toPeers = 0;
   for (int p = 0; p < size; ++p)
     for (int64_t j = 0; j < slots; ++j) {
       int64_t n = in[size_t(p * words + kAllToAllHeaderWords + j)];
@@ -519,25 +518,21 @@ AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
         comm.abort(1, label + ": rank " + std::to_string(p) +
                           " announces a count of " + std::to_string(n));
       recvCounts[p * slots + j] = int32_t(n);
-      plan.recvRowsFrom[size_t(p)] += n;
-      plan.received += n;
-      plan.sendRowsTo[size_t(p)] += sendCounts[p * slots + j];
+      recvRowsFrom[size_t(p)] += n;
+      received += n;
+      if (p != comm.rank())
+        toPeers += uint64_t(int64_t(sendCounts[p * slots + j]) * rowBytes);
     }
-  if (plan.received > recvCapacity) {
+  if (received > recvCapacity) {
     std::string from;
     for (int p = 0; p < size; ++p)
-      from += (p ? ", " : "") + std::to_string(plan.recvRowsFrom[size_t(p)]) +
+      from += (p ? ", " : "") + std::to_string(recvRowsFrom[size_t(p)]) +
               " from rank " + std::to_string(p);
-    comm.abort(1, label + ": receives " + std::to_string(plan.received) +
+    comm.abort(1, label + ": receives " + std::to_string(received) +
                       " rows (" + from + ") but the result holds " +
                       std::to_string(recvCapacity) + " rows");
   }
-  uint64_t toPeers = 0;
-  for (int p = 0; p < size; ++p)
-    if (p != comm.rank())
-      toPeers += uint64_t(plan.sendRowsTo[size_t(p)] * rowBytes);
   countBytesToPeers(toPeers);
-  return plan;
 }
 
 std::vector<std::vector<RowSegment>>

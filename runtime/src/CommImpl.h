@@ -67,23 +67,16 @@ std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
                                      const RowLayout &layout,
                                      const int32_t *sendCounts);
 
-/// Where an all_to_all's rows go and come from.
-struct AllToAllPlan {
-  std::vector<int64_t> sendRowsTo, recvRowsFrom;
-  int64_t received = 0;
-};
-
 /// Reads every rank's all_to_all header (allToAllHeaders). Checks that
 /// the ranks agree and that the rows fit recvCapacity (aborting with a message
 /// naming the rank otherwise), writes the received counts to recvCounts
-/// (size * slots, rank-major), counts the bytes sent to peers, and returns
-/// the plan.
-AllToAllPlan planAllToAll(Communicator &comm, const std::string &label,
-                          const std::vector<int64_t> &in, uint64_t seqTotal,
-                          int64_t rowBytes, int64_t slots,
-                          const RowLayout &layout,
-                          const int32_t *sendCounts, int32_t *recvCounts,
-                          int64_t recvCapacity);
+/// (size * slots, rank-major) and counts the bytes sent to peers. Where the
+/// rows lie is planRows' part.
+void readAllToAllHeaders(Communicator &comm, const std::string &label,
+                         const std::vector<int64_t> &in, uint64_t seqTotal,
+                         int64_t rowBytes, int64_t slots,
+                         const RowLayout &layout, const int32_t *sendCounts,
+                         int32_t *recvCounts, int64_t recvCapacity);
 
 /// Rows [row, row + rows) of an exchange's input or result.
 struct RowSegment {

@@ -197,8 +197,8 @@ public:
     std::copy_n(&out[size_t(rank_ * words)], words, &in[size_t(rank_ * words)]);
     wait(reqs, peers, isRecv, label, "counts");
     // 2. Where the rows go and come from.
-    planAllToAll(*this, label, in, seq.total, rowBytes, slots, layout,
-                 sendCounts, recvCounts, recvCapacity);
+    readAllToAllHeaders(*this, label, in, seq.total, rowBytes, slots, layout,
+                        sendCounts, recvCounts, recvCapacity);
     RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
                             layout, sendRows, recvCapacity);
     // 3. The rows, segment by segment (both sides of a pair list the same

@@ -862,8 +862,8 @@ private:
     exchangeWords(label, "counts", counts, out, in, words);
     // 3. Where the rows go and come from.
     std::vector<int32_t> received(static_cast<size_t>(count));
-    planAllToAll(*this, label, in, seq.total, rowBytes, slots, layout,
-                 mine.data(), received.data(), recvCapacity);
+    readAllToAllHeaders(*this, label, in, seq.total, rowBytes, slots, layout,
+                        mine.data(), received.data(), recvCapacity);
     RowPlan plan = planRows(*this, label, mine.data(), received.data(), slots,
                             layout, sendRows, recvCapacity);
     // 4. The rows.

@@ -237,6 +237,29 @@ struct Emitter {
     return op.getResults();
   }
 
+  /// `count` rows: row r is row source[r] of the 2-d tensor `rows`, or zero
+  /// where source[r] is outside it (-1: nothing there).
+  Value gatherRows(Value rows, Value source, OpFoldResult count) {
+    MLIRContext *ctx = b.getContext();
+    Type elt = cast<RankedTensorType>(rows.getType()).getElementType();
+    AffineExpr r, h;
+    bindDims(ctx, r, h);
+    Value n = dim(rows, 0);
+    return generic(
+        source, empty({count, sizes(rows)[1]}, elt),
+        {AffineMap::get(2, 0, {r}, ctx), AffineMap::getMultiDimIdentityMap(2, ctx)},
+        {IteratorType::parallel, IteratorType::parallel},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter m{nb, nl};
+          Value valid = arith::AndIOp::create(
+              nb, nl, m.cmpI(arith::CmpIPredicate::sge, a[0], m.idx(0)),
+              m.cmpI(arith::CmpIPredicate::slt, a[0], n));
+          Value src = m.sel(valid, a[0], m.idx(0));
+          Value v = m.extract(rows, {src, linalg::IndexOp::create(nb, nl, 1)});
+          return SmallVector<Value>{m.sel(valid, v, m.zeroOf(elt))};
+        })[0];
+  }
+
   /// Elementwise map of same-shaped tensors into a fresh tensor of `elt`.
   Value map(ValueRange ins, Type elt,
             function_ref<Value(Emitter &, ValueRange)> body) {

@@ -928,25 +928,8 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
           return SmallVector<Value>{found[2]};
         })[0];
     SmallVector<Value> outs;
-    AffineExpr rr, hh;
-    bindDims(ctx, rr, hh);
-    for (auto [in, rt] : llvm::zip(adaptor.getInput(), resultTypes)) {
-      Type elt = rt.getElementType();
-      Value inRows = e.dim(in, 0);
-      outs.push_back(e.generic(
-          source, e.empty({e.b.getIndexAttr(rows), e.sizes(in)[1]}, elt),
-          {AffineMap::get(2, 0, {rr}, ctx), id(2)},
-          {IteratorType::parallel, IteratorType::parallel},
-          [&](OpBuilder &b, Location l, ValueRange a) {
-            Emitter n{b, l};
-            Value valid = arith::AndIOp::create(
-                b, l, n.cmpI(P::sge, a[0], n.idx(0)),
-                n.cmpI(P::slt, a[0], inRows));
-            Value src = n.sel(valid, a[0], n.idx(0));
-            Value v = n.extract(in, {src, linalg::IndexOp::create(b, l, 1)});
-            return SmallVector<Value>{n.sel(valid, v, n.zeroOf(elt))};
-          })[0]);
-    }
+    for (Value in : adaptor.getInput())
+      outs.push_back(e.gatherRows(in, source, e.b.getIndexAttr(rows)));
     rewriter.replaceOpWithMultiple(
         op, {ValueRange(outs), ValueRange(adaptor.getSendCounts())});
     return success();

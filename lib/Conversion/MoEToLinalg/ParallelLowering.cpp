@@ -417,24 +417,10 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
           return SmallVector<Value>{n.sel(valid, token, n.idx(-1))};
         })[0];
     // 6. gather the rows (of each part).
-    AffineExpr r, h;
-    bindDims(ctx, r, h);
     SmallVector<Value> sorted;
-    for (auto [part, type] : llvm::zip(tokens, sortedTypes)) {
-      Type elt = type.getElementType();
-      Value rowsOut = e.generic(
-          source, e.empty({rowCount, e.sizes(part)[1]}, elt),
-          {AffineMap::get(2, 0, {r}, ctx), id(2)}, par(2),
-          [&](OpBuilder &b, Location l, ValueRange a) {
-            Emitter n{b, l};
-            Value valid = n.cmpI(P::sge, a[0], n.idx(0));
-            Value src = n.sel(valid, a[0], n.idx(0));
-            Value hi = linalg::IndexOp::create(b, l, 1);
-            Value v = n.extract(part, {src, hi});
-            return SmallVector<Value>{n.sel(valid, v, n.zeroOf(elt))};
-          })[0];
-      sorted.push_back(e.fullRows(rowsOut, type));
-    }
+    for (auto [part, type] : llvm::zip(tokens, sortedTypes))
+      sorted.push_back(
+          e.fullRows(e.gatherRows(part, source, rowCount), type));
     rewriter.replaceOpWithMultiple(
         op, {ValueRange(sorted), ValueRange(offsets), ValueRange(counts),
              ValueRange(positions)});

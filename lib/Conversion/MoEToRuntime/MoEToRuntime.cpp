@@ -173,6 +173,17 @@ struct ConvertMoEToRuntimePass
         b.getUnitAttr(), b.getUnitAttr());
   }
 
+  /// The first op of `block` that reads `v` (itself or inside its regions),
+  /// or the terminator.
+  static Operation *firstReaderInBlock(Value v, Block *block) {
+    Operation *first = block->getTerminator();
+    for (Operation *user : v.getUsers())
+      if (Operation *at = block->findAncestorOpInBlock(*user);
+          at && at->isBeforeInBlock(first))
+        first = at;
+    return first;
+  }
+
   /// An exchange of MX rows as two exchanges with the same counts: the data
   /// rows and the scale rows. The parts are split off where the rows are
   /// made and put together where they are first used, so that a started
@@ -195,13 +206,7 @@ struct ConvertMoEToRuntimePass
         b, loc, TypeRange{out.getScalesType(), counts},
         ValueRange{unpack.getScales(), op.getSendCounts()},
         op->getAttrDictionary().getValue());
-    Block *block = op->getBlock();
-    Operation *first = block->getTerminator();
-    for (Operation *user : op.getResult().getUsers())
-      if (Operation *at = block->findAncestorOpInBlock(*user);
-          at && at->isBeforeInBlock(first))
-        first = at;
-    b.setInsertionPoint(first);
+    b.setInsertionPoint(firstReaderInBlock(op.getResult(), op->getBlock()));
     Value rows = MXPackOp::create(b, loc, out, data.getResult(),
                                   scales.getResult());
     op.getResult().replaceAllUsesWith(rows);
@@ -332,12 +337,7 @@ struct ConvertMoEToRuntimePass
       // the buffer the exchange started with. That read has a type of its
       // own (any strided layout: the buffer as it is), so that CSE cannot
       // merge it into the start's.
-      Operation *first = block->getTerminator();
-      for (Operation *user : op.getResult().getUsers())
-        if (Operation *in = block->findAncestorOpInBlock(*user);
-            in && in->isBeforeInBlock(first))
-          first = in;
-      b.setInsertionPoint(first);
+      b.setInsertionPoint(firstReaderInBlock(op.getResult(), block));
       Value again = bufferization::ToBufferOp::create(
           b, loc, anyLayout(MemRefType::get(inType.getShape(),
                                             inType.getElementType())),

@@ -38,57 +38,35 @@ bool isMovableRowwise(QuantizeOp op) {
          op.getInput().hasOneUse();
 }
 
-struct QuantizeBeforeDispatch : OpRewritePattern<QuantizeOp> {
+/// quantize(move(rows, ...)) -> move(quantize(rows), ...), where the mover
+/// (moe.dispatch or moe.all_to_all) takes its rows as operand 0 and gives
+/// the moved rows as result 0; its other operands, results and attributes
+/// stay as they are.
+struct QuantizeBeforeMove : OpRewritePattern<QuantizeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(QuantizeOp op,
                                 PatternRewriter &rewriter) const override {
-    auto dispatch = op.getInput().getDefiningOp<DispatchOp>();
-    if (!dispatch || op.getInput() != dispatch.getSorted() ||
-        !isMovableRowwise(op))
+    Operation *mover = op.getInput().getDefiningOp();
+    if (!isa_and_nonnull<DispatchOp, AllToAllOp>(mover) ||
+        op.getInput() != mover->getResult(0) || !isMovableRowwise(op))
       return failure();
-    rewriter.setInsertionPoint(dispatch);
-    Value tokens = dispatch.getTokens();
+    rewriter.setInsertionPoint(mover);
+    Value rows = mover->getOperand(0);
     Value quantized = QuantizeOp::create(
-        rewriter, op.getLoc(), quantizedLike(tokens, op.getType()), tokens,
+        rewriter, op.getLoc(), quantizedLike(rows, op.getType()), rows,
         op.getScaleModeAttr());
-    auto moved = DispatchOp::create(
-        rewriter, dispatch.getLoc(),
-        TypeRange{op.getType(), dispatch.getOffsets().getType(),
-                  dispatch.getCounts().getType(),
-                  dispatch.getPositions().getType()},
-        ValueRange{quantized, dispatch.getIndices()},
-        dispatch->getAttrDictionary().getValue());
-    rewriter.replaceOp(op, moved.getSorted());
-    rewriter.replaceAllUsesWith(dispatch.getOffsets(), moved.getOffsets());
-    rewriter.replaceAllUsesWith(dispatch.getCounts(), moved.getCounts());
-    rewriter.replaceAllUsesWith(dispatch.getPositions(), moved.getPositions());
-    rewriter.eraseOp(dispatch);
-    return success();
-  }
-};
-
-struct QuantizeBeforeAllToAll : OpRewritePattern<QuantizeOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(QuantizeOp op,
-                                PatternRewriter &rewriter) const override {
-    auto exchange = op.getInput().getDefiningOp<AllToAllOp>();
-    if (!exchange || op.getInput() != exchange.getResult() ||
-        !isMovableRowwise(op))
-      return failure();
-    rewriter.setInsertionPoint(exchange);
-    Value input = exchange.getInput();
-    Value quantized = QuantizeOp::create(
-        rewriter, op.getLoc(), quantizedLike(input, op.getType()), input,
-        op.getScaleModeAttr());
-    auto moved = AllToAllOp::create(
-        rewriter, exchange.getLoc(),
-        TypeRange{op.getType(), exchange.getRecvCounts().getType()},
-        ValueRange{quantized, exchange.getSendCounts()},
-        exchange->getAttrDictionary().getValue());
-    rewriter.replaceOp(op, moved.getResult());
-    rewriter.replaceAllUsesWith(exchange.getRecvCounts(),
-                                moved.getRecvCounts());
-    rewriter.eraseOp(exchange);
+    OperationState state(mover->getLoc(), mover->getName());
+    state.addOperands(quantized);
+    state.addOperands(mover->getOperands().drop_front());
+    state.addTypes(op.getType());
+    state.addTypes(TypeRange(mover->getResultTypes()).drop_front());
+    state.addAttributes(mover->getAttrDictionary().getValue());
+    Operation *moved = rewriter.create(state);
+    rewriter.replaceOp(op, moved->getResult(0));
+    for (auto [from, to] : llvm::zip(mover->getResults().drop_front(),
+                                     moved->getResults().drop_front()))
+      rewriter.replaceAllUsesWith(from, to);
+    rewriter.eraseOp(mover);
     return success();
   }
 };
@@ -105,6 +83,5 @@ struct MoEHoistQuantizePass
 } // namespace
 
 void mlir::moe::populateHoistQuantizePatterns(RewritePatternSet &patterns) {
-  patterns.add<QuantizeBeforeDispatch, QuantizeBeforeAllToAll>(
-      patterns.getContext());
+  patterns.add<QuantizeBeforeMove>(patterns.getContext());
 }
