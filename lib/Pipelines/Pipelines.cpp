@@ -183,6 +183,9 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
     // Fused expert MLPs as their GEMMs (the same results, by definition),
     // so that those GEMMs get the chip's kernels too.
     pm.addPass(moe::createMoEExpandGroupedMlp());
+    // Identical quantizations (a forward and its recomputation) merged, so
+    // that the kernels see identical GEMMs.
+    pm.addPass(createCSEPass());
     moe::MoEGPUDedicatedKernelsOptions dedicated;
     dedicated.chip = options.chip;
     dedicated.fp8Mma = options.mxfp8FP8MMA;

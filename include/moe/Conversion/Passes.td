@@ -262,6 +262,15 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       different experts are never accumulated together; rows in no group
       are zero). Layouts and what could not be checked without the hardware
       are documented in `lib/Conversion/MoEToGPU/DedicatedKernels.cpp`.
+    - Both: `moe.dequantize` of a `moe.quantize` (blocks of 32, f32 / bf16
+      / f16 in and out, static shapes): `@moe_mx_round_trip_...`, one pass
+      that reads the input once and writes the rounded values; the 8-bit
+      data and scales are not stored. The MX arithmetic is the generic
+      lowering's, so the results are bit-identical. With a dispatch's
+      offsets bounding the rows that are read (see `LiveRows.h`), only the
+      rows before `offsets[E]` are computed (`..._live_...`). Two identical
+      grouped GEMMs (a forward and its recomputation) get the same kernel,
+      so that CSE merges them.
 
     The pass also declares the memory effects of the NVVM ops its kernels
     use (upstream declares none), so that the ownership-based buffer

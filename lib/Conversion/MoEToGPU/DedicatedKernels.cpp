@@ -35,6 +35,8 @@
 //   32-wide K slice into a fresh accumulator, promoted into the f32 result
 //   with both operands' scales (exact up to f32 rounding); see "Hopper
 //   (sm_90a): MXFP8" below.
+// Both chips: moe.dequantize of a moe.quantize (the MX rounding of a
+//   tensor, as floats) in one pass over the input; see "MX round trip".
 //
 // The block-scaled grouped GEMM kernel
 // ------------------------------------
@@ -149,6 +151,7 @@
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
+#include "moe/Dialect/MoE/Utils/MXNumerics.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -369,6 +372,20 @@ struct EmitterBase {
   Value lor(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
   Value toIndex(Value v) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  Value toI64(Value index) {
+    return arith::IndexCastOp::create(b, loc, i64(), index);
+  }
+  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
+  /// The address of a buffer's first element, as an i64.
+  Value baseAddress(Value memref) {
+    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
+  }
+  /// A global pointer `byteOffset` (index) bytes past `base` (i64).
+  Value globalPtr(Value base, Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
   }
   /// An 8-bit element (f8 data, E8M0 scale) loaded as its bits.
   Value loadBits(Value memref, ValueRange at) {
@@ -865,20 +882,6 @@ struct HopperEmitterBase : EmitterBase {
   /// One m64nNk16 f32 accumulator: N/2 f32 per thread (set by setUp()).
   LLVM::LLVMStructType accType{};
 
-  Value toI64(Value index) {
-    return arith::IndexCastOp::create(b, loc, i64(), index);
-  }
-  Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
-  /// The address of a buffer's first element, as an i64.
-  Value baseAddress(Value memref) {
-    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
-  }
-  /// A global pointer `byteOffset` (index) bytes past `base` (i64).
-  Value globalPtr(Value base, Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, base, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
-  }
   /// A shared pointer to byte `byteOffset` (index) of the dynamic memory.
   Value sharedPtrAt(Value byteOffset) {
     Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
@@ -2041,6 +2044,335 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
                          {0, 1}, 4);
 }
 
+//===----------------------------------------------------------------------===//
+// MX round trip: moe.dequantize(moe.quantize x) in one pass
+//===----------------------------------------------------------------------===//
+//
+// Handles `moe.dequantize (moe.quantize %x)` with f32 / bf16 / f16 input and
+// result, static shape, blocks of 32 along an axis whose length is a
+// multiple of 32: the MX rounding of x, as floats. Every MXFP8 GEMM operand
+// on Hopper takes this path on its way to the bf16 wgmma kernels (weights
+// twice a step, once per blocking). The generic path runs it as four kernels
+// and reads x twice (zero the amax, block amax, scale bytes, quantize and
+// dequantize); this kernel reads x once and writes only the result. The
+// 8-bit data and its scales are not stored (the quantize stays where
+// anything else uses them). The scalar code is MXNumerics.h's, as on every
+// other path, so the results are bit-identical to the generic lowering.
+//
+// Work: one unit per block of 32 values, units in memory order of their
+// first element (row-major over the dims, the block axis counted in blocks).
+// Grid: at most kRTMaxBlocks CTAs of 256 threads striding over the work.
+// - Blocks along the innermost dim (contiguous): 8 lanes per block, 4
+//   consecutive values per lane (one 16-byte load when the buffers are
+//   16-byte aligned, else 4 loads); the block amax is the lane's 4 and then
+//   three xor shuffles among the 8 lanes. A warp takes 4 consecutive blocks
+//   (512 contiguous bytes of f32) per iteration; every lane of a warp runs
+//   the same iterations, so the shuffles see all 32 lanes.
+// - Blocks along an outer dim (values `inner` elements apart): one thread
+//   per block, its 32 values in registers; consecutive threads take
+//   consecutive columns, so every load and store is coalesced.
+// Live rows: with the groups' offsets of a dispatch (LiveRows.h: nothing
+// reads the result's rows at or past offsets[E]), only the rows before
+// offsets[E] are computed.
+
+constexpr int64_t kRTThreads = 256;
+constexpr int64_t kRTMaxBlocks = 2048;
+constexpr int64_t kRTBlock = 32;
+
+/// One MX round trip shape the kernel handles.
+struct MXRoundTrip {
+  MXTensorType mx;
+  Type inElt, outElt;
+  ScaleMode mode;
+  /// The offsets' element type when the kernel computes only the rows before
+  /// their last entry; null otherwise.
+  Type offsetElt;
+
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : mx.getShape())
+      n *= d;
+    return n;
+  }
+  /// Elements between consecutive values of one block.
+  int64_t inner() const {
+    int64_t n = 1;
+    for (int64_t d : mx.getShape().drop_front(mx.getAxis() + 1))
+      n *= d;
+    return n;
+  }
+  std::string name() const {
+    std::string dims;
+    for (int64_t d : mx.getShape())
+      dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    return llvm::formatv("moe_mx_round_trip_{0}_a{1}_{2}_{3}_{4}_to_{5}{6}",
+                         dims, mx.getAxis(),
+                         BlockScaledGemm::eltName(mx.getElementType()),
+                         stringifyScaleMode(mode),
+                         BlockScaledGemm::eltName(inElt),
+                         BlockScaledGemm::eltName(outElt),
+                         offsetElt ? "_live_" + BlockScaledGemm::eltName(
+                                                    offsetElt)
+                                   : std::string())
+        .str();
+  }
+  int64_t units() const { return elements() / kRTBlock; }
+  /// Threads one pass over all units takes.
+  int64_t threads() const { return inner() == 1 ? units() * 8 : units(); }
+};
+
+bool isRoundTripFloat(Type t) { return t.isF32() || t.isBF16() || t.isF16(); }
+
+/// The round trip `dq` computes, if the kernel handles it.
+std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq) {
+  auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+  if (!q || dq->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  auto mx = cast<MXTensorType>(q.getType());
+  auto in = dyn_cast<RankedTensorType>(q.getInput().getType());
+  RankedTensorType out = dq.getType();
+  if (!in || !in.hasStaticShape() || !out.hasStaticShape() ||
+      ShapedType::isDynamicShape(mx.getShape()) ||
+      !isRoundTripFloat(in.getElementType()) ||
+      !isRoundTripFloat(out.getElementType()) ||
+      mx.getBlockSize() != kRTBlock ||
+      mx.getShape()[mx.getAxis()] % kRTBlock != 0 || in.getNumElements() == 0)
+    return std::nullopt;
+  return MXRoundTrip{mx, in.getElementType(), out.getElementType(),
+                     q.getScaleMode(), Type()};
+}
+
+/// Emits the body of the round trip's gpu.launch.
+struct RoundTripEmitter : EmitterBase {
+  const MXRoundTrip &g;
+  int64_t grid;
+  Value x, offsets, out; // offsets: null unless g.offsetElt
+
+  Value f32(double v) {
+    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                          APFloat(float(v)));
+  }
+  Value toF32(Value v) {
+    return v.getType().isF32()
+               ? v
+               : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
+  }
+  Value fromF32(Value v) {
+    return g.outElt.isF32()
+               ? v
+               : arith::TruncFOp::create(b, loc, g.outElt, v).getResult();
+  }
+  Value magnitudeMax(Value amax, Value v) {
+    return arith::MaximumFOp::create(b, loc, amax,
+                                     math::AbsFOp::create(b, loc, v));
+  }
+  /// The block's values (f32) rounded through the MX format, as the result
+  /// type, given the block's amax.
+  SmallVector<Value> roundTrip(ArrayRef<Value> values, Value amax) {
+    MXFormat fmt = MXFormat::get(g.mx.getElementType());
+    Value byte = buildScaleByte(b, loc, amax, fmt, g.mode);
+    Value inverse = buildInverseScale(b, loc, byte);
+    Value scale = buildScaleValue(b, loc, byte);
+    SmallVector<Value> result;
+    for (Value v : values) {
+      Value code =
+          buildEncode(b, loc, arith::MulFOp::create(b, loc, v, inverse), fmt);
+      Value q = buildDecode(b, loc, code, fmt);
+      result.push_back(fromF32(arith::MulFOp::create(b, loc, q, scale)));
+    }
+    return result;
+  }
+  /// A view of a static buffer as one dimension.
+  Value flat(Value buffer) {
+    auto type = cast<MemRefType>(buffer.getType());
+    SmallVector<ReassociationIndices> all(1);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      all[0].push_back(d);
+    return memref::CollapseShapeOp::create(b, loc, buffer, all);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    Value tid = launch.getThreadIds().x;
+    Value gtid = add(mul(launch.getBlockIds().x, idx(kRTThreads)), tid);
+    Value xs = flat(x), ys = flat(out);
+    // The units to compute: all, or those of the rows before offsets[E].
+    Value units = idx(g.units());
+    if (offsets) {
+      int64_t rows = g.mx.getShape()[0];
+      int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+      Value end = toIndex(memref::LoadOp::create(b, loc, offsets, idx(last)));
+      end = arith::MinSIOp::create(
+          b, loc, arith::MaxSIOp::create(b, loc, end, idx(0)), idx(rows));
+      units = mul(end, idx(g.units() / rows));
+    }
+    if (g.inner() == 1)
+      emitContiguous(tid, gtid, units, xs, ys);
+    else
+      emitStrided(gtid, units, xs, ys);
+  }
+
+  /// Blocks along the innermost dim: 8 lanes a block, 4 values a lane.
+  void emitContiguous(Value tid, Value gtid, Value units, Value xs, Value ys) {
+    unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
+    unsigned outBytes = g.outElt.getIntOrFloatBitWidth() / 8;
+    Value xBase = baseAddress(xs), yBase = baseAddress(ys);
+    // 16-byte vector accesses need both buffers 16-byte aligned (device
+    // allocations are; a caller's buffer need not be).
+    Value aligned = cmp(
+        P::eq,
+        arith::AndIOp::create(b, loc, arith::OrIOp::create(b, loc, xBase, yBase),
+                              int64(15)),
+        int64(0));
+    Value lane = rem(tid, 32);
+    Value warps = arith::DivUIOp::create(b, loc, add(units, idx(3)), idx(4));
+    auto loop = scf::ForOp::create(b, loc, div(gtid, 32), warps,
+                                   idx(grid * kRTThreads / 32));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(loop.getBody()->getTerminator());
+    Value w = loop.getInductionVar();
+    Value unit = add(mul(w, idx(4)), div(lane, 8));
+    Value first = add(mul(unit, idx(kRTBlock)), mul(rem(lane, 8), idx(4)));
+    Value valid = cmp(P::ult, unit, units);
+    auto vecIn = VectorType::get({4}, g.inElt);
+    auto vecOut = VectorType::get({4}, g.outElt);
+    SmallVector<Type> inTypes(4, g.inElt);
+    SmallVector<Value> values = ifElse(
+        inTypes, valid,
+        [&] {
+          return ifElse(
+              inTypes, aligned,
+              [&] {
+                Value v = LLVM::LoadOp::create(
+                    b, loc, vecIn,
+                    globalPtr(xBase, mul(first, idx(inBytes))), 4 * inBytes);
+                SmallVector<Value> parts;
+                for (int64_t j = 0; j < 4; ++j)
+                  parts.push_back(
+                      LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
+                return parts;
+              },
+              [&] {
+                SmallVector<Value> parts;
+                for (int64_t j = 0; j < 4; ++j)
+                  parts.push_back(memref::LoadOp::create(
+                      b, loc, xs, ValueRange{add(first, idx(j))}));
+                return parts;
+              });
+        },
+        [&] {
+          Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
+          return SmallVector<Value>(4, zero);
+        });
+    Value amax = f32(0.0);
+    for (Value &v : values) {
+      v = toF32(v);
+      amax = magnitudeMax(amax, v);
+    }
+    for (int64_t d : {4, 2, 1})
+      amax = arith::MaximumFOp::create(
+          b, loc, amax,
+          gpu::ShuffleOp::create(b, loc, amax, int32(d), int32(32),
+                                 gpu::ShuffleMode::XOR)
+              .getShuffleResult());
+    SmallVector<Value> results = roundTrip(values, amax);
+    ifThen(valid, [&] {
+      auto store = scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(store.thenBlock()->getTerminator());
+      Value v = LLVM::PoisonOp::create(b, loc, vecOut);
+      for (int64_t j = 0; j < 4; ++j)
+        v = LLVM::InsertElementOp::create(b, loc, v, results[j], int32(j));
+      LLVM::StoreOp::create(b, loc, v,
+                            globalPtr(yBase, mul(first, idx(outBytes))),
+                            4 * outBytes);
+      b.setInsertionPoint(store.elseBlock()->getTerminator());
+      for (int64_t j = 0; j < 4; ++j)
+        memref::StoreOp::create(b, loc, results[j], ys,
+                                ValueRange{add(first, idx(j))});
+    });
+  }
+
+  /// Blocks along an outer dim: a thread a block, 32 values in registers.
+  void emitStrided(Value gtid, Value units, Value xs, Value ys) {
+    int64_t inner = g.inner();
+    auto loop = scf::ForOp::create(b, loc, gtid, units,
+                                   idx(grid * kRTThreads));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(loop.getBody()->getTerminator());
+    Value u = loop.getInductionVar();
+    // Unit u = (block row q, column i): values (32 q + j) * inner + i.
+    Value first = add(mul(div(u, inner), idx(kRTBlock * inner)), rem(u, inner));
+    SmallVector<Value> at, values;
+    Value amax = f32(0.0);
+    for (int64_t j = 0; j < kRTBlock; ++j) {
+      at.push_back(add(first, idx(j * inner)));
+      values.push_back(
+          toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+      amax = magnitudeMax(amax, values.back());
+    }
+    SmallVector<Value> results = roundTrip(values, amax);
+    for (int64_t j = 0; j < kRTBlock; ++j)
+      memref::StoreOp::create(b, loc, results[j], ys, ValueRange{at[j]});
+  }
+};
+
+/// The private function computing one round trip: (x[, offsets]) -> result.
+func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
+                                          const MXRoundTrip &g,
+                                          ArrayRef<Type> argTypes,
+                                          RankedTensorType resultType,
+                                          Location loc) {
+  int64_t grid = std::min(tilesOf(g.threads(), kRTThreads), kRTMaxBlocks);
+  func::FuncOp kernel = getOrCreateKernelCall(
+      module, symbols, g.name(), "mx round trip", argTypes, resultType, loc,
+      {grid, 1, 1, kRTThreads, 0},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        RoundTripEmitter k{{b, loc}, g, grid, buf[0],
+                           g.offsetElt ? buf[1] : Value(), out};
+        k.emit(launch);
+      });
+  return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
+}
+
+/// Every `moe.dequantize (moe.quantize x)` the kernel handles becomes a call
+/// of it (see "MX round trip"); quantizes left without uses are erased.
+void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
+  SmallVector<std::pair<DequantizeOp, RowBound>> work;
+  {
+    LiveRows live(module);
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func->hasAttr("moe.dedicated_kernel"))
+        func.walk([&](DequantizeOp dq) {
+          if (matchRoundTrip(dq))
+            work.push_back({dq, live.boundedOp(dq)});
+        });
+  }
+  for (auto [dq, bound] : work) {
+    MXRoundTrip g = *matchRoundTrip(dq);
+    auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+    SmallVector<Value> args = {q.getInput()};
+    auto offsetsType = bound.offsets
+                           ? dyn_cast<RankedTensorType>(bound.offsets.getType())
+                           : RankedTensorType();
+    if (offsetsType && offsetsType.hasStaticShape() &&
+        offsetsType.getRank() == 1 && offsetsType.getDimSize(0) > 0 &&
+        offsetsType.getElementType().isInteger() && g.mx.getAxis() != 0) {
+      g.offsetElt = offsetsType.getElementType();
+      args.push_back(bound.offsets);
+    }
+    func::FuncOp kernel = getOrCreateRoundTripFunction(
+        module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
+        dq.getType(),
+        dq.getLoc());
+    OpBuilder b(dq);
+    auto call = func::CallOp::create(b, dq.getLoc(), kernel, args);
+    dq.getResult().replaceAllUsesWith(call.getResult(0));
+    dq.erase();
+    if (q->use_empty())
+      q.erase();
+  }
+}
+
 struct MoEGPUDedicatedKernelsPass
     : moe::impl::MoEGPUDedicatedKernelsBase<MoEGPUDedicatedKernelsPass> {
   using MoEGPUDedicatedKernelsBase::MoEGPUDedicatedKernelsBase;
@@ -2068,6 +2400,18 @@ struct MoEGPUDedicatedKernelsPass
         if (live.pastLastGroupUnread(op.getResult(), op.getOffsets()))
           liveRowsOnly.insert(op);
     }
+    // The same GEMM twice (a train step's forward and the recomputation its
+    // backward makes) becomes one call for CSE to merge: all rows if either
+    // needs them.
+    for (GroupedMatmulOp op : candidates)
+      if (!liveRowsOnly.contains(op))
+        for (GroupedMatmulOp other : candidates)
+          if (other != op && other.getLhs() == op.getLhs() &&
+              other.getRhs() == op.getRhs() &&
+              other.getOffsets() == op.getOffsets() &&
+              other.getTransposeRhs() == op.getTransposeRhs() &&
+              other.getType() == op.getType())
+            liveRowsOnly.erase(other);
     if (chip == "sm_90a") {
       // Weight gradients (bf16, or MXFP8 blocked along the rows).
       SmallVector<GroupedMatmulWgradOp> wgrads;
@@ -2149,6 +2493,7 @@ struct MoEGPUDedicatedKernelsPass
         op.getResult().replaceAllUsesWith(call.getResult(0));
         op.erase();
       }
+      lowerRoundTrips(module, symbols);
       return;
     }
     for (GroupedMatmulOp op : candidates) {
@@ -2177,6 +2522,7 @@ struct MoEGPUDedicatedKernelsPass
       op.getResult().replaceAllUsesWith(call.getResult(0));
       op.erase();
     }
+    lowerRoundTrips(module, symbols);
   }
 };
 

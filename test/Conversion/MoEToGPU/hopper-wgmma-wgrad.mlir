@@ -38,10 +38,10 @@ func.func @bf16(%x: tensor<200x128xbf16>, %g: tensor<200x256xbf16>,
 }
 
 // MXFP8 columnwise operands (blocks of 32 rows): dequantized, then the same
-// kernel.
+// kernel; the quantize-dequantize pairs are one round-trip kernel each.
 // CHECK-LABEL: func.func @mxfp8
-// CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<96x256xf8E4M3FN, axis = 0> -> tensor<96x256xbf16>
-// CHECK: %[[GB:.*]] = moe.dequantize %{{.*}} : !moe.mx<96x128xf8E5M2, axis = 0> -> tensor<96x128xbf16>
+// CHECK: %[[XB:.*]] = call @moe_mx_round_trip_96x256_a0_e4m3_rceil_f32_to_bf16(%arg0)
+// CHECK: %[[GB:.*]] = call @moe_mx_round_trip_96x128_a0_e5m2_rceil_f32_to_bf16(%arg1)
 // CHECK: call @moe_wgmma_wgrad_96x256x128_e4_bf16_i32(%[[XB]], %[[GB]], %{{.*}})
 func.func @mxfp8(%x: tensor<96x256xf32>, %g: tensor<96x128xf32>,
                  %off: tensor<5xi32> {moe.test_range = [0, 96]}) -> tensor<4x256x128xf32> {

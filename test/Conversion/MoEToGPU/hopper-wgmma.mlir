@@ -57,7 +57,9 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 // of 128, f32 operands. They stay moe.grouped_matmul.
 // The transposed rhs is eligible as it is (the kernel reads it K-major, no
 // copy), and the MXFP8 pair (blocks along K) through its exact bf16
-// dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel).
+// dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel), here one
+// round-trip kernel per quantize-dequantize pair (the lhs's rows past the
+// last group are unread: `_live`).
 // CHECK-LABEL: func.func @ineligible
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<64x128xbf16>, %{{[a-z0-9]+}}: tensor<2x128x64xbf16>, %[[WT:[a-z0-9]+]]: tensor<2x128x128xbf16>
 // CHECK-NOT: call @moe_wgmma
@@ -65,8 +67,8 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 // CHECK-NOT: linalg.transpose
 // CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_rhsT_i32(%[[X]], %[[WT]],
 // CHECK: moe.grouped_matmul %{{.*}} : tensor<64x128xf32>, tensor<2x128x128xf32>
-// CHECK: %[[XB:.*]] = moe.dequantize %{{.*}} : !moe.mx<64x128xf8E4M3FN, axis = 1> -> tensor<64x128xbf16>
-// CHECK: %[[WB:.*]] = moe.dequantize %{{.*}} : !moe.mx<2x128x128xf8E4M3FN, axis = 1> -> tensor<2x128x128xbf16>
+// CHECK: %[[XB:.*]] = call @moe_mx_round_trip_64x128_a1_e4m3_rceil_bf16_to_bf16_live_i32(
+// CHECK: %[[WB:.*]] = call @moe_mx_round_trip_2x128x128_a1_e4m3_rceil_bf16_to_bf16(
 // CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_i32(%[[XB]], %[[WB]],
 // CHECK: return
 func.func @ineligible(%x96: tensor<64x96xbf16>, %w96: tensor<2x96x128xbf16>,

@@ -40,6 +40,31 @@ func.func @dequantize(%d: tensor<128x256xf8E4M3FN>, %s: tensor<128x8xf8E8M0FNU>)
   return %y : tensor<128x256xf32>
 }
 
+// MX round trips (moe.dequantize of moe.quantize; one kernel on the GPU)
+// against the generic CPU lowering: bit-identical. Blocks along the
+// innermost dim (f32 -> bf16, as MXFP8 GEMM operands are rounded; 17 blocks
+// a row, so the last warp's 4 blocks run past the end), along K of a
+// weight-shaped tensor (bf16 -> f32, E5M2, floor scale), and along the
+// innermost dim of a 3-D tensor.
+func.func @mx_round_trip_rows(%x: tensor<300x544xf32>) -> tensor<300x544xbf16>
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x : tensor<300x544xf32> -> !moe.mx<300x544xf8E4M3FN, axis = 1>
+  %y = moe.dequantize %q : !moe.mx<300x544xf8E4M3FN, axis = 1> -> tensor<300x544xbf16>
+  return %y : tensor<300x544xbf16>
+}
+func.func @mx_round_trip_cols(%x: tensor<4x96x160xbf16>) -> tensor<4x96x160xf32>
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x scale(floor) : tensor<4x96x160xbf16> -> !moe.mx<4x96x160xf8E5M2, axis = 1>
+  %y = moe.dequantize %q : !moe.mx<4x96x160xf8E5M2, axis = 1> -> tensor<4x96x160xf32>
+  return %y : tensor<4x96x160xf32>
+}
+func.func @mx_round_trip_inner(%x: tensor<3x40x96xf32>) -> tensor<3x40x96xbf16>
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x : tensor<3x40x96xf32> -> !moe.mx<3x40x96xf8E4M3FN, axis = 2>
+  %y = moe.dequantize %q : !moe.mx<3x40x96xf8E4M3FN, axis = 2> -> tensor<3x40x96xbf16>
+  return %y : tensor<3x40x96xbf16>
+}
+
 // SwiGLU and its gradient: exp differs by an ulp or two between libm and
 // libdevice, and the GPU may contract a*b+c into one fma: a few f32 ulps.
 func.func @swiglu(%h: tensor<512x256xf32>) -> tensor<512x128xf32>
