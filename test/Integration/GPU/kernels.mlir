@@ -52,6 +52,38 @@ func.func @mx_round_trip_rows(%x: tensor<300x544xf32>) -> tensor<300x544xbf16>
   %y = moe.dequantize %q : !moe.mx<300x544xf8E4M3FN, axis = 1> -> tensor<300x544xbf16>
   return %y : tensor<300x544xbf16>
 }
+// Special values (the kernel rounds elements with the hardware's f32 -> f8
+// conversion, the generic path with integer arithmetic): a NaN and an
+// infinity (NaN blocks), an all-zero and an all -0 block, a block of f32
+// subnormals, a value near f32's max, and with the floor scale E5M2 values
+// that saturate.
+func.func @mx_round_trip_specials(%x: tensor<8x64xf32>) -> (tensor<8x64xbf16>, tensor<8x64xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c5 = arith.constant 5 : index
+  %c40 = arith.constant 40 : index
+  %nan = arith.constant 0x7FC00000 : f32
+  %inf = arith.constant 0xFF800000 : f32
+  %big = arith.constant 3.0e38 : f32
+  %zeros = arith.constant dense<0.0> : tensor<1x32xf32>
+  %negzeros = arith.constant dense<-0.0> : tensor<1x32xf32>
+  %tiny = arith.constant dense<1.0e-39> : tensor<1x32xf32>
+  %a = tensor.insert %nan into %x[%c0, %c3] : tensor<8x64xf32>
+  %b = tensor.insert %inf into %a[%c1, %c40] : tensor<8x64xf32>
+  %c = tensor.insert_slice %zeros into %b[2, 0] [1, 32] [1, 1] : tensor<1x32xf32> into tensor<8x64xf32>
+  %d = tensor.insert_slice %negzeros into %c[2, 32] [1, 32] [1, 1] : tensor<1x32xf32> into tensor<8x64xf32>
+  %e = tensor.insert %big into %d[%c3, %c5] : tensor<8x64xf32>
+  %row = tensor.extract_slice %e[4, 0] [1, 32] [1, 1] : tensor<8x64xf32> to tensor<1x32xf32>
+  %sub = arith.mulf %row, %tiny : tensor<1x32xf32>
+  %f = tensor.insert_slice %sub into %e[4, 0] [1, 32] [1, 1] : tensor<1x32xf32> into tensor<8x64xf32>
+  %q1 = moe.quantize %f : tensor<8x64xf32> -> !moe.mx<8x64xf8E4M3FN, axis = 1>
+  %y1 = moe.dequantize %q1 : !moe.mx<8x64xf8E4M3FN, axis = 1> -> tensor<8x64xbf16>
+  %q2 = moe.quantize %f scale(floor) : tensor<8x64xf32> -> !moe.mx<8x64xf8E5M2, axis = 1>
+  %y2 = moe.dequantize %q2 : !moe.mx<8x64xf8E5M2, axis = 1> -> tensor<8x64xf32>
+  return %y1, %y2 : tensor<8x64xbf16>, tensor<8x64xf32>
+}
 func.func @mx_round_trip_cols(%x: tensor<4x96x160xbf16>) -> tensor<4x96x160xf32>
     attributes {moe.test_tolerance = [0.0, 0.0]} {
   %q = moe.quantize %x scale(floor) : tensor<4x96x160xbf16> -> !moe.mx<4x96x160xf8E5M2, axis = 1>

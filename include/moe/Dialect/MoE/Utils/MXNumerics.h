@@ -3,7 +3,10 @@
 // The one place the MX (OCP microscaling) rules are written down as IR. Every
 // lowering of moe.quantize / moe.dequantize / block-scaled GEMM operands (CPU
 // and GPU) builds its scalar code from these helpers, so all paths produce the
-// same bits. Only integer and exactly-rounded f32 arithmetic is used:
+// same bits (one exception, checked bit for bit on the GPU: the GPU round-trip
+// kernel rounds elements with the hardware's f32 -> f8 conversion, which
+// follows buildEncode's rule). Only integer and exactly-rounded f32
+// arithmetic is used:
 // `x * 2^k` for a power of two, `math.roundeven`, comparisons and bit moves.
 //
 //===----------------------------------------------------------------------===//
