@@ -13,13 +13,13 @@
 
 // PTX-LABEL: kernel module moe_wgmma_gmm_200x128x256_e3_bf16_i32_kernel
 // PTX: .target sm_90a
+// The descriptors: 128-byte swizzle (layout type 1 at bit 62), SBO 1024
+// (bits 32-45: 64), LBO 8192 (bits 16-29: 512).
+// PTX: or.b64 {{.*}}, 4611686293338849280;
 // PTX: cp.async.cg.shared.global
 // PTX: cp.async.wait_group 1;
 // PTX: fence.proxy.async.shared::cta;
 // PTX: bar.sync 0;
-// The descriptors: 128-byte swizzle (layout type 1 at bit 62), SBO 1024
-// (bits 32-45: 64), LBO 8192 (bits 16-29: 512).
-// PTX: or.b64 {{.*}}, 4611686293338849280;
 // PTX: wgmma.fence.sync.aligned;
 // PTX: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 1;
 // PTX: wgmma.commit_group.sync.aligned;
