@@ -236,7 +236,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     Kernels:
     - sm_90a (Hopper, wgmma): `moe.grouped_matmul` with bf16 operands, an
       f32 result, static shapes with K a multiple of 64 and N of 128:
-      `@moe_wgmma_gmm_...`, warpgroup MMA (m64n128k16) fed by a 4-buffer
+      `@moe_wgmma_gmm_...`, warpgroup MMA (m64n128k16) fed by a 3-buffer
       `cp.async` pipeline; a `transpose_rhs` GEMM (the data gradient,
       weights [E, N, K]) reads its rhs K-major (`..._rhsT_...`). MXFP8
       operands with blocks along K go the same way after `moe.dequantize`

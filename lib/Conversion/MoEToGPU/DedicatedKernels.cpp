@@ -28,8 +28,9 @@
 // Hopper (sm_90a): moe.grouped_matmul with bf16 lhs [R, K] and rhs
 //   [E, K, N], f32 result, no transpose_rhs, static shapes, K a multiple of
 //   64 and N of 128 (R arbitrary), on warpgroup MMA (wgmma.mma_async
-//   m64n128k16 bf16 -> f32) fed by a 4-buffer cp.async ring; see "Hopper"
-//   below for its tiles, layouts and accumulator fragment.
+//   m64n128k16 bf16 -> f32) fed by a 3-buffer cp.async ring of 128-byte
+//   swizzled tiles; see "Hopper" below for its tiles, layouts and
+//   accumulator fragment.
 // Hopper (sm_90a): moe.grouped_matmul with MXFP8 operands (as for
 //   Blackwell, K a multiple of 64, N of 128): FP8 wgmma m64n128k32 per
 //   32-wide K slice into a fresh accumulator, promoted into the f32 result
@@ -804,22 +805,23 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 // the rows of a dispatch, LiveRows.h); rows >= R are loaded from row R-1
 // (clamped address) and never stored.
 //
-// K loop: stages of 64 K values, a ring of 4 shared-memory buffers of 32 KiB
-// (A tile 128 x 64 bf16, then B tile 64 x 128 bf16), filled with cp.async
-// (16 bytes per copy, .cg, 16 copies per thread per stage), two stages
-// loaded ahead. Iteration `it`:
+// K loop: stages of 64 K values, a ring of 3 shared-memory buffers of 32 KiB
+// (A tile 128 x 64 bf16, then B tile 64 x 128 bf16; 97 KiB with the
+// alignment slack, so two CTAs share an SM and one's MMAs run while the
+// other waits), filled with cp.async (16 bytes per copy, .cg, 16 copies per
+// thread per stage), two stages loaded ahead. Iteration `it`:
 //   cp.async.wait_group 1        this thread's copies of stage `it` are done
 //   fence.proxy.async.shared::cta  (generic-proxy writes -> wgmma reads)
 //   bar.sync                     everyone's copies are done, and everyone
-//                                has passed wgmma.wait_group 1 of iteration
-//                                it-1, so the MMAs of it-2 are complete: its
-//                                buffer, (it+2) % 4, may be refilled
+//                                has passed wgmma.wait_group 0 of iteration
+//                                it-1, so the MMAs of it-1 are complete: its
+//                                buffer, (it+2) % 3, may be refilled
 //   cp.async stage it+2 (if any); cp.async.commit_group (always, so the group
 //                                count stays uniform)
 //   wgmma.fence; 8 x wgmma.mma_async m64n128k16 (4 K steps x 2 M halves);
-//   wgmma.commit_group; wgmma.wait_group 1 (one MMA group stays in flight
-//                                while the next stage's wait and barrier run)
-// and wgmma.wait_group 0 after the loop.
+//   wgmma.commit_group; wgmma.wait_group 0
+// (kHStages, kHAhead and kHMmaInFlight below; measured on the H200 at the
+// Qwen3 GEMM1 shape: 3/2/0 at 0.64 ms, 3/1/1 0.75, 4/2/1 0.81, 4/3/0 0.84).
 //
 // Shared memory layouts: 128-byte swizzle (PTX ISA, "Asynchronous warpgroup
 // level matrix shared memory layout"; CUTLASS's canonical GMMA layouts, T =
@@ -854,14 +856,6 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 //   t/8 + 16 i, chunk t%8; MN-major B: K row t/16 + 8 i, N chunk t%16;
 //   i = 0..7.
 //
-// The weight-gradient kernel below uses the same ring with the unswizzled
-// ("interleaved") layouts: a core matrix is 8 x 16 bytes stored
-// contiguously; K-major ((8,m),(T,2k)):((1T,SBO),(1,LBO)) with LBO = 128
-// (next core matrix along K) and SBO = 1024 (next 8 rows), MN-major
-// ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) with LBO = 128 (next 8 K rows) and
-// SBO = 1024 (next 8 columns); MMA j of half h at 8192 h + 256 j (A) and
-// 256 j (B); descriptor layout type 0.
-//
 // Accumulator (PTX ISA, "wgmma D matrix fragment", m64nNk16, f32): thread t
 // of the warpgroup (warp w = t/32, lane l = t%32) holds N/2 = 64 floats;
 // register i = 4 j + 2 h + c (j = 0..15, h, c = 0..1) is
@@ -878,15 +872,21 @@ constexpr int64_t kHTileM = 128;     // rows per CTA: two m64 MMAs
 constexpr int64_t kHTileN = 128;     // columns per CTA = MMA N
 constexpr int64_t kHTileK = 64;      // K per stage
 constexpr int64_t kHMmaM = 64, kHMmaK = 16;
-constexpr int64_t kHStages = 4;      // shared-memory ring
-constexpr int64_t kHAhead = kHStages - 2; // stages loaded ahead
+constexpr int64_t kHStages = 3;      // shared-memory ring (2 CTAs an SM)
+constexpr int64_t kHAhead = kHStages - 1; // stages loaded ahead
+// MMA groups left in flight at the end of an iteration: the buffer refilled
+// at iteration it, (it + kHAhead) % kHStages, was read by the MMAs of
+// it + kHAhead - kHStages, complete once every thread has passed iteration
+// it-1's wait (the barrier): kHAhead + kHMmaInFlight <= kHStages - 1.
+constexpr int64_t kHMmaInFlight = kHStages - 1 - kHAhead;
+static_assert(kHAhead >= 1 && kHMmaInFlight >= 0, "the ring's schedule");
 constexpr int64_t kHThreads = 128;   // one warpgroup
 constexpr int64_t kHTileABytes = kHTileM * kHTileK * 2;  // 16384
 constexpr int64_t kHTileBBytes = kHTileK * kHTileN * 2;  // 16384
 constexpr int64_t kHStageBytes = kHTileABytes + kHTileBBytes;
-constexpr int64_t kHSmemBytes = kHStages * kHStageBytes; // 131072
-constexpr int64_t kHLBO = 128;                 // next core matrix along K
-constexpr int64_t kHSBO = kHTileK / 8 * 128;   // next 8 rows / columns: 1024
+constexpr int64_t kHSmemBytes = kHStages * kHStageBytes; // 98304
+constexpr int64_t kHLBO = 8192; // next 64 MN values (MN-major, swizzled)
+constexpr int64_t kHSBO = 1024; // next 8 rows (one swizzle atom)
 constexpr int64_t kHAccRegs = kHTileN / 2;     // f32 per thread per MMA half
 
 /// What the Hopper wgmma emitters share: global and shared addresses,
@@ -913,6 +913,44 @@ struct HopperEmitterBase : EmitterBase {
                             globalPtr(srcBase, srcOffset), 16,
                             NVVM::LoadCacheModifierKind::CG, srcBytes);
   }
+  /// Byte offset of 16-byte chunk `c` of 128-byte row `row` of a tile at
+  /// `tileBase`, in the 128-byte swizzled layout (see "Hopper (sm_90a): bf16
+  /// grouped GEMM").
+  Value swizzledChunk(Value tileBase, Value row, Value c) {
+    return add(tileBase,
+               add(mul(row, idx(128)),
+                   mul(arith::XOrIOp::create(b, loc, c, rem(row, 8)), idx(16))));
+  }
+  /// Copies a K-major 128 x 64 bf16 tile (128 rows of 128 bytes) into the
+  /// swizzled layout at `tileBase`: thread `tid` copies chunk tid % 8 of rows
+  /// tid / 8 + 16 i. `source(row, k)` is the global byte offset (from
+  /// `global`) of the row's 8 values from tile column k.
+  void copyKMajorTile(Value tid, Value tileBase, Value global,
+                      function_ref<Value(Value, Value)> source) {
+    Value c = rem(tid, 8), k = mul(c, idx(8));
+    for (int64_t i = 0; i < kHTileM * kHTileK / 8 / kHThreads; ++i) {
+      Value r = add(div(tid, 8), idx(16 * i));
+      copy16(swizzledChunk(tileBase, r, c), global, source(r, k));
+    }
+  }
+  /// Copies an MN-major 64 x 128 bf16 tile (64 rows along the contraction,
+  /// 128 MN values each) into the swizzled layout at `tileBase`: columns
+  /// [64 q, 64 q + 64) are 64 rows of 128 bytes at 8192 q. Thread `tid`
+  /// copies chunk tid % 16 of rows tid / 16 + 8 i. `source(row, column)`
+  /// is the global byte offset of the row's 8 values from tile column
+  /// `column` and the bytes to read (the rest of the 16 zero-filled; null:
+  /// all 16).
+  void copyMNMajorTile(
+      Value tid, Value tileBase, Value global,
+      function_ref<std::pair<Value, Value>(Value, Value)> source) {
+    Value cc = rem(tid, 16);
+    Value half = add(tileBase, mul(div(cc, 8), idx(8192)));
+    for (int64_t i = 0; i < kHTileK / 8; ++i) {
+      Value r = add(div(tid, 16), idx(8 * i));
+      auto [offset, bytes] = source(r, mul(cc, idx(8)));
+      copy16(swizzledChunk(half, r, rem(cc, 8)), global, offset, bytes);
+    }
+  }
   /// Descriptor of the matrix at byte `offset` of ring buffer `slotUnits`
   /// (the slot's byte offset >> 4, i64).
   Value descriptor(Value slotUnits, int64_t offset) {
@@ -921,9 +959,10 @@ struct HopperEmitterBase : EmitterBase {
         arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
   }
   /// The bf16 MMA main loop over `nk` (index) stages of 64 reduction
-  /// values through the 4-buffer ring (see "Hopper (sm_90a): bf16 grouped
+  /// values through the 3-buffer ring (see "Hopper (sm_90a): bf16 grouped
   /// GEMM" for the schedule): `load(kt, slot)` issues stage kt's cp.asyncs
-  /// into ring buffer `slot` (A tile 128 x 64 first, then B tile 64 x 128);
+  /// into ring buffer `slot` (A tile first, then B at kHTileABytes, both in
+  /// the 128-byte swizzled layouts: setUp(kHLBO, kHSBO, true));
   /// `layoutA` is `row` for a K-major A tile, `col` for an MN-major one;
   /// `layoutB` `col` for a K-major B tile, `row` for an MN-major one.
   /// Returns the two m64n128 accumulators (zeros when nk is 0).
@@ -931,8 +970,6 @@ struct HopperEmitterBase : EmitterBase {
                                   function_ref<void(Value, Value)> load,
                                   NVVM::MMALayout layoutA,
                                   NVVM::MMALayout layoutB) {
-    assert((!swizzled || layoutA == NVVM::MMALayout::row) &&
-           "the 128-byte swizzled stage holds a K-major A");
     for (int64_t p = 0; p < kHAhead; ++p) {
       ifThen(cmp(P::slt, idx(p), nk), [&] { load(idx(p), idx(p)); });
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -964,17 +1001,17 @@ struct HopperEmitterBase : EmitterBase {
           SmallVector<Value> d(carried.begin(), carried.end());
           NVVM::WgmmaFenceAlignedOp::create(b, loc);
           for (int64_t j = 0; j < kHTileK / kHMmaK; ++j) {
-            // MMA j's K rows start: interleaved, two core matrices (256
-            // bytes) per K step in either major-ness; swizzled, 32 bytes
-            // into each 128-byte row (K-major) or two 8-row atoms (MN-major).
+            // MMA j's K rows start 32 bytes into each 128-byte row
+            // (K-major) or two 8-row atoms further (MN-major).
             int64_t bAt = kHTileABytes +
-                          (!swizzled                          ? 256 * j
-                           : layoutB == NVVM::MMALayout::row ? 2048 * j
-                                                              : 32 * j);
+                          (layoutB == NVVM::MMALayout::row ? 2048 * j : 32 * j);
             Value bDesc = descriptor(slotUnits, bAt);
             for (int64_t h = 0; h < kHTileM / kHMmaM; ++h) {
-              int64_t aAt = swizzled ? h * kHMmaM * 128 + 32 * j
-                                     : h * (kHMmaM / 8) * kHSBO + 256 * j;
+              // Half h's rows: 64 K-major rows (8 KiB) further, or the
+              // next 64-column block of an MN-major A.
+              int64_t aAt = layoutA == NVVM::MMALayout::row
+                                ? h * kHMmaM * 128 + 32 * j
+                                : h * 8192 + 2048 * j;
               Value aDesc = descriptor(slotUnits, aAt);
               d[h] = NVVM::WgmmaMmaAsyncOp::create(
                   b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
@@ -983,7 +1020,7 @@ struct HopperEmitterBase : EmitterBase {
             }
           }
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, kHMmaInFlight);
           return d;
         });
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
@@ -1161,54 +1198,28 @@ struct WgmmaEmitter : HopperEmitterBase {
   /// buffer `slot` (layouts in the header of this section).
   void loadStage(Value e, Value kt, Value slot) {
     Value stageBase = mul(slot, idx(kHStageBytes));
+    Value bBase = add(stageBase, idx(kHTileABytes));
     Value k0 = mul(kt, idx(kHTileK));
     Value rowsLast = idx(g.rows - 1);
-    // 128-byte swizzle: a tile row (128 bytes of K, or of N for an MN-major
-    // B) is read by 8 consecutive lanes, chunk c of row r lands at chunk
-    // c ^ (r % 8) of the row's 128 bytes (no bank conflicts).
-    Value chunk = rem(tid, 8), rowOfLane = div(tid, 8);
-    auto swizzledAt = [&](Value tileBase, Value row, Value c) {
-      return add(tileBase, add(mul(row, idx(128)),
-                               mul(arith::XOrIOp::create(b, loc, c,
-                                                         rem(row, 8)),
-                                   idx(16))));
-    };
-    // A (and a K-major B): row r = t/8 + 16 i, K chunk t%8.
-    auto kMajorTile = [&](Value tileBase, function_ref<Value(Value)> srcOf) {
-      for (int64_t i = 0; i < kHTileM * kHTileK / 8 / kHThreads; ++i) {
-        Value r = add(rowOfLane, idx(16 * i));
-        copy16(swizzledAt(tileBase, r, chunk), aGlobal, srcOf(r));
-      }
-    };
-    Value kCol = add(k0, mul(chunk, idx(8)));
-    kMajorTile(stageBase, [&](Value r) {
+    // A: row r is lhs row m0 + r (clamped: rows past R are never stored).
+    copyKMajorTile(tid, stageBase, aGlobal, [&](Value r, Value k) {
       Value grow = minS(add(m0, r), rowsLast);
-      return mul(add(mul(grow, idx(g.k)), kCol), idx(2));
+      return mul(add(mul(grow, idx(g.k)), add(k0, k)), idx(2));
     });
     if (g.rhsTransposed) {
       // rhs [E, N, K]: row r of the B tile is column n0 + r.
-      Value bBase = add(stageBase, idx(kHTileABytes));
-      for (int64_t i = 0; i < kHTileN * kHTileK / 8 / kHThreads; ++i) {
-        Value c = add(rowOfLane, idx(16 * i));
-        Value wrow = add(mul(e, idx(g.n)), add(n0, c));
-        copy16(swizzledAt(bBase, c, chunk), wGlobal,
-               mul(add(mul(wrow, idx(g.k)), kCol), idx(2)));
-      }
+      copyKMajorTile(tid, bBase, wGlobal, [&](Value r, Value k) {
+        Value wrow = add(mul(e, idx(g.n)), add(n0, r));
+        return mul(add(mul(wrow, idx(g.k)), add(k0, k)), idx(2));
+      });
       return;
     }
-    // B MN-major (rhs [E, K, N]): K row k = t/16 + 8 i, N chunk t%16; N
-    // columns [64 q, 64 q + 64) of the tile are a 64 x 128-byte block at
-    // 8192 q (8 atoms of 8 K rows: SBO 1024 along K, LBO 8192 along N).
-    Value nChunk = rem(tid, 16), kOfLane = div(tid, 16);
-    Value bBase = add(add(stageBase, idx(kHTileABytes)),
-                      mul(div(nChunk, 8), idx(8192)));
-    for (int64_t i = 0; i < kHTileK / 8; ++i) {
-      Value k = add(kOfLane, idx(8 * i));
-      Value krow = add(mul(e, idx(g.k)), add(k0, k));
-      Value src =
-          mul(add(mul(krow, idx(g.n)), add(n0, mul(nChunk, idx(8)))), idx(2));
-      copy16(swizzledAt(bBase, k, rem(nChunk, 8)), wGlobal, src);
-    }
+    // rhs [E, K, N]: row r of the B tile is K row k0 + r.
+    copyMNMajorTile(tid, bBase, wGlobal, [&](Value r, Value n) {
+      Value krow = add(mul(e, idx(g.k)), add(k0, r));
+      return std::make_pair(
+          mul(add(mul(krow, idx(g.n)), add(n0, n)), idx(2)), Value());
+    });
   }
 
   SmallVector<Value> kLoop(Value e) {
@@ -1225,7 +1236,7 @@ struct WgmmaEmitter : HopperEmitterBase {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     m0 = mul(launch.getBlockIds().y, idx(kHTileM));
-    setUp(/*lbo=*/8192, /*sbo=*/1024, /*swizzle128=*/true);
+    setUp(kHLBO, kHSBO, /*swizzle128=*/true);
     aGlobal = baseAddress(a);
     wGlobal = baseAddress(w);
 
@@ -1338,20 +1349,17 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
 // Grid (N/128, K/128, E), 128 threads = one warpgroup. CTA (bx, by, e) owns
 // result[e][k0 : k0+128][n0 : n0+128], k0 = 128 by, n0 = 128 bx: the MMA's M
 // is the lhs's K, its N the rhs's N, and its reduction runs over the
-// expert's rows, 64 per stage, through the forward kernel's 4-buffer
+// expert's rows, 64 per stage, through the forward kernel's 3-buffer
 // cp.async ring and schedule (pipelinedMma). The number of stages,
 // ceil((hi - lo) / 64), differs by expert; an empty group stores zeros.
 //
-// Tiles (the interleaved layouts described with the forward kernel):
-//   A (128 K values x 64 rows): the lhs's rows are K-contiguous, so the
-//     tile is MN-major: element (m, r) at byte
-//       (m / 8) * 1024 + (r / 8) * 128 + (r % 8) * 16 + (m % 8) * 2
-//     (LBO 128, SBO 1024), read by wgmma as a transposed A (NVVM layout
-//     `col`, allowed for 16-bit types).
-//   B (64 rows x 128 N values), MN-major: element (r, n) at byte
-//       (n / 8) * 1024 + (r / 8) * 128 + (r % 8) * 16 + (n % 8) * 2
-//   Thread t copies A chunks (row 8i + t%8, K chunk t/8) and B chunks (row
-//   8i + t%8, N chunk t/8), i = 0..7.
+// Tiles (the forward kernel's 128-byte swizzled layouts): both are MN-major,
+// the contraction running down their 64 rows. A (64 rows x 128 K values:
+// the lhs's rows are K-contiguous) is read by wgmma as a transposed A (NVVM
+// layout `col`, allowed for 16-bit types), half h of the M = K values at
+// byte 8192 h; B (64 rows x 128 N values) as the forward kernel's MN-major
+// B. MMA j of half h: A at 8192 h + 2048 j, B at 2048 j. Thread t copies
+// chunk t%16 of rows t/16 + 8 i of both (i = 0..7).
 // Rows at or past hi are zero in both tiles (cp.async with source size 0,
 // from a clamped address): rows of the next expert add nothing, and
 // whatever they hold (even Inf or NaN) cannot leak in.
@@ -1399,23 +1407,21 @@ struct WgmmaWgradEmitter : HopperEmitterBase {
   /// ring buffer `slot`.
   void loadStage(Value lo, Value hi, Value st, Value slot) {
     Value stageBase = mul(slot, idx(kHStageBytes));
-    Value lane8 = rem(tid, 8), chunk = div(tid, 8);
-    Value row0 = add(lo, add(mul(st, idx(kHTileK)), lane8));
     Value rowsLast = idx(g.rows - 1);
-    Value aDst = add(stageBase, add(mul(chunk, idx(kHSBO)), mul(lane8, idx(16))));
-    Value bDst = add(add(stageBase, idx(kHTileABytes)),
-                     add(mul(chunk, idx(kHSBO)), mul(lane8, idx(16))));
-    Value aCol = add(k0, mul(chunk, idx(8)));
-    Value bCol = add(n0, mul(chunk, idx(8)));
-    for (int64_t i = 0; i < kHTileK / 8; ++i) {
-      Value row = add(row0, idx(8 * i));
-      Value bytes = select(cmp(P::slt, row, hi), int32(16), int32(0));
-      Value at = minS(row, rowsLast);
-      copy16(add(aDst, idx(i * kHLBO)), xGlobal,
-             mul(add(mul(at, idx(g.k)), aCol), idx(2)), bytes);
-      copy16(add(bDst, idx(i * kHLBO)), dyGlobal,
-             mul(add(mul(at, idx(g.n)), bCol), idx(2)), bytes);
-    }
+    // Row r of both tiles is row lo + 64 st + r; rows at or past hi are
+    // zero (read from a clamped address with source size 0).
+    auto source = [&](int64_t width, Value col0) {
+      return [&, width, col0](Value r, Value col) {
+        Value row = add(lo, add(mul(st, idx(kHTileK)), r));
+        Value bytes = select(cmp(P::slt, row, hi), int32(16), int32(0));
+        Value at = minS(row, rowsLast);
+        return std::make_pair(
+            mul(add(mul(at, idx(width)), add(col0, col)), idx(2)), bytes);
+      };
+    };
+    copyMNMajorTile(tid, stageBase, xGlobal, source(g.k, k0));
+    copyMNMajorTile(tid, add(stageBase, idx(kHTileABytes)), dyGlobal,
+                    source(g.n, n0));
   }
 
   void emit(gpu::LaunchOp launch) {
@@ -1423,7 +1429,7 @@ struct WgmmaWgradEmitter : HopperEmitterBase {
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     k0 = mul(launch.getBlockIds().y, idx(kHTileM));
     Value e = launch.getBlockIds().z;
-    setUp(kHLBO, kHSBO);
+    setUp(kHLBO, kHSBO, /*swizzle128=*/true);
     xGlobal = baseAddress(x);
     dyGlobal = baseAddress(dy);
 
@@ -1468,7 +1474,8 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
       argTypes, resultType, loc,
-      {g.n / kHTileN, g.k / kHTileM, g.experts, kHThreads, kHSmemBytes},
+      {g.n / kHTileN, g.k / kHTileM, g.experts, kHThreads,
+       kHSmemBytes + 1024},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
         k.emit(launch);
@@ -1753,7 +1760,8 @@ constexpr int64_t kXOffB = kHTileM * kXTileK;  // 8192
 constexpr int64_t kXOffSA = kXOffB + kHTileN * kXTileK;        // 16384
 constexpr int64_t kXOffSB = kXOffSA + kXBlocks * kHTileM * 4;  // 17408
 constexpr int64_t kXStageBytes = kXOffSB + kXBlocks * kHTileN * 4; // 18432
-constexpr int64_t kXSmemBytes = kHStages * kXStageBytes;       // 73728
+constexpr int64_t kXStages = 4, kXAhead = 2; // ring depth, stages ahead
+constexpr int64_t kXSmemBytes = kXStages * kXStageBytes;       // 73728
 constexpr int64_t kXLBO = 128;                 // next core matrix along K
 constexpr int64_t kXSBO = kXTileK / 16 * 128;  // next 8 rows / columns: 512
 
@@ -1905,7 +1913,7 @@ struct WgmmaMxEmitter : HopperEmitterBase {
 
   SmallVector<Value> kLoop(Value e) {
     int64_t nk = g.k / kXTileK;
-    for (int64_t p = 0; p < kHAhead; ++p) {
+    for (int64_t p = 0; p < kXAhead; ++p) {
       if (p < nk)
         loadStage(e, idx(p), idx(p));
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
@@ -1925,17 +1933,17 @@ struct WgmmaMxEmitter : HopperEmitterBase {
     SmallVector<Value> acc = forLoop(
         0, idx(nk), {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, kHAhead - 1);
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, kXAhead - 1);
           NVVM::FenceProxyOp::create(
               b, loc, NVVM::ProxyKind::async_shared,
               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
           NVVM::Barrier0Op::create(b, loc);
-          Value next = add(it, idx(kHAhead));
+          Value next = add(it, idx(kXAhead));
           ifThen(cmp(P::slt, next, idx(nk)),
-                 [&] { loadStage(e, next, rem(next, kHStages)); });
+                 [&] { loadStage(e, next, rem(next, kXStages)); });
           NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
-          Value slot = rem(it, kHStages);
+          Value slot = rem(it, kXStages);
           Value slotBase = mul(slot, idx(kXStageBytes));
           Value slotUnits = toI64(mul(slot, idx(kXStageBytes >> 4)));
           SmallVector<Value> d(carried.begin(), carried.end());
