@@ -7,8 +7,10 @@ Ours: the train step of the layer's loss sum(layer(x) * dy) that
 `bench/run-layer.sh prepare` compiled for sm_90a with
 -moe-train-pipeline{autodiff=true recipe=none|mxfp8} (f32 master weights;
 mxfp8: MXFP8 expert GEMMs forward and backward). Peers, bf16: transformers'
-Qwen3MoeSparseMoeBlock with its default experts and with grouped_mm, and a
-hand-written torch._grouped_mm layer. Routing balanced (random router) and
+Qwen3MoeSparseMoeBlock with its default experts and with grouped_mm, a
+hand-written torch._grouped_mm layer, and the same layer with FP8 rowwise
+GEMMs (torch._scaled_grouped_mm forward and for the data gradients, weight
+gradients in bf16). Routing balanced (random router) and
 skewed (a quarter of the experts favoured). Per row: tokens/s (median of
 runs after a warm-up), TFLOP/s of the expert GEMMs (6 x tokens x top-k x
 3 x hidden x ffn, forward + backward), peak GPU memory.
@@ -53,9 +55,44 @@ def timed(fn, repeat):
     return statistics.median(times)
 
 
-def grouped_mm_layer(x, rw, w1, w2):
+def _fp8_rowwise(t):
+    """t (last dim the contraction) as E4M3 with one f32 scale per row:
+    amax / 448 (torch's rowwise FP8 recipe)."""
+    scale = t.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / 448.0
+    return (t.float() / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
+
+
+def _scaled_grouped_mm(a, b, offs):
+    """a [M, K] @ b[e] [K, N] per group, both quantized rowwise along K."""
+    qa, sa = _fp8_rowwise(a.contiguous())
+    # [E, N, K] contiguous, scales [E, N]: its transpose is the column-major
+    # [E, K, N] operand torch._scaled_grouped_mm takes.
+    qb, sb = _fp8_rowwise(b.transpose(-2, -1).contiguous())
+    return torch._scaled_grouped_mm(qa, qb.transpose(-2, -1), sa, sb, offs=offs,
+                                    out_dtype=torch.bfloat16)
+
+
+class ScaledGroupedMM(torch.autograd.Function):
+    """A grouped GEMM on torch._scaled_grouped_mm (FP8 rowwise) forward and
+    for the data gradient; the weight gradient in bf16 (torch._grouped_mm)."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs):
+        ctx.save_for_backward(a, b, offs)
+        return _scaled_grouped_mm(a, b, offs)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b, offs = ctx.saved_tensors
+        da = _scaled_grouped_mm(dy, b.transpose(-2, -1), offs)
+        db = torch._grouped_mm(a.t().contiguous(), dy, offs=offs)
+        return da, db, None
+
+
+def grouped_mm_layer(x, rw, w1, w2, mm=torch._grouped_mm):
     """Router softmax + top-k (renormalized), tokens sorted by expert,
-    torch._grouped_mm for both GEMMs, SwiGLU, weighted combine."""
+    `mm` (torch._grouped_mm, or the FP8 ScaledGroupedMM) for both GEMMs,
+    SwiGLU, weighted combine."""
     T = x.shape[0]
     probs = F.softmax(x.float() @ rw.float(), dim=-1)
     w, idx = probs.topk(K, dim=-1)
@@ -65,9 +102,9 @@ def grouped_mm_layer(x, rw, w1, w2):
     counts = torch.bincount(flat, minlength=E)
     offs = counts.cumsum(0).to(torch.int32)
     xs = x.repeat_interleave(K, dim=0)[order]
-    h = torch._grouped_mm(xs, w1, offs=offs)
+    h = mm(xs, w1, offs=offs)
     a = F.silu(h[:, :FF]) * h[:, FF:]
-    y = torch._grouped_mm(a, w2, offs=offs)
+    y = mm(a, w2, offs=offs)
     out = torch.zeros(T * K, H, device=x.device, dtype=y.dtype)
     out[order] = y
     return (out.view(T, K, H) * w[..., None]).sum(1)
@@ -141,6 +178,16 @@ def main(art_dir, token_counts):
             t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2).backward(dy), repeat)
             rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
                          torch.cuda.max_memory_allocated() / 2**20))
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            fp8 = lambda a, b, offs: ScaledGroupedMM.apply(a, b, offs)  # noqa: E731
+            try:
+                t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2, fp8).backward(dy), repeat)
+                rows.append((T, routing, "torch._scaled_grouped_mm layer fp8", T / t,
+                             flops / t / 1e12, torch.cuda.max_memory_allocated() / 2**20))
+            except Exception as err:  # report, do not hide
+                print(f"torch._scaled_grouped_mm layer unavailable: "
+                      f"{str(err).splitlines()[0][:100]}")
     print(f"{'tokens':>7} {'routing':9} {'':32} {'tokens/s':>12} {'TFLOP/s':>8} {'peak MiB':>9}")
     for T, routing, name, tps, tf, mem in rows:
         print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f}")

@@ -39,6 +39,11 @@ run() {
     MOERT_POISON=1 "$rt/bin/moert-check" "$artifacts/$name.cpu.so" "$gpu" \
       --seed "${MOE_SEED:-$RANDOM}" || status=1
   done
+  # CUDA torch tensors through the Python package (results without a copy).
+  echo "== torch results"
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/test/Integration/GPU/torch_results.py" "$artifacts/kernels.$chip.so" ||
+    status=1
   return $status
 }
 

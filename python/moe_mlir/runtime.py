@@ -120,6 +120,40 @@ def _is_torch(a):
     return hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
 
 
+# Result element types torch takes through __cuda_array_interface__ (it has
+# no bf16 type string: bf16 results are copied).
+_CUDA_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+
+
+class _DeviceAllocation:
+    """A result allocation of libmoert's that torch tensors use in place.
+    Given back to libmoert's cache when the last of them goes, after the work
+    torch's current stream has queued by then (the allocator makes any later
+    reuse wait for it)."""
+
+    def __init__(self, rt, allocated):
+        self.rt, self.allocated = rt, allocated
+
+    def __del__(self):
+        try:
+            import torch
+            stream = torch.cuda.current_stream().cuda_stream
+            self.rt.mgpuMemFree(self.allocated, ctypes.c_void_p(stream))
+        except Exception:  # interpreter shutdown: the process frees it all
+            pass
+
+
+class _DeviceView:
+    """One result as __cuda_array_interface__ (torch.as_tensor keeps this
+    object, and so the allocation, alive as long as the tensor's storage)."""
+
+    def __init__(self, owner, ptr, shape, typestr):
+        self.owner = owner
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": typestr, "data": (ptr, False),
+            "strides": None, "version": 2}
+
+
 def _descriptor_type(rank):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
               ("offset", ctypes.c_int64)]
@@ -224,8 +258,13 @@ class Artifact:
             # Results may share a buffer (two results aliasing one tensor, or
             # views of it): everything is copied out first, then each
             # allocation is freed once; argument buffers are never freed.
-            to_free = {}
+            # CUDA torch results (f32, f16, i32, i64) are not copied: the
+            # tensors use the program's allocations, which return to
+            # libmoert's cache when the tensors go (_DeviceAllocation).
+            to_free, owners = {}, {}
             inputs = {p.contents.allocated for p in pointers}
+            if on_device and results:
+                rt.mgpuStreamSynchronize(stream)
             for i, spec in enumerate(results):
                 desc = getattr(out, f"r{i}")
                 shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
@@ -237,6 +276,14 @@ class Artifact:
                     values.append(np.frombuffer(bytes(buf), dtype=dtype).reshape(shape))
                 elif on_device:
                     import torch
+                    owned = desc.allocated and desc.allocated not in inputs
+                    if owned and nbytes and spec.dtype in _CUDA_TYPESTR:
+                        owner = owners.setdefault(
+                            desc.allocated, _DeviceAllocation(rt, desc.allocated))
+                        values.append(torch.as_tensor(
+                            _DeviceView(owner, src, shape, _CUDA_TYPESTR[spec.dtype]),
+                            device="cuda"))
+                        continue
                     tdtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
                               "i32": torch.int32, "i64": torch.int64}[spec.dtype]
                     t = torch.empty(shape, dtype=tdtype, device="cuda")
@@ -251,6 +298,8 @@ class Artifact:
                 if desc.allocated and desc.allocated not in inputs:
                     to_free[desc.allocated] = True
             for allocated in to_free:
+                if allocated in owners:
+                    continue  # also a result torch holds
                 if self.gpu:
                     rt.mgpuMemFree(allocated, stream)
                 else:

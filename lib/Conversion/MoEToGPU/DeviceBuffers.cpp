@@ -10,6 +10,8 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUDEVICEBUFFERS
@@ -33,6 +35,32 @@ bool touchesMemory(Operation *op) {
     return WalkResult::advance();
   });
   return r.wasInterrupted();
+}
+
+/// Whether `buffer`, or a view of it, may outlive its block: a terminator
+/// (return, yield) takes it, or a call that is not one of the generated
+/// kernel functions (those return buffers of their own) may return it.
+bool escapesBlock(Value buffer) {
+  SmallVector<Value> worklist = {buffer};
+  while (!worklist.empty()) {
+    Value v = worklist.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (user->hasTrait<OpTrait::IsTerminator>())
+        return true;
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user)) {
+        if (view.getViewSource() == v)
+          llvm::append_range(worklist, user->getResults());
+        continue;
+      }
+      if (auto call = dyn_cast<func::CallOp>(user)) {
+        auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+            call, call.getCalleeAttr());
+        if (!callee || !callee->hasAttr("moe.dedicated_kernel"))
+          return true;
+      }
+    }
+  }
+  return false;
 }
 
 /// The buffer deallocation's bookkeeping (its "generic case" for many
@@ -170,6 +198,14 @@ struct MoEGPUDeviceBuffersPass
                                             global.getResult());
           rewriter.replaceAllUsesExcept(global.getResult(), device.getMemref(),
                                         copy);
+          // Freed at the end of its block (the deallocation pipeline, which
+          // ran before, leaves globals alone); every call would leak it
+          // otherwise. A copy that may outlive the block stays.
+          if (!escapesBlock(device.getMemref())) {
+            rewriter.setInsertionPoint(global->getBlock()->getTerminator());
+            gpu::DeallocOp::create(rewriter, global.getLoc(), Type(),
+                                   ValueRange{}, device.getMemref());
+          }
         }
       });
     }

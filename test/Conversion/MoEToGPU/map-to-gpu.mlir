@@ -32,15 +32,31 @@ func.func @grouped_matmul(%x: tensor<96x32xbf16>, %w: tensor<4x32x16xbf16>,
   return %y : tensor<96x16xbf16>
 }
 
-// A constant becomes a device buffer filled from its host global.
+// A constant becomes a device buffer filled from its host global, freed at
+// the end of the function (each call would leak it otherwise).
 // CHECK-LABEL: func.func @constant
 // CHECK: %[[G:.*]] = memref.get_global
 // CHECK: %[[D:.*]] = gpu.alloc () : memref<4xf32>
 // CHECK: gpu.memcpy %[[D]], %[[G]]
+// CHECK: gpu.launch_func {{.*}}args(%{{.*}}, %[[D]] :
+// CHECK: gpu.dealloc %[[D]]
+// CHECK-NEXT: return
 func.func @constant(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c = arith.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
   %y = arith.addf %x, %c : tensor<4xf32>
   return %y : tensor<4xf32>
+}
+
+// A constant's device copy that the function returns stays allocated (the
+// caller frees the result).
+// CHECK-LABEL: func.func @returned_constant
+// CHECK: %[[D:.*]] = gpu.alloc () : memref<2x4xf32>
+// CHECK: gpu.memcpy %[[D]]
+// CHECK-NOT: gpu.dealloc
+// CHECK: return %[[D]]
+func.func @returned_constant() -> tensor<2x4xf32> {
+  %c = arith.constant dense<1.0> : tensor<2x4xf32>
+  return %c : tensor<2x4xf32>
 }
 
 // A reduction to one scalar has no parallel dimension: it runs as a kernel
