@@ -170,15 +170,9 @@ def main(art_dir, token_counts):
                     del block
             except Exception as err:
                 print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
-            x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
-            w1 = w1.requires_grad_(True)
-            w2 = w2.requires_grad_(True)
-            xx = x.requires_grad_(True)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2).backward(dy), repeat)
+            t, peak = time_grouped_mm_layer(T, skew, torch._grouped_mm, repeat)
             rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
-                         torch.cuda.max_memory_allocated() / 2**20))
+                         peak))
     print_rows(rows, header=True)
     # The FP8 layer last, row by row: a failing CUDA kernel (a device-side
     # assert) ends the process, and the rows above are printed already.
@@ -186,22 +180,27 @@ def main(art_dir, token_counts):
     for T in token_counts:
         flops = 6.0 * T * K * 3 * H * FF
         for skew in (0, 1):
-            x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
-            w1 = w1.requires_grad_(True)
-            w2 = w2.requires_grad_(True)
-            xx = x.requires_grad_(True)
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
             try:
-                t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2, fp8).backward(dy),
-                          5 if T <= 8192 else 3)
+                t, peak = time_grouped_mm_layer(T, skew, fp8, 5 if T <= 8192 else 3)
             except Exception as err:  # report, do not hide
                 print(f"torch._scaled_grouped_mm layer unavailable: "
                       f"{str(err).splitlines()[0][:100]}")
                 return
             print_rows([(T, "skewed" if skew else "balanced",
-                         "torch._scaled_grouped_mm layer fp8", T / t, flops / t / 1e12,
-                         torch.cuda.max_memory_allocated() / 2**20)])
+                         "torch._scaled_grouped_mm layer fp8", T / t, flops / t / 1e12, peak)])
+
+
+def time_grouped_mm_layer(T, skew, mm, repeat):
+    """Seconds per forward + backward of grouped_mm_layer with `mm`, and the
+    peak memory (MiB) it took."""
+    x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
+    w1 = w1.requires_grad_(True)
+    w2 = w2.requires_grad_(True)
+    xx = x.requires_grad_(True)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2, mm).backward(dy), repeat)
+    return t, torch.cuda.max_memory_allocated() / 2**20
 
 
 def print_rows(rows, header=False):
