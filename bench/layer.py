@@ -13,7 +13,9 @@ GEMMs (torch._scaled_grouped_mm forward and for the data gradients, weight
 gradients in bf16). Routing balanced (random router) and
 skewed (a quarter of the experts favoured). Per row: tokens/s (median of
 runs after a warm-up), TFLOP/s of the expert GEMMs (6 x tokens x top-k x
-3 x hidden x ffn, forward + backward), peak GPU memory.
+3 x hidden x ffn, forward + backward), peak GPU memory (inputs, weights and
+gradients included: ours, libmoert's peak plus the input tensors; the peers,
+torch's peak with only their own tensors alive).
 """
 import ctypes
 import os
@@ -139,8 +141,13 @@ def main(art_dir, token_counts):
                 t = timed(lambda: art.loss_grad(*args), repeat)
                 stats = Stats()
                 lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
+                # libmoert's peak plus the inputs (torch's allocations: the
+                # f32 master weights among them), as the peers count theirs.
+                held = sum(a.numel() * a.element_size() for a in args)
                 name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
-                rows.append((T, routing, name, T / t, flops / t / 1e12, stats.peak / 2**20))
+                rows.append((T, routing, name, T / t, flops / t / 1e12,
+                             (stats.peak + held) / 2**20))
+                art = args = None  # not counted in the peers' peaks
             # --- peers ---
             try:
                 from transformers import Qwen3MoeConfig
@@ -170,6 +177,9 @@ def main(art_dir, token_counts):
                     del block
             except Exception as err:
                 print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
+            # The transformers peer's tensors go first (they would count in
+            # the next peer's peak memory).
+            x = rw = w1 = w2 = dy = xx = block = None
             t, peak = time_grouped_mm_layer(T, skew, torch._grouped_mm, repeat)
             rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
                          peak))
