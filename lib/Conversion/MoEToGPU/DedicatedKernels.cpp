@@ -2113,7 +2113,9 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
 //
 // Work: one unit per block of 32 values, units in memory order of their
 // first element (row-major over the dims, the block axis counted in blocks).
-// Grid: at most kRTMaxBlocks CTAs of 256 threads striding over the work.
+// Grid: at most kRTMaxBlocks CTAs striding over the work, of 256 threads
+// (128 where each thread holds a whole block: 136 registers a thread, so
+// three CTAs an SM instead of one).
 // - Blocks along the innermost dim (contiguous): 8 lanes per block, 4
 //   consecutive values per lane (one 16-byte load when the buffers are
 //   16-byte aligned, else 4 loads); the block amax is the lane's 4 and then
@@ -2127,7 +2129,6 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
 // reads the result's rows at or past offsets[E]), only the rows before
 // offsets[E] are computed.
 
-constexpr int64_t kRTThreads = 256;
 constexpr int64_t kRTMaxBlocks = 2048;
 constexpr int64_t kRTBlock = 32;
 
@@ -2169,6 +2170,8 @@ struct MXRoundTrip {
         .str();
   }
   int64_t units() const { return elements() / kRTBlock; }
+  /// Threads a CTA.
+  int64_t ctaThreads() const { return inner() == 1 ? 256 : 128; }
   /// Threads one pass over all units takes.
   int64_t threads() const { return inner() == 1 ? units() * 8 : units(); }
 };
@@ -2265,7 +2268,7 @@ struct RoundTripEmitter : EmitterBase {
 
   void emit(gpu::LaunchOp launch) {
     Value tid = launch.getThreadIds().x;
-    Value gtid = add(mul(launch.getBlockIds().x, idx(kRTThreads)), tid);
+    Value gtid = add(mul(launch.getBlockIds().x, idx(g.ctaThreads())), tid);
     Value xs = flat(x), ys = flat(out);
     // The units to compute: all, or those of the rows before offsets[E].
     Value units = idx(g.units());
@@ -2298,7 +2301,7 @@ struct RoundTripEmitter : EmitterBase {
     Value lane = rem(tid, 32);
     Value warps = arith::DivUIOp::create(b, loc, add(units, idx(3)), idx(4));
     auto loop = scf::ForOp::create(b, loc, div(gtid, 32), warps,
-                                   idx(grid * kRTThreads / 32));
+                                   idx(grid * g.ctaThreads() / 32));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(loop.getBody()->getTerminator());
     Value w = loop.getInductionVar();
@@ -2368,7 +2371,7 @@ struct RoundTripEmitter : EmitterBase {
   void emitStrided(Value gtid, Value units, Value xs, Value ys) {
     int64_t inner = g.inner();
     auto loop = scf::ForOp::create(b, loc, gtid, units,
-                                   idx(grid * kRTThreads));
+                                   idx(grid * g.ctaThreads()));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(loop.getBody()->getTerminator());
     Value u = loop.getInductionVar();
@@ -2394,10 +2397,11 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
                                           ArrayRef<Type> argTypes,
                                           RankedTensorType resultType,
                                           Location loc) {
-  int64_t grid = std::min(tilesOf(g.threads(), kRTThreads), kRTMaxBlocks);
+  int64_t grid =
+      std::min(tilesOf(g.threads(), g.ctaThreads()), kRTMaxBlocks);
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, g.name(), "mx round trip", argTypes, resultType, loc,
-      {grid, 1, 1, kRTThreads, 0},
+      {grid, 1, 1, g.ctaThreads(), 0},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         RoundTripEmitter k{{b, loc}, g, grid, buf[0],
                            g.offsetElt ? buf[1] : Value(), out};
