@@ -248,7 +248,9 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       expert and 128x128 output tile reducing that expert's rows.
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
       shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
-      thread, each output summed over K in order). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
+      thread, each output summed over K in order; with few tiles over a
+      long K, K split over the grid and the partial sums added in order by a
+      second kernel). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
       per 32-wide K slice with both scales applied to the f32 partial sums
       (`@moe_wgmma_mx_gmm_...`; faster, not exact).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8

@@ -1537,17 +1537,40 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 // then for each of the 16 k: 4 values of As[k], 4 of Bs[k], 16 FMAs;
 // barrier. Each output is summed over k = 0..K-1 in order (one FMA chain,
 // starting from 0) and C_in is added at the end, as the generic lowering
-// contracts them.
+// contracts them. Few tiles over a long K (simtSplits: a weight gradient
+// summed over tokens, [2048 x 128] over 8192 of them is 64 tiles) split K
+// over the grid's z: CTA z sums its split's steps into partial[z] ([splits,
+// M, N], allocated in the function), and a second kernel adds the partials
+// in split order and C_in; the sum's order then differs from the generic
+// lowering's single chain (f32 rounding).
 
 constexpr int64_t kSTile = 64, kSTileK = 16, kSThreads = 256, kSPer = 4;
 constexpr int64_t kSBTileBytes = kSTileK * kSTile * 4; // 4096
 
 struct SimtMatmul {
   int64_t m, n, k;
+  /// K splits (1: none).
+  int64_t splits = 1;
   std::string name() const {
     return llvm::formatv("moe_simt_matmul_{0}x{1}x{2}_f32", m, n, k).str();
   }
+  int64_t steps() const { return llvm::divideCeil(k, kSTileK); }
+  /// K steps of 16 a split takes.
+  int64_t stepsPerSplit() const { return llvm::divideCeil(steps(), splits); }
 };
+
+/// Few output tiles over a long K (a weight gradient summed over tokens:
+/// [2048 x 128] over 8192 tokens is 64 tiles) would leave most of the GPU's
+/// 132 SMs idle: K is split so that about two CTAs run per SM, each split
+/// at least 64 steps of 16.
+int64_t simtSplits(int64_t m, int64_t n, int64_t k) {
+  int64_t tiles = tilesOf(m, kSTile) * tilesOf(n, kSTile);
+  int64_t steps = llvm::divideCeil(k, kSTileK);
+  int64_t splits = 1;
+  while (splits < 16 && tiles * splits * 2 <= 264 && steps / (splits * 2) >= 64)
+    splits *= 2;
+  return splits;
+}
 
 std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
   if (op.hasUserDefinedMaps() || op->getParentOfType<ExpertsOp>() ||
@@ -1571,13 +1594,16 @@ std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
   // such reductions over many threads (-moe-gpu-split-reductions).
   if (m * n < kSTile * kSTile / 4)
     return std::nullopt;
-  return SimtMatmul{m, n, k};
+  return SimtMatmul{m, n, k, simtSplits(m, n, k)};
 }
 
 /// Emits the body of the f32 matmul's gpu.launch.
 struct SimtMatmulEmitter : HopperEmitterBase {
   const SimtMatmul &g;
   Value a, bm, cIn, out; // A [M, K], B [K, N], C_in [M, N], result [M, N]
+  /// With K split: partial sums [splits, M, N], written instead of `out`
+  /// (CTA z sums its split's K steps, without C_in).
+  Value partial;
   Value tid{}, m0{}, n0{};
 
   Value loadShared(Value byteOffset) {
@@ -1614,11 +1640,16 @@ struct SimtMatmulEmitter : HopperEmitterBase {
     Value tx = rem(tid, 16), ty = div(tid, 16);
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
     SmallVector<Value> init(kSPer * kSPer, zero);
-    int64_t steps = llvm::divideCeil(g.k, kSTileK);
+    // This CTA's K steps: all, or those of split z.
+    Value split = launch.getBlockIds().z;
+    Value first = mul(split, idx(g.stepsPerSplit()));
+    Value count = minS(idx(g.stepsPerSplit()),
+                       maxS(arith::SubIOp::create(b, loc, idx(g.steps()), first),
+                            idx(0)));
     SmallVector<Value> acc = forLoop(
-        0, idx(steps), init,
+        0, count, init,
         [&](Value kt, ValueRange carried) -> SmallVector<Value> {
-          Value k0 = mul(kt, idx(kSTileK));
+          Value k0 = mul(add(first, kt), idx(kSTileK));
           for (int64_t i = 0; i < kSTile * kSTileK / kSThreads; ++i) {
             Value e = add(tid, idx(kSThreads * i));
             // A element (r, c) of the 64 x 16 tile -> As[c][r].
@@ -1656,11 +1687,37 @@ struct SimtMatmulEmitter : HopperEmitterBase {
         Value r = add(m0, add(mul(ty, idx(kSPer)), idx(i)));
         Value c = add(n0, add(mul(tx, idx(kSPer)), idx(j)));
         ifThen(land(cmp(P::slt, r, idx(g.m)), cmp(P::slt, c, idx(g.n))), [&] {
+          if (partial) {
+            memref::StoreOp::create(b, loc, acc[i * kSPer + j], partial,
+                                    ValueRange{split, r, c});
+            return;
+          }
           Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
           Value sum = arith::AddFOp::create(b, loc, prior, acc[i * kSPer + j]);
           memref::StoreOp::create(b, loc, sum, out, ValueRange{r, c});
         });
       }
+  }
+
+  /// The second kernel of a split K: out = C_in + (((p_0 + p_1) + p_2) ...),
+  /// one thread an output, grid-stride.
+  void emitSum(gpu::LaunchOp launch, int64_t grid) {
+    Value gtid = add(mul(launch.getBlockIds().x, idx(kSThreads)),
+                     launch.getThreadIds().x);
+    auto loop = scf::ForOp::create(b, loc, gtid, idx(g.m * g.n),
+                                   idx(grid * kSThreads));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(loop.getBody()->getTerminator());
+    Value e = loop.getInductionVar();
+    Value r = div(e, g.n), c = rem(e, g.n);
+    Value sum = memref::LoadOp::create(b, loc, partial, ValueRange{idx(0), r, c});
+    for (int64_t z = 1; z < g.splits; ++z)
+      sum = arith::AddFOp::create(
+          b, loc, sum,
+          memref::LoadOp::create(b, loc, partial, ValueRange{idx(z), r, c}));
+    Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
+    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, prior, sum),
+                            out, ValueRange{r, c});
   }
 };
 
@@ -1675,11 +1732,36 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
   return getOrCreateKernelCall(
       module, symbols, g.name(), "f32 matmul, shared-memory tiles", argTypes,
       resultType, loc,
-      {tilesOf(g.n, kSTile), tilesOf(g.m, kSTile), 1,
-       kSThreads, 2 * kSBTileBytes},
+      {tilesOf(g.n, kSTile), tilesOf(g.m, kSTile), g.splits, kSThreads,
+       2 * kSBTileBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        SimtMatmulEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+        SimtMatmulEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out, {}};
+        if (g.splits > 1) {
+          // The partial sums, allocated before this launch; the sums in a
+          // second launch after it (the deallocation pipeline frees the
+          // buffer).
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(launch);
+          k.partial = memref::AllocOp::create(
+              b, loc, MemRefType::get({g.splits, g.m, g.n}, b.getF32Type()));
+        }
         k.emit(launch);
+        if (g.splits == 1)
+          return;
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointAfter(launch);
+        auto c = [&](int64_t v) {
+          return arith::ConstantIndexOp::create(b, loc, v);
+        };
+        int64_t grid = std::min<int64_t>(tilesOf(g.m * g.n, kSThreads), 1024);
+        auto sum = gpu::LaunchOp::create(
+            b, loc, c(grid), c(1), c(1), c(kSThreads), c(1), c(1),
+            arith::ConstantIntOp::create(b, loc, 0, 32));
+        b.setInsertionPointToStart(&sum.getBody().front());
+        SimtMatmulEmitter s{{{b, loc}}, g, buf[0], buf[1], buf[2], out,
+                            k.partial};
+        s.emitSum(sum, grid);
+        gpu::TerminatorOp::create(b, loc);
       });
 }
 

@@ -41,3 +41,25 @@ func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130
                      outs(%uc : tensor<1x1xf32>) -> tensor<1x1xf32>
   return %y, %p, %q, %r : tensor<100x130xf32>, tensor<64x64xf32>, tensor<?x64xf32>, tensor<1x1xf32>
 }
+
+// Few output tiles over a long K (a weight gradient summed over tokens): K
+// is split so that about two CTAs run per SM. Here 2 x 2 tiles and 257 steps
+// of 16: 4 splits of 65 steps (the last 62) write partial sums, and a second
+// kernel adds them in split order to C_in.
+// CHECK-LABEL: func.func private @moe_simt_matmul_128x96x4100_f32
+// CHECK: %[[P:.*]] = memref.alloc() : memref<4x128x96xf32>
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c2{{.*}}, {{.*}} = %c2{{.*}}, {{.*}} = %c4{{.*}})
+// CHECK: memref.store %{{.*}}, %[[P]]
+// CHECK: gpu.launch
+// CHECK-COUNT-4: memref.load %[[P]]
+// CHECK: memref.store
+// PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_kernel
+// PTX: fma.rn.f32
+// PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_kernel_{{[0-9]+}}
+// PTX: add.rn.f32
+func.func @split_k(%a: tensor<128x4100xf32>, %b: tensor<4100x96xf32>, %c: tensor<128x96xf32>)
+    -> tensor<128x96xf32> {
+  %y = linalg.matmul ins(%a, %b : tensor<128x4100xf32>, tensor<4100x96xf32>)
+                     outs(%c : tensor<128x96xf32>) -> tensor<128x96xf32>
+  return %y : tensor<128x96xf32>
+}

@@ -293,6 +293,18 @@ func.func @matmul_f32_ragged(%a: tensor<300x200xf32>, %b: tensor<200x130xf32>,
   return %y : tensor<300x130xf32>
 }
 
+// Few output tiles over a long K (a weight gradient summed over tokens): K
+// is split in 4 (65, 65, 65 and 62 steps of 16), the partial sums added in
+// split order; sums of 4100 terms of |~1| in a different order than the
+// CPU's single chain: atol 1e-3.
+func.func @matmul_f32_split_k(%a: tensor<128x4100xf32>, %b: tensor<4100x96xf32>,
+                              %c: tensor<128x96xf32>) -> tensor<128x96xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %y = linalg.matmul ins(%a, %b : tensor<128x4100xf32>, tensor<4100x96xf32>)
+                     outs(%c : tensor<128x96xf32>) -> tensor<128x96xf32>
+  return %y : tensor<128x96xf32>
+}
+
 // Dense layers around the experts: a matmul (shared expert, router
 // projection) and a row softmax from upstream ops; f32 sums of 256 terms in
 // the same order, fma contraction allowed on the GPU.
