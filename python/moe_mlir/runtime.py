@@ -262,10 +262,10 @@ class Artifact:
             # CUDA torch results (f32, f16, i32, i64) are not copied: the
             # tensors use the program's allocations, which return to
             # libmoert's cache when the tensors go (_DeviceAllocation).
+            # The copies are queued on the call's stream, which is drained
+            # before returning (finally); frees are stream-ordered.
             to_free, owners = {}, {}
             inputs = {p.contents.allocated for p in pointers}
-            if on_device and results:
-                rt.mgpuStreamSynchronize(stream)
             for i, spec in enumerate(results):
                 desc = getattr(out, f"r{i}")
                 shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
@@ -289,12 +289,10 @@ class Artifact:
                               "i32": torch.int32, "i64": torch.int64}[spec.dtype]
                     t = torch.empty(shape, dtype=tdtype, device="cuda")
                     rt.mgpuMemcpy(t.data_ptr(), src, nbytes, stream)
-                    rt.mgpuStreamSynchronize(stream)
                     values.append(t)
                 else:
                     host = np.empty(shape, dtype=dtype)
                     rt.mgpuMemcpy(host.ctypes.data, src, nbytes, stream)
-                    rt.mgpuStreamSynchronize(stream)
                     values.append(host)
                 if desc.allocated and desc.allocated not in inputs:
                     to_free[desc.allocated] = True

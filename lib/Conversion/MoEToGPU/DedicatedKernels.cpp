@@ -437,6 +437,22 @@ struct EmitterBase {
       return SmallVector<Value>{};
     });
   }
+  /// for (i = first; i < end; i += step) body(i): a thread's share of a
+  /// grid-stride loop.
+  void strideLoop(Value first, Value end, int64_t step,
+                  function_ref<void(Value)> body) {
+    auto op = scf::ForOp::create(b, loc, first, end, idx(step));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.getBody()->getTerminator());
+    body(op.getInductionVar());
+  }
+  /// The last entry of a groups' `offsets` buffer (the end of the last
+  /// group: the rows that matter, LiveRows.h), clamped to [0, rows].
+  Value groupsEnd(Value offsets, int64_t rows) {
+    int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+    Value end = toIndex(memref::LoadOp::create(b, loc, offsets, idx(last)));
+    return minS(maxS(end, idx(0)), idx(rows));
+  }
 
   // -- shared and tensor memory addresses ------------------------------------
   /// The shared::cta address of byte `offset` of the dynamic shared memory.
@@ -884,7 +900,8 @@ constexpr int64_t kHThreads = 128;   // one warpgroup
 constexpr int64_t kHTileABytes = kHTileM * kHTileK * 2;  // 16384
 constexpr int64_t kHTileBBytes = kHTileK * kHTileN * 2;  // 16384
 constexpr int64_t kHStageBytes = kHTileABytes + kHTileBBytes;
-constexpr int64_t kHSmemBytes = kHStages * kHStageBytes; // 98304
+// The ring and 1 KiB of slack to start it on a 1 KiB boundary (swizzle atoms).
+constexpr int64_t kHSmemBytes = kHStages * kHStageBytes + 1024; // 99328
 constexpr int64_t kHLBO = 8192; // next 64 MN values (MN-major, swizzled)
 constexpr int64_t kHSBO = 1024; // next 8 rows (one swizzle atom)
 constexpr int64_t kHAccRegs = kHTileN / 2;     // f32 per thread per MMA half
@@ -894,8 +911,6 @@ constexpr int64_t kHAccRegs = kHTileN / 2;     // f32 per thread per MMA half
 struct HopperEmitterBase : EmitterBase {
   /// Descriptor of byte 0 of the dynamic shared memory (set by setUp()).
   Value descBase{};
-  /// The stage's tiles use the 128-byte swizzled layouts (set by setUp()).
-  bool swizzled = false;
   /// One m64nNk16 f32 accumulator: N/2 f32 per thread (set by setUp()).
   LLVM::LLVMStructType accType{};
 
@@ -1028,8 +1043,7 @@ struct HopperEmitterBase : EmitterBase {
   }
   /// The dynamic shared memory, the descriptor base for leading / stride
   /// byte offsets `lbo` / `sbo`, and the m64n128 accumulator type.
-  void setUp(int64_t lbo, int64_t sbo, bool swizzle128 = false) {
-    swizzled = swizzle128;
+  void setUp(int64_t lbo, int64_t sbo, bool swizzled = false) {
     smem = gpu::DynamicSharedMemoryOp::create(
         b, loc,
         MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
@@ -1236,7 +1250,7 @@ struct WgmmaEmitter : HopperEmitterBase {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     m0 = mul(launch.getBlockIds().y, idx(kHTileM));
-    setUp(kHLBO, kHSBO, /*swizzle128=*/true);
+    setUp(kHLBO, kHSBO, /*swizzled=*/true);
     aGlobal = baseAddress(a);
     wGlobal = baseAddress(w);
 
@@ -1297,12 +1311,7 @@ struct WgmmaEmitter : HopperEmitterBase {
     // Rows of the tile in no group are zero (up to offsets[E] only, when
     // nothing reads the rest).
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
-    Value zeroEnd = rowsEnd;
-    if (g.liveRowsOnly) {
-      Value last = toIndex(
-          memref::LoadOp::create(b, loc, offsets, idx(g.experts)));
-      zeroEnd = minS(maxS(last, idx(0)), rowsEnd);
-    }
+    Value zeroEnd = g.liveRowsOnly ? groupsEnd(offsets, g.rows) : rowsEnd;
     for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
       Value uncovered =
           land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
@@ -1329,7 +1338,7 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
       module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
       loc,
       {g.n / kHTileN, tilesOf(g.rows, kHTileM), 1, kHThreads,
-       kHSmemBytes + 1024},
+       kHSmemBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         WgmmaEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
         k.emit(launch);
@@ -1429,7 +1438,7 @@ struct WgmmaWgradEmitter : HopperEmitterBase {
     n0 = mul(launch.getBlockIds().x, idx(kHTileN));
     k0 = mul(launch.getBlockIds().y, idx(kHTileM));
     Value e = launch.getBlockIds().z;
-    setUp(kHLBO, kHSBO, /*swizzle128=*/true);
+    setUp(kHLBO, kHSBO, /*swizzled=*/true);
     xGlobal = baseAddress(x);
     dyGlobal = baseAddress(dy);
 
@@ -1475,7 +1484,7 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
       module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
       argTypes, resultType, loc,
       {g.n / kHTileN, g.k / kHTileM, g.experts, kHThreads,
-       kHSmemBytes + 1024},
+       kHSmemBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
         k.emit(launch);
@@ -1704,20 +1713,18 @@ struct SimtMatmulEmitter : HopperEmitterBase {
   void emitSum(gpu::LaunchOp launch, int64_t grid) {
     Value gtid = add(mul(launch.getBlockIds().x, idx(kSThreads)),
                      launch.getThreadIds().x);
-    auto loop = scf::ForOp::create(b, loc, gtid, idx(g.m * g.n),
-                                   idx(grid * kSThreads));
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(loop.getBody()->getTerminator());
-    Value e = loop.getInductionVar();
-    Value r = div(e, g.n), c = rem(e, g.n);
-    Value sum = memref::LoadOp::create(b, loc, partial, ValueRange{idx(0), r, c});
-    for (int64_t z = 1; z < g.splits; ++z)
-      sum = arith::AddFOp::create(
-          b, loc, sum,
-          memref::LoadOp::create(b, loc, partial, ValueRange{idx(z), r, c}));
-    Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
-    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, prior, sum),
-                            out, ValueRange{r, c});
+    strideLoop(gtid, idx(g.m * g.n), grid * kSThreads, [&](Value e) {
+      Value r = div(e, g.n), c = rem(e, g.n);
+      Value sum =
+          memref::LoadOp::create(b, loc, partial, ValueRange{idx(0), r, c});
+      for (int64_t z = 1; z < g.splits; ++z)
+        sum = arith::AddFOp::create(
+            b, loc, sum,
+            memref::LoadOp::create(b, loc, partial, ValueRange{idx(z), r, c}));
+      Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
+      memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, prior, sum),
+                              out, ValueRange{r, c});
+    });
   }
 };
 
@@ -1758,9 +1765,7 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
             b, loc, c(grid), c(1), c(1), c(kSThreads), c(1), c(1),
             arith::ConstantIntOp::create(b, loc, 0, 32));
         b.setInsertionPointToStart(&sum.getBody().front());
-        SimtMatmulEmitter s{{{b, loc}}, g, buf[0], buf[1], buf[2], out,
-                            k.partial};
-        s.emitSum(sum, grid);
+        k.emitSum(sum, grid);
         gpu::TerminatorOp::create(b, loc);
       });
 }
@@ -2356,11 +2361,7 @@ struct RoundTripEmitter : EmitterBase {
     Value units = idx(g.units());
     if (offsets) {
       int64_t rows = g.mx.getShape()[0];
-      int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
-      Value end = toIndex(memref::LoadOp::create(b, loc, offsets, idx(last)));
-      end = arith::MinSIOp::create(
-          b, loc, arith::MaxSIOp::create(b, loc, end, idx(0)), idx(rows));
-      units = mul(end, idx(g.units() / rows));
+      units = mul(groupsEnd(offsets, rows), idx(g.units() / rows));
     }
     if (g.inner() == 1)
       emitContiguous(tid, gtid, units, xs, ys);
@@ -2375,101 +2376,98 @@ struct RoundTripEmitter : EmitterBase {
     Value xBase = baseAddress(xs), yBase = baseAddress(ys);
     // 16-byte vector accesses need both buffers 16-byte aligned (device
     // allocations are; a caller's buffer need not be).
-    Value aligned = cmp(
-        P::eq,
-        arith::AndIOp::create(b, loc, arith::OrIOp::create(b, loc, xBase, yBase),
-                              int64(15)),
-        int64(0));
+    Value aligned =
+        cmp(P::eq,
+            arith::AndIOp::create(
+                b, loc, arith::OrIOp::create(b, loc, xBase, yBase), int64(15)),
+            int64(0));
     Value lane = rem(tid, 32);
-    Value warps = arith::DivUIOp::create(b, loc, add(units, idx(3)), idx(4));
-    auto loop = scf::ForOp::create(b, loc, div(gtid, 32), warps,
-                                   idx(grid * g.ctaThreads() / 32));
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(loop.getBody()->getTerminator());
-    Value w = loop.getInductionVar();
-    Value unit = add(mul(w, idx(4)), div(lane, 8));
-    Value first = add(mul(unit, idx(kRTBlock)), mul(rem(lane, 8), idx(4)));
-    Value valid = cmp(P::ult, unit, units);
-    auto vecIn = VectorType::get({4}, g.inElt);
-    auto vecOut = VectorType::get({4}, g.outElt);
-    SmallVector<Type> inTypes(4, g.inElt);
-    SmallVector<Value> values = ifElse(
-        inTypes, valid,
-        [&] {
-          return ifElse(
-              inTypes, aligned,
-              [&] {
-                Value v = LLVM::LoadOp::create(
-                    b, loc, vecIn,
-                    globalPtr(xBase, mul(first, idx(inBytes))), 4 * inBytes);
-                SmallVector<Value> parts;
-                for (int64_t j = 0; j < 4; ++j)
-                  parts.push_back(
-                      LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
-                return parts;
-              },
-              [&] {
-                SmallVector<Value> parts;
-                for (int64_t j = 0; j < 4; ++j)
-                  parts.push_back(memref::LoadOp::create(
-                      b, loc, xs, ValueRange{add(first, idx(j))}));
-                return parts;
-              });
-        },
-        [&] {
-          Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
-          return SmallVector<Value>(4, zero);
-        });
-    Value amax = f32(0.0);
-    for (Value &v : values) {
-      v = toF32(v);
-      amax = magnitudeMax(amax, v);
-    }
-    for (int64_t d : {4, 2, 1})
-      amax = arith::MaximumFOp::create(
-          b, loc, amax,
-          gpu::ShuffleOp::create(b, loc, amax, int32(d), int32(32),
-                                 gpu::ShuffleMode::XOR)
-              .getShuffleResult());
-    SmallVector<Value> results = roundTrip(values, amax);
-    ifThen(valid, [&] {
-      auto store = scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(store.thenBlock()->getTerminator());
-      Value v = LLVM::PoisonOp::create(b, loc, vecOut);
-      for (int64_t j = 0; j < 4; ++j)
-        v = LLVM::InsertElementOp::create(b, loc, v, results[j], int32(j));
-      LLVM::StoreOp::create(b, loc, v,
-                            globalPtr(yBase, mul(first, idx(outBytes))),
-                            4 * outBytes);
-      b.setInsertionPoint(store.elseBlock()->getTerminator());
-      for (int64_t j = 0; j < 4; ++j)
-        memref::StoreOp::create(b, loc, results[j], ys,
-                                ValueRange{add(first, idx(j))});
+    Value warps = div(add(units, idx(3)), 4);
+    strideLoop(div(gtid, 32), warps, grid * g.ctaThreads() / 32, [&](Value w) {
+      Value unit = add(mul(w, idx(4)), div(lane, 8));
+      Value first = add(mul(unit, idx(kRTBlock)), mul(rem(lane, 8), idx(4)));
+      Value valid = cmp(P::ult, unit, units);
+      auto vecIn = VectorType::get({4}, g.inElt);
+      auto vecOut = VectorType::get({4}, g.outElt);
+      SmallVector<Type> inTypes(4, g.inElt);
+      SmallVector<Value> values = ifElse(
+          inTypes, valid,
+          [&] {
+            return ifElse(
+                inTypes, aligned,
+                [&] {
+                  Value v = LLVM::LoadOp::create(
+                      b, loc, vecIn, globalPtr(xBase, mul(first, idx(inBytes))),
+                      4 * inBytes);
+                  SmallVector<Value> parts;
+                  for (int64_t j = 0; j < 4; ++j)
+                    parts.push_back(
+                        LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
+                  return parts;
+                },
+                [&] {
+                  SmallVector<Value> parts;
+                  for (int64_t j = 0; j < 4; ++j)
+                    parts.push_back(memref::LoadOp::create(
+                        b, loc, xs, ValueRange{add(first, idx(j))}));
+                  return parts;
+                });
+          },
+          [&] {
+            Value zero =
+                arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
+            return SmallVector<Value>(4, zero);
+          });
+      Value amax = f32(0.0);
+      for (Value &v : values) {
+        v = toF32(v);
+        amax = magnitudeMax(amax, v);
+      }
+      for (int64_t d : {4, 2, 1})
+        amax = arith::MaximumFOp::create(
+            b, loc, amax,
+            gpu::ShuffleOp::create(b, loc, amax, int32(d), int32(32),
+                                   gpu::ShuffleMode::XOR)
+                .getShuffleResult());
+      SmallVector<Value> results = roundTrip(values, amax);
+      ifThen(valid, [&] {
+        auto store =
+            scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(store.thenBlock()->getTerminator());
+        Value v = LLVM::PoisonOp::create(b, loc, vecOut);
+        for (int64_t j = 0; j < 4; ++j)
+          v = LLVM::InsertElementOp::create(b, loc, v, results[j], int32(j));
+        LLVM::StoreOp::create(b, loc, v,
+                              globalPtr(yBase, mul(first, idx(outBytes))),
+                              4 * outBytes);
+        b.setInsertionPoint(store.elseBlock()->getTerminator());
+        for (int64_t j = 0; j < 4; ++j)
+          memref::StoreOp::create(b, loc, results[j], ys,
+                                  ValueRange{add(first, idx(j))});
+      });
     });
   }
 
   /// Blocks along an outer dim: a thread a block, 32 values in registers.
   void emitStrided(Value gtid, Value units, Value xs, Value ys) {
     int64_t inner = g.inner();
-    auto loop = scf::ForOp::create(b, loc, gtid, units,
-                                   idx(grid * g.ctaThreads()));
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(loop.getBody()->getTerminator());
-    Value u = loop.getInductionVar();
-    // Unit u = (block row q, column i): values (32 q + j) * inner + i.
-    Value first = add(mul(div(u, inner), idx(kRTBlock * inner)), rem(u, inner));
-    SmallVector<Value> at, values;
-    Value amax = f32(0.0);
-    for (int64_t j = 0; j < kRTBlock; ++j) {
-      at.push_back(add(first, idx(j * inner)));
-      values.push_back(
-          toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
-      amax = magnitudeMax(amax, values.back());
-    }
-    SmallVector<Value> results = roundTrip(values, amax);
-    for (int64_t j = 0; j < kRTBlock; ++j)
-      memref::StoreOp::create(b, loc, results[j], ys, ValueRange{at[j]});
+    strideLoop(gtid, units, grid * g.ctaThreads(), [&](Value u) {
+      // Unit u = (block row q, column i): values (32 q + j) * inner + i.
+      Value first =
+          add(mul(div(u, inner), idx(kRTBlock * inner)), rem(u, inner));
+      SmallVector<Value> at, values;
+      Value amax = f32(0.0);
+      for (int64_t j = 0; j < kRTBlock; ++j) {
+        at.push_back(add(first, idx(j * inner)));
+        values.push_back(
+            toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+        amax = magnitudeMax(amax, values.back());
+      }
+      SmallVector<Value> results = roundTrip(values, amax);
+      for (int64_t j = 0; j < kRTBlock; ++j)
+        memref::StoreOp::create(b, loc, results[j], ys, ValueRange{at[j]});
+    });
   }
 };
 
@@ -2495,18 +2493,17 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
 /// Every `moe.dequantize (moe.quantize x)` the kernel handles becomes a call
 /// of it (see "MX round trip"); quantizes left without uses are erased.
 void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
-  SmallVector<std::pair<DequantizeOp, RowBound>> work;
+  SmallVector<std::tuple<DequantizeOp, MXRoundTrip, RowBound>> work;
   {
     LiveRows live(module);
     for (auto func : module.getOps<func::FuncOp>())
       if (!func->hasAttr("moe.dedicated_kernel"))
         func.walk([&](DequantizeOp dq) {
-          if (matchRoundTrip(dq))
-            work.push_back({dq, live.boundedOp(dq)});
+          if (std::optional<MXRoundTrip> g = matchRoundTrip(dq))
+            work.push_back({dq, *g, live.boundedOp(dq)});
         });
   }
-  for (auto [dq, bound] : work) {
-    MXRoundTrip g = *matchRoundTrip(dq);
+  for (auto [dq, g, bound] : work) {
     auto q = dq.getInput().getDefiningOp<QuantizeOp>();
     SmallVector<Value> args = {q.getInput()};
     auto offsetsType = bound.offsets
@@ -2564,11 +2561,9 @@ struct MoEGPUDedicatedKernelsPass
     for (GroupedMatmulOp op : candidates)
       if (!liveRowsOnly.contains(op))
         for (GroupedMatmulOp other : candidates)
-          if (other != op && other.getLhs() == op.getLhs() &&
-              other.getRhs() == op.getRhs() &&
-              other.getOffsets() == op.getOffsets() &&
-              other.getTransposeRhs() == op.getTransposeRhs() &&
-              other.getType() == op.getType())
+          if (other != op &&
+              OperationEquivalence::isEquivalentTo(
+                  other, op, OperationEquivalence::IgnoreLocations))
             liveRowsOnly.erase(other);
     if (chip == "sm_90a") {
       // Weight gradients (bf16, or MXFP8 blocked along the rows).
