@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 using namespace moert;
 using moert::cuda::driver;
@@ -347,6 +348,70 @@ void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
 }
 
 void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
+
+uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
+                          int64_t rows, int64_t rowStrideBytes,
+                          int64_t boxColumns, int64_t boxRows) {
+  auto bad = [&](const char *what) {
+    std::fprintf(stderr,
+                 "moert: tensor map of %lld x %lld elements of %lld bytes at "
+                 "%#llx (rows %lld bytes apart, boxes %lld x %lld): %s\n",
+                 (long long)rows, (long long)columns, (long long)elementBytes,
+                 (unsigned long long)base, (long long)rowStrideBytes,
+                 (long long)boxRows, (long long)boxColumns, what);
+    std::exit(1);
+  };
+  CUtensorMapDataType type;
+  switch (elementBytes) {
+  case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+  case 2: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+  case 4: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+  default: bad("elements must be 1, 2 or 4 bytes");
+  }
+  if (base % 16 || rowStrideBytes % 16 || columns < 1 || rows < 1 ||
+      rowStrideBytes < columns * elementBytes)
+    bad("the base and the row stride must be multiples of 16 bytes, the rows "
+        "no longer than their stride");
+  if (boxColumns < 1 || boxRows < 1 || boxRows > 256 ||
+      boxColumns * elementBytes > 128 || (boxColumns * elementBytes) % 16)
+    bad("a box row must be 16 to 128 bytes (a multiple of 16), at most 256 "
+        "rows");
+  Scoped scope;
+  CUtensorMap map;
+  cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
+  cuuint64_t strides[1] = {cuuint64_t(rowStrideBytes)};
+  cuuint32_t box[2] = {cuuint32_t(boxColumns), cuuint32_t(boxRows)};
+  cuuint32_t elementStrides[2] = {1, 1};
+  MOERT_CU(driver().cuTensorMapEncodeTiled(
+      &map, type, 2, reinterpret_cast<void *>(base), dims, strides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+
+  // Encoded maps live in slabs of device memory, never freed: a training
+  // loop asks for the same few maps (its buffers come back from the caching
+  // allocator at the same addresses) and each is copied over once.
+  static std::mutex mutex;
+  static std::unordered_map<std::string, CUdeviceptr> maps;
+  static CUdeviceptr slab = 0;
+  static size_t slabUsed = 0;
+  constexpr size_t slabBytes = 64 * 1024;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string key(reinterpret_cast<const char *>(&map), sizeof(map));
+  auto it = maps.find(key);
+  if (it != maps.end())
+    return it->second;
+  if (!slab || slabUsed + sizeof(map) > slabBytes) {
+    MOERT_CU(driver().cuMemAlloc(&slab, slabBytes));
+    slabUsed = 0;
+  }
+  CUdeviceptr at = slab + slabUsed;
+  slabUsed += sizeof(map);
+  // Synchronous: the map is in place before any kernel that reads it runs.
+  MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
+  maps.emplace(std::move(key), at);
+  return at;
+}
 
 int moert_gpu_device_count(void) {
   if (!cuda::driverAvailable())

@@ -242,7 +242,9 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp,
       NVVM::CpAsyncOp, NVVM::CpAsyncCommitGroupOp, NVVM::CpAsyncWaitGroupOp,
       NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
-      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp>(ctx);
+      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
+      NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);
@@ -404,6 +406,15 @@ struct EmitterBase {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.thenBlock()->getTerminator());
     body();
+  }
+  void ifElseVoid(Value cond, function_ref<void()> thenBody,
+                  function_ref<void()> elseBody) {
+    auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    thenBody();
+    b.setInsertionPoint(op.elseBlock()->getTerminator());
+    elseBody();
   }
   SmallVector<Value> ifElse(TypeRange types, Value cond,
                             function_ref<SmallVector<Value>()> thenBody,
@@ -719,7 +730,8 @@ int64_t tilesOf(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
 /// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
 /// body takes its arguments as buffers (read only), allocates the result,
-/// runs one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
+/// runs `host(b, buffers, out)` (host code before the launch, optional), then
+/// one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
 /// writes, and returns the result; marked `moe.dedicated_kernel = what`.
 /// An existing function of that name and type is reused.
 func::FuncOp getOrCreateKernelCall(
@@ -727,7 +739,8 @@ func::FuncOp getOrCreateKernelCall(
     ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
     LaunchShape shape,
     function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
-        emit) {
+        emit,
+    function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> host = nullptr) {
   MLIRContext *ctx = module.getContext();
   auto type = FunctionType::get(ctx, argTypes, resultType);
   if (auto existing = symbols.lookup<func::FuncOp>(name))
@@ -750,6 +763,8 @@ func::FuncOp getOrCreateKernelCall(
   Value out = memref::AllocOp::create(
       b, loc,
       MemRefType::get(resultType.getShape(), resultType.getElementType()));
+  if (host)
+    host(b, buffers, out);
   auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
   Value one = c(1);
   auto launch = gpu::LaunchOp::create(
@@ -804,7 +819,9 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 //
 // Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N] (or,
 // with transpose_rhs, [E, N, K]), f32 result, static shapes, K % 64 == 0,
-// N % 128 == 0 (R arbitrary). Anything else keeps the generic path.
+// N % 128 == 0 (R arbitrary). Anything else keeps the generic path. Shapes
+// with N % 256 == 0 and R >= 128 take the TMA kernel below instead (same
+// operands and results, the same layouts in shared memory).
 //
 // Grid (N/128, ceil(R/128)), 128 threads = one warpgroup. CTA (bx, by) owns
 // output rows [m0, m0+128), m0 = 128 by, and columns [n0, n0+128), n0 =
@@ -973,6 +990,23 @@ struct HopperEmitterBase : EmitterBase {
         b, loc, descBase,
         arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
   }
+  /// The m64nNk16 bf16 MMA on shared-memory descriptors `aDesc`, `bDesc`
+  /// (N from accType), accumulating into `d`.
+  Value bf16Mma(Value d, Value aDesc, Value bDesc, NVVM::MMALayout layoutA,
+                NVVM::MMALayout layoutB) {
+    MLIRContext *ctx = b.getContext();
+    int64_t n = 2 * int64_t(accType.getBody().size());
+    auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
+    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    return NVVM::WgmmaMmaAsyncOp::create(
+        b, loc, accType, d, aDesc, bDesc,
+        NVVM::MMAShapeAttr::get(ctx, kHMmaM, n, kHMmaK), bf16, bf16,
+        NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
+        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one), scaleIn,
+        scaleIn, NVVM::MMALayoutAttr::get(ctx, layoutA),
+        NVVM::MMALayoutAttr::get(ctx, layoutB),
+        /*satfinite=*/NVVM::MMAIntOverflowAttr());
+  }
   /// The bf16 MMA main loop over `nk` (index) stages of 64 reduction
   /// values through the 3-buffer ring (see "Hopper (sm_90a): bf16 grouped
   /// GEMM" for the schedule): `load(kt, slot)` issues stage kt's cp.asyncs
@@ -991,13 +1025,6 @@ struct HopperEmitterBase : EmitterBase {
     }
     Value zero = LLVM::ZeroOp::create(b, loc, accType);
     MLIRContext *ctx = b.getContext();
-    auto shape = NVVM::MMAShapeAttr::get(ctx, kHMmaM, kHTileN, kHMmaK);
-    auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
-    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-    auto aLayout = NVVM::MMALayoutAttr::get(ctx, layoutA);
-    auto bLayout = NVVM::MMALayoutAttr::get(ctx, layoutB);
     SmallVector<Value> acc = forLoop(
         0, nk, {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
@@ -1027,11 +1054,8 @@ struct HopperEmitterBase : EmitterBase {
               int64_t aAt = layoutA == NVVM::MMALayout::row
                                 ? h * kHMmaM * 128 + 32 * j
                                 : h * 8192 + 2048 * j;
-              Value aDesc = descriptor(slotUnits, aAt);
-              d[h] = NVVM::WgmmaMmaAsyncOp::create(
-                  b, loc, accType, d[h], aDesc, bDesc, shape, bf16, bf16, f32,
-                  scaleD, scaleIn, scaleIn, aLayout, bLayout,
-                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
+              d[h] = bf16Mma(d[h], descriptor(slotUnits, aAt), bDesc,
+                             layoutA, layoutB);
             }
           }
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -1043,7 +1067,8 @@ struct HopperEmitterBase : EmitterBase {
   }
   /// The dynamic shared memory, the descriptor base for leading / stride
   /// byte offsets `lbo` / `sbo`, and the m64n128 accumulator type.
-  void setUp(int64_t lbo, int64_t sbo, bool swizzled = false) {
+  void setUp(int64_t lbo, int64_t sbo, bool swizzled = false,
+             int64_t accRegs = kHAccRegs) {
     smem = gpu::DynamicSharedMemoryOp::create(
         b, loc,
         MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
@@ -1067,7 +1092,7 @@ struct HopperEmitterBase : EmitterBase {
         int64((lbo >> 4) << 16 | (sbo >> 4) << 32 |
               int64_t(swizzled ? 1 : 0) << 62));
     accType = LLVM::LLVMStructType::getLiteral(
-        b.getContext(), SmallVector<Type>(kHAccRegs, b.getF32Type()));
+        b.getContext(), SmallVector<Type>(accRegs, b.getF32Type()));
   }
 };
 
@@ -1080,11 +1105,15 @@ struct WgmmaGemm {
   /// Nothing reads the result's rows at or past offsets[E] (LiveRows.h): they
   /// are left unwritten instead of zeroed.
   bool liveRowsOnly = false;
+  /// The TMA, warp-specialized kernel (N % 256 == 0, R >= 128), else the
+  /// cp.async one.
+  bool tma = false;
   std::string name() const {
-    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}", rows,
-                         k, n, experts, BlockScaledGemm::eltName(offsetElt),
+    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}{7}",
+                         rows, k, n, experts,
+                         BlockScaledGemm::eltName(offsetElt),
                          rhsTransposed ? "_rhsT" : "",
-                         liveRowsOnly ? "_live" : "")
+                         liveRowsOnly ? "_live" : "", tma ? "_tma" : "")
         .str();
   }
 };
@@ -1197,7 +1226,9 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
     return std::nullopt;
-  return WgmmaGemm{rows, k, n, experts, offsets.getElementType(), transposed};
+  WgmmaGemm g{rows, k, n, experts, offsets.getElementType(), transposed};
+  g.tma = n % 256 == 0 && rows >= 128;
+  return g;
 }
 
 /// Emits the body of the wgmma grouped GEMM's gpu.launch.
@@ -1327,6 +1358,383 @@ struct WgmmaEmitter : HopperEmitterBase {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): bf16 grouped GEMM, TMA and warp-specialized wgmma
+//===----------------------------------------------------------------------===//
+//
+// The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
+// their data gradients) take this kernel instead of the cp.async one above.
+//
+// Tiles: 128 rows x 256 columns, K in stages of 64. Tiles are per expert:
+// expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
+// N/256 column tiles, numbered expert after expert, row tile after row tile
+// (the column tiles of one row tile run side by side: they share the A rows,
+// and the few experts in flight share their B in L2). A tile past hi reads
+// rows of the next expert (or zeros past R) and stores none of them.
+//
+// Persistent grid: min(132, tile bound) CTAs; CTA b takes tiles b, b + grid,
+// ... Every warpgroup walks the same tile sequence: the expert of a tile is
+// found by advancing (expert, its first tile) from the previous tile's, so
+// each CTA reads the offsets once over the whole kernel.
+//
+// Warp specialization, 384 threads:
+// - warpgroup 0, thread 0 (the producer) issues the bulk tensor copies: per
+//   stage one 128 x 64 box of A (the lhs [R, K]) and the B tile: four 64 x 64
+//   boxes of the rhs [E * K, N] (MN-major), or one 256 x 64 box of the
+//   transposed rhs [E * N, K] (K-major). The tensor maps are encoded on the
+//   host (libmoert's moertTensorMap2D, 128-byte swizzle, zeros outside the
+//   array) and read from device memory.
+// - warpgroups 1 and 2 (consumers) each own 64 rows of the tile: m64n256k16
+//   MMAs, 128 f32 accumulators a thread, then store their rows of the tile
+//   (8-byte vector stores) while the producer already loads the next tile.
+// Ring: 4 stages of 48 KiB (A 16 KiB, B 32 KiB) in the 128-byte swizzled
+// layouts of the cp.async kernel (the copy engine writes the same pattern:
+// it swizzles by address bits, every tile starts on 1 KiB), and two
+// mbarriers a stage: `full` (one arrival, the producer's expect-tx of the
+// stage's 49152 bytes, then the copies' completion) and `empty` (256
+// arrivals: every consumer thread, once the MMAs that read the stage are
+// complete). Iteration g of a warpgroup's running count uses stage g % 4 in
+// phase (g / 4) % 2; the producer first waits for `empty` in the other
+// parity, which a fresh barrier passes at once. Consumers keep one MMA group
+// in flight (wgmma.wait_group 1) and release the stage before it.
+//
+// Rows outside [offsets[0], offsets[E]) (clamped) are zeroed first by all
+// threads (up to offsets[E] only in the `_live` variant). Offsets are a
+// dispatch's: nondecreasing; rows where decreasing offsets make groups
+// overlap are written by each of them, in no set order.
+//
+// Numerics: the forward kernel's (bf16 products, f32 accumulation in the
+// tensor core's order).
+
+constexpr int64_t kTTileM = 128;  // two consumer warpgroups of m64
+constexpr int64_t kTTileN = 256;  // MMA N
+constexpr int64_t kTTileK = 64;   // one 128-byte swizzle row of bf16
+constexpr int64_t kTStages = 4;
+constexpr int64_t kTThreads = 384; // producer warpgroup + two consumers
+constexpr int64_t kTConsumerThreads = 256;
+constexpr int64_t kTTileABytes = kTTileM * kTTileK * 2; // 16384
+constexpr int64_t kTTileBBytes = kTTileK * kTTileN * 2; // 32768
+constexpr int64_t kTStageBytes = kTTileABytes + kTTileBBytes;
+constexpr int64_t kTBarriers = kTStages * kTStageBytes; // 8-byte mbarriers
+constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
+// Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
+// SMs the last wave is simply shorter).
+constexpr int64_t kTCtas = 132;
+
+/// Emits the body of the TMA grouped GEMM's gpu.launch.
+struct WgmmaTmaEmitter : HopperEmitterBase {
+  const WgmmaGemm &g;
+  // Buffers: offsets [E+1], result [R, N]; device addresses of the tensor
+  // maps of A and B (host values, i64).
+  Value offsets, out, mapA, mapB;
+  Value tid{};
+
+  Value i32Of(Value index) {
+    return arith::IndexCastOp::create(b, loc, i32(), index);
+  }
+  Value sharedAt(Value byteOffset) { return sharedPtrAt(byteOffset); }
+  Value fullBarrier(Value s) {
+    return sharedAt(add(idx(kTBarriers), mul(s, idx(8))));
+  }
+  Value emptyBarrier(Value s) {
+    return sharedAt(add(idx(kTBarriers + kTStages * 8), mul(s, idx(8))));
+  }
+  /// Waits for the phase of parity `parity` (index 0/1) of barrier `bar`.
+  void wait(Value bar, Value parity) {
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, i32Of(parity),
+                                          int32(kWaitTicks));
+  }
+  /// Expert e's clamped rows [lo, hi).
+  std::pair<Value, Value> groupRows(Value e) {
+    Value rowsEnd = idx(g.rows);
+    Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
+    Value hi = toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
+    lo = minS(maxS(lo, idx(0)), rowsEnd);
+    hi = minS(maxS(hi, lo), rowsEnd);
+    return {lo, hi};
+  }
+  /// Expert e's tiles.
+  Value tilesOfExpert(Value e) {
+    auto [lo, hi] = groupRows(e);
+    Value rowTiles = div(add(arith::SubIOp::create(b, loc, hi, lo),
+                             idx(kTTileM - 1)),
+                         kTTileM);
+    return mul(rowTiles, idx(g.n / kTTileN));
+  }
+  /// The expert of tile `tile` and its first tile, advancing from (e, base)
+  /// (an earlier tile's); e == E when `tile` is past the last.
+  std::pair<Value, Value> locate(Value tile, Value e, Value base) {
+    Type index = b.getIndexType();
+    auto w = scf::WhileOp::create(
+        b, loc, TypeRange{index, index}, ValueRange{e, base},
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value inRange = cmp(P::slt, args[0], idx(g.experts));
+          Value e1 = minS(args[0], idx(g.experts - 1));
+          Value past =
+              cmp(P::sge, tile, add(args[1], tilesOfExpert(e1)));
+          scf::ConditionOp::create(b, loc, land(inRange, past), args);
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value next = add(args[1], tilesOfExpert(args[0]));
+          scf::YieldOp::create(b, loc, ValueRange{add(args[0], idx(1)), next});
+        });
+    return {w.getResult(0), w.getResult(1)};
+  }
+  /// The persistent tile loop: body(e, lo, hi, m0, n0, g0) for each of this
+  /// CTA's tiles, g0 the running stage count at its start (index); the body
+  /// returns the count after it.
+  void tileLoop(Value grid,
+                function_ref<Value(Value, Value, Value, Value, Value, Value)>
+                    body) {
+    Type index = b.getIndexType();
+    Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+    auto w = scf::WhileOp::create(
+        b, loc, TypeRange{index, index, index, index},
+        ValueRange{first, idx(0), idx(0), idx(0)},
+        [&](OpBuilder &, Location, ValueRange args) {
+          auto [e, base] = locate(args[0], args[1], args[2]);
+          scf::ConditionOp::create(b, loc, cmp(P::slt, e, idx(g.experts)),
+                                   ValueRange{args[0], e, base, args[3]});
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value tile = args[0], e = args[1], base = args[2];
+          auto [lo, hi] = groupRows(e);
+          Value local = arith::SubIOp::create(b, loc, tile, base);
+          Value m0 = add(lo, mul(div(local, g.n / kTTileN), idx(kTTileM)));
+          Value n0 = mul(rem(local, g.n / kTTileN), idx(kTTileN));
+          Value count = body(e, lo, hi, m0, n0, args[3]);
+          scf::YieldOp::create(b, loc,
+                               ValueRange{add(tile, grid), e, base, count});
+        });
+    (void)w;
+  }
+  void tmaLoad(Value dst, Value map, Value x, Value y, Value bar) {
+    Value desc = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
+    // The CTA's own shared memory, addressed as shared::cluster.
+    dst = LLVM::AddrSpaceCastOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), dst);
+    NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+        b, loc, dst, desc, ValueRange{i32Of(x), i32Of(y)}, bar,
+        ValueRange{}, Value(), Value(), NVVM::TMALoadMode::TILE,
+        /*isCTAOnly=*/false, NVVM::CTAGroupKindAttr(), Value());
+  }
+  Value nk() { return idx(g.k / kTTileK); }
+
+  void producer(Value grid) {
+    tileLoop(grid, [&](Value e, Value, Value, Value m0, Value n0, Value g0) {
+      forLoop(0, g.k / kTTileK, [&](Value kt) {
+        Value it = add(g0, kt);
+        Value s = rem(it, kTStages);
+        Value parity = rem(add(div(it, kTStages), idx(1)), 2);
+        wait(emptyBarrier(s), parity);
+        Value full = fullBarrier(s);
+        NVVM::MBarrierArriveExpectTxOp::create(
+            b, loc, Type(), full, int32(kTStageBytes), NVVM::MemScopeKind::CTA,
+            /*relaxed=*/false, Value());
+        Value stage = mul(s, idx(kTStageBytes));
+        Value k0 = mul(kt, idx(kTTileK));
+        tmaLoad(sharedAt(stage), mapA, k0, m0, full);
+        Value bTile = add(stage, idx(kTTileABytes));
+        if (g.rhsTransposed) {
+          // [E * N, K]: rows e * N + n0 .. + 256.
+          tmaLoad(sharedAt(bTile), mapB, k0, add(mul(e, idx(g.n)), n0), full);
+        } else {
+          // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
+          Value krow = add(mul(e, idx(g.k)), k0);
+          for (int64_t q = 0; q < kTTileN / 64; ++q)
+            tmaLoad(sharedAt(add(bTile, idx(8192 * q))), mapB,
+                    add(n0, idx(64 * q)), krow, full);
+        }
+      });
+      return add(g0, nk());
+    });
+  }
+
+  void consumer(Value grid, Value c) {
+    Value local = rem(tid, 128);
+    Value warp = div(local, 32), lane = rem(local, 32);
+    Value outBase = baseAddress(out);
+    auto layoutB =
+        g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row;
+    tileLoop(grid, [&](Value, Value, Value hi, Value m0, Value n0, Value g0) {
+      Value zero = LLVM::ZeroOp::create(b, loc, accType);
+      SmallVector<Value> acc = forLoop(
+          0, nk(), {zero}, [&](Value kt, ValueRange carried) {
+            Value it = add(g0, kt);
+            Value s = rem(it, kTStages);
+            wait(fullBarrier(s), rem(div(it, kTStages), 2));
+            Value slotUnits = toI64(mul(s, idx(kTStageBytes >> 4)));
+            Value aUnits = toI64(mul(c, idx(kHMmaM * 128 >> 4)));
+            Value d = carried[0];
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            for (int64_t j = 0; j < kTTileK / kHMmaK; ++j) {
+              Value aDesc = arith::AddIOp::create(
+                  b, loc, descriptor(slotUnits, 32 * j), aUnits);
+              int64_t bAt = kTTileABytes +
+                            (g.rhsTransposed ? 32 * j : 2048 * j);
+              d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt),
+                          NVVM::MMALayout::row, layoutB);
+            }
+            NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+            NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+            // The previous stage's MMAs are complete: hand it back.
+            ifThen(cmp(P::ugt, kt, idx(0)), [&] {
+              NVVM::MBarrierArriveOp::create(
+                  b, loc, Type(),
+                  emptyBarrier(rem(add(it, idx(kTStages - 1)), kTStages)),
+                  Value());
+            });
+            return SmallVector<Value>{d};
+          });
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+      Value last = add(g0, idx(g.k / kTTileK - 1));
+      NVVM::MBarrierArriveOp::create(
+          b, loc, Type(), emptyBarrier(rem(last, kTStages)), Value());
+
+      // Register 4 j + 2 h + c of the m64n256 accumulator: row 16 w + l/4
+      // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
+      Value rowBase = add(add(m0, mul(c, idx(kHMmaM))),
+                          add(mul(warp, idx(16)), div(lane, 4)));
+      Value colBase = add(n0, mul(rem(lane, 4), idx(2)));
+      auto vec2 = VectorType::get({2}, b.getF32Type());
+      for (int64_t h = 0; h < 2; ++h) {
+        Value row = add(rowBase, idx(8 * h));
+        ifThen(cmp(P::slt, row, hi), [&] {
+          Value rowAt = mul(add(mul(row, idx(g.n)), colBase), idx(4));
+          for (int64_t j = 0; j < kTTileN / 8; ++j) {
+            Value v = LLVM::PoisonOp::create(b, loc, vec2);
+            for (int64_t cc = 0; cc < 2; ++cc) {
+              Value x = LLVM::ExtractValueOp::create(
+                  b, loc, acc[0], ArrayRef<int64_t>{4 * j + 2 * h + cc});
+              v = LLVM::InsertElementOp::create(b, loc, v, x, int32(cc));
+            }
+            LLVM::StoreOp::create(
+                b, loc, v, globalPtr(outBase, add(rowAt, idx(32 * j))),
+                /*alignment=*/8);
+          }
+        });
+      }
+      return add(g0, nk());
+    });
+  }
+
+  /// Zeros the rows in no group: [0, offsets[0]) and [offsets[E], end).
+  void zeroUncovered(Value grid) {
+    Value start = minS(maxS(toIndex(memref::LoadOp::create(b, loc, offsets,
+                                                           idx(0))),
+                            idx(0)),
+                       idx(g.rows));
+    Value end = groupsEnd(offsets, g.rows);
+    Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
+    Value outBase = baseAddress(out);
+    auto vec4 = VectorType::get({4}, b.getF32Type());
+    Value zero = LLVM::ZeroOp::create(b, loc, vec4);
+    Value chunksPerRow = idx(g.n / 4);
+    Value first =
+        add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
+                idx(kTThreads)),
+            tid);
+    Value stride = mul(grid, idx(kTThreads));
+    auto zeroRows = [&](Value from, Value to) {
+      Value chunks = mul(arith::SubIOp::create(b, loc, maxS(to, from), from),
+                         chunksPerRow);
+      auto loop = scf::ForOp::create(b, loc, first, chunks, stride);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(loop.getBody()->getTerminator());
+      Value at = add(mul(from, chunksPerRow), loop.getInductionVar());
+      LLVM::StoreOp::create(b, loc, zero,
+                            globalPtr(outBase, mul(at, idx(16))),
+                            /*alignment=*/16);
+    };
+    zeroRows(idx(0), start);
+    zeroRows(maxS(end, start), zeroEnd);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    Value grid = launch.getGridSize().x;
+    setUp(kHLBO, kHSBO, /*swizzled=*/true, /*accRegs=*/kTTileN / 2);
+    zeroUncovered(grid);
+    ifThen(cmp(P::eq, tid, idx(0)), [&] {
+      for (int64_t s = 0; s < kTStages; ++s) {
+        NVVM::MBarrierInitOp::create(b, loc, fullBarrier(idx(s)), int32(1),
+                                     Value());
+        NVVM::MBarrierInitOp::create(b, loc, emptyBarrier(idx(s)),
+                                     int32(kTConsumerThreads), Value());
+      }
+    });
+    NVVM::Barrier0Op::create(b, loc);
+    // The warpgroup index, broadcast from lane 0 so the compiler sees it is
+    // warp-uniform (else it serializes the wgmmas of the divergent branch).
+    Value wg = toIndex(
+        gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                               int32(32), gpu::ShuffleMode::IDX)
+            .getShuffleResult());
+    ifElseVoid(cmp(P::eq, wg, idx(0)),
+               [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
+               [&] { consumer(grid, add(wg, idx(-1))); });
+  }
+};
+
+/// The declaration of libmoert's moertTensorMap2D (moert/Gpu.h).
+func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols) {
+  constexpr StringLiteral name = "moertTensorMap2D";
+  if (auto f = symbols.lookup<func::FuncOp>(name))
+    return f;
+  MLIRContext *ctx = module.getContext();
+  auto i64 = IntegerType::get(ctx, 64);
+  auto f = func::FuncOp::create(
+      UnknownLoc::get(ctx), name,
+      FunctionType::get(ctx, SmallVector<Type>(7, i64), {i64}));
+  f.setPrivate();
+  symbols.insert(f);
+  return f;
+}
+
+/// The TMA kernel of `g` (see "bf16 grouped GEMM, TMA and warp-specialized
+/// wgmma"): the host encodes both tensor maps before the launch.
+func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
+                                         const WgmmaGemm &g,
+                                         ArrayRef<Type> argTypes,
+                                         RankedTensorType resultType,
+                                         Location loc) {
+  func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
+  int64_t tiles = (tilesOf(g.rows, kTTileM) + g.experts) * (g.n / kTTileN);
+  Value mapA, mapB;
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, g.name(), "cp.async.bulk.tensor + wgmma.mma_async bf16",
+          argTypes, resultType, loc,
+          {std::min(kTCtas, tiles), 1, 1, kTThreads, kTSmemBytes},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              Value out) {
+            WgmmaTmaEmitter k{{{b, loc}}, g, buf[2], out, mapA, mapB};
+            k.emit(launch);
+          },
+          [&](OpBuilder &b, ArrayRef<Value> buf, Value) {
+            EmitterBase h{b, loc};
+            auto map = [&](Value base, int64_t columns, int64_t rows,
+                           int64_t boxColumns, int64_t boxRows) {
+              SmallVector<Value> args = {base,
+                                         h.int64(2),
+                                         h.int64(columns),
+                                         h.int64(rows),
+                                         h.int64(2 * columns),
+                                         h.int64(boxColumns),
+                                         h.int64(boxRows)};
+              return func::CallOp::create(b, loc, encode, args).getResult(0);
+            };
+            mapA = map(h.baseAddress(buf[0]), g.k, g.rows, 64, kTTileM);
+            mapB = g.rhsTransposed
+                       ? map(h.baseAddress(buf[1]), g.k, g.experts * g.n, 64,
+                             kTTileN)
+                       : map(h.baseAddress(buf[1]), g.n, g.experts * g.k, 64,
+                             64);
+          }),
+      {0}, 2);
+}
+
 /// The private function computing one bf16 grouped GEMM shape on wgmma:
 /// (A, B, offsets) -> result.
 func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
@@ -1334,6 +1742,9 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
                                       ArrayRef<Type> argTypes,
                                       RankedTensorType resultType,
                                       Location loc) {
+  if (g.tma)
+    return getOrCreateWgmmaTmaFunction(module, symbols, g, argTypes,
+                                       resultType, loc);
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
       loc,

@@ -46,6 +46,20 @@ void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
                                  int64_t elementBytes);
 void mgpuSetDefaultDevice(int32_t device);
 
+// --- tensor maps for the bulk tensor copy engine (TMA) ---
+/// The device address of a tensor map (CUtensorMap, 128 bytes in device
+/// memory, which `cp.async.bulk.tensor` reads) for a 2-D row-major array:
+/// `rows` rows of `columns` elements of `elementBytes` (1, 2 or 4) bytes at
+/// `base`, rows `rowStrideBytes` apart (a multiple of 16); boxes of
+/// `boxColumns` x `boxRows` elements (boxColumns * elementBytes <= 128),
+/// stored in shared memory with the 128-byte swizzle; reads outside the
+/// array give zeros. Maps are encoded once and kept for the life of the
+/// process (the same arguments give the same address); a bad argument
+/// prints what is wrong and exits with status 1.
+uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
+                          int64_t rows, int64_t rowStrideBytes,
+                          int64_t boxColumns, int64_t boxRows);
+
 // --- direct entry points ---
 struct moert_gpu_memory_stats {
   size_t bytes_in_use;      ///< allocated by programs, not freed

@@ -17,7 +17,7 @@
 // EXACT-NOT: moe_wgmma_mx
 // EXACT: moe.dequantize %{{.*}} : !moe.mx<200x128xf8E4M3FN, axis = 1> -> tensor<200x128xbf16>
 // EXACT: moe.dequantize %{{.*}} : !moe.mx<3x128x256xf8E4M3FN, axis = 1> -> tensor<3x128x256xbf16>
-// EXACT: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32(
+// EXACT: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32_tma(
 // EXACT-LABEL: func.func @kernels_shape
 // EXACT: moe.dequantize %{{.*}} : !moe.mx<16x256x128xf8E5M2, axis = 1> -> tensor<16x256x128xbf16>
 // EXACT: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(

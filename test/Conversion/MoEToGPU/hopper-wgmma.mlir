@@ -11,7 +11,7 @@
 
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 
-// PTX-LABEL: kernel module moe_wgmma_gmm_200x128x256_e3_bf16_i32_kernel
+// PTX-LABEL: kernel module moe_wgmma_gmm_200x128x128_e3_bf16_i32_kernel
 // PTX: .target sm_90a
 // The descriptors: 128-byte swizzle (layout type 1 at bit 62), SBO 1024
 // (bits 32-45: 64), LBO 8192 (bits 16-29: 512).
@@ -35,15 +35,15 @@
 // NOKERNEL-NOT: gpu.launch
 
 // CHECK-LABEL: func.func @bf16
-// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[W:[a-z0-9]+]]: tensor<3x128x256xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
-// CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_200x128x256_e3_bf16_i32(%[[X]], %[[W]], %[[O]]) : (tensor<200x128xbf16>, tensor<3x128x256xbf16>, tensor<4xi32>) -> tensor<200x256xf32>
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[W:[a-z0-9]+]]: tensor<3x128x128xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
+// CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_200x128x128_e3_bf16_i32(%[[X]], %[[W]], %[[O]]) : (tensor<200x128xbf16>, tensor<3x128x128xbf16>, tensor<4xi32>) -> tensor<200x128xf32>
 // CHECK-NOT: moe.grouped_matmul
 // CHECK: return %[[Y]]
-func.func @bf16(%x: tensor<200x128xbf16>, %w: tensor<3x128x256xbf16>,
-                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<200x256xf32> {
+func.func @bf16(%x: tensor<200x128xbf16>, %w: tensor<3x128x128xbf16>,
+                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<200x128xf32> {
   %y = moe.grouped_matmul %x, %w, %off
-      : tensor<200x128xbf16>, tensor<3x128x256xbf16>, tensor<4xi32> -> tensor<200x256xf32>
-  return %y : tensor<200x256xf32>
+      : tensor<200x128xbf16>, tensor<3x128x128xbf16>, tensor<4xi32> -> tensor<200x128xf32>
+  return %y : tensor<200x128xf32>
 }
 
 // The shape of test/Integration/GPU/kernels.mlir (N = 128, i64 offsets).

@@ -204,6 +204,45 @@ func.func @grouped_matmul_bf16_transpose_rhs(%x: tensor<1024x256xbf16>, %logits:
   return %y : tensor<4576x128xf32>
 }
 
+// The TMA kernel (N a multiple of 256): uneven fixed groups: expert 0 empty,
+// 1 of 130 rows (a tile and 2 rows), 2 of one row, 3 of 389, 4 of 130, and
+// rows 650..699 past the last group (zeros). K = 512: 8 stages, twice round
+// the 4-buffer ring. Sums of 512 unit-normal products (~23 in magnitude):
+// the order bound 512 * 2^-24 * 32 ~ 1e-3, hence atol 2e-3.
+func.func @grouped_matmul_tma_uneven(%x: tensor<700x512xbf16>, %w: tensor<5x512x256xbf16>)
+    -> tensor<700x256xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %o
+      : tensor<700x512xbf16>, tensor<5x512x256xbf16>, tensor<6xi32> -> tensor<700x256xf32>
+  return %y : tensor<700x256xf32>
+}
+
+// The same groups with the weights [E, N, K] (the data gradient's form, read
+// K-major by one 256-row box).
+func.func @grouped_matmul_tma_uneven_transpose_rhs(%x: tensor<700x512xbf16>,
+                                                   %w: tensor<5x256x512xbf16>)
+    -> tensor<700x256xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %o transpose_rhs
+      : tensor<700x512xbf16>, tensor<5x256x512xbf16>, tensor<6xi32> -> tensor<700x256xf32>
+  return %y : tensor<700x256xf32>
+}
+
+// More tiles than the persistent grid's 132 CTAs ((36 + 16) x 4 at most):
+// each CTA runs several tiles, its ring's phases running on across them.
+func.func @grouped_matmul_tma_persistent(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                                         %w: tensor<16x256x1024xbf16>) -> tensor<4576x1024xf32>
+    attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %y = moe.grouped_matmul %s, %w, %o
+      : tensor<4576x256xbf16>, tensor<16x256x1024xbf16>, tensor<17xi32> -> tensor<4576x1024xf32>
+  return %y : tensor<4576x1024xf32>
+}
+
 // Weight gradient over the same routing (sums over each group's rows; the
 // wgmma weight-gradient kernel on sm_90a).
 func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
