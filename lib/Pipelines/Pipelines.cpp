@@ -89,6 +89,13 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   moe::ConvertMoEToLinalgOptions lowering;
   lowering.parallel = parallel;
   pm.addPass(moe::createConvertMoEToLinalg(lowering));
+  // GPU: the dedicated kernels' host functions inlined into their callers
+  // (after the lowering has seen which rows their group-row arguments read;
+  // their launches keep the kernels' names): one stream runs a whole
+  // program, where -gpu-async-region would synchronize with the host around
+  // every call, and bufferization sees one function.
+  if (parallel)
+    pm.addPass(createInlinerPass());
   // Elementwise arith/math on whole tensors -> linalg.generic; aggregate ops
   // (linalg.softmax) -> generics.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
@@ -211,6 +218,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGPUElideHostSyncs());
 
   gpu::GPUToNVVMPipelineOptions nvvm;
   nvvm.cubinChip = options.chip;

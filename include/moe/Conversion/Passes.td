@@ -220,6 +220,21 @@ def MoEGPUDeviceBuffers : Pass<"moe-gpu-device-buffers", "ModuleOp"> {
                            "::mlir::memref::MemRefDialect"];
 }
 
+def MoEGPUElideHostSyncs : Pass<"moe-gpu-elide-host-syncs", "func::FuncOp"> {
+  let summary = "Keep the stream running across calls of host-only functions";
+  let description = [{
+    Runs after `-gpu-async-region`, which makes the host wait for the stream
+    before any op with side effects, a `func.call` included, and starts a
+    new stream after it. A call of a function marked `moe.host_only` (it
+    touches no device memory and nothing the stream does, such as libmoert's
+    tensor-map encoder) needs neither: this pass removes the `gpu.wait` before
+    such calls and continues the stream after them (the next `gpu.wait async`
+    without dependencies becomes the token the wait consumed), when nothing
+    else with side effects lies in between.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
   let summary = "Replace moe ops by hand-scheduled GPU kernels for the chip";
   let description = [{

@@ -244,7 +244,7 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
       NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
       NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp>(ctx);
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp, NVVM::BarrierOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);
@@ -770,6 +770,10 @@ func::FuncOp getOrCreateKernelCall(
   auto launch = gpu::LaunchOp::create(
       b, loc, c(shape.gridX), c(shape.gridY), c(shape.gridZ), c(shape.threads),
       one, one, arith::ConstantIntOp::create(b, loc, shape.smemBytes, 32));
+  // Outlined as `<name>_kernel` wherever the function is inlined.
+  auto kernelName = FlatSymbolRefAttr::get(ctx, (name + "_kernel").str());
+  launch.setModuleAttr(kernelName);
+  launch.setFunctionAttr(kernelName);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&launch.getBody().front());
@@ -1421,23 +1425,39 @@ constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
 // SMs the last wave is simply shorter).
 constexpr int64_t kTCtas = 132;
 
+/// What the TMA kernel computes: a grouped GEMM (forward or data gradient)
+/// or a grouped weight gradient, and its shape.
+struct TmaGemm {
+  int64_t rows, k, n, experts;
+  bool rhsTransposed = false, liveRowsOnly = false;
+  /// result[e] = lhs[lo:hi]^T @ rhs[lo:hi] ([E, K, N], contraction over the
+  /// group's rows) instead of result[r] = lhs[r] @ rhs[e].
+  bool wgrad = false;
+};
+
 /// Emits the body of the TMA grouped GEMM's gpu.launch.
 struct WgmmaTmaEmitter : HopperEmitterBase {
-  const WgmmaGemm &g;
-  // Buffers: offsets [E+1], result [R, N]; device addresses of the tensor
-  // maps of A and B (host values, i64).
+  const TmaGemm &g;
+  // Buffers: offsets [E+1], result; device addresses of the tensor maps of
+  // A and B (host values, i64).
   Value offsets, out, mapA, mapB;
   Value tid{};
+
+  /// One output tile: expert e with clamped rows [lo, hi); the tile's first
+  /// row (forward: of the result; weight gradient: of result[e], a K index)
+  /// and column; its K stages of 64.
+  struct Tile {
+    Value e, lo, hi, m0, n0, stages;
+  };
 
   Value i32Of(Value index) {
     return arith::IndexCastOp::create(b, loc, i32(), index);
   }
-  Value sharedAt(Value byteOffset) { return sharedPtrAt(byteOffset); }
   Value fullBarrier(Value s) {
-    return sharedAt(add(idx(kTBarriers), mul(s, idx(8))));
+    return sharedPtrAt(add(idx(kTBarriers), mul(s, idx(8))));
   }
   Value emptyBarrier(Value s) {
-    return sharedAt(add(idx(kTBarriers + kTStages * 8), mul(s, idx(8))));
+    return sharedPtrAt(add(idx(kTBarriers + kTStages * 8), mul(s, idx(8))));
   }
   /// Waits for the phase of parity `parity` (index 0/1) of barrier `bar`.
   void wait(Value bar, Value parity) {
@@ -1453,16 +1473,16 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     hi = minS(maxS(hi, lo), rowsEnd);
     return {lo, hi};
   }
-  /// Expert e's tiles.
+  Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
+  Value columnTiles() { return idx(g.n / kTTileN); }
+  /// Forward: expert e's tiles.
   Value tilesOfExpert(Value e) {
     auto [lo, hi] = groupRows(e);
-    Value rowTiles = div(add(arith::SubIOp::create(b, loc, hi, lo),
-                             idx(kTTileM - 1)),
-                         kTTileM);
-    return mul(rowTiles, idx(g.n / kTTileN));
+    return mul(ceilDiv(arith::SubIOp::create(b, loc, hi, lo), kTTileM),
+               columnTiles());
   }
-  /// The expert of tile `tile` and its first tile, advancing from (e, base)
-  /// (an earlier tile's); e == E when `tile` is past the last.
+  /// Forward: the expert of tile `tile` and its first tile, advancing from
+  /// (e, base) (an earlier tile's); e == E when `tile` is past the last.
   std::pair<Value, Value> locate(Value tile, Value e, Value base) {
     Type index = b.getIndexType();
     auto w = scf::WhileOp::create(
@@ -1470,8 +1490,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         [&](OpBuilder &, Location, ValueRange args) {
           Value inRange = cmp(P::slt, args[0], idx(g.experts));
           Value e1 = minS(args[0], idx(g.experts - 1));
-          Value past =
-              cmp(P::sge, tile, add(args[1], tilesOfExpert(e1)));
+          Value past = cmp(P::sge, tile, add(args[1], tilesOfExpert(e1)));
           scf::ConditionOp::create(b, loc, land(inRange, past), args);
         },
         [&](OpBuilder &, Location, ValueRange args) {
@@ -1480,15 +1499,32 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         });
     return {w.getResult(0), w.getResult(1)};
   }
-  /// The persistent tile loop: body(e, lo, hi, m0, n0, g0) for each of this
-  /// CTA's tiles, g0 the running stage count at its start (index); the body
-  /// returns the count after it.
-  void tileLoop(Value grid,
-                function_ref<Value(Value, Value, Value, Value, Value, Value)>
-                    body) {
+  /// The persistent tile loop: body(tile, g0) for each of this CTA's tiles,
+  /// g0 the running stage count at its start (index); the body returns the
+  /// count after it.
+  void tileLoop(Value grid, function_ref<Value(const Tile &, Value)> body) {
     Type index = b.getIndexType();
     Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-    auto w = scf::WhileOp::create(
+    if (g.wgrad) {
+      // Tiles e * tilesPerExpert + (K tile) * N/256 + (N tile).
+      int64_t perExpert = g.k / kTTileM * (g.n / kTTileN);
+      auto loop = scf::ForOp::create(b, loc, first, idx(g.experts * perExpert),
+                                     grid, ValueRange{idx(0)});
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value tile = loop.getInductionVar();
+      Value e = div(tile, perExpert), local = rem(tile, perExpert);
+      auto [lo, hi] = groupRows(e);
+      Tile t{e,
+             lo,
+             hi,
+             mul(div(local, g.n / kTTileN), idx(kTTileM)),
+             mul(rem(local, g.n / kTTileN), idx(kTTileN)),
+             ceilDiv(arith::SubIOp::create(b, loc, hi, lo), kTTileK)};
+      scf::YieldOp::create(b, loc, body(t, loop.getRegionIterArgs()[0]));
+      return;
+    }
+    scf::WhileOp::create(
         b, loc, TypeRange{index, index, index, index},
         ValueRange{first, idx(0), idx(0), idx(0)},
         [&](OpBuilder &, Location, ValueRange args) {
@@ -1500,13 +1536,16 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
           Value tile = args[0], e = args[1], base = args[2];
           auto [lo, hi] = groupRows(e);
           Value local = arith::SubIOp::create(b, loc, tile, base);
-          Value m0 = add(lo, mul(div(local, g.n / kTTileN), idx(kTTileM)));
-          Value n0 = mul(rem(local, g.n / kTTileN), idx(kTTileN));
-          Value count = body(e, lo, hi, m0, n0, args[3]);
+          Tile t{e,
+                 lo,
+                 hi,
+                 add(lo, mul(div(local, g.n / kTTileN), idx(kTTileM))),
+                 mul(rem(local, g.n / kTTileN), idx(kTTileN)),
+                 idx(g.k / kTTileK)};
+          Value count = body(t, args[3]);
           scf::YieldOp::create(b, loc,
                                ValueRange{add(tile, grid), e, base, count});
         });
-    (void)w;
   }
   void tmaLoad(Value dst, Value map, Value x, Value y, Value bar) {
     Value desc = LLVM::IntToPtrOp::create(
@@ -1515,66 +1554,122 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     dst = LLVM::AddrSpaceCastOp::create(
         b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), dst);
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-        b, loc, dst, desc, ValueRange{i32Of(x), i32Of(y)}, bar,
-        ValueRange{}, Value(), Value(), NVVM::TMALoadMode::TILE,
-        /*isCTAOnly=*/false, NVVM::CTAGroupKindAttr(), Value());
+        b, loc, dst, desc, ValueRange{i32Of(x), i32Of(y)}, bar, ValueRange{},
+        Value(), Value(), NVVM::TMALoadMode::TILE, /*isCTAOnly=*/false,
+        NVVM::CTAGroupKindAttr(), Value());
   }
-  Value nk() { return idx(g.k / kTTileK); }
 
   void producer(Value grid) {
-    tileLoop(grid, [&](Value e, Value, Value, Value m0, Value n0, Value g0) {
-      forLoop(0, g.k / kTTileK, [&](Value kt) {
+    tileLoop(grid, [&](const Tile &t, Value g0) {
+      forLoop(0, t.stages, {}, [&](Value kt, ValueRange) {
         Value it = add(g0, kt);
         Value s = rem(it, kTStages);
-        Value parity = rem(add(div(it, kTStages), idx(1)), 2);
-        wait(emptyBarrier(s), parity);
+        wait(emptyBarrier(s), rem(add(div(it, kTStages), idx(1)), 2));
         Value full = fullBarrier(s);
         NVVM::MBarrierArriveExpectTxOp::create(
             b, loc, Type(), full, int32(kTStageBytes), NVVM::MemScopeKind::CTA,
             /*relaxed=*/false, Value());
         Value stage = mul(s, idx(kTStageBytes));
-        Value k0 = mul(kt, idx(kTTileK));
-        tmaLoad(sharedAt(stage), mapA, k0, m0, full);
         Value bTile = add(stage, idx(kTTileABytes));
+        Value k0 = mul(kt, idx(kTTileK));
+        if (g.wgrad) {
+          // Rows lo + 64 kt .. + 64 of lhs [R, K] (columns m0 .. + 128, two
+          // 64-column blocks) and rhs [R, N] (columns n0 .. + 256, four).
+          Value row = add(t.lo, k0);
+          for (int64_t q = 0; q < kTTileM / 64; ++q)
+            tmaLoad(sharedPtrAt(add(stage, idx(8192 * q))), mapA,
+                    add(t.m0, idx(64 * q)), row, full);
+          for (int64_t q = 0; q < kTTileN / 64; ++q)
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB,
+                    add(t.n0, idx(64 * q)), row, full);
+          return SmallVector<Value>{};
+        }
+        tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, full);
         if (g.rhsTransposed) {
           // [E * N, K]: rows e * N + n0 .. + 256.
-          tmaLoad(sharedAt(bTile), mapB, k0, add(mul(e, idx(g.n)), n0), full);
+          tmaLoad(sharedPtrAt(bTile), mapB, k0,
+                  add(mul(t.e, idx(g.n)), t.n0), full);
         } else {
           // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
-          Value krow = add(mul(e, idx(g.k)), k0);
+          Value krow = add(mul(t.e, idx(g.k)), k0);
           for (int64_t q = 0; q < kTTileN / 64; ++q)
-            tmaLoad(sharedAt(add(bTile, idx(8192 * q))), mapB,
-                    add(n0, idx(64 * q)), krow, full);
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB,
+                    add(t.n0, idx(64 * q)), krow, full);
         }
+        return SmallVector<Value>{};
       });
-      return add(g0, nk());
+      return add(g0, t.stages);
     });
+  }
+
+  /// Weight gradient: zeros rows [valid, 64) of the stage at byte `stage`
+  /// (rows of the next expert, which the copy brought in) in the blocks
+  /// consumer `c` reads alone: its A block and half of B's. Then every
+  /// consumer thread's writes reach the tensor cores (proxy fence) before
+  /// either warpgroup's MMAs (barrier 1, the 256 consumer threads).
+  void zeroStageTail(Value stage, Value valid, Value c) {
+    Value local = rem(tid, 128);
+    Value zero = LLVM::ZeroOp::create(b, loc, VectorType::get({4}, i32()));
+    // 16-byte chunks of 64 rows x 128 bytes: chunk u is row u / 8, bytes
+    // 16 (u % 8) (whole rows, so the swizzle does not matter).
+    for (int64_t blk = 0; blk < 3; ++blk) {
+      Value blockAt =
+          blk == 0 ? add(stage, mul(c, idx(8192)))
+                   : add(stage, add(idx(kTTileABytes + 8192 * (blk - 1)),
+                                    mul(c, idx(2 * 8192))));
+      strideLoop(add(mul(valid, idx(8)), local), idx(64 * 8), 128,
+                 [&](Value u) {
+                   LLVM::StoreOp::create(
+                       b, loc, zero, sharedPtrAt(add(blockAt, mul(u, idx(16)))),
+                       /*alignment=*/16);
+                 });
+    }
+    NVVM::FenceProxyOp::create(
+        b, loc, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b.getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+    NVVM::BarrierOp::create(b, loc, Type(), int32(1),
+                            int32(kTConsumerThreads),
+                            NVVM::BarrierReductionAttr(), Value());
   }
 
   void consumer(Value grid, Value c) {
     Value local = rem(tid, 128);
     Value warp = div(local, 32), lane = rem(local, 32);
     Value outBase = baseAddress(out);
+    // A: K-major (forward) or MN-major (weight gradient: the lhs's rows run
+    // along the contraction); B: MN-major, or K-major for a transposed rhs.
+    auto layoutA = g.wgrad ? NVVM::MMALayout::col : NVVM::MMALayout::row;
     auto layoutB =
         g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row;
-    tileLoop(grid, [&](Value, Value, Value hi, Value m0, Value n0, Value g0) {
+    tileLoop(grid, [&](const Tile &t, Value g0) {
       Value zero = LLVM::ZeroOp::create(b, loc, accType);
       SmallVector<Value> acc = forLoop(
-          0, nk(), {zero}, [&](Value kt, ValueRange carried) {
+          0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
             Value it = add(g0, kt);
             Value s = rem(it, kTStages);
             wait(fullBarrier(s), rem(div(it, kTStages), 2));
-            Value slotUnits = toI64(mul(s, idx(kTStageBytes >> 4)));
-            Value aUnits = toI64(mul(c, idx(kHMmaM * 128 >> 4)));
+            Value stage = mul(s, idx(kTStageBytes));
+            if (g.wgrad) {
+              Value valid = arith::SubIOp::create(
+                  b, loc, t.hi, add(t.lo, mul(kt, idx(kTTileK))));
+              ifThen(cmp(P::slt, valid, idx(kTTileK)),
+                     [&] { zeroStageTail(stage, valid, c); });
+            }
+            Value slotUnits = toI64(div(stage, 16));
+            // This warpgroup's 64 rows of A: the second 64 (K-major) rows
+            // or the second 64-column block (MN-major), 8 KiB further.
+            Value aUnits = toI64(mul(c, idx(8192 >> 4)));
             Value d = carried[0];
             NVVM::WgmmaFenceAlignedOp::create(b, loc);
             for (int64_t j = 0; j < kTTileK / kHMmaK; ++j) {
+              int64_t aAt = g.wgrad ? 2048 * j : 32 * j;
               Value aDesc = arith::AddIOp::create(
-                  b, loc, descriptor(slotUnits, 32 * j), aUnits);
+                  b, loc, descriptor(slotUnits, aAt), aUnits);
               int64_t bAt = kTTileABytes +
                             (g.rhsTransposed ? 32 * j : 2048 * j);
-              d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt),
-                          NVVM::MMALayout::row, layoutB);
+              d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt), layoutA,
+                          layoutB);
             }
             NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
             NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
@@ -1588,20 +1683,24 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
             return SmallVector<Value>{d};
           });
       NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-      Value last = add(g0, idx(g.k / kTTileK - 1));
-      NVVM::MBarrierArriveOp::create(
-          b, loc, Type(), emptyBarrier(rem(last, kTStages)), Value());
+      ifThen(cmp(P::ugt, t.stages, idx(0)), [&] {
+        Value last = add(g0, add(t.stages, idx(-1)));
+        NVVM::MBarrierArriveOp::create(
+            b, loc, Type(), emptyBarrier(rem(last, kTStages)), Value());
+      });
 
       // Register 4 j + 2 h + c of the m64n256 accumulator: row 16 w + l/4
       // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
-      Value rowBase = add(add(m0, mul(c, idx(kHMmaM))),
+      Value rowBase = add(add(t.m0, mul(c, idx(kHMmaM))),
                           add(mul(warp, idx(16)), div(lane, 4)));
-      Value colBase = add(n0, mul(rem(lane, 4), idx(2)));
+      Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
       auto vec2 = VectorType::get({2}, b.getF32Type());
       for (int64_t h = 0; h < 2; ++h) {
         Value row = add(rowBase, idx(8 * h));
-        ifThen(cmp(P::slt, row, hi), [&] {
-          Value rowAt = mul(add(mul(row, idx(g.n)), colBase), idx(4));
+        auto store = [&] {
+          // Forward: result row `row`; weight gradient: row e * K + row.
+          Value outRow = g.wgrad ? add(mul(t.e, idx(g.k)), row) : row;
+          Value rowAt = mul(add(mul(outRow, idx(g.n)), colBase), idx(4));
           for (int64_t j = 0; j < kTTileN / 8; ++j) {
             Value v = LLVM::PoisonOp::create(b, loc, vec2);
             for (int64_t cc = 0; cc < 2; ++cc) {
@@ -1613,23 +1712,26 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                 b, loc, v, globalPtr(outBase, add(rowAt, idx(32 * j))),
                 /*alignment=*/8);
           }
-        });
+        };
+        if (g.wgrad)
+          store();
+        else
+          ifThen(cmp(P::slt, row, t.hi), store);
       }
-      return add(g0, nk());
+      return add(g0, t.stages);
     });
   }
 
-  /// Zeros the rows in no group: [0, offsets[0]) and [offsets[E], end).
+  /// Forward: zeros the rows in no group, [0, offsets[0]) and [offsets[E],
+  /// end).
   void zeroUncovered(Value grid) {
-    Value start = minS(maxS(toIndex(memref::LoadOp::create(b, loc, offsets,
-                                                           idx(0))),
-                            idx(0)),
-                       idx(g.rows));
+    Value start = minS(
+        maxS(toIndex(memref::LoadOp::create(b, loc, offsets, idx(0))), idx(0)),
+        idx(g.rows));
     Value end = groupsEnd(offsets, g.rows);
     Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
     Value outBase = baseAddress(out);
-    auto vec4 = VectorType::get({4}, b.getF32Type());
-    Value zero = LLVM::ZeroOp::create(b, loc, vec4);
+    Value zero = LLVM::ZeroOp::create(b, loc, VectorType::get({4}, b.getF32Type()));
     Value chunksPerRow = idx(g.n / 4);
     Value first =
         add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
@@ -1643,8 +1745,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(loop.getBody()->getTerminator());
       Value at = add(mul(from, chunksPerRow), loop.getInductionVar());
-      LLVM::StoreOp::create(b, loc, zero,
-                            globalPtr(outBase, mul(at, idx(16))),
+      LLVM::StoreOp::create(b, loc, zero, globalPtr(outBase, mul(at, idx(16))),
                             /*alignment=*/16);
     };
     zeroRows(idx(0), start);
@@ -1655,7 +1756,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     tid = launch.getThreadIds().x;
     Value grid = launch.getGridSize().x;
     setUp(kHLBO, kHSBO, /*swizzled=*/true, /*accRegs=*/kTTileN / 2);
-    zeroUncovered(grid);
+    if (!g.wgrad)
+      zeroUncovered(grid);
     ifThen(cmp(P::eq, tid, idx(0)), [&] {
       for (int64_t s = 0; s < kTStages; ++s) {
         NVVM::MBarrierInitOp::create(b, loc, fullBarrier(idx(s)), int32(1),
@@ -1671,9 +1773,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
                                int32(32), gpu::ShuffleMode::IDX)
             .getShuffleResult());
-    ifElseVoid(cmp(P::eq, wg, idx(0)),
-               [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
-               [&] { consumer(grid, add(wg, idx(-1))); });
+    ifElseVoid(
+        cmp(P::eq, wg, idx(0)),
+        [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
+        [&] { consumer(grid, add(wg, idx(-1))); });
   }
 };
 
@@ -1688,51 +1791,62 @@ func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols) {
       UnknownLoc::get(ctx), name,
       FunctionType::get(ctx, SmallVector<Type>(7, i64), {i64}));
   f.setPrivate();
+  // Touches no device memory: no host synchronization around its calls
+  // (-moe-gpu-elide-host-syncs).
+  f->setAttr("moe.host_only", UnitAttr::get(ctx));
   symbols.insert(f);
   return f;
 }
 
-/// The TMA kernel of `g` (see "bf16 grouped GEMM, TMA and warp-specialized
-/// wgmma"): the host encodes both tensor maps before the launch.
+/// The TMA kernel computing `t` (see "bf16 grouped GEMM, TMA and
+/// warp-specialized wgmma"), named `name`: the host encodes both tensor
+/// maps before the launch.
 func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
-                                         const WgmmaGemm &g,
+                                         const TmaGemm &t, StringRef name,
                                          ArrayRef<Type> argTypes,
                                          RankedTensorType resultType,
                                          Location loc) {
   func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
-  int64_t tiles = (tilesOf(g.rows, kTTileM) + g.experts) * (g.n / kTTileN);
+  int64_t tiles =
+      t.wgrad ? t.experts * (t.k / kTTileM) * (t.n / kTTileN)
+              : (tilesOf(t.rows, kTTileM) + t.experts) * (t.n / kTTileN);
   Value mapA, mapB;
   return withGroupedArgs(
       getOrCreateKernelCall(
-          module, symbols, g.name(), "cp.async.bulk.tensor + wgmma.mma_async bf16",
+          module, symbols, name,
+          t.wgrad ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
+                    "gradient"
+                  : "cp.async.bulk.tensor + wgmma.mma_async bf16",
           argTypes, resultType, loc,
           {std::min(kTCtas, tiles), 1, 1, kTThreads, kTSmemBytes},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               Value out) {
-            WgmmaTmaEmitter k{{{b, loc}}, g, buf[2], out, mapA, mapB};
+            WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], out, mapA, mapB};
             k.emit(launch);
           },
           [&](OpBuilder &b, ArrayRef<Value> buf, Value) {
             EmitterBase h{b, loc};
-            auto map = [&](Value base, int64_t columns, int64_t rows,
-                           int64_t boxColumns, int64_t boxRows) {
-              SmallVector<Value> args = {base,
-                                         h.int64(2),
-                                         h.int64(columns),
-                                         h.int64(rows),
-                                         h.int64(2 * columns),
-                                         h.int64(boxColumns),
-                                         h.int64(boxRows)};
+            // A bf16 [rows, columns] array in boxes of 64 columns (128
+            // bytes, one swizzle row) x boxRows.
+            auto map = [&](Value array, int64_t columns, int64_t rows,
+                           int64_t boxRows) {
+              SmallVector<Value> args = {
+                  h.baseAddress(array), h.int64(2),       h.int64(columns),
+                  h.int64(rows),        h.int64(2 * columns), h.int64(64),
+                  h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
-            mapA = map(h.baseAddress(buf[0]), g.k, g.rows, 64, kTTileM);
-            mapB = g.rhsTransposed
-                       ? map(h.baseAddress(buf[1]), g.k, g.experts * g.n, 64,
-                             kTTileN)
-                       : map(h.baseAddress(buf[1]), g.n, g.experts * g.k, 64,
-                             64);
+            if (t.wgrad) {
+              // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
+              mapA = map(buf[0], t.k, t.rows, kTTileK);
+              mapB = map(buf[1], t.n, t.rows, kTTileK);
+              return;
+            }
+            mapA = map(buf[0], t.k, t.rows, kTTileM);
+            mapB = t.rhsTransposed ? map(buf[1], t.k, t.experts * t.n, kTTileN)
+                                   : map(buf[1], t.n, t.experts * t.k, 64);
           }),
-      {0}, 2);
+      t.wgrad ? SmallVector<unsigned>{0, 1} : SmallVector<unsigned>{0}, 2);
 }
 
 /// The private function computing one bf16 grouped GEMM shape on wgmma:
@@ -1743,8 +1857,10 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
                                       RankedTensorType resultType,
                                       Location loc) {
   if (g.tma)
-    return getOrCreateWgmmaTmaFunction(module, symbols, g, argTypes,
-                                       resultType, loc);
+    return getOrCreateWgmmaTmaFunction(
+        module, symbols,
+        TmaGemm{g.rows, g.k, g.n, g.experts, g.rhsTransposed, g.liveRowsOnly},
+        g.name(), argTypes, resultType, loc);
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
       loc,
@@ -1791,9 +1907,13 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
 struct WgmmaWgrad {
   int64_t rows, k, n, experts;
   Type offsetElt;
+  /// The TMA, warp-specialized kernel (N % 256 == 0, R >= 64), else the
+  /// cp.async one.
+  bool tma = false;
   std::string name() const {
-    return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}", rows, k,
-                         n, experts, BlockScaledGemm::eltName(offsetElt))
+    return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}{5}", rows,
+                         k, n, experts, BlockScaledGemm::eltName(offsetElt),
+                         tma ? "_tma" : "")
         .str();
   }
 };
@@ -1812,7 +1932,8 @@ std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(1) != k ||
       result.getDimSize(2) != n)
     return std::nullopt;
-  return WgmmaWgrad{rows, k, n, experts, offsets.getElementType()};
+  return WgmmaWgrad{rows, k, n, experts, offsets.getElementType(),
+                    /*tma=*/n % kTTileN == 0 && rows >= kTTileK};
 }
 
 /// Emits the body of the wgmma weight-gradient kernel's gpu.launch.
@@ -1891,6 +2012,12 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
                                            ArrayRef<Type> argTypes,
                                            RankedTensorType resultType,
                                            Location loc) {
+  if (g.tma)
+    return getOrCreateWgmmaTmaFunction(
+        module, symbols,
+        TmaGemm{g.rows, g.k, g.n, g.experts, /*rhsTransposed=*/false,
+                /*liveRowsOnly=*/false, /*wgrad=*/true},
+        g.name(), argTypes, resultType, loc);
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
       argTypes, resultType, loc,
@@ -2175,6 +2302,10 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
         auto sum = gpu::LaunchOp::create(
             b, loc, c(grid), c(1), c(1), c(kSThreads), c(1), c(1),
             arith::ConstantIntOp::create(b, loc, 0, 32));
+        auto sumName =
+            FlatSymbolRefAttr::get(b.getContext(), g.name() + "_sum_kernel");
+        sum.setModuleAttr(sumName);
+        sum.setFunctionAttr(sumName);
         b.setInsertionPointToStart(&sum.getBody().front());
         k.emitSum(sum, grid);
         gpu::TerminatorOp::create(b, loc);

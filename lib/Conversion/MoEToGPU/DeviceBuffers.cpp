@@ -11,6 +11,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 
 namespace mlir::moe {
@@ -158,6 +159,35 @@ struct MoEGPUDeviceBuffersPass
         }
         moe::detail::wrapInSingleThreadKernel(rewriter, op);
       }
+      // Values kernels use that the host would read from device memory (a
+      // group's end, read once for several kernels after CSE): computed
+      // again inside each kernel, where that memory is readable.
+      for (Block &block : func.getBody())
+        for (auto launch : block.getOps<gpu::LaunchOp>()) {
+          llvm::SetVector<Value> captured;
+          getUsedValuesDefinedAbove(launch.getBody(), captured);
+          for (Value v : captured) {
+            SetVector<Operation *> slice =
+                moe::detail::computationOf(v, launch, /*clonable=*/true);
+            bool readsDevice = llvm::any_of(slice, [&](Operation *op) {
+              auto load = dyn_cast<memref::LoadOp>(op);
+              return load && !isHostBuffer(load.getMemRef(), host);
+            });
+            if (!readsDevice || (v.getDefiningOp() &&
+                                 !slice.contains(v.getDefiningOp())))
+              continue;
+            Value inside = moe::detail::recomputeInside(
+                rewriter, v, launch, &launch.getBody().front());
+            replaceAllUsesInRegionWith(v, inside, launch.getBody());
+          }
+        }
+      // Host computations left without users (in reverse, chains whole).
+      for (Block &block : func.getBody())
+        for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+          if (op.use_empty() && op.getNumRegions() == 0 &&
+              !op.hasTrait<OpTrait::IsTerminator>() &&
+              (isPure(&op) || isa<memref::LoadOp>(op)))
+            op.erase();
       func.walk([&](memref::LoadOp op) {
         if (!inKernel(op) && !isHostBuffer(op.getMemRef(), host)) {
           op.emitError("reads a device buffer on the host; return the tensor "

@@ -121,38 +121,6 @@ Range rangeOf(Value v, int depth = 0) {
   return {};
 }
 
-/// The ops outside `loop` that compute `v`, in order; with `clonable`, only
-/// through ops that can be computed again anywhere (pure ops and loads,
-/// without regions).
-SetVector<Operation *> computationOf(Value v, Operation *loop, bool clonable) {
-  BackwardSliceOptions options;
-  options.omitBlockArguments = true;
-  options.inclusive = true;
-  options.filter = [&](Operation *op) {
-    return !loop->isAncestor(op) &&
-           (!clonable || (op->getNumRegions() == 0 &&
-                          (isPure(op) || isa<memref::LoadOp>(op))));
-  };
-  SetVector<Operation *> slice;
-  (void)getBackwardSlice(v, &slice, options);
-  return slice;
-}
-
-/// `v` computed again at the start of `into` (inside `loop`): its
-/// computation cloned (a trip count read from device memory is read again
-/// inside the kernel, where that memory is readable).
-Value recomputeInside(RewriterBase &rewriter, Value v, Operation *loop,
-                      Block *into) {
-  if (getConstantIntValue(v))
-    return v;
-  OpBuilder::InsertionGuard guard(rewriter);
-  rewriter.setInsertionPointToStart(into);
-  IRMapping map;
-  for (Operation *op : computationOf(v, loop, /*clonable=*/true))
-    rewriter.clone(*op, map);
-  return map.lookupOrDefault(v);
-}
-
 /// Maps a one-dimensional parallel loop onto a grid: `blocks` blocks of
 /// `threads` threads, each thread striding over the iterations
 ///
@@ -179,7 +147,7 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
                          hi = rangeOf(ub).hi;
   if (!lbC || !stepC || *stepC <= 0 || !hi || loop.getNumResults() != 0) {
     // The bound is computed on the host: it must not read memory there.
-    if (llvm::any_of(computationOf(ub, loop, /*clonable=*/false),
+    if (llvm::any_of(moe::detail::computationOf(ub, loop, /*clonable=*/false),
                      [](Operation *op) { return isa<memref::LoadOp>(op); }))
       return loop.emitError("the trip count of this loop is read from "
                             "memory and has no static bound to size its "
@@ -202,7 +170,7 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
                                        ValueRange{c(threads)},
                                        ValueRange{c(1)});
   rewriter.setInsertionPointToStart(block.getBody());
-  Value end = recomputeInside(rewriter, ub, loop, block.getBody());
+  Value end = moe::detail::recomputeInside(rewriter, ub, loop, block.getBody());
   Value b = grid.getInductionVars()[0], t = block.getInductionVars()[0];
   Value linear = arith::AddIOp::create(
       rewriter, loc, arith::MulIOp::create(rewriter, loc, b, c(threads)), t);

@@ -8,7 +8,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 2 kernel modules for sm_90a
+// VERIFY: ptxas accepted 3 kernel modules for sm_90a
 
 // CHECK-LABEL: func.func @gmm
 // CHECK: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32_tma(
@@ -29,7 +29,33 @@ func.func @dgrad(%dy: tensor<65536x768xbf16>, %w: tensor<128x2048x768xbf16>,
   return %y : tensor<65536x2048xf32>
 }
 
+// The weight gradient: one tile per (expert, 128 K, 256 N), the group's rows
+// the contraction.
+// CHECK-LABEL: func.func @wgrad
+// CHECK: call @moe_wgmma_wgrad_700x256x512_e5_bf16_i32_tma(
+func.func @wgrad(%x: tensor<700x256xbf16>, %dy: tensor<700x512xbf16>,
+                 %off: tensor<6xi32>) -> tensor<5x256x512xf32> {
+  %w = moe.grouped_matmul_wgrad %x, %dy, %off
+      : tensor<700x256xbf16>, tensor<700x512xbf16>, tensor<6xi32> -> tensor<5x256x512xf32>
+  return %w : tensor<5x256x512xf32>
+}
+
 // CHECK: func.func private @moertTensorMap2D(i64, i64, i64, i64, i64, i64, i64) -> i64
+
+// Weight gradient: lhs [700, 256] and rhs [700, 512], both in boxes of 64
+// columns x 64 rows (one stage); 5 x 2 x 2 = 20 tiles. A stage that ends
+// inside the group's rows has its tail zeroed in shared memory, made
+// visible to the tensor cores (proxy fence) and the other consumer
+// (barrier 1 of 256 threads) before the MMAs, which read A transposed.
+// CHECK-LABEL: func.func private @moe_wgmma_wgrad_700x256x512_e5_bf16_i32_tma(
+// CHECK-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async bf16 weight gradient"
+// CHECK: call @moertTensorMap2D(%{{.*}}, %c2_i64, %c256_i64, %c700_i64, %c512_i64, %c64_i64, %c64_i64{{.*}})
+// CHECK: call @moertTensorMap2D(%{{.*}}, %c2_i64{{.*}}, %c512_i64{{.*}}, %c700_i64{{.*}}, %c1024_i64, %c64_i64{{.*}}, %c64_i64{{.*}})
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c20,
+// CHECK-COUNT-6: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: nvvm.fence.proxy
+// CHECK: nvvm.barrier id = %c1_i32{{.*}} number_of_threads = %c256_i32
+// CHECK: A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 
 // Host: A [200, 128] bf16 in boxes of 64 x 128 rows; B [3 * 128, 256] in
 // 64 x 64 boxes (four per 256 columns); tiles bound (2 + 3) x 1 = 5 CTAs.
@@ -72,3 +98,6 @@ func.func @dgrad(%dy: tensor<65536x768xbf16>, %w: tensor<128x2048x768xbf16>,
 // PTX: mbarrier.arrive.shared.b64
 // PTX: mbarrier.arrive.expect_tx.shared.b64
 // PTX: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// PTX-LABEL: kernel module moe_wgmma_wgrad_700x256x512_e5_bf16_i32_tma_kernel
+// PTX: bar.sync 1, 256;
+// PTX: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 1, 1;

@@ -1,6 +1,7 @@
 // Weight gradients on Hopper's warpgroup MMA: moe.grouped_matmul_wgrad with
 // bf16 operands, or MXFP8 ones blocked along the rows (dequantized to bf16
-// first, exactly), becomes the wgmma weight-gradient kernel; the PTX of the
+// first, exactly), becomes the wgmma weight-gradient kernel (N % 256 == 0:
+// the TMA kernel, hopper-wgmma-tma.mlir); the PTX of the
 // whole GPU pipeline and ptxas accepting it for sm_90a. Nothing of it runs
 // here (scripts/gpu-check.sh runs it against the CPU).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
@@ -13,7 +14,7 @@
 
 // The rows past the group are zero-filled copies (source size 0 or 16);
 // the A tile is read transposed (the 4th immediate: trans-a = 1).
-// PTX-LABEL: kernel module moe_wgmma_wgrad_200x128x256_e3_bf16_i32_kernel
+// PTX-LABEL: kernel module moe_wgmma_wgrad_200x128x128_e3_bf16_i32_kernel
 // PTX: .target sm_90a
 // PTX: cp.async.cg.shared.global [%{{.*}}], [%{{.*}}], 16, %r{{[0-9]+}};
 // PTX: wgmma.fence.sync.aligned;
@@ -26,15 +27,15 @@
 // NOKERNEL-NOT: moe_wgmma_wgrad
 
 // CHECK-LABEL: func.func @bf16
-// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[G:[a-z0-9]+]]: tensor<200x256xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
-// CHECK: %[[W:.*]] = call @moe_wgmma_wgrad_200x128x256_e3_bf16_i32(%[[X]], %[[G]], %[[O]]) : (tensor<200x128xbf16>, tensor<200x256xbf16>, tensor<4xi32>) -> tensor<3x128x256xf32>
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<200x128xbf16>, %[[G:[a-z0-9]+]]: tensor<200x128xbf16>, %[[O:[a-z0-9]+]]: tensor<4xi32>
+// CHECK: %[[W:.*]] = call @moe_wgmma_wgrad_200x128x128_e3_bf16_i32(%[[X]], %[[G]], %[[O]]) : (tensor<200x128xbf16>, tensor<200x128xbf16>, tensor<4xi32>) -> tensor<3x128x128xf32>
 // CHECK-NOT: moe.grouped_matmul_wgrad
 // CHECK: return %[[W]]
-func.func @bf16(%x: tensor<200x128xbf16>, %g: tensor<200x256xbf16>,
-                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<3x128x256xf32> {
+func.func @bf16(%x: tensor<200x128xbf16>, %g: tensor<200x128xbf16>,
+                %off: tensor<4xi32> {moe.test_range = [0, 200]}) -> tensor<3x128x128xf32> {
   %w = moe.grouped_matmul_wgrad %x, %g, %off
-      : tensor<200x128xbf16>, tensor<200x256xbf16>, tensor<4xi32> -> tensor<3x128x256xf32>
-  return %w : tensor<3x128x256xf32>
+      : tensor<200x128xbf16>, tensor<200x128xbf16>, tensor<4xi32> -> tensor<3x128x128xf32>
+  return %w : tensor<3x128x128xf32>
 }
 
 // MXFP8 columnwise operands (blocks of 32 rows): dequantized, then the same

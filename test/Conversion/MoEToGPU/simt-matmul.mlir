@@ -55,7 +55,7 @@ func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130
 // CHECK: memref.store
 // PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_kernel
 // PTX: fma.rn.f32
-// PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_kernel_{{[0-9]+}}
+// PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_sum_kernel
 // PTX: add.rn.f32
 func.func @split_k(%a: tensor<128x4100xf32>, %b: tensor<4100x96xf32>, %c: tensor<128x96xf32>)
     -> tensor<128x96xf32> {

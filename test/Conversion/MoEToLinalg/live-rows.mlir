@@ -54,7 +54,7 @@ func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32
 // GPU-NOT: memref.load %{{(memref|arg)}}
 // GPU: gpu.launch_func @layer_kernel_[[GATHER:[0-9]+]]::@layer_kernel blocks in (%c4, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[O:.*]] : memref<5xi32>,
 // GPU-NOT: memref.load %{{(memref|arg)}}
-// GPU: call @moe_mx_round_trip_16x32_a1_e4m3_rceil_f32_to_bf16_live_i32(%{{.*}}, %[[O]])
+// GPU: gpu.launch_func @moe_mx_round_trip_16x32_a1_e4m3_rceil_f32_to_bf16_live_i32_kernel::@moe_mx_round_trip_16x32_a1_e4m3_rceil_f32_to_bf16_live_i32_kernel {{.*}} args(%[[O]] : memref<5xi32>, %{{.*}}, %{{.*}})
 // GPU-NOT: memref.load %{{(memref|arg)}}
 // GPU: return
 // GPU: gpu.module @layer_kernel_[[GATHER]]

@@ -258,6 +258,19 @@ func.func @grouped_matmul_wgrad(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
   return %dw : tensor<16x256x128xf32>
 }
 
+// The TMA weight-gradient kernel (N a multiple of 256) over the uneven fixed
+// groups of grouped_matmul_tma_uneven: an empty expert (zeros), groups that
+// end inside a stage of 64 rows (the copy brings in the next group's rows,
+// or rows past the last group, which the kernel zeros in shared memory),
+// a one-row group. Sums of up to 389 unit-normal products: atol 2e-3.
+func.func @grouped_matmul_wgrad_tma_uneven(%x: tensor<700x256xbf16>, %dy: tensor<700x512xbf16>)
+    -> tensor<5x256x512xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %dw = moe.grouped_matmul_wgrad %x, %dy, %o
+      : tensor<700x256xbf16>, tensor<700x512xbf16>, tensor<6xi32> -> tensor<5x256x512xf32>
+  return %dw : tensor<5x256x512xf32>
+}
+
 // The same on the wgmma weight-gradient kernel with MXFP8 operands blocked
 // along the rows (as the backward recipe quantizes them; dequantized to
 // bf16 exactly): E4M3 activations, E5M2 gradients, and experts 12-15
