@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 using namespace moert;
 using moert::cuda::driver;
@@ -124,12 +125,18 @@ CachingAllocator &allocator() {
 }
 
 struct LazyModule {
+  LazyModule(void *data, size_t size, bool jit, int optLevel)
+      : data(data), size(size), jit(jit), optLevel(optLevel) {}
   void *data;
   size_t size;
   bool jit;
   int optLevel;
-  CUmodule module;
+  CUmodule module = nullptr;
   std::once_flag once;
+  /// Kernels looked up so far (a program looks its kernel up before every
+  /// launch).
+  std::mutex mutex;
+  std::unordered_map<std::string, CUfunction> functions;
 };
 
 /// Loads (once) the module's cubin/fatbin, or JIT-compiles its PTX.
@@ -170,11 +177,11 @@ extern "C" {
 // them from global constructors, which run inside dlopen, where initializing
 // the CUDA driver is not safe.
 void *mgpuModuleLoad(void *data, size_t size) {
-  return new LazyModule{data, size, /*jit=*/false, 0, nullptr, {}};
+  return new LazyModule(data, size, /*jit=*/false, 0);
 }
 
 void *mgpuModuleLoadJIT(void *ptx, int optLevel) {
-  return new LazyModule{ptx, 0, /*jit=*/true, optLevel, nullptr, {}};
+  return new LazyModule(ptx, 0, /*jit=*/true, optLevel);
 }
 
 void mgpuModuleUnload(void *handle) {
@@ -193,14 +200,23 @@ void mgpuModuleUnload(void *handle) {
 }
 
 void *mgpuModuleGetFunction(void *handle, const char *name) {
+  auto &lazy = *static_cast<LazyModule *>(handle);
+  {
+    std::lock_guard<std::mutex> lock(lazy.mutex);
+    auto it = lazy.functions.find(name);
+    if (it != lazy.functions.end())
+      return it->second;
+  }
   Scoped scope;
-  CUmodule module = load(*static_cast<LazyModule *>(handle));
+  CUmodule module = load(lazy);
   CUfunction function = nullptr;
   CUresult r = driver().cuModuleGetFunction(&function, module, name);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "moert: kernel '%s' not found in its module\n", name);
     cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__);
   }
+  std::lock_guard<std::mutex> lock(lazy.mutex);
+  lazy.functions.emplace(name, function);
   return function;
 }
 
@@ -210,9 +226,18 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
                       void **params, void **extra, size_t /*paramsCount*/) {
   Scoped scope;
   auto f = static_cast<CUfunction>(function);
-  if (sharedMemBytes > 48 * 1024)
-    MOERT_CU(driver().cuFuncSetAttribute(
-        f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
+  if (sharedMemBytes > 48 * 1024) {
+    // Raised once per kernel (to the most any of its launches asked).
+    static std::mutex mutex;
+    static std::unordered_map<CUfunction, int32_t> raised;
+    std::lock_guard<std::mutex> lock(mutex);
+    int32_t &limit = raised[f];
+    if (limit < sharedMemBytes) {
+      MOERT_CU(driver().cuFuncSetAttribute(
+          f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
+      limit = sharedMemBytes;
+    }
+  }
   CUresult r = driver().cuLaunchKernel(
       f, unsigned(gridX), unsigned(gridY), unsigned(gridZ), unsigned(blockX),
       unsigned(blockY), unsigned(blockZ), unsigned(sharedMemBytes),
@@ -361,7 +386,7 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                  (long long)boxRows, (long long)boxColumns, what);
     std::exit(1);
   };
-  CUtensorMapDataType type;
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   switch (elementBytes) {
   case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
   case 2: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
@@ -388,25 +413,33 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 
-  // Encoded maps live in slabs of device memory, never freed: a training
-  // loop asks for the same few maps (its buffers come back from the caching
-  // allocator at the same addresses) and each is copied over once.
+  // Encoded maps live in slabs of device memory: a training loop asks for
+  // the same few maps (most of its buffers come back from the caching
+  // allocator at the same addresses) and each is copied over once. The
+  // cache holds at most `capacity` maps; when full, the device is drained
+  // (kernels queued earlier may still read any map) and the slabs reused.
   static std::mutex mutex;
   static std::unordered_map<std::string, CUdeviceptr> maps;
-  static CUdeviceptr slab = 0;
-  static size_t slabUsed = 0;
-  constexpr size_t slabBytes = 64 * 1024;
+  static std::vector<CUdeviceptr> slabs;
+  static size_t used = 0; // maps placed in the slabs
+  constexpr size_t perSlab = 512, capacity = 8 * perSlab;
   std::lock_guard<std::mutex> lock(mutex);
   std::string key(reinterpret_cast<const char *>(&map), sizeof(map));
   auto it = maps.find(key);
   if (it != maps.end())
     return it->second;
-  if (!slab || slabUsed + sizeof(map) > slabBytes) {
-    MOERT_CU(driver().cuMemAlloc(&slab, slabBytes));
-    slabUsed = 0;
+  if (used == capacity) {
+    MOERT_CU(driver().cuCtxSynchronize());
+    maps.clear();
+    used = 0;
   }
-  CUdeviceptr at = slab + slabUsed;
-  slabUsed += sizeof(map);
+  if (used == slabs.size() * perSlab) {
+    CUdeviceptr slab = 0;
+    MOERT_CU(driver().cuMemAlloc(&slab, perSlab * sizeof(map)));
+    slabs.push_back(slab);
+  }
+  CUdeviceptr at = slabs[used / perSlab] + (used % perSlab) * sizeof(map);
+  ++used;
   // Synchronous: the map is in place before any kernel that reads it runs.
   MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
   maps.emplace(std::move(key), at);

@@ -4,6 +4,8 @@
 // allocates and frees N bytes on the device through the mgpu ABI and prints
 // the allocator's statistics. Without a driver the first prints 0 and the
 // second fails with the runtime's message and exit status 1.
+// `moert-gpu-info --tensor-map ...` encodes a TMA tensor map twice (moertTensorMap2D) and says whether the cache answered the
+// second time; bad arguments fail with the runtime's message.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +36,21 @@ int main(int argc, char **argv) {
                 (unsigned long long)stats.cache_reuses, stats.bytes_cached);
     return 0;
   }
-  std::fprintf(stderr, "usage: moert-gpu-info [--alloc BYTES]\n");
+  if (argc == 8 && !std::strcmp(argv[1], "--tensor-map")) {
+    // Encoded twice: the same cached map both times. (Encoding reads no
+    // memory at the address, so any 16-byte aligned one will do.)
+    long long v[6];
+    for (int i = 0; i < 6; ++i)
+      v[i] = std::strtoll(argv[2 + i], nullptr, 10);
+    uint64_t base = 0x10000;
+    uint64_t a = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
+    uint64_t b = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
+    std::printf("tensor map: %s, 64-byte aligned: %s\n",
+                a == b ? "cached" : "encoded twice", a % 64 ? "no" : "yes");
+    return 0;
+  }
+  std::fprintf(stderr, "usage: moert-gpu-info [--alloc BYTES] [--tensor-map "
+                       "ELEMENT_BYTES COLUMNS ROWS ROW_STRIDE_BYTES "
+                       "BOX_COLUMNS BOX_ROWS]\n");
   return 2;
 }

@@ -743,6 +743,8 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
 
 struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
   using OpConversionPattern::OpConversionPattern;
+  /// Interleaved partial sums per dot product (a warp's width).
+  static constexpr int64_t kLanes = 32;
   LogicalResult
   matchAndRewrite(CombineGradOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
@@ -751,6 +753,62 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
     Value y = adaptor.getExpertOut(), pos = adaptor.getPositions(),
           grad = adaptor.getGrad();
     Value rows = e.dim(y, 0);
+    auto gradType = cast<RankedTensorType>(grad.getType());
+    int64_t hidden = gradType.getDimSize(1);
+    if (!ShapedType::isDynamic(hidden) && hidden % kLanes == 0) {
+      // Each dot product as kLanes interleaved partial sums, then their sum
+      // in order: partial[t, j, l] sums h = l, l + kLanes, ... On a GPU
+      // consecutive threads take consecutive l, so the gathered rows are
+      // read in whole lines (one thread per dot product would read one
+      // float per line of each row).
+      AffineExpr t = getAffineDimExpr(0, ctx), j = getAffineDimExpr(1, ctx),
+                 l = getAffineDimExpr(2, ctx), b = getAffineDimExpr(3, ctx);
+      SmallVector<OpFoldResult> partialSizes = e.sizes(pos);
+      partialSizes.push_back(rewriter.getIndexAttr(kLanes));
+      // grad [T, H] as [T, H / kLanes, kLanes].
+      SmallVector<OpFoldResult> gradSizes = e.sizes(grad);
+      Value lanes = tensor::ExpandShapeOp::create(
+          rewriter, e.loc,
+          RankedTensorType::get({gradType.getDimSize(0), hidden / kLanes,
+                                 kLanes},
+                                gradType.getElementType()),
+          grad, SmallVector<ReassociationIndices>{{0}, {1, 2}},
+          SmallVector<OpFoldResult>{gradSizes[0],
+                                    rewriter.getIndexAttr(hidden / kLanes),
+                                    rewriter.getIndexAttr(kLanes)});
+      Value partial = e.generic(
+          {pos, lanes}, e.zeros(partialSizes, f32Of(e)),
+          {AffineMap::get(4, 0, {t, j}, ctx),
+           AffineMap::get(4, 0, {t, b, l}, ctx),
+           AffineMap::get(4, 0, {t, j, l}, ctx)},
+          {kPar, kPar, kPar, kRed},
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            Value p = m.toIndex(a[0]);
+            Value ok = inRange(m, p, rows);
+            Value hIdx = arith::AddIOp::create(
+                nb, nl,
+                arith::MulIOp::create(nb, nl, loopIndex(m, 3),
+                                      m.idx(kLanes)),
+                loopIndex(m, 2));
+            Value v = m.toF32(m.extract(y, {m.sel(ok, p, m.idx(0)), hIdx}));
+            // Dropped copies add 0.
+            Value term = m.sel(ok, mul(m, m.toF32(a[1]), v), m.f32(0.0));
+            return SmallVector<Value>{add(m, a[2], term)};
+          })[0];
+      AffineExpr t3 = getAffineDimExpr(0, ctx), j3 = getAffineDimExpr(1, ctx),
+                 l3 = getAffineDimExpr(2, ctx);
+      Value out = e.generic(
+          {partial}, e.zeros(e.sizes(pos), f32Of(e)),
+          {AffineMap::get(3, 0, {t3, j3, l3}, ctx),
+           AffineMap::get(3, 0, {t3, j3}, ctx)},
+          {kPar, kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{add(m, a[1], a[0])};
+          })[0];
+      rewriter.replaceOp(op, out);
+      return success();
+    }
     AffineExpr t = getAffineDimExpr(0, ctx), j = getAffineDimExpr(1, ctx),
                h = getAffineDimExpr(2, ctx);
     Value out = e.generic(

@@ -53,9 +53,10 @@ void mgpuSetDefaultDevice(int32_t device);
 /// `base`, rows `rowStrideBytes` apart (a multiple of 16); boxes of
 /// `boxColumns` x `boxRows` elements (boxColumns * elementBytes <= 128),
 /// stored in shared memory with the 128-byte swizzle; reads outside the
-/// array give zeros. Maps are encoded once and kept for the life of the
-/// process (the same arguments give the same address); a bad argument
-/// prints what is wrong and exits with status 1.
+/// array give zeros. Maps are encoded once and cached (the same arguments
+/// give the same address while cached; 4096 are kept, then the device is
+/// drained and the cache starts over); a bad argument prints what is wrong
+/// and exits with status 1.
 uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                           int64_t rows, int64_t rowStrideBytes,
                           int64_t boxColumns, int64_t boxRows);

@@ -331,7 +331,9 @@ def MoE_CombineGradOp : MoE_Op<"combine_grad", [Pure]> {
   let summary = "gradient of moe.combine's weights";
   let description = [{
     `result[t, j] = <grad[t], expert_out[positions[t, j]]>` summed in f32
-    (0 for dropped copies): the gradient of `moe.combine`'s weights given
+    (0 for dropped copies; when H is a multiple of 32, as 32 interleaved
+    partial sums, over h = l, l + 32, ..., added in order of l): the
+    gradient of `moe.combine`'s weights given
     the gradient `grad` `[T, H]` of its result. (The gradient of the expert
     outputs is a `moe.dispatch` of `weights * grad`.)
 
