@@ -3070,6 +3070,215 @@ void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// MX dequantize: packed MX data and scales to floats
+//===----------------------------------------------------------------------===//
+//
+// moe.dequantize of an MX tensor that no round trip covers (MX data that was
+// dispatched or exchanged, a program's MX inputs, an exact MXFP8 GEMM's
+// operands on Hopper): (data, scales) -> floats, one pass, both chips. A
+// thread takes 8 consecutive elements (flat order): one 8-byte load of
+// data; their scales (one byte when the blocks run along the innermost dim,
+// else 8 consecutive bytes, one per column); the hardware's exact f8x2 ->
+// f16x2 conversions, times 2^e (buildScaleValue: NaN for the NaN scale),
+// rounded once to the result type; one 16- or 32-byte store. The generic
+// lowering rounds the same f32 product once: bit-identical. Unaligned
+// buffers (a caller's) take byte-wise loads and element-wise stores. Needs
+// the innermost dim a multiple of 8.
+
+constexpr int64_t kDQThreads = 256;
+constexpr int64_t kDQPer = 8;
+
+struct MXDequantize {
+  MXTensorType mx;
+  Type outElt;
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : mx.getShape())
+      n *= d;
+    return n;
+  }
+  /// Elements between consecutive values of one block.
+  int64_t inner() const {
+    int64_t n = 1;
+    for (int64_t d : mx.getShape().drop_front(mx.getAxis() + 1))
+      n *= d;
+    return n;
+  }
+  std::string name() const {
+    std::string dims;
+    for (int64_t d : mx.getShape())
+      dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    return llvm::formatv("moe_mx_dequantize_{0}_a{1}_{2}_to_{3}", dims,
+                         mx.getAxis(),
+                         BlockScaledGemm::eltName(mx.getElementType()),
+                         BlockScaledGemm::eltName(outElt))
+        .str();
+  }
+};
+
+std::optional<MXDequantize> matchDequantize(DequantizeOp dq) {
+  auto mx = dyn_cast<MXTensorType>(dq.getInput().getType());
+  RankedTensorType out = dq.getType();
+  if (!mx || dq->getParentOfType<ExpertsOp>() ||
+      ShapedType::isDynamicShape(mx.getShape()) || !out.hasStaticShape() ||
+      !isRoundTripFloat(out.getElementType()) ||
+      mx.getBlockSize() != kRTBlock ||
+      mx.getShape()[mx.getAxis()] % kRTBlock != 0 ||
+      mx.getShape().back() % kDQPer != 0 || out.getNumElements() == 0)
+    return std::nullopt;
+  return MXDequantize{mx, out.getElementType()};
+}
+
+/// Emits the body of the dequantize's gpu.launch.
+struct DequantizeEmitter : EmitterBase {
+  const MXDequantize &g;
+  int64_t grid;
+  Value data, scales, out;
+
+  Value flat(Value buffer) {
+    auto type = cast<MemRefType>(buffer.getType());
+    SmallVector<ReassociationIndices> all(1);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      all[0].push_back(d);
+    return memref::CollapseShapeOp::create(b, loc, buffer, all);
+  }
+  /// `n` consecutive bytes of `buffer` (flat, i8-like) from `at`: one load
+  /// when `aligned`, else byte by byte.
+  SmallVector<Value> loadBytes(Value buffer, Value base, Value at, int64_t n,
+                               Value aligned) {
+    SmallVector<Type> types(n, i8());
+    return ifElse(
+        types, aligned,
+        [&] {
+          auto vec = VectorType::get({n}, i8());
+          Value v = LLVM::LoadOp::create(b, loc, vec, globalPtr(base, at), n);
+          SmallVector<Value> bytes;
+          for (int64_t j = 0; j < n; ++j)
+            bytes.push_back(
+                LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
+          return bytes;
+        },
+        [&] {
+          SmallVector<Value> bytes;
+          for (int64_t j = 0; j < n; ++j)
+            bytes.push_back(loadBits(buffer, ValueRange{add(at, idx(j))}));
+          return bytes;
+        });
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    Value tid = launch.getThreadIds().x;
+    Value gtid = add(mul(launch.getBlockIds().x, idx(kDQThreads)), tid);
+    Value ds = flat(data), ss = flat(scales), ys = flat(out);
+    Value dBase = baseAddress(ds), sBase = baseAddress(ss),
+          yBase = baseAddress(ys);
+    unsigned outBytes = g.outElt.getIntOrFloatBitWidth() / 8;
+    int64_t inner = g.inner(), along = g.mx.getShape()[g.mx.getAxis()];
+    bool oneScale = inner == 1;
+    // 8-byte data (and scale) loads, 16-byte stores.
+    Value mask = arith::OrIOp::create(
+        b, loc, arith::AndIOp::create(b, loc, dBase, int64(7)),
+        arith::AndIOp::create(b, loc, yBase, int64(15)));
+    if (!oneScale)
+      mask = arith::OrIOp::create(
+          b, loc, mask, arith::AndIOp::create(b, loc, sBase, int64(7)));
+    Value aligned = cmp(P::eq, mask, int64(0));
+    Type elt = g.mx.getElementType();
+    auto pairI8 = VectorType::get({2}, i8());
+    auto pairF16 = VectorType::get({2}, b.getF16Type());
+    strideLoop(gtid, idx(g.elements() / kDQPer), grid * kDQThreads,
+               [&](Value group) {
+      Value first = mul(group, idx(kDQPer));
+      SmallVector<Value> bytes = loadBytes(ds, dBase, first, kDQPer, aligned);
+      // Flat element f = (o * along + a) * inner + i has scale
+      // (o * along / 32 + a / 32) * inner + i.
+      SmallVector<Value> scaleBytes;
+      if (oneScale) {
+        scaleBytes.assign(kDQPer, loadBits(ss, ValueRange{div(first, kRTBlock)}));
+      } else {
+        Value i = rem(first, inner), rowIdx = div(first, inner);
+        Value o = div(rowIdx, along), a = rem(rowIdx, along);
+        Value at = add(mul(add(mul(o, idx(along / kRTBlock)), div(a, kRTBlock)),
+                           idx(inner)),
+                       i);
+        scaleBytes = loadBytes(ss, sBase, at, kDQPer, aligned);
+      }
+      SmallVector<Value> values;
+      for (int64_t p = 0; p < kDQPer / 2; ++p) {
+        Value pair = LLVM::PoisonOp::create(b, loc, pairI8);
+        for (int64_t j = 0; j < 2; ++j)
+          pair = LLVM::InsertElementOp::create(b, loc, pair, bytes[2 * p + j],
+                                               int32(j));
+        Value f16 = NVVM::ConvertF8x2ToF16x2Op::create(b, loc, pairF16, pair,
+                                                       /*relu=*/false, elt);
+        for (int64_t j = 0; j < 2; ++j) {
+          Value half = LLVM::ExtractElementOp::create(b, loc, f16, int32(j));
+          Value q = arith::ExtFOp::create(b, loc, b.getF32Type(), half);
+          Value scale = buildScaleValue(b, loc, scaleBytes[2 * p + j]);
+          Value v = arith::MulFOp::create(b, loc, q, scale);
+          values.push_back(g.outElt.isF32()
+                               ? v
+                               : arith::TruncFOp::create(b, loc, g.outElt, v)
+                                     .getResult());
+        }
+      }
+      auto store = scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(store.thenBlock()->getTerminator());
+      // 16 bytes a store.
+      int64_t perStore = 16 / outBytes;
+      for (int64_t s0 = 0; s0 < kDQPer; s0 += perStore) {
+        Value v = LLVM::PoisonOp::create(
+            b, loc, VectorType::get({perStore}, g.outElt));
+        for (int64_t j = 0; j < perStore; ++j)
+          v = LLVM::InsertElementOp::create(b, loc, v, values[s0 + j],
+                                            int32(j));
+        LLVM::StoreOp::create(
+            b, loc, v,
+            globalPtr(yBase, mul(add(first, idx(s0)), idx(outBytes))), 16);
+      }
+      b.setInsertionPoint(store.elseBlock()->getTerminator());
+      for (int64_t j = 0; j < kDQPer; ++j)
+        memref::StoreOp::create(b, loc, values[j], ys,
+                                ValueRange{add(first, idx(j))});
+    });
+  }
+};
+
+/// Every moe.dequantize the kernel handles (after the round trips) becomes
+/// a call of it on the MX value's data and scales.
+void lowerDequantizes(ModuleOp module, SymbolTable &symbols) {
+  SmallVector<std::pair<DequantizeOp, MXDequantize>> work;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func->hasAttr("moe.dedicated_kernel"))
+      func.walk([&](DequantizeOp dq) {
+        if (std::optional<MXDequantize> g = matchDequantize(dq))
+          work.push_back({dq, *g});
+      });
+  for (auto &[dq, g] : work) {
+    auto mx = g.mx;
+    int64_t grid = std::min(tilesOf(g.elements() / kDQPer, kDQThreads),
+                            kRTMaxBlocks);
+    func::FuncOp kernel = getOrCreateKernelCall(
+        module, symbols, g.name(), "mx dequantize",
+        {mx.getDataType(), mx.getScalesType()}, dq.getType(), dq.getLoc(),
+        {grid, 1, 1, kDQThreads, 0},
+        [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+            Value out) {
+          DequantizeEmitter k{{b, dq.getLoc()}, g, grid, buf[0], buf[1], out};
+          k.emit(launch);
+        });
+    OpBuilder b(dq);
+    auto parts = MXUnpackOp::create(b, dq.getLoc(), mx.getDataType(),
+                                    mx.getScalesType(), dq.getInput());
+    auto call = func::CallOp::create(
+        b, dq.getLoc(), kernel, ValueRange{parts.getData(), parts.getScales()});
+    dq.getResult().replaceAllUsesWith(call.getResult(0));
+    dq.erase();
+  }
+}
+
 struct MoEGPUDedicatedKernelsPass
     : moe::impl::MoEGPUDedicatedKernelsBase<MoEGPUDedicatedKernelsPass> {
   using MoEGPUDedicatedKernelsBase::MoEGPUDedicatedKernelsBase;
@@ -3189,6 +3398,7 @@ struct MoEGPUDedicatedKernelsPass
         op.erase();
       }
       lowerRoundTrips(module, symbols);
+      lowerDequantizes(module, symbols);
       return;
     }
     for (GroupedMatmulOp op : candidates) {
@@ -3218,6 +3428,7 @@ struct MoEGPUDedicatedKernelsPass
       op.erase();
     }
     lowerRoundTrips(module, symbols);
+    lowerDequantizes(module, symbols);
   }
 };
 

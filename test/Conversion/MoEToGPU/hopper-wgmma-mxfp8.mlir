@@ -15,11 +15,11 @@
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefix=EXACT
 // EXACT-LABEL: func.func @mxfp8
 // EXACT-NOT: moe_wgmma_mx
-// EXACT: moe.dequantize %{{.*}} : !moe.mx<200x128xf8E4M3FN, axis = 1> -> tensor<200x128xbf16>
-// EXACT: moe.dequantize %{{.*}} : !moe.mx<3x128x256xf8E4M3FN, axis = 1> -> tensor<3x128x256xbf16>
+// EXACT: call @moe_mx_dequantize_200x128_a1_e4m3_to_bf16(
+// EXACT: call @moe_mx_dequantize_3x128x256_a1_e4m3_to_bf16(
 // EXACT: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32_tma(
 // EXACT-LABEL: func.func @kernels_shape
-// EXACT: moe.dequantize %{{.*}} : !moe.mx<16x256x128xf8E5M2, axis = 1> -> tensor<16x256x128xbf16>
+// EXACT: call @moe_mx_dequantize_16x256x128_a1_e5m2_to_bf16(
 // EXACT: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(
 
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a

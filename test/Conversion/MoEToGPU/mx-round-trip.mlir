@@ -60,10 +60,11 @@ func.func @shared(%x: tensor<64x64xf32>)
   return %y, %d, %s : tensor<64x64xbf16>, tensor<64x64xf8E4M3FN>, tensor<2x64xf8E8M0FNU>
 }
 
-// Blocks that do not tile their axis, and dequantizes of other MX tensors,
-// keep the generic path.
+// A dequantize of another MX tensor is no round trip (it takes the
+// dequantize kernel, mx-dequantize.mlir).
 // BOTH-LABEL: func.func @not_handled
-// BOTH: moe.dequantize
+// BOTH-NOT: call @moe_mx_round_trip
+// BOTH: call @moe_mx_dequantize_64x64_a1_e4m3_to_f32(
 // BOTH-NOT: call @moe_mx_round_trip
 func.func @not_handled(%d: tensor<64x64xf8E4M3FN>, %s: tensor<64x2xf8E8M0FNU>) -> tensor<64x64xf32> {
   %q = moe.mx_pack %d, %s : tensor<64x64xf8E4M3FN>, tensor<64x2xf8E8M0FNU>

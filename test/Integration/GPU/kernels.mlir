@@ -30,14 +30,26 @@ func.func @quantize_columnwise(%x: tensor<512x96xf32>)
   return %d, %s : tensor<512x96xf8E5M2>, tensor<16x96xf8E8M0FNU>
 }
 
-// Dequantize arbitrary bytes (NaN codes and NaN scales included): q * 2^e is
-// exact in f32 on both (no flush of subnormals), so bit-identical.
+// Dequantize arbitrary bytes (NaN codes and NaN scales included; the MX
+// dequantize kernel on the GPU): q * 2^e is exact in f32 on both (no flush
+// of subnormals), so bit-identical.
 func.func @dequantize(%d: tensor<128x256xf8E4M3FN>, %s: tensor<128x8xf8E8M0FNU>)
     -> tensor<128x256xf32> {
   %q = moe.mx_pack %d, %s : tensor<128x256xf8E4M3FN>, tensor<128x8xf8E8M0FNU>
       -> !moe.mx<128x256xf8E4M3FN, axis = 1>
   %y = moe.dequantize %q : !moe.mx<128x256xf8E4M3FN, axis = 1> -> tensor<128x256xf32>
   return %y : tensor<128x256xf32>
+}
+
+// The same along K of a weight [E, K, N] (each thread's 8 columns have 8
+// scale bytes), E5M2 (infinities and NaNs among the codes) to bf16: the f32
+// product rounded once, as the CPU does: bit-identical.
+func.func @dequantize_weights(%d: tensor<4x64x96xf8E5M2>, %s: tensor<4x2x96xf8E8M0FNU>)
+    -> tensor<4x64x96xbf16> {
+  %q = moe.mx_pack %d, %s : tensor<4x64x96xf8E5M2>, tensor<4x2x96xf8E8M0FNU>
+      -> !moe.mx<4x64x96xf8E5M2, axis = 1>
+  %y = moe.dequantize %q : !moe.mx<4x64x96xf8E5M2, axis = 1> -> tensor<4x64x96xbf16>
+  return %y : tensor<4x64x96xbf16>
 }
 
 // MX round trips (moe.dequantize of moe.quantize; one kernel on the GPU)
