@@ -382,6 +382,14 @@ struct EmitterBase {
     return arith::IndexCastOp::create(b, loc, i64(), index);
   }
   Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
+  /// A view of a static buffer as one dimension.
+  Value flat(Value buffer) {
+    auto type = cast<MemRefType>(buffer.getType());
+    SmallVector<ReassociationIndices> all(1);
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      all[0].push_back(d);
+    return memref::CollapseShapeOp::create(b, loc, buffer, all);
+  }
   /// The address of a buffer's first element, as an i64.
   Value baseAddress(Value memref) {
     return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
@@ -2761,6 +2769,28 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
 constexpr int64_t kRTMaxBlocks = 2048;
 constexpr int64_t kRTBlock = 32;
 
+/// Elements of an MX tensor.
+int64_t mxElements(MXTensorType mx) {
+  int64_t n = 1;
+  for (int64_t d : mx.getShape())
+    n *= d;
+  return n;
+}
+/// Elements between consecutive values of one block of an MX tensor.
+int64_t mxInner(MXTensorType mx) {
+  int64_t n = 1;
+  for (int64_t d : mx.getShape().drop_front(mx.getAxis() + 1))
+    n *= d;
+  return n;
+}
+/// An MX tensor's shape and block axis in a kernel name: `4x64x96_a1`.
+std::string mxShapeName(MXTensorType mx) {
+  std::string dims;
+  for (int64_t d : mx.getShape())
+    dims += (dims.empty() ? "" : "x") + std::to_string(d);
+  return dims + "_a" + std::to_string(mx.getAxis());
+}
+
 /// One MX round trip shape the kernel handles.
 struct MXRoundTrip {
   MXTensorType mx;
@@ -2770,25 +2800,12 @@ struct MXRoundTrip {
   /// their last entry; null otherwise.
   Type offsetElt;
 
-  int64_t elements() const {
-    int64_t n = 1;
-    for (int64_t d : mx.getShape())
-      n *= d;
-    return n;
-  }
+  int64_t elements() const { return mxElements(mx); }
   /// Elements between consecutive values of one block.
-  int64_t inner() const {
-    int64_t n = 1;
-    for (int64_t d : mx.getShape().drop_front(mx.getAxis() + 1))
-      n *= d;
-    return n;
-  }
+  int64_t inner() const { return mxInner(mx); }
   std::string name() const {
-    std::string dims;
-    for (int64_t d : mx.getShape())
-      dims += (dims.empty() ? "" : "x") + std::to_string(d);
-    return llvm::formatv("moe_mx_round_trip_{0}_a{1}_{2}_{3}_{4}_to_{5}{6}",
-                         dims, mx.getAxis(),
+    return llvm::formatv("moe_mx_round_trip_{0}_{1}_{2}_{3}_to_{4}{5}",
+                         mxShapeName(mx),
                          BlockScaledGemm::eltName(mx.getElementType()),
                          stringifyScaleMode(mode),
                          BlockScaledGemm::eltName(inElt),
@@ -2885,14 +2902,6 @@ struct RoundTripEmitter : EmitterBase {
       }
     }
     return result;
-  }
-  /// A view of a static buffer as one dimension.
-  Value flat(Value buffer) {
-    auto type = cast<MemRefType>(buffer.getType());
-    SmallVector<ReassociationIndices> all(1);
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      all[0].push_back(d);
-    return memref::CollapseShapeOp::create(b, loc, buffer, all);
   }
 
   void emit(gpu::LaunchOp launch) {
@@ -3092,25 +3101,11 @@ constexpr int64_t kDQPer = 8;
 struct MXDequantize {
   MXTensorType mx;
   Type outElt;
-  int64_t elements() const {
-    int64_t n = 1;
-    for (int64_t d : mx.getShape())
-      n *= d;
-    return n;
-  }
+  int64_t elements() const { return mxElements(mx); }
   /// Elements between consecutive values of one block.
-  int64_t inner() const {
-    int64_t n = 1;
-    for (int64_t d : mx.getShape().drop_front(mx.getAxis() + 1))
-      n *= d;
-    return n;
-  }
+  int64_t inner() const { return mxInner(mx); }
   std::string name() const {
-    std::string dims;
-    for (int64_t d : mx.getShape())
-      dims += (dims.empty() ? "" : "x") + std::to_string(d);
-    return llvm::formatv("moe_mx_dequantize_{0}_a{1}_{2}_to_{3}", dims,
-                         mx.getAxis(),
+    return llvm::formatv("moe_mx_dequantize_{0}_{1}_to_{2}", mxShapeName(mx),
                          BlockScaledGemm::eltName(mx.getElementType()),
                          BlockScaledGemm::eltName(outElt))
         .str();
@@ -3136,13 +3131,6 @@ struct DequantizeEmitter : EmitterBase {
   int64_t grid;
   Value data, scales, out;
 
-  Value flat(Value buffer) {
-    auto type = cast<MemRefType>(buffer.getType());
-    SmallVector<ReassociationIndices> all(1);
-    for (int64_t d = 0; d < type.getRank(); ++d)
-      all[0].push_back(d);
-    return memref::CollapseShapeOp::create(b, loc, buffer, all);
-  }
   /// `n` consecutive bytes of `buffer` (flat, i8-like) from `at`: one load
   /// when `aligned`, else byte by byte.
   SmallVector<Value> loadBytes(Value buffer, Value base, Value at, int64_t n,
