@@ -13,6 +13,7 @@ found through MOERT_LIBRARY, MOE_MLIR_BUILD/lib or the loader's search path.
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 import numpy as np
@@ -155,7 +156,11 @@ class _DeviceView:
             "strides": None, "version": 2}
 
 
+@functools.lru_cache(maxsize=None)
 def _descriptor_type(rank):
+    """The ctypes struct of a rank-`rank` memref descriptor (built once a
+    rank: making a ctypes type costs tens of microseconds, a call needs one
+    per array)."""
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
               ("offset", ctypes.c_int64)]
     if rank:
