@@ -149,8 +149,14 @@ def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
     Quantizing a GEMM operand to MX and dequantizing it to bf16 becomes one
     pass that never writes the 8-bit tensor. Ops of dynamic shape (the live
     rows of an expert computation) and reshapes are left as they are.
+    A gather (`tensor.extract` inside a generic, through a `collapse_shape`
+    or not) of a cheap all-parallel generic's result used nowhere else
+    computes the elements it reads from the producer's inputs instead:
+    the combine's gradient re-sorted by the backward dispatch never
+    materializes its [T, K, H] tensor.
   }];
-  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 

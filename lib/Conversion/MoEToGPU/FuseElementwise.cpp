@@ -9,7 +9,8 @@
 // reader), only ops of static shapes (the live rows of an expert
 // computation, sized on the device, stay as they are), and reshapes are left
 // alone (folding them into generics would create tensors sized on the
-// host).
+// host). A gather of a cheap elementwise result used only there computes the
+// elements it reads instead (FuseIntoExtract).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +19,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::moe {
@@ -78,6 +81,109 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
   }
 };
 
+/// A gather (a generic reading `tensor.extract %p[...]`, or of a
+/// collapse_shape of %p) of a cheap all-parallel generic's result %p, used
+/// nowhere else: the extract becomes the producer's body computed at that
+/// index from extracts of its inputs, so %p is never materialized. (The
+/// combine's gradient, weights[t, k] * grad[t] over [T, K, H], re-sorted by
+/// the backward dispatch, was written and read once, 2 x 537 MB at 8192
+/// tokens.) Each element of %p computed as often as it is read: only
+/// producers of at most two inputs and a few ops, whose inputs are no
+/// larger than their result.
+struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
+  using OpRewritePattern::OpRewritePattern;
+  static constexpr int64_t kMaxBodyOps = 8;
+
+  LogicalResult matchAndRewrite(tensor::ExtractOp extract,
+                                PatternRewriter &rewriter) const override {
+    auto consumer = extract->getParentOfType<linalg::GenericOp>();
+    if (!consumer)
+      return failure();
+    Value source = extract.getTensor();
+    SmallVector<Value> at(extract.getIndices());
+    Location loc = extract.getLoc();
+    auto collapse = source.getDefiningOp<tensor::CollapseShapeOp>();
+    if (collapse) {
+      if (!collapse->hasOneUse() || !collapse.getSrcType().hasStaticShape())
+        return failure();
+      source = collapse.getSrc();
+    }
+    auto producer = source.getDefiningOp<linalg::GenericOp>();
+    if (!producer || producer->getNumResults() != 1 ||
+        !producer->hasOneUse() || !staticShapes(producer) ||
+        producer->getParentRegion() != consumer->getParentRegion() ||
+        producer.getNumParallelLoops() != producer.getNumLoops() ||
+        producer.getNumDpsInputs() > 2 ||
+        !producer.getIndexingMapMatchingResult(producer->getResult(0))
+             .isIdentity() ||
+        producer.getBody()->getOperations().size() > kMaxBodyOps ||
+        !producer.getRegionOutputArgs()[0].use_empty())
+      return failure();
+    auto resultType = cast<RankedTensorType>(producer->getResultTypes()[0]);
+    for (OpOperand *input : producer.getDpsInputOperands()) {
+      auto type = dyn_cast<RankedTensorType>(input->get().getType());
+      if (!type ||
+          !producer.getMatchingIndexingMap(input).isProjectedPermutation() ||
+          type.getNumElements() > resultType.getNumElements())
+        return failure();
+    }
+    if (producer.getBody()->walk([](Operation *op) {
+          return op->getNumRegions() ? WalkResult::interrupt()
+                                     : WalkResult::advance();
+        }).wasInterrupted())
+      return failure();
+
+    rewriter.setInsertionPoint(extract);
+    // Indices into the producer's result: a collapsed index delinearized
+    // over the static sizes of its group.
+    if (collapse) {
+      SmallVector<Value> expanded;
+      ArrayRef<int64_t> sizes = collapse.getSrcType().getShape();
+      for (auto [group, index] :
+           llvm::zip(collapse.getReassociationIndices(), at)) {
+        Value rest = index;
+        SmallVector<Value> parts(group.size());
+        for (int64_t i = int64_t(group.size()) - 1; i >= 0; --i) {
+          if (i == 0) {
+            parts[i] = rest;
+            break;
+          }
+          Value size = arith::ConstantIndexOp::create(rewriter, loc,
+                                                      sizes[group[i]]);
+          parts[i] = arith::RemUIOp::create(rewriter, loc, rest, size);
+          rest = arith::DivUIOp::create(rewriter, loc, rest, size);
+        }
+        expanded.append(parts);
+      }
+      at = expanded;
+    }
+    IRMapping map;
+    Block *body = producer.getBody();
+    for (OpOperand *input : producer.getDpsInputOperands()) {
+      AffineMap m = producer.getMatchingIndexingMap(input);
+      SmallVector<Value> indices;
+      for (unsigned r = 0; r < m.getNumResults(); ++r)
+        indices.push_back(at[m.getDimPosition(r)]);
+      Value v = tensor::ExtractOp::create(rewriter, loc, input->get(), indices);
+      map.map(body->getArgument(input->getOperandNumber()), v);
+    }
+    for (Operation &op : body->without_terminator()) {
+      if (auto index = dyn_cast<linalg::IndexOp>(op)) {
+        map.map(index.getResult(), at[index.getDim()]);
+        continue;
+      }
+      rewriter.clone(op, map);
+    }
+    Value value = map.lookupOrDefault(
+        cast<linalg::YieldOp>(body->getTerminator()).getOperand(0));
+    rewriter.replaceOp(extract, value);
+    if (collapse)
+      rewriter.eraseOp(collapse);
+    rewriter.eraseOp(producer);
+    return success();
+  }
+};
+
 struct MoEGPUFuseElementwisePass
     : moe::impl::MoEGPUFuseElementwiseBase<MoEGPUFuseElementwisePass> {
   using MoEGPUFuseElementwiseBase::MoEGPUFuseElementwiseBase;
@@ -85,7 +191,7 @@ struct MoEGPUFuseElementwisePass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     RewritePatternSet patterns(ctx);
-    patterns.add<FuseProducer>(ctx);
+    patterns.add<FuseProducer, FuseIntoExtract>(ctx);
     // Fusion leaves expand_shape(collapse_shape(x)) pairs between what it
     // fuses; these fold away.
     tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);

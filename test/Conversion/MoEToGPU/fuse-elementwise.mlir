@@ -30,3 +30,34 @@ func.func @also_returned(%w: tensor<4x64x128xf32>)
       -> tensor<4x64x128xf8E4M3FN>, tensor<4x2x128xf8E8M0FNU>
   return %d, %data : tensor<4x64x128xbf16>, tensor<4x64x128xf8E4M3FN>
 }
+
+// The combine's gradient as autodiff writes it, weights[t, k] * grad[t]
+// over [T, K, H], re-sorted by a dispatch (a gather through a
+// collapse_shape): the gather computes each product it reads, from the
+// weights and the gradient; the [T, K, H] tensor is never materialized.
+// CHECK-LABEL: func.func @weighted_gather(
+// CHECK-NOT: tensor<16x2x64xf32>
+// CHECK: linalg.generic
+// CHECK: %[[W:.*]] = tensor.extract %arg0[%{{.*}}, %{{.*}}] : tensor<16x2xf32>
+// CHECK: %[[G:.*]] = tensor.extract %arg1[%{{.*}}, %{{.*}}] : tensor<16x64xf32>
+// CHECK: arith.mulf %[[W]], %[[G]] : f32
+// CHECK-NOT: tensor<16x2x64xf32>
+// CHECK: return
+func.func @weighted_gather(%w: tensor<16x2xf32>, %g: tensor<16x64xf32>, %idx: tensor<16x2xi32>)
+    -> tensor<32x64xf32> {
+  %e = tensor.empty() : tensor<16x2x64xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                        affine_map<(t, k, h) -> (t, k, h)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<16x2xf32>, tensor<16x64xf32>) outs(%e : tensor<16x2x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<16x2x64xf32>
+  %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<16x2x64xf32> into tensor<32x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<16x2xi32> into tensor<32xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [32, 1] : tensor<32xi32> into tensor<32x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %c, %i1 experts(4)
+      : tensor<32x64xf32>, tensor<32x1xi32> -> tensor<32x64xf32>, tensor<5xi32>, tensor<4xi32>, tensor<32x1xi32>
+  return %s : tensor<32x64xf32>
+}

@@ -158,6 +158,30 @@ func.func @dispatch_mx(%x: tensor<1024x64xbf16>,
   return %d, %sc, %o : tensor<4576x64xf8E4M3FN>, tensor<4576x2xf8E8M0FNU>, tensor<17xi32>
 }
 
+// The combine's gradient as autodiff writes it (weights[t, k] * grad[t]
+// over [T, K, H]) re-sorted by a dispatch: on the GPU the gather computes
+// each product it reads (-moe-gpu-fuse-elementwise), the same single
+// multiply as the CPU's: bit-identical.
+func.func @weighted_dispatch(%w: tensor<1024x4xf32>, %g: tensor<1024x64xf32>,
+                             %idx: tensor<1024x4xi32> {moe.test_range = [0, 16]})
+    -> (tensor<4096x64xf32>, tensor<17xi32>) {
+  %e = tensor.empty() : tensor<1024x4x64xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                        affine_map<(t, k, h) -> (t, k, h)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<1024x4xf32>, tensor<1024x64xf32>) outs(%e : tensor<1024x4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<1024x4x64xf32>
+  %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<1024x4x64xf32> into tensor<4096x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<1024x4xi32> into tensor<4096xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [4096, 1] : tensor<4096xi32> into tensor<4096x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %c, %i1 experts(16)
+      : tensor<4096x64xf32>, tensor<4096x1xi32> -> tensor<4096x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<4096x1xi32>
+  return %s, %o : tensor<4096x64xf32>, tensor<17xi32>
+}
+
 // Combine: a k-term f32 weighted sum (fma contraction on the GPU).
 func.func @combine(%y: tensor<4096x64xf32>, %w: tensor<1024x4xf32>,
                    %pos: tensor<1024x4xi32> {moe.test_range = [-1, 4096]})
