@@ -13,7 +13,13 @@
 //
 // so the rest of the GPU pipeline (bufferization, -moe-gpu-map-loops, which
 // leaves gpu.launch bodies alone, -moe-gpu-device-buffers, outlining, NVVM)
-// carries it to PTX with the generic kernels. Ops without a kernel are left
+// carries it to PTX with the generic kernels. The GPU pipeline inlines these
+// functions into their callers after -convert-moe-to-linalg (the launch
+// carries `module(@<name>_kernel) function(@<name>_kernel)`, so outlining
+// keeps the kernel's name): a program's launches then share one stream.
+// A function whose host code needs values computed before the launch (the
+// TMA kernels' tensor maps, encoded by libmoert's moertTensorMap2D, a
+// `moe.host_only` function) builds them in front of it. Ops without a kernel are left
 // exactly as they are (no diagnostic): they take the generic data-parallel
 // path of -convert-moe-to-linalg=parallel=true.
 //
@@ -26,11 +32,17 @@
 //   block-scaled MMA: tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale
 //   with E8M0 scales and one scale per 32 values along K (scale_vec::1X).
 // Hopper (sm_90a): moe.grouped_matmul with bf16 lhs [R, K] and rhs
-//   [E, K, N], f32 result, no transpose_rhs, static shapes, K a multiple of
-//   64 and N of 128 (R arbitrary), on warpgroup MMA (wgmma.mma_async
-//   m64n128k16 bf16 -> f32) fed by a 3-buffer cp.async ring of 128-byte
-//   swizzled tiles; see "Hopper" below for its tiles, layouts and
-//   accumulator fragment.
+//   [E, K, N] (or [E, N, K] with transpose_rhs), f32 result, static shapes,
+//   K a multiple of 64 and N of 128 (R arbitrary), on warpgroup MMA
+//   (wgmma.mma_async bf16 -> f32). N a multiple of 256: a warp-specialized
+//   kernel, TMA loads into an mbarrier ring, two consumer warpgroups of
+//   m64n256k16, a persistent grid over every expert's tiles; see "bf16
+//   grouped GEMM, TMA and warp-specialized wgmma". Otherwise a 3-buffer
+//   cp.async ring of 128-byte swizzled tiles; see "Hopper" below for its
+//   tiles, layouts and accumulator fragment. moe.grouped_matmul_wgrad
+//   (weight gradients) likewise, on the same two kernels. MX operands blocked
+//   along K are dequantized to bf16 first (exact). f32 linalg.matmul on a
+//   CUDA-core tiled kernel (split K for few tiles over a long K).
 // Hopper (sm_90a): moe.grouped_matmul with MXFP8 operands (as for
 //   Blackwell, K a multiple of 64, N of 128): FP8 wgmma m64n128k32 per
 //   32-wide K slice into a fresh accumulator, promoted into the f32 result
@@ -38,6 +50,8 @@
 //   (sm_90a): MXFP8" below.
 // Both chips: moe.dequantize of a moe.quantize (the MX rounding of a
 //   tensor, as floats) in one pass over the input; see "MX round trip".
+//   Other moe.dequantize ops in one pass over data and scales; see "MX
+//   dequantize".
 //
 // The block-scaled grouped GEMM kernel
 // ------------------------------------
