@@ -925,7 +925,7 @@ func::FuncOp getOrCreateKernelFunction(ModuleOp module, SymbolTable &symbols,
 // Numerics: bf16 products accumulated in f32 by the tensor core, in its own
 // order: results match the reference to f32 rounding, not bit for bit.
 //
-// Not verified here (no GPU): the kernel runs only on the lead's H200.
+// Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
 
 constexpr int64_t kHTileM = 128;     // rows per CTA: two m64 MMAs
 constexpr int64_t kHTileN = 128;     // columns per CTA = MMA N
@@ -2402,7 +2402,7 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
 // 64-register partial in flight; two would not fit the register file next
 // to the 128 running-accumulator registers). Correctness first.
 //
-// Not verified here (no GPU): the kernel runs only on the lead's H200.
+// Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
 
 constexpr int64_t kXTileK = 64;                // K per stage: 2 MX blocks
 constexpr int64_t kXMmaK = 32;                 // one FP8 wgmma = one block
