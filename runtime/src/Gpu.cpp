@@ -5,6 +5,7 @@
 
 #include "CudaDriver.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -134,9 +135,10 @@ struct LazyModule {
   CUmodule module = nullptr;
   std::once_flag once;
   /// Kernels looked up so far (a program looks its kernel up before every
-  /// launch).
+  /// launch), by the address of the name it passes: a constant of the
+  /// program, as long-lived as the module.
   std::mutex mutex;
-  std::unordered_map<std::string, CUfunction> functions;
+  std::unordered_map<const char *, CUfunction> functions;
 };
 
 /// Loads (once) the module's cubin/fatbin, or JIT-compiles its PTX.
@@ -401,6 +403,32 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
       boxColumns * elementBytes > 128 || (boxColumns * elementBytes) % 16)
     bad("a box row must be 16 to 128 bytes (a multiple of 16), at most 256 "
         "rows");
+  // Maps live in slabs of device memory, keyed by their arguments: a
+  // training loop asks for the same few maps (most of its buffers come back
+  // from the caching allocator at the same addresses), and each is encoded
+  // and copied over once. The cache holds at most `capacity` maps; when
+  // full, the device is drained (kernels queued earlier may still read any
+  // map) and the slabs reused.
+  using Key = std::array<int64_t, 7>;
+  struct KeyHash {
+    size_t operator()(const Key &k) const {
+      size_t h = 0;
+      for (int64_t v : k)
+        h = h * 1000003u ^ std::hash<int64_t>()(v);
+      return h;
+    }
+  };
+  static std::mutex mutex;
+  static std::unordered_map<Key, CUdeviceptr, KeyHash> maps;
+  static std::vector<CUdeviceptr> slabs;
+  static size_t used = 0; // maps placed in the slabs
+  constexpr size_t perSlab = 512, capacity = 8 * perSlab;
+  Key key = {int64_t(base), elementBytes, columns,  rows,
+             rowStrideBytes, boxColumns,  boxRows};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = maps.find(key);
+  if (it != maps.end())
+    return it->second;
   Scoped scope;
   CUtensorMap map;
   cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
@@ -412,22 +440,6 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
       elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-
-  // Encoded maps live in slabs of device memory: a training loop asks for
-  // the same few maps (most of its buffers come back from the caching
-  // allocator at the same addresses) and each is copied over once. The
-  // cache holds at most `capacity` maps; when full, the device is drained
-  // (kernels queued earlier may still read any map) and the slabs reused.
-  static std::mutex mutex;
-  static std::unordered_map<std::string, CUdeviceptr> maps;
-  static std::vector<CUdeviceptr> slabs;
-  static size_t used = 0; // maps placed in the slabs
-  constexpr size_t perSlab = 512, capacity = 8 * perSlab;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::string key(reinterpret_cast<const char *>(&map), sizeof(map));
-  auto it = maps.find(key);
-  if (it != maps.end())
-    return it->second;
   if (used == capacity) {
     MOERT_CU(driver().cuCtxSynchronize());
     maps.clear();
@@ -442,7 +454,7 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
   ++used;
   // Synchronous: the map is in place before any kernel that reads it runs.
   MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
-  maps.emplace(std::move(key), at);
+  maps.emplace(key, at);
   return at;
 }
 

@@ -472,19 +472,81 @@ struct EmitterBase {
   }
   /// for (i = first; i < end; i += step) body(i): a thread's share of a
   /// grid-stride loop.
-  void strideLoop(Value first, Value end, int64_t step,
+  void strideLoop(Value first, Value end, Value step,
                   function_ref<void(Value)> body) {
-    auto op = scf::ForOp::create(b, loc, first, end, idx(step));
+    auto op = scf::ForOp::create(b, loc, first, end, step);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.getBody()->getTerminator());
     body(op.getInductionVar());
+  }
+  void strideLoop(Value first, Value end, int64_t step,
+                  function_ref<void(Value)> body) {
+    strideLoop(first, end, idx(step), body);
+  }
+  /// Entry `i` (index) of a groups' `offsets` buffer, clamped to [0, rows].
+  Value clampedOffset(Value offsets, Value i, int64_t rows) {
+    Value v = toIndex(memref::LoadOp::create(b, loc, offsets, i));
+    return minS(maxS(v, idx(0)), idx(rows));
   }
   /// The last entry of a groups' `offsets` buffer (the end of the last
   /// group: the rows that matter, LiveRows.h), clamped to [0, rows].
   Value groupsEnd(Value offsets, int64_t rows) {
     int64_t last = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
-    Value end = toIndex(memref::LoadOp::create(b, loc, offsets, idx(last)));
-    return minS(maxS(end, idx(0)), idx(rows));
+    return clampedOffset(offsets, idx(last), rows);
+  }
+  /// Group e's rows [lo, hi), clamped as the reference does: lo to [0, rows],
+  /// hi to [lo, rows].
+  std::pair<Value, Value> groupRows(Value offsets, Value e, int64_t rows) {
+    Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
+    Value hi = toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
+    lo = minS(maxS(lo, idx(0)), idx(rows));
+    hi = minS(maxS(hi, lo), idx(rows));
+    return {lo, hi};
+  }
+  /// Stores `values` (of one element type) to consecutive elements of the
+  /// flat buffer `flatBuffer` from element `first`: vector stores of up to
+  /// 16 bytes when `aligned` (the run's address; `base` is the buffer's),
+  /// else one store an element.
+  void storeRun(Value flatBuffer, Value base, Value first,
+                ArrayRef<Value> values, Value aligned) {
+    Type elt = values.front().getType();
+    int64_t bytes = elt.getIntOrFloatBitWidth() / 8;
+    int64_t per = std::min<int64_t>(int64_t(values.size()), 16 / bytes);
+    auto store = scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(store.thenBlock()->getTerminator());
+    for (int64_t s0 = 0; s0 < int64_t(values.size()); s0 += per) {
+      Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({per}, elt));
+      for (int64_t j = 0; j < per; ++j)
+        v = LLVM::InsertElementOp::create(b, loc, v, values[s0 + j], int32(j));
+      LLVM::StoreOp::create(
+          b, loc, v, globalPtr(base, mul(add(first, idx(s0)), idx(bytes))),
+          per * bytes);
+    }
+    b.setInsertionPoint(store.elseBlock()->getTerminator());
+    for (int64_t j = 0; j < int64_t(values.size()); ++j)
+      memref::StoreOp::create(b, loc, values[j], flatBuffer,
+                              ValueRange{add(first, idx(j))});
+  }
+  /// Two MX elements (`pair`, vector<2xi8>: element 0 first) of format `f8`
+  /// as `outElt`: the hardware's exact f8x2 -> f16x2 conversion, times
+  /// `scales[j]` (f32) in f32, rounded once to `outElt`.
+  SmallVector<Value> decodeF8Pair(Value pair, Type f8,
+                                  std::array<Value, 2> scales, Type outElt) {
+    Value f16 = NVVM::ConvertF8x2ToF16x2Op::create(
+        b, loc, VectorType::get({2}, b.getF16Type()), pair, /*relu=*/false,
+        f8);
+    SmallVector<Value> result;
+    for (int64_t j = 0; j < 2; ++j) {
+      Value half = LLVM::ExtractElementOp::create(b, loc, f16, int32(j));
+      Value q = arith::ExtFOp::create(b, loc, b.getF32Type(), half);
+      Value v = arith::MulFOp::create(b, loc, q, scales[j]);
+      result.push_back(outElt.isF32()
+                           ? v
+                           : arith::TruncFOp::create(b, loc, outElt, v)
+                                 .getResult());
+    }
+    return result;
   }
 
   // -- shared and tensor memory addresses ------------------------------------
@@ -680,11 +742,8 @@ struct KernelEmitter : EmitterBase {
         0, idx(g.experts), {int32(0), boolean(false)},
         [&](Value e, ValueRange carried) -> SmallVector<Value> {
           // Clamped group bounds, as the reference computes them.
-          Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
-          Value hi =
-              toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
-          lo = minS(maxS(lo, idx(0)), rowsEnd);
-          hi = minS(maxS(hi, lo), rowsEnd);
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
           Value meets =
               cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd)); // CTA-uniform
           return ifElse(
@@ -750,9 +809,28 @@ struct LaunchShape {
 /// Tiles of `tile` covering `n`.
 int64_t tilesOf(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
+/// A gpu.launch of `shape` (its body empty but for the terminator) that
+/// outlining turns into the kernel `name` wherever the function holding it
+/// is inlined.
+gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
+                                const LaunchShape &shape, StringRef name) {
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(shape.gridX), c(shape.gridY), c(shape.gridZ), c(shape.threads),
+      one, one, arith::ConstantIntOp::create(b, loc, shape.smemBytes, 32));
+  auto kernelName = FlatSymbolRefAttr::get(b.getContext(), name);
+  launch.setModuleAttr(kernelName);
+  launch.setFunctionAttr(kernelName);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  return launch;
+}
+
 /// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
 /// body takes its arguments as buffers (read only), allocates the result,
-/// runs `host(b, buffers, out)` (host code before the launch, optional), then
+/// runs `host(b, buffers)` (host code before the launch, optional), then
 /// one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
 /// writes, and returns the result; marked `moe.dedicated_kernel = what`.
 /// An existing function of that name and type is reused.
@@ -762,7 +840,7 @@ func::FuncOp getOrCreateKernelCall(
     LaunchShape shape,
     function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
         emit,
-    function_ref<void(OpBuilder &, ArrayRef<Value>, Value)> host = nullptr) {
+    function_ref<void(OpBuilder &, ArrayRef<Value>)> host = nullptr) {
   MLIRContext *ctx = module.getContext();
   auto type = FunctionType::get(ctx, argTypes, resultType);
   if (auto existing = symbols.lookup<func::FuncOp>(name))
@@ -786,21 +864,13 @@ func::FuncOp getOrCreateKernelCall(
       b, loc,
       MemRefType::get(resultType.getShape(), resultType.getElementType()));
   if (host)
-    host(b, buffers, out);
-  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
-  Value one = c(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, c(shape.gridX), c(shape.gridY), c(shape.gridZ), c(shape.threads),
-      one, one, arith::ConstantIntOp::create(b, loc, shape.smemBytes, 32));
-  // Outlined as `<name>_kernel` wherever the function is inlined.
-  auto kernelName = FlatSymbolRefAttr::get(ctx, (name + "_kernel").str());
-  launch.setModuleAttr(kernelName);
-  launch.setFunctionAttr(kernelName);
+    host(b, buffers);
+  auto launch =
+      createNamedLaunch(b, loc, shape, (name + "_kernel").str());
   {
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&launch.getBody().front());
+    b.setInsertionPoint(launch.getBody().front().getTerminator());
     emit(b, launch, buffers, out);
-    gpu::TerminatorOp::create(b, loc);
   }
   Value result = bufferization::ToTensorOp::create(
       b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
@@ -1327,11 +1397,8 @@ struct WgmmaEmitter : HopperEmitterBase {
     SmallVector<Value> covered = forLoop(
         0, idx(g.experts), noneCovered,
         [&](Value e, ValueRange carried) -> SmallVector<Value> {
-          Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
-          Value hi =
-              toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
-          lo = minS(maxS(lo, idx(0)), rowsEnd);
-          hi = minS(maxS(hi, lo), rowsEnd);
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
           Value meets = cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd));
           SmallVector<Type> types(rows.size(), i1());
           return ifElse(
@@ -1486,20 +1553,12 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     NVVM::MBarrierTryWaitParityOp::create(b, loc, bar, i32Of(parity),
                                           int32(kWaitTicks));
   }
-  /// Expert e's clamped rows [lo, hi).
-  std::pair<Value, Value> groupRows(Value e) {
-    Value rowsEnd = idx(g.rows);
-    Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
-    Value hi = toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
-    lo = minS(maxS(lo, idx(0)), rowsEnd);
-    hi = minS(maxS(hi, lo), rowsEnd);
-    return {lo, hi};
-  }
   Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
   Value columnTiles() { return idx(g.n / kTTileN); }
   /// Forward: expert e's tiles.
   Value tilesOfExpert(Value e) {
-    auto [lo, hi] = groupRows(e);
+    Value lo, hi;
+    std::tie(lo, hi) = groupRows(offsets, e, g.rows);
     return mul(ceilDiv(arith::SubIOp::create(b, loc, hi, lo), kTTileM),
                columnTiles());
   }
@@ -1536,7 +1595,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       b.setInsertionPointToStart(loop.getBody());
       Value tile = loop.getInductionVar();
       Value e = div(tile, perExpert), local = rem(tile, perExpert);
-      auto [lo, hi] = groupRows(e);
+      Value lo, hi;
+      std::tie(lo, hi) = groupRows(offsets, e, g.rows);
       Tile t{e,
              lo,
              hi,
@@ -1556,7 +1616,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         },
         [&](OpBuilder &, Location, ValueRange args) {
           Value tile = args[0], e = args[1], base = args[2];
-          auto [lo, hi] = groupRows(e);
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
           Value local = arith::SubIOp::create(b, loc, tile, base);
           Tile t{e,
                  lo,
@@ -1747,9 +1808,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   /// Forward: zeros the rows in no group, [0, offsets[0]) and [offsets[E],
   /// end).
   void zeroUncovered(Value grid) {
-    Value start = minS(
-        maxS(toIndex(memref::LoadOp::create(b, loc, offsets, idx(0))), idx(0)),
-        idx(g.rows));
+    Value start = clampedOffset(offsets, idx(0), g.rows);
     Value end = groupsEnd(offsets, g.rows);
     Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
     Value outBase = baseAddress(out);
@@ -1763,12 +1822,12 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     auto zeroRows = [&](Value from, Value to) {
       Value chunks = mul(arith::SubIOp::create(b, loc, maxS(to, from), from),
                          chunksPerRow);
-      auto loop = scf::ForOp::create(b, loc, first, chunks, stride);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(loop.getBody()->getTerminator());
-      Value at = add(mul(from, chunksPerRow), loop.getInductionVar());
-      LLVM::StoreOp::create(b, loc, zero, globalPtr(outBase, mul(at, idx(16))),
-                            /*alignment=*/16);
+      strideLoop(first, chunks, stride, [&](Value chunk) {
+        Value at = add(mul(from, chunksPerRow), chunk);
+        LLVM::StoreOp::create(b, loc, zero,
+                              globalPtr(outBase, mul(at, idx(16))),
+                              /*alignment=*/16);
+      });
     };
     zeroRows(idx(0), start);
     zeroRows(maxS(end, start), zeroEnd);
@@ -1846,7 +1905,7 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
             WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], out, mapA, mapB};
             k.emit(launch);
           },
-          [&](OpBuilder &b, ArrayRef<Value> buf, Value) {
+          [&](OpBuilder &b, ArrayRef<Value> buf) {
             EmitterBase h{b, loc};
             // A bf16 [rows, columns] array in boxes of 64 columns (128
             // bytes, one swizzle row) x boxRows.
@@ -1996,11 +2055,8 @@ struct WgmmaWgradEmitter : HopperEmitterBase {
     xGlobal = baseAddress(x);
     dyGlobal = baseAddress(dy);
 
-    Value rowsEnd = idx(g.rows);
-    Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
-    Value hi = toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
-    lo = minS(maxS(lo, idx(0)), rowsEnd);
-    hi = minS(maxS(hi, lo), rowsEnd);
+    Value lo, hi;
+    std::tie(lo, hi) = groupRows(offsets, e, g.rows);
     Value stages = div(
         add(arith::SubIOp::create(b, loc, hi, lo), idx(kHTileK - 1)), kHTileK);
     SmallVector<Value> acc = pipelinedMma(
@@ -2317,20 +2373,11 @@ func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
           return;
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointAfter(launch);
-        auto c = [&](int64_t v) {
-          return arith::ConstantIndexOp::create(b, loc, v);
-        };
         int64_t grid = std::min<int64_t>(tilesOf(g.m * g.n, kSThreads), 1024);
-        auto sum = gpu::LaunchOp::create(
-            b, loc, c(grid), c(1), c(1), c(kSThreads), c(1), c(1),
-            arith::ConstantIntOp::create(b, loc, 0, 32));
-        auto sumName =
-            FlatSymbolRefAttr::get(b.getContext(), g.name() + "_sum_kernel");
-        sum.setModuleAttr(sumName);
-        sum.setFunctionAttr(sumName);
-        b.setInsertionPointToStart(&sum.getBody().front());
+        auto sum = createNamedLaunch(b, loc, {grid, 1, 1, kSThreads, 0},
+                                     g.name() + "_sum_kernel");
+        b.setInsertionPoint(sum.getBody().front().getTerminator());
         k.emitSum(sum, grid);
-        gpu::TerminatorOp::create(b, loc);
       });
 }
 
@@ -2669,11 +2716,8 @@ struct WgmmaMxEmitter : HopperEmitterBase {
     SmallVector<Value> covered = forLoop(
         0, idx(g.experts), noneCovered,
         [&](Value e, ValueRange carried) -> SmallVector<Value> {
-          Value lo = toIndex(memref::LoadOp::create(b, loc, offsets, e));
-          Value hi =
-              toIndex(memref::LoadOp::create(b, loc, offsets, add(e, idx(1))));
-          lo = minS(maxS(lo, idx(0)), rowsEnd);
-          hi = minS(maxS(hi, lo), rowsEnd);
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
           Value meets = cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd));
           SmallVector<Type> types(rows.size(), i1());
           return ifElse(
@@ -2872,11 +2916,6 @@ struct RoundTripEmitter : EmitterBase {
                ? v
                : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
   }
-  Value fromF32(Value v) {
-    return g.outElt.isF32()
-               ? v
-               : arith::TruncFOp::create(b, loc, g.outElt, v).getResult();
-  }
   Value magnitudeMax(Value amax, Value v) {
     return arith::MaximumFOp::create(b, loc, amax,
                                      math::AbsFOp::create(b, loc, v));
@@ -2897,7 +2936,6 @@ struct RoundTripEmitter : EmitterBase {
     Value scale = buildScaleValue(b, loc, byte);
     Type elt = g.mx.getElementType();
     auto pairI8 = VectorType::get({2}, b.getI8Type());
-    auto pairF16 = VectorType::get({2}, b.getF16Type());
     SmallVector<Value> result;
     for (size_t i = 0; i + 1 < values.size(); i += 2) {
       // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
@@ -2907,13 +2945,8 @@ struct RoundTripEmitter : EmitterBase {
           arith::MulFOp::create(b, loc, values[i], inverse),
           NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
           /*relu=*/false, elt);
-      Value f16 = NVVM::ConvertF8x2ToF16x2Op::create(b, loc, pairF16, f8,
-                                                     /*relu=*/false, elt);
-      for (int64_t j = 0; j < 2; ++j) {
-        Value half = LLVM::ExtractElementOp::create(b, loc, f16, int32(j));
-        Value q = arith::ExtFOp::create(b, loc, b.getF32Type(), half);
-        result.push_back(fromF32(arith::MulFOp::create(b, loc, q, scale)));
-      }
+      llvm::append_range(result,
+                         decodeF8Pair(f8, elt, {scale, scale}, g.outElt));
     }
     return result;
   }
@@ -2937,7 +2970,6 @@ struct RoundTripEmitter : EmitterBase {
   /// Blocks along the innermost dim: 8 lanes a block, 4 values a lane.
   void emitContiguous(Value tid, Value gtid, Value units, Value xs, Value ys) {
     unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
-    unsigned outBytes = g.outElt.getIntOrFloatBitWidth() / 8;
     Value xBase = baseAddress(xs), yBase = baseAddress(ys);
     // 16-byte vector accesses need both buffers 16-byte aligned (device
     // allocations are; a caller's buffer need not be).
@@ -2953,7 +2985,6 @@ struct RoundTripEmitter : EmitterBase {
       Value first = add(mul(unit, idx(kRTBlock)), mul(rem(lane, 8), idx(4)));
       Value valid = cmp(P::ult, unit, units);
       auto vecIn = VectorType::get({4}, g.inElt);
-      auto vecOut = VectorType::get({4}, g.outElt);
       SmallVector<Type> inTypes(4, g.inElt);
       SmallVector<Value> values = ifElse(
           inTypes, valid,
@@ -2995,22 +3026,7 @@ struct RoundTripEmitter : EmitterBase {
                                    gpu::ShuffleMode::XOR)
                 .getShuffleResult());
       SmallVector<Value> results = roundTrip(values, amax);
-      ifThen(valid, [&] {
-        auto store =
-            scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(store.thenBlock()->getTerminator());
-        Value v = LLVM::PoisonOp::create(b, loc, vecOut);
-        for (int64_t j = 0; j < 4; ++j)
-          v = LLVM::InsertElementOp::create(b, loc, v, results[j], int32(j));
-        LLVM::StoreOp::create(b, loc, v,
-                              globalPtr(yBase, mul(first, idx(outBytes))),
-                              4 * outBytes);
-        b.setInsertionPoint(store.elseBlock()->getTerminator());
-        for (int64_t j = 0; j < 4; ++j)
-          memref::StoreOp::create(b, loc, results[j], ys,
-                                  ValueRange{add(first, idx(j))});
-      });
+      ifThen(valid, [&] { storeRun(ys, yBase, first, results, aligned); });
     });
   }
 
@@ -3175,7 +3191,6 @@ struct DequantizeEmitter : EmitterBase {
     Value ds = flat(data), ss = flat(scales), ys = flat(out);
     Value dBase = baseAddress(ds), sBase = baseAddress(ss),
           yBase = baseAddress(ys);
-    unsigned outBytes = g.outElt.getIntOrFloatBitWidth() / 8;
     int64_t inner = g.inner(), along = g.mx.getShape()[g.mx.getAxis()];
     bool oneScale = inner == 1;
     // 8-byte data (and scale) loads, 16-byte stores.
@@ -3188,7 +3203,6 @@ struct DequantizeEmitter : EmitterBase {
     Value aligned = cmp(P::eq, mask, int64(0));
     Type elt = g.mx.getElementType();
     auto pairI8 = VectorType::get({2}, i8());
-    auto pairF16 = VectorType::get({2}, b.getF16Type());
     strideLoop(gtid, idx(g.elements() / kDQPer), grid * kDQThreads,
                [&](Value group) {
       Value first = mul(group, idx(kDQPer));
@@ -3212,38 +3226,14 @@ struct DequantizeEmitter : EmitterBase {
         for (int64_t j = 0; j < 2; ++j)
           pair = LLVM::InsertElementOp::create(b, loc, pair, bytes[2 * p + j],
                                                int32(j));
-        Value f16 = NVVM::ConvertF8x2ToF16x2Op::create(b, loc, pairF16, pair,
-                                                       /*relu=*/false, elt);
-        for (int64_t j = 0; j < 2; ++j) {
-          Value half = LLVM::ExtractElementOp::create(b, loc, f16, int32(j));
-          Value q = arith::ExtFOp::create(b, loc, b.getF32Type(), half);
-          Value scale = buildScaleValue(b, loc, scaleBytes[2 * p + j]);
-          Value v = arith::MulFOp::create(b, loc, q, scale);
-          values.push_back(g.outElt.isF32()
-                               ? v
-                               : arith::TruncFOp::create(b, loc, g.outElt, v)
-                                     .getResult());
-        }
+        llvm::append_range(
+            values,
+            decodeF8Pair(pair, elt,
+                         {buildScaleValue(b, loc, scaleBytes[2 * p]),
+                          buildScaleValue(b, loc, scaleBytes[2 * p + 1])},
+                         g.outElt));
       }
-      auto store = scf::IfOp::create(b, loc, aligned, /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(store.thenBlock()->getTerminator());
-      // 16 bytes a store.
-      int64_t perStore = 16 / outBytes;
-      for (int64_t s0 = 0; s0 < kDQPer; s0 += perStore) {
-        Value v = LLVM::PoisonOp::create(
-            b, loc, VectorType::get({perStore}, g.outElt));
-        for (int64_t j = 0; j < perStore; ++j)
-          v = LLVM::InsertElementOp::create(b, loc, v, values[s0 + j],
-                                            int32(j));
-        LLVM::StoreOp::create(
-            b, loc, v,
-            globalPtr(yBase, mul(add(first, idx(s0)), idx(outBytes))), 16);
-      }
-      b.setInsertionPoint(store.elseBlock()->getTerminator());
-      for (int64_t j = 0; j < kDQPer; ++j)
-        memref::StoreOp::create(b, loc, values[j], ys,
-                                ValueRange{add(first, idx(j))});
+      storeRun(ys, yBase, first, values, aligned);
     });
   }
 };
@@ -3258,8 +3248,10 @@ void lowerDequantizes(ModuleOp module, SymbolTable &symbols) {
         if (std::optional<MXDequantize> g = matchDequantize(dq))
           work.push_back({dq, *g});
       });
-  for (auto &[dq, g] : work) {
-    auto mx = g.mx;
+  for (auto &item : work) {
+    DequantizeOp dq = item.first;
+    const MXDequantize &g = item.second;
+    MXTensorType mx = g.mx;
     int64_t grid = std::min(tilesOf(g.elements() / kDQPer, kDQThreads),
                             kRTMaxBlocks);
     func::FuncOp kernel = getOrCreateKernelCall(

@@ -10,9 +10,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/IR/SymbolTable.h"
-#include "mlir/Transforms/RegionUtils.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Transforms/RegionUtils.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUDEVICEBUFFERS
@@ -39,8 +39,8 @@ bool touchesMemory(Operation *op) {
 }
 
 /// Whether `buffer`, or a view of it, may outlive its block: a terminator
-/// (return, yield) takes it, or a call that is not one of the generated
-/// kernel functions (those return buffers of their own) may return it.
+/// (return, yield) takes it, or a call may return it (the generated kernel
+/// functions are inlined before this pass; calls left are the program's).
 bool escapesBlock(Value buffer) {
   SmallVector<Value> worklist = {buffer};
   while (!worklist.empty()) {
@@ -53,12 +53,8 @@ bool escapesBlock(Value buffer) {
           llvm::append_range(worklist, user->getResults());
         continue;
       }
-      if (auto call = dyn_cast<func::CallOp>(user)) {
-        auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-            call, call.getCalleeAttr());
-        if (!callee || !callee->hasAttr("moe.dedicated_kernel"))
-          return true;
-      }
+      if (isa<func::CallOp>(user))
+        return true;
     }
   }
   return false;
@@ -184,9 +180,7 @@ struct MoEGPUDeviceBuffersPass
       // Host computations left without users (in reverse, chains whole).
       for (Block &block : func.getBody())
         for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
-          if (op.use_empty() && op.getNumRegions() == 0 &&
-              !op.hasTrait<OpTrait::IsTerminator>() &&
-              (isPure(&op) || isa<memref::LoadOp>(op)))
+          if (isOpTriviallyDead(&op))
             op.erase();
       func.walk([&](memref::LoadOp op) {
         if (!inKernel(op) && !isHostBuffer(op.getMemRef(), host)) {

@@ -11,19 +11,20 @@
 
 #include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace mlir::moe::detail {
 
 /// The ops outside `loop` that compute `v`, in order; with `clonable`, only
 /// through ops that can be computed again anywhere (pure ops and loads,
 /// without regions).
-inline SetVector<Operation *> computationOf(Value v, Operation *loop, bool clonable) {
+inline SetVector<Operation *> computationOf(Value v, Operation *loop,
+                                           bool clonable) {
   BackwardSliceOptions options;
   options.omitBlockArguments = true;
   options.inclusive = true;
@@ -41,7 +42,7 @@ inline SetVector<Operation *> computationOf(Value v, Operation *loop, bool clona
 /// computation cloned (a trip count read from device memory is read again
 /// inside the kernel, where that memory is readable).
 inline Value recomputeInside(RewriterBase &rewriter, Value v, Operation *loop,
-                      Block *into) {
+                             Block *into) {
   if (getConstantIntValue(v))
     return v;
   OpBuilder::InsertionGuard guard(rewriter);
@@ -51,7 +52,6 @@ inline Value recomputeInside(RewriterBase &rewriter, Value v, Operation *loop,
     rewriter.clone(*op, map);
   return map.lookupOrDefault(v);
 }
-
 
 /// Moves `op` (which has no results used outside it) into a `gpu.launch` of
 /// one block of one thread, created where `op` was.
