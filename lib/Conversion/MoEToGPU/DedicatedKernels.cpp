@@ -165,6 +165,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/Activations.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 #include "moe/Dialect/MoE/Utils/MXNumerics.h"
 
@@ -258,7 +259,8 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
       NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
       NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp, NVVM::BarrierOp>(ctx);
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp, NVVM::BarrierOp,
+      NVVM::SetMaxRegisterOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);
@@ -549,6 +551,53 @@ struct EmitterBase {
     return result;
   }
 
+  /// The values of one MX block (f32, an even number) rounded through the MX
+  /// format `f8` with scale rule `mode`, as `outElt`, given the block's amax.
+  /// The scale is MXNumerics.h's; the elements go through the hardware's
+  /// conversions, two at a time: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 rounds to
+  /// nearest even and saturates finite values to +-max (buildEncode's rule),
+  /// and the f8 -> f16 cvt is exact (every E4M3 / E5M2 value is an f16). A
+  /// NaN or an infinity gives the block the NaN scale, which makes every
+  /// value NaN whatever its element. About 5 instructions a value instead of
+  /// buildEncode's and buildDecode's ~70.
+  SmallVector<Value> mxRoundTrip(ArrayRef<Value> values, Value amax, Type f8,
+                                 ScaleMode mode, Type outElt) {
+    MXFormat fmt = MXFormat::get(f8);
+    Value byte = buildScaleByte(b, loc, amax, fmt, mode);
+    Value inverse = buildInverseScale(b, loc, byte);
+    Value scale = buildScaleValue(b, loc, byte);
+    auto pairI8 = VectorType::get({2}, b.getI8Type());
+    SmallVector<Value> result;
+    for (size_t i = 0; i + 1 < values.size(); i += 2) {
+      // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
+      Value pair = NVVM::ConvertF32x2ToF8x2Op::create(
+          b, loc, pairI8,
+          arith::MulFOp::create(b, loc, values[i + 1], inverse),
+          arith::MulFOp::create(b, loc, values[i], inverse),
+          NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
+          /*relu=*/false, f8);
+      llvm::append_range(result, decodeF8Pair(pair, f8, {scale, scale}, outElt));
+    }
+    return result;
+  }
+  /// max(amax, |v|), NaN propagating.
+  Value magnitudeMax(Value amax, Value v) {
+    return arith::MaximumFOp::create(b, loc, amax,
+                                     math::AbsFOp::create(b, loc, v));
+  }
+  /// `v` (f32) reduced with max over the lanes whose index differs from this
+  /// lane's in the bits of `lanes` (xor shuffles; every lane of the warp
+  /// takes part).
+  Value warpMax(Value v, ArrayRef<int64_t> lanes) {
+    for (int64_t d : lanes)
+      v = arith::MaximumFOp::create(
+          b, loc, v,
+          gpu::ShuffleOp::create(b, loc, v, int32(d), int32(32),
+                                 gpu::ShuffleMode::XOR)
+              .getShuffleResult());
+    return v;
+  }
+
   // -- shared and tensor memory addresses ------------------------------------
   /// The shared::cta address of byte `offset` of the dynamic shared memory.
   Value sharedAddress(int64_t offset) {
@@ -836,13 +885,15 @@ gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
 /// An existing function of that name and type is reused.
 func::FuncOp getOrCreateKernelCall(
     ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
-    ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
-    LaunchShape shape,
-    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
+    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
+    Location loc, LaunchShape shape,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>,
+                      ArrayRef<Value>)>
         emit,
     function_ref<void(OpBuilder &, ArrayRef<Value>)> host = nullptr) {
   MLIRContext *ctx = module.getContext();
-  auto type = FunctionType::get(ctx, argTypes, resultType);
+  SmallVector<Type> results(resultTypes.begin(), resultTypes.end());
+  auto type = FunctionType::get(ctx, argTypes, results);
   if (auto existing = symbols.lookup<func::FuncOp>(name))
     if (existing.getFunctionType() == type &&
         existing->hasAttr("moe.dedicated_kernel"))
@@ -860,9 +911,10 @@ func::FuncOp getOrCreateKernelCall(
         b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
         /*read_only=*/true));
   }
-  Value out = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get(resultType.getShape(), resultType.getElementType()));
+  SmallVector<Value> outs;
+  for (RankedTensorType t : resultTypes)
+    outs.push_back(memref::AllocOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType())));
   if (host)
     host(b, buffers);
   auto launch =
@@ -870,12 +922,29 @@ func::FuncOp getOrCreateKernelCall(
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(launch.getBody().front().getTerminator());
-    emit(b, launch, buffers, out);
+    emit(b, launch, buffers, outs);
   }
-  Value result = bufferization::ToTensorOp::create(
-      b, loc, resultType, out, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b, loc, result);
+  SmallVector<Value> tensors;
+  for (auto [t, out] : llvm::zip(resultTypes, outs))
+    tensors.push_back(bufferization::ToTensorOp::create(
+        b, loc, t, out, /*restrict=*/true, /*writable=*/true));
+  func::ReturnOp::create(b, loc, tensors);
   return func;
+}
+
+/// getOrCreateKernelCall for a kernel with one result.
+func::FuncOp getOrCreateKernelCall(
+    ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
+    ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
+    LaunchShape shape,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
+        emit,
+    function_ref<void(OpBuilder &, ArrayRef<Value>)> host = nullptr) {
+  return getOrCreateKernelCall(
+      module, symbols, name, what, argTypes, ArrayRef(resultType), loc, shape,
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buffers,
+          ArrayRef<Value> outs) { emit(b, launch, buffers, outs[0]); },
+      host);
 }
 
 /// Declares which arguments of a grouped kernel are rows read only inside the
@@ -1513,6 +1582,33 @@ constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
 // SMs the last wave is simply shorter).
 constexpr int64_t kTCtas = 132;
+// The SwiGLU epilogue's MX blocks: 8 values in each of 4 lanes.
+constexpr int64_t kTSwigluBlock = 32;
+
+/// A SwiGLU epilogue, forward or backward, for w1's split layout (gate
+/// columns [0, F), up columns [F, 2F)); blocks of 32 along the rows, element
+/// type `f8`, scale rule `mode`.
+/// - Forward, of h = x @ w1 ([R, 2F]): the kernel's first result is the MX
+///   rounding of a = swiglu(h) as bf16 [R, F] (the next GEMM's exact
+///   operand); optionally also h (f32 [R, 2F], `keepH`) and a (f32 [R, F],
+///   `keepF32`), in that order, for other users.
+/// - Backward (`grad`), of da = dy @ w2^T ([R, F], transpose_rhs), given h as
+///   the kernel's fourth argument: the first result is the MX rounding of
+///   dh = swiglu_grad(h, da) as bf16 [R, 2F] (the data gradient's exact
+///   operand); optionally also dh (f32, `keepF32`).
+struct SwigluEpilogue {
+  bool grad = false;
+  Type f8;
+  ScaleMode mode;
+  bool keepH = false, keepF32 = false;
+  std::string name() const {
+    return llvm::formatv("_{0}_{1}_{2}{3}{4}", grad ? "swiglu_grad" : "swiglu",
+                         BlockScaledGemm::eltName(f8),
+                         stringifyScaleMode(mode), keepH ? "_h" : "",
+                         keepF32 ? (grad ? "_dh" : "_a") : "")
+        .str();
+  }
+};
 
 /// What the TMA kernel computes: a grouped GEMM (forward or data gradient)
 /// or a grouped weight gradient, and its shape.
@@ -1522,6 +1618,8 @@ struct TmaGemm {
   /// result[e] = lhs[lo:hi]^T @ rhs[lo:hi] ([E, K, N], contraction over the
   /// group's rows) instead of result[r] = lhs[r] @ rhs[e].
   bool wgrad = false;
+  /// Forward with rhs [E, K, N], or backward with transpose_rhs.
+  std::optional<SwigluEpilogue> swiglu;
 };
 
 /// Emits the body of the TMA grouped GEMM's gpu.launch.
@@ -1530,6 +1628,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   // Buffers: offsets [E+1], result; device addresses of the tensor maps of
   // A and B (host values, i64).
   Value offsets, out, mapA, mapB;
+  // The SwiGLU epilogue's optional results h and the f32 values it rounds
+  // (null if not kept), and the backward's h argument; `out` is then the
+  // MX-rounded result.
+  Value outH{}, outF32{}, inH{};
   Value tid{};
 
   /// One output tile: expert e with clamped rows [lo, hi); the tile's first
@@ -1674,10 +1776,17 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                   add(mul(t.e, idx(g.n)), t.n0), full);
         } else {
           // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
+          // SwiGLU: 128 gate columns (from n0 / 2) then the 128 up columns
+          // of the same outputs (F further).
           Value krow = add(mul(t.e, idx(g.k)), k0);
-          for (int64_t q = 0; q < kTTileN / 64; ++q)
-            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB,
-                    add(t.n0, idx(64 * q)), krow, full);
+          for (int64_t q = 0; q < kTTileN / 64; ++q) {
+            Value column = add(t.n0, idx(64 * q));
+            if (g.swiglu && !g.swiglu->grad)
+              column = add(div(t.n0, 2),
+                           idx(64 * (q % 2) + (q / 2) * (g.n / 2)));
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB, column,
+                    krow, full);
+          }
         }
         return SmallVector<Value>{};
       });
@@ -1776,6 +1885,13 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
       Value rowBase = add(add(t.m0, mul(c, idx(kHMmaM))),
                           add(mul(warp, idx(16)), div(lane, 4)));
+      if (g.swiglu) {
+        if (g.swiglu->grad)
+          storeSwigluGrad(t, acc[0], rowBase, lane);
+        else
+          storeSwiglu(t, acc[0], rowBase, lane);
+        return add(g0, t.stages);
+      }
       Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
       auto vec2 = VectorType::get({2}, b.getF32Type());
       for (int64_t h = 0; h < 2; ++h) {
@@ -1805,15 +1921,173 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     });
   }
 
+  /// Stores two f32 values as a pair of `elt` at element `at` (index) of
+  /// the row-major buffer whose base address is `base`.
+  void storePair(Value base, Value at, Value x, Value y, Type elt) {
+    auto vec2 = VectorType::get({2}, elt);
+    Value v = LLVM::PoisonOp::create(b, loc, vec2);
+    Value pair[2] = {x, y};
+    for (int64_t i = 0; i < 2; ++i) {
+      Value value = pair[i];
+      if (!elt.isF32())
+        value = arith::TruncFOp::create(b, loc, elt, value);
+      v = LLVM::InsertElementOp::create(b, loc, v, value, int32(i));
+    }
+    int64_t bytes = 2 * elt.getIntOrFloatBitWidth() / 8;
+    LLVM::StoreOp::create(
+        b, loc, v, globalPtr(base, mul(at, idx(bytes / 2))), bytes);
+  }
+
+  /// The SwiGLU epilogue (see SwigluEpilogue). The B tile held 128 gate
+  /// columns, then the up columns of the same outputs, so register
+  /// 4 j + 2 h + c (j < 16) is the gate and register 4 (j + 16) + 2 h + c the
+  /// up of output column n0 / 2 + 8 j + 2 (l%4) + c: this thread's 32
+  /// outputs of a row make four MX blocks of 8 values each, the other 24 of
+  /// every block in the 3 lanes of the same row (the lanes l ^ 1, l ^ 2,
+  /// l ^ 3), which one amax reduction over 2 xor shuffles combines.
+  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value lane) {
+    int64_t f = g.n / 2;
+    Value c0 = div(t.n0, 2);
+    Value col = add(c0, mul(rem(lane, 4), idx(2)));
+    Value outBase = baseAddress(out);
+    Value hBase = outH ? baseAddress(outH) : Value();
+    Value aBase = outF32 ? baseAddress(outF32) : Value();
+    Type f32 = b.getF32Type();
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = add(rowBase, idx(8 * h));
+      auto reg = [&](int64_t j, int64_t cc) {
+        return LLVM::ExtractValueOp::create(
+                   b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc})
+            .getResult();
+      };
+      Value valid = cmp(P::slt, row, t.hi);
+      if (hBase)
+        ifThen(valid, [&] {
+          Value hAt = add(mul(row, idx(g.n)), col);
+          for (int64_t j = 0; j < 32; ++j)
+            storePair(hBase, add(hAt, idx(8 * (j % 16) + (j / 16) * f)),
+                      reg(j, 0), reg(j, 1), f32);
+        });
+      // One MX block at a time (its accumulators die after it): block m
+      // holds output columns col + 8 j + cc for j in [4 m, 4 m + 4).
+      Value rowAt = add(mul(row, idx(f)), col);
+      for (int64_t m = 0; m < 4; ++m) {
+        SmallVector<Value> act;
+        Value amax = arith::ConstantFloatOp::create(
+            b, loc, cast<FloatType>(f32), APFloat(0.0f));
+        for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
+          for (int64_t cc = 0; cc < 2; ++cc) {
+            act.push_back(buildSwiglu(b, loc, reg(j, cc), reg(j + 16, cc)));
+            amax = magnitudeMax(amax, act.back());
+          }
+        SmallVector<Value> rounded = roundRowBlock(act, amax);
+        ifThen(valid, [&] {
+          for (int64_t i = 0; i < 4; ++i) {
+            Value at = add(rowAt, idx(8 * (4 * m + i)));
+            storePair(outBase, at, rounded[2 * i], rounded[2 * i + 1],
+                      b.getBF16Type());
+            if (aBase)
+              storePair(aBase, at, act[2 * i], act[2 * i + 1], f32);
+          }
+        });
+      }
+    }
+  }
+
+  /// The MX rounding of one rowwise block: this thread's 8 values of it
+  /// (`amax` their amax) and the other 24 in the lanes l ^ 1, l ^ 2, l ^ 3.
+  SmallVector<Value> roundRowBlock(ArrayRef<Value> values, Value amax) {
+    amax = warpMax(amax, {1, 2});
+    return mxRoundTrip(values, amax, g.swiglu->f8, g.swiglu->mode,
+                       b.getF32Type());
+  }
+
+  /// The backward SwiGLU epilogue (see SwigluEpilogue): register
+  /// 4 j + 2 h + c is da at column n0 + 8 j + 2 (l%4) + c; with the gate and
+  /// up of h at that column and F further (8-byte loads of h's row, clamped
+  /// to the group so rows past it stay in bounds), dh's gate and up halves.
+  /// dh's rowwise MX blocks of the gate half and of the up half each have 8
+  /// values in this thread (j in [4 m, 4 m + 4)), as in the forward.
+  void storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value lane) {
+    int64_t f = g.n, twoF = 2 * g.n;
+    Value col = add(t.n0, mul(rem(lane, 4), idx(2)));
+    Value outBase = baseAddress(out);
+    Value hBase = baseAddress(inH);
+    Value dhBase = outF32 ? baseAddress(outF32) : Value();
+    Type f32 = b.getF32Type();
+    auto vec2 = VectorType::get({2}, f32);
+    Value lastRow = add(t.hi, idx(-1));
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = add(rowBase, idx(8 * h));
+      Value valid = cmp(P::slt, row, t.hi);
+      Value hRowAt = add(mul(minS(row, lastRow), idx(twoF)), col);
+      Value rowAt = add(mul(row, idx(twoF)), col);
+      for (int64_t m = 0; m < kTTileN / kTSwigluBlock; ++m) {
+        SmallVector<Value> dg, du;
+        Value zero = arith::ConstantFloatOp::create(
+            b, loc, cast<FloatType>(f32), APFloat(0.0f));
+        Value gMax = zero, uMax = zero;
+        for (int64_t j = 4 * m; j < 4 * m + 4; ++j) {
+          auto load = [&](int64_t at) {
+            Value v = LLVM::LoadOp::create(
+                b, loc, vec2,
+                globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8);
+            return std::array<Value, 2>{
+                LLVM::ExtractElementOp::create(b, loc, v, int32(0)),
+                LLVM::ExtractElementOp::create(b, loc, v, int32(1))};
+          };
+          std::array<Value, 2> gate = load(8 * j), up = load(f + 8 * j);
+          for (int64_t cc = 0; cc < 2; ++cc) {
+            Value da = LLVM::ExtractValueOp::create(
+                b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
+            auto [dGate, dUp] = buildSwigluGrad(b, loc, gate[cc], up[cc], da);
+            dg.push_back(dGate);
+            du.push_back(dUp);
+            gMax = magnitudeMax(gMax, dGate);
+            uMax = magnitudeMax(uMax, dUp);
+          }
+        }
+        SmallVector<Value> gRounded = roundRowBlock(dg, gMax);
+        SmallVector<Value> uRounded = roundRowBlock(du, uMax);
+        ifThen(valid, [&] {
+          for (int64_t i = 0; i < 4; ++i) {
+            Value at = add(rowAt, idx(8 * (4 * m + i)));
+            Value upAt = add(at, idx(f));
+            storePair(outBase, at, gRounded[2 * i], gRounded[2 * i + 1],
+                      b.getBF16Type());
+            storePair(outBase, upAt, uRounded[2 * i], uRounded[2 * i + 1],
+                      b.getBF16Type());
+            if (dhBase) {
+              storePair(dhBase, at, dg[2 * i], dg[2 * i + 1], f32);
+              storePair(dhBase, upAt, du[2 * i], du[2 * i + 1], f32);
+            }
+          }
+        });
+      }
+    }
+  }
+
   /// Forward: zeros the rows in no group, [0, offsets[0]) and [offsets[E],
-  /// end).
+  /// end), of every result.
   void zeroUncovered(Value grid) {
+    if (!g.swiglu)
+      return zeroUncovered(grid, out, g.n * 4);
+    // The rounded result (bf16) is [R, F] forward, [R, 2F] backward.
+    int64_t columns = g.swiglu->grad ? 2 * g.n : g.n / 2;
+    zeroUncovered(grid, out, columns * 2);
+    if (outH)
+      zeroUncovered(grid, outH, g.n * 4);
+    if (outF32)
+      zeroUncovered(grid, outF32, columns * 4);
+  }
+  /// zeroUncovered for the result `buffer` of `rowBytes` bytes a row.
+  void zeroUncovered(Value grid, Value buffer, int64_t rowBytes) {
     Value start = clampedOffset(offsets, idx(0), g.rows);
     Value end = groupsEnd(offsets, g.rows);
     Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
-    Value outBase = baseAddress(out);
+    Value outBase = baseAddress(buffer);
     Value zero = LLVM::ZeroOp::create(b, loc, VectorType::get({4}, b.getF32Type()));
-    Value chunksPerRow = idx(g.n / 4);
+    Value chunksPerRow = idx(rowBytes / 16);
     Value first =
         add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
                 idx(kTThreads)),
@@ -1854,10 +2128,24 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
                                int32(32), gpu::ShuffleMode::IDX)
             .getShuffleResult());
+    // The SwiGLU epilogue needs more than the 168 registers a thread of 384
+    // gets: the producer warpgroup gives most of its registers to the
+    // consumers (128 x 40 + 256 x 232 <= 64K).
+    auto setMaxRegisters = [&](int64_t count,
+                               NVVM::SetMaxRegisterAction action) {
+      if (g.swiglu)
+        NVVM::SetMaxRegisterOp::create(b, loc, count, action);
+    };
     ifElseVoid(
         cmp(P::eq, wg, idx(0)),
-        [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
-        [&] { consumer(grid, add(wg, idx(-1))); });
+        [&] {
+          setMaxRegisters(40, NVVM::SetMaxRegisterAction::decrease);
+          ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
+        },
+        [&] {
+          setMaxRegisters(232, NVVM::SetMaxRegisterAction::increase);
+          consumer(grid, add(wg, idx(-1)));
+        });
   }
 };
 
@@ -1882,11 +2170,10 @@ func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols) {
 /// The TMA kernel computing `t` (see "bf16 grouped GEMM, TMA and
 /// warp-specialized wgmma"), named `name`: the host encodes both tensor
 /// maps before the launch.
-func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
-                                         const TmaGemm &t, StringRef name,
-                                         ArrayRef<Type> argTypes,
-                                         RankedTensorType resultType,
-                                         Location loc) {
+func::FuncOp getOrCreateWgmmaTmaFunction(
+    ModuleOp module, SymbolTable &symbols, const TmaGemm &t, StringRef name,
+    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
+    Location loc) {
   func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
   int64_t tiles =
       t.wgrad ? t.experts * (t.k / kTTileM) * (t.n / kTTileN)
@@ -1895,14 +2182,25 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
   return withGroupedArgs(
       getOrCreateKernelCall(
           module, symbols, name,
-          t.wgrad ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
-                    "gradient"
-                  : "cp.async.bulk.tensor + wgmma.mma_async bf16",
-          argTypes, resultType, loc,
+          t.wgrad    ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
+                       "gradient"
+          : t.swiglu ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU "
+                       "and MX rounding epilogue"
+                     : "cp.async.bulk.tensor + wgmma.mma_async bf16",
+          argTypes, resultTypes, loc,
           {std::min(kTCtas, tiles), 1, 1, kTThreads, kTSmemBytes},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
-              Value out) {
-            WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], out, mapA, mapB};
+              ArrayRef<Value> outs) {
+            WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], outs[0], mapA, mapB};
+            if (t.swiglu) {
+              unsigned next = 1;
+              if (t.swiglu->keepH)
+                k.outH = outs[next++];
+              if (t.swiglu->keepF32)
+                k.outF32 = outs[next++];
+              if (t.swiglu->grad)
+                k.inH = buf[3];
+            }
             k.emit(launch);
           },
           [&](OpBuilder &b, ArrayRef<Value> buf) {
@@ -1940,8 +2238,9 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
   if (g.tma)
     return getOrCreateWgmmaTmaFunction(
         module, symbols,
-        TmaGemm{g.rows, g.k, g.n, g.experts, g.rhsTransposed, g.liveRowsOnly},
-        g.name(), argTypes, resultType, loc);
+        TmaGemm{g.rows, g.k, g.n, g.experts, g.rhsTransposed, g.liveRowsOnly,
+                /*wgrad=*/false, /*swiglu=*/std::nullopt},
+        g.name(), argTypes, ArrayRef(resultType), loc);
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
       loc,
@@ -1952,6 +2251,131 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
         k.emit(launch);
       }),
                          {0}, 2);
+}
+
+/// A GEMM followed by SwiGLU (or its gradient) and the MX round trip of the
+/// next GEMM's operand, which the TMA kernel's SwiGLU epilogue computes in
+/// one pass (see SwigluEpilogue):
+/// - forward: h = gemm(x, w1), a = moe.swiglu(h), r = bf16 round trip of a;
+/// - backward: da = gemm(dy, w2) transpose_rhs, dh = moe.swiglu_grad(h, da),
+///   r = bf16 round trip of dh (da read by nothing else).
+/// Split layout, f32 values, rowwise MX blocks of 32.
+struct SwigluFusion {
+  Operation *activation; // moe.swiglu or moe.swiglu_grad
+  QuantizeOp quantize;
+  SmallVector<DequantizeOp> roundTrips; // the bf16 dequantizes of `quantize`
+  SwigluEpilogue epilogue;
+};
+
+std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
+                                              const WgmmaGemm &g) {
+  if (!g.tma || g.n % kTTileN)
+    return std::nullopt;
+  Value result = op.getResult();
+  Operation *activation = nullptr;
+  for (OpOperand &use : result.getUses()) {
+    Operation *user = use.getOwner();
+    if (activation)
+      break;
+    if (auto s = dyn_cast<SwigluOp>(user);
+        s && !g.rhsTransposed && s.getLayout() == SwigluLayout::split &&
+        s.getType().getElementType().isF32())
+      activation = s;
+    if (auto s = dyn_cast<SwigluGradOp>(user);
+        s && g.rhsTransposed && use.getOperandNumber() == 1 &&
+        s.getLayout() == SwigluLayout::split &&
+        s.getType().getElementType().isF32() &&
+        s.getInput().getType().getElementType().isF32() &&
+        result.hasOneUse())
+      activation = s;
+  }
+  if (!activation)
+    return std::nullopt;
+  SwigluFusion fusion{activation, {}, {}, {}};
+  fusion.epilogue.grad = g.rhsTransposed;
+  Value values = activation->getResult(0);
+  for (Operation *user : values.getUsers()) {
+    auto q = dyn_cast<QuantizeOp>(user);
+    if (!q || fusion.quantize)
+      continue;
+    MXTensorType mx = q.getType();
+    if (mx.getAxis() != 1 || mx.getBlockSize() != kTSwigluBlock)
+      continue;
+    for (Operation *qUser : q->getUsers())
+      if (auto dq = dyn_cast<DequantizeOp>(qUser))
+        if (dq.getType().getElementType().isBF16())
+          fusion.roundTrips.push_back(dq);
+    if (!fusion.roundTrips.empty())
+      fusion.quantize = q;
+  }
+  if (!fusion.quantize)
+    return std::nullopt;
+  fusion.epilogue.f8 = fusion.quantize.getType().getElementType();
+  fusion.epilogue.mode = fusion.quantize.getScaleMode();
+  // h (forward) and the f32 values stay results for any other user (a
+  // train step's backward reads h; the weight gradients quantize a and dh
+  // along the rows).
+  fusion.epilogue.keepH =
+      !fusion.epilogue.grad && llvm::any_of(result.getUsers(), [&](Operation *u) {
+        return u != activation;
+      });
+  auto roundTripOnly = [&](Operation *u) {
+    return llvm::is_contained(fusion.roundTrips, u);
+  };
+  fusion.epilogue.keepF32 =
+      llvm::any_of(values.getUsers(),
+                   [&](Operation *u) { return u != fusion.quantize; }) ||
+      !llvm::all_of(fusion.quantize->getUsers(), roundTripOnly);
+  return fusion;
+}
+
+/// Replaces `op` (the GEMM of `fusion`) and the SwiGLU (or its gradient) and
+/// round trips after it by one call of the TMA kernel with the SwiGLU
+/// epilogue: at the GEMM (forward; h's other users may come before the
+/// SwiGLU), or at the gradient (backward: h need not exist at the GEMM).
+void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
+                       ModuleOp module, SymbolTable &symbols) {
+  const SwigluEpilogue &e = fusion.epilogue;
+  Operation *activation = fusion.activation;
+  auto valuesType = cast<RankedTensorType>(activation->getResult(0).getType());
+  SmallVector<RankedTensorType> resultTypes = {RankedTensorType::get(
+      valuesType.getShape(), BFloat16Type::get(op.getContext()))};
+  if (e.keepH)
+    resultTypes.push_back(cast<RankedTensorType>(op.getType()));
+  if (e.keepF32)
+    resultTypes.push_back(valuesType);
+  TmaGemm t{g.rows,         g.k,
+            g.n,            g.experts,
+            g.rhsTransposed, g.liveRowsOnly,
+            /*wgrad=*/false, e};
+  SmallVector<Value> args = {op.getLhs(), op.getRhs(), op.getOffsets()};
+  if (e.grad)
+    args.push_back(cast<SwigluGradOp>(activation).getInput());
+  func::FuncOp kernel = withGroupedArgs(
+      getOrCreateWgmmaTmaFunction(
+          module, symbols, t, g.name() + e.name(),
+          llvm::to_vector(ValueRange(args).getTypes()), resultTypes,
+          op.getLoc()),
+      e.grad ? SmallVector<unsigned>{0, 3} : SmallVector<unsigned>{0}, 2);
+  OpBuilder b(e.grad ? activation : op.getOperation());
+  auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
+  unsigned next = 1;
+  for (DequantizeOp dq : fusion.roundTrips) {
+    dq.getResult().replaceAllUsesWith(call.getResult(0));
+    dq.erase();
+  }
+  if (fusion.quantize->use_empty())
+    fusion.quantize.erase();
+  if (e.keepH)
+    op.getResult().replaceUsesWithIf(call.getResult(next++), [&](OpOperand &u) {
+      return u.getOwner() != activation;
+    });
+  if (e.keepF32)
+    activation->getResult(0).replaceAllUsesWith(call.getResult(next++));
+  if (activation->use_empty())
+    activation->erase();
+  if (op->use_empty())
+    op.erase();
 }
 
 //===----------------------------------------------------------------------===//
@@ -2094,8 +2518,8 @@ func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
     return getOrCreateWgmmaTmaFunction(
         module, symbols,
         TmaGemm{g.rows, g.k, g.n, g.experts, /*rhsTransposed=*/false,
-                /*liveRowsOnly=*/false, /*wgrad=*/true},
-        g.name(), argTypes, resultType, loc);
+                /*liveRowsOnly=*/false, /*wgrad=*/true, /*swiglu=*/std::nullopt},
+        g.name(), argTypes, ArrayRef(resultType), loc);
   return withGroupedArgs(getOrCreateKernelCall(
       module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
       argTypes, resultType, loc,
@@ -2916,39 +3340,11 @@ struct RoundTripEmitter : EmitterBase {
                ? v
                : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
   }
-  Value magnitudeMax(Value amax, Value v) {
-    return arith::MaximumFOp::create(b, loc, amax,
-                                     math::AbsFOp::create(b, loc, v));
-  }
-  /// The block's values (f32, an even number) rounded through the MX format,
-  /// as the result type, given the block's amax. The scale is MXNumerics.h's;
-  /// the elements go through the hardware's conversions, two at a time:
-  /// cvt.rn.satfinite.{e4m3,e5m2}x2.f32 rounds to nearest even and saturates
-  /// finite values to +-max (buildEncode's rule), and the f8 -> f16 cvt is
-  /// exact (every E4M3 / E5M2 value is an f16). A NaN or an infinity gives
-  /// the block the NaN scale, which makes every value NaN whatever its
-  /// element. About 5 instructions a value instead of buildEncode's and
-  /// buildDecode's ~70 (the integer emulation made the kernel ALU-bound).
+  /// The block's values rounded through the MX format, as the result type
+  /// (the hardware conversions make the kernel memory-bound; buildEncode's
+  /// and buildDecode's integer emulation made it ALU-bound).
   SmallVector<Value> roundTrip(ArrayRef<Value> values, Value amax) {
-    MXFormat fmt = MXFormat::get(g.mx.getElementType());
-    Value byte = buildScaleByte(b, loc, amax, fmt, g.mode);
-    Value inverse = buildInverseScale(b, loc, byte);
-    Value scale = buildScaleValue(b, loc, byte);
-    Type elt = g.mx.getElementType();
-    auto pairI8 = VectorType::get({2}, b.getI8Type());
-    SmallVector<Value> result;
-    for (size_t i = 0; i + 1 < values.size(); i += 2) {
-      // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
-      Value f8 = NVVM::ConvertF32x2ToF8x2Op::create(
-          b, loc, pairI8,
-          arith::MulFOp::create(b, loc, values[i + 1], inverse),
-          arith::MulFOp::create(b, loc, values[i], inverse),
-          NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
-          /*relu=*/false, elt);
-      llvm::append_range(result,
-                         decodeF8Pair(f8, elt, {scale, scale}, g.outElt));
-    }
-    return result;
+    return mxRoundTrip(values, amax, g.mx.getElementType(), g.mode, g.outElt);
   }
 
   void emit(gpu::LaunchOp launch) {
@@ -3019,12 +3415,7 @@ struct RoundTripEmitter : EmitterBase {
         v = toF32(v);
         amax = magnitudeMax(amax, v);
       }
-      for (int64_t d : {4, 2, 1})
-        amax = arith::MaximumFOp::create(
-            b, loc, amax,
-            gpu::ShuffleOp::create(b, loc, amax, int32(d), int32(32),
-                                   gpu::ShuffleMode::XOR)
-                .getShuffleResult());
+      amax = warpMax(amax, {4, 2, 1});
       SmallVector<Value> results = roundTrip(values, amax);
       ifThen(valid, [&] { storeRun(ys, yBase, first, results, aligned); });
     });
@@ -3339,15 +3730,19 @@ struct MoEGPUDedicatedKernelsPass
         op->getResult(0).replaceAllUsesWith(call.getResult(0));
         op->erase();
       }
-      for (GroupedMatmulOp op : candidates) {
-        // MXFP8 without fp8-mma (exact through bf16), transposed rhs
-        // (materialized): see rewriteForWgmma.
+      // MXFP8 without fp8-mma (exact through bf16), transposed rhs
+      // (materialized): see rewriteForWgmma. All GEMMs first, so that a
+      // GEMM's SwiGLU epilogue sees the round trip of the next GEMM's operand.
+      SmallVector<bool> live;
+      for (GroupedMatmulOp &op : candidates) {
+        live.push_back(liveRowsOnly.contains(op));
         bool mxOperands = isa<MXTensorType>(op.getLhs().getType()) ||
                           isa<MXTensorType>(op.getRhs().getType());
-        bool live = liveRowsOnly.contains(op);
         if (!fp8Mma || !mxOperands)
           if (std::optional<GroupedMatmulOp> rewritten = rewriteForWgmma(op))
             op = *rewritten;
+      }
+      for (auto [op, live] : llvm::zip(candidates, live)) {
         // FP8 wgmma sums each 32-term slice at reduced precision: only on
         // request (fp8-mma); otherwise MXFP8 keeps the exact generic path.
         std::optional<WgmmaMxGemm> mx =
@@ -3379,6 +3774,10 @@ struct MoEGPUDedicatedKernelsPass
         if (!gemm)
           continue;
         gemm->liveRowsOnly = live;
+        if (std::optional<SwigluFusion> fusion = matchSwigluFusion(op, *gemm)) {
+          lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
+          continue;
+        }
         SmallVector<Type> argTypes = {op.getLhs().getType(),
                                       op.getRhs().getType(),
                                       op.getOffsets().getType()};

@@ -10,6 +10,7 @@
 
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/Activations.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -366,12 +367,7 @@ struct Emitter {
                    })[0];
   }
 
-  Value sigmoid(Value x) {
-    Value neg = arith::NegFOp::create(b, loc, x);
-    Value ex = math::ExpOp::create(b, loc, neg);
-    Value den = arith::AddFOp::create(b, loc, f32(1.0), ex);
-    return arith::DivFOp::create(b, loc, f32(1.0), den);
-  }
+  Value sigmoid(Value x) { return buildSigmoid(b, loc, x); }
 };
 
 //===----------------------------------------------------------------------===//

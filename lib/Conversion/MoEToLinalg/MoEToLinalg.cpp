@@ -9,6 +9,7 @@
 #include "Emitter.h"
 
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
+#include "moe/Dialect/MoE/Utils/Activations.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
@@ -409,12 +410,8 @@ struct SwigluLowering : RowwiseLowering<SwigluOp> {
     Value up = gluHalf(e, in, op.getLayout(), true);
     Type elt = op.getType().getElementType();
     rewriter.replaceOp(op, e.fullRows(e.map({gate, up}, elt, [&](Emitter &n, ValueRange a) {
-      Value g = n.toF32(a[0]), u = n.toF32(a[1]);
-      // silu(g) = g / (1 + exp(-g))
-      Value ex = math::ExpOp::create(n.b, n.loc, arith::NegFOp::create(n.b, n.loc, g));
-      Value silu = arith::DivFOp::create(
-          n.b, n.loc, g, arith::AddFOp::create(n.b, n.loc, n.f32(1.0), ex));
-      return n.fromF32(arith::MulFOp::create(n.b, n.loc, silu, u), elt);
+      return n.fromF32(buildSwiglu(n.b, n.loc, n.toF32(a[0]), n.toF32(a[1])),
+                       elt);
     }), op.getType()));
     return success();
   }
@@ -446,16 +443,8 @@ struct SwigluGradLowering : RowwiseLowering<SwigluGradOp> {
         {gate, up, dy}, {e.empty(hs, elt), e.empty(hs, elt)}, maps, par,
         [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter n{nb, nl};
-          Value g = n.toF32(a[0]), u = n.toF32(a[1]), d = n.toF32(a[2]);
-          Value s = n.sigmoid(g);
-          auto mul = [&](Value x, Value y) {
-            return arith::MulFOp::create(nb, nl, x, y).getResult();
-          };
-          // d_gate = d * u * s * (1 + g * (1 - s)); d_up = d * g * s
-          Value oneMinus = arith::SubFOp::create(nb, nl, n.f32(1.0), s);
-          Value inner = arith::AddFOp::create(nb, nl, n.f32(1.0), mul(g, oneMinus));
-          Value dg = mul(mul(mul(d, u), s), inner);
-          Value du = mul(mul(d, g), s);
+          auto [dg, du] = buildSwigluGrad(nb, nl, n.toF32(a[0]),
+                                          n.toF32(a[1]), n.toF32(a[2]));
           return SmallVector<Value>{n.fromF32(dg, elt), n.fromF32(du, elt)};
         });
     Value out = e.empty(e.sizes(in), elt);

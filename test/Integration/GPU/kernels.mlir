@@ -370,6 +370,34 @@ func.func @grouped_mlp_backward(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
   return %dx, %dw1, %dw2 : tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
 }
 
+// A train step's expert MLP: the forward and its backward in one function.
+// The backward's recomputed h and activation are the forward's (CSE), so
+// the first GEMM's SwiGLU epilogue returns h and the f32 activation besides
+// the second GEMM's operand (the kernel moe_wgmma_gmm_..._swiglu_e4m3_rceil_h_a);
+// F = 256, two tiles of outputs. Tolerances as for the backward above.
+func.func @grouped_mlp_train(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
+                             %w1: tensor<16x256x512xbf16>, %w2: tensor<16x256x256xbf16>,
+                             %dy: tensor<4576x256xf32>)
+    -> (tensor<4576x256xf32>, tensor<4576x256xf32>, tensor<16x256x512xf32>, tensor<16x256x256xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2, 1.0e-3]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %sq = moe.quantize %s : tensor<4576x256xbf16> -> !moe.mx<4576x256xf8E4M3FN, axis = 1>
+  %w1q = moe.quantize %w1 : tensor<16x256x512xbf16> -> !moe.mx<16x256x512xf8E4M3FN, axis = 1>
+  %w2q = moe.quantize %w2 : tensor<16x256x256xbf16> -> !moe.mx<16x256x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_mlp %sq, %w1q, %w2q, %o
+      : !moe.mx<4576x256xf8E4M3FN, axis = 1>, !moe.mx<16x256x512xf8E4M3FN, axis = 1>,
+        !moe.mx<16x256x256xf8E4M3FN, axis = 1>, tensor<17xi32> -> tensor<4576x256xf32>
+  %dx, %dw1, %dw2 = moe.grouped_mlp_backward %s, %w1, %w2, %o, %dy gemm_type(f8E4M3FN)
+      : tensor<4576x256xbf16>, tensor<16x256x512xbf16>, tensor<16x256x256xbf16>, tensor<17xi32>,
+        tensor<4576x256xf32> -> tensor<4576x256xf32>, tensor<16x256x512xf32>, tensor<16x256x256xf32>
+  return %y, %dx, %dw1, %dw2
+      : tensor<4576x256xf32>, tensor<4576x256xf32>, tensor<16x256x512xf32>, tensor<16x256x256xf32>
+}
+
 // The f32 matmul kernel at sizes that are no multiple of its 64 x 64 x 16
 // tiles, accumulating into a given C (C + A @ B): each output is summed over
 // K = 200 in order, with FMAs; |terms| ~ 1, sums ~ 14: atol 1e-4.

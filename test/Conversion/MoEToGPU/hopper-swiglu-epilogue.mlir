@@ -1,0 +1,155 @@
+// The fused expert MLP on Hopper: the first GEMM's TMA kernel computes
+// SwiGLU and the MX rounding of the activation in its epilogue and returns
+// the second GEMM's exact bf16 operand. h [R, 2F] and the f32 activation
+// are written only when something else reads them (a train step's
+// backward), as further results. Nothing of it runs here
+// (test/Integration/GPU/kernels.mlir runs it on the GPU).
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+
+// Forward: h, the activation and its quantization are never materialized.
+// CHECK-LABEL: func.func @mlp(
+// CHECK-SAME: %[[X:[^:]*]]: tensor<300x128xbf16>, %[[W1:[^:]*]]: tensor<3x128x512xbf16>, %[[W2:[^:]*]]: tensor<3x256x256xbf16>, %[[OFF:[^:]*]]: tensor<4xi32>
+// CHECK-NEXT: %[[A:.*]] = call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil(%[[X]], %[[W1]], %[[OFF]]) : (tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32>) -> tensor<300x256xbf16>
+// CHECK-NEXT: %[[Y:.*]] = call @moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma(%[[A]], %[[W2]], %[[OFF]])
+// CHECK-NEXT: return %[[Y]]
+func.func @mlp(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
+               %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<300x512xf32>
+  %a = moe.swiglu %h : tensor<300x512xf32> -> tensor<300x256xf32>
+  %q = moe.quantize %a : tensor<300x256xf32> -> !moe.mx<300x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<300x256xf8E4M3FN, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
+  return %y : tensor<300x256xf32>
+}
+
+// A train step: the backward reads h (swiglu_grad) and the activation
+// (quantized along the rows for the weight gradient), so the kernel returns
+// them too. E5M2 elements and the floor scale rule come from the quantize.
+// CHECK-LABEL: func.func @train(
+// CHECK-NEXT: %[[R:.*]]:3 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xbf16>, tensor<320x512xf32>, tensor<320x256xf32>)
+// CHECK-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma(%[[R]]#0,
+// CHECK-NEXT: moe.swiglu_grad %[[R]]#1,
+// CHECK-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#2)
+func.func @train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                 %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %da: tensor<320x256xf32>)
+    -> (tensor<320x256xf32>, tensor<320x512xf32>, tensor<320x256xf32>) {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<320x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x512xf32>
+  %a = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xf32>
+  %q = moe.quantize %a scale(floor) : tensor<320x256xf32> -> !moe.mx<320x256xf8E5M2, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<320x256xf8E5M2, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
+  %qa = moe.quantize %a scale(floor) : tensor<320x256xf32> -> !moe.mx<320x256xf8E5M2, axis = 0>
+  %ra = moe.dequantize %qa : !moe.mx<320x256xf8E5M2, axis = 0> -> tensor<320x256xf32>
+  return %y, %dh, %ra : tensor<320x256xf32>, tensor<320x512xf32>, tensor<320x256xf32>
+}
+
+// Backward: the data gradient da = dy @ w2^T computes dh = swiglu_grad(h, da)
+// and its MX rounding (the next data gradient's operand) in its epilogue,
+// reading h; da is never materialized. dh itself is a result only when
+// something else reads it (here the weight gradient's quantization along
+// the rows).
+// CHECK-LABEL: func.func @backward(
+// CHECK-SAME: %[[DY:[^:]*]]: tensor<320x256xbf16>, %[[W1:[^:]*]]: tensor<3x128x512xbf16>, %[[W2:[^:]*]]: tensor<3x256x256xbf16>, %[[OFF:[^:]*]]: tensor<4xi32>, %[[H:[^:]*]]: tensor<320x512xf32>
+// CHECK-NEXT: %[[R:.*]]:2 = call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh(%[[DY]], %[[W2]], %[[OFF]], %[[H]]) : ({{.*}}) -> (tensor<320x512xbf16>, tensor<320x512xf32>)
+// CHECK-NEXT: call @moe_wgmma_gmm_320x512x128_e3_bf16_rhsT_i32(%[[R]]#0, %[[W1]], %[[OFF]])
+// CHECK-NEXT: call @moe_mx_round_trip_320x512_a0_e4m3_rceil_f32_to_f32(%[[R]]#1)
+func.func @backward(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf16>,
+                    %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %h: tensor<320x512xf32>)
+    -> (tensor<320x128xf32>, tensor<320x512xf32>) {
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
+  %q = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 1>
+  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
+      : !moe.mx<320x512xf8E4M3FN, axis = 1>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x128xf32>
+  %q0 = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 0>
+  %r0 = moe.dequantize %q0 : !moe.mx<320x512xf8E4M3FN, axis = 0> -> tensor<320x512xf32>
+  return %dx, %r0 : tensor<320x128xf32>, tensor<320x512xf32>
+}
+
+// Not fused: da read by something else too.
+// CHECK-LABEL: func.func @backward_da_used(
+// CHECK: call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma(
+// CHECK: moe.swiglu_grad
+func.func @backward_da_used(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf16>,
+                            %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %h: tensor<320x512xf32>)
+    -> (tensor<320x128xf32>, tensor<320x256xf32>) {
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
+  %q = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 1>
+  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
+      : !moe.mx<320x512xf8E4M3FN, axis = 1>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x128xf32>
+  return %dx, %da : tensor<320x128xf32>, tensor<320x256xf32>
+}
+
+// Not fused: the interleaved layout (gate and up alternate), and a GEMM the
+// TMA kernel does not take (2F = 384 is no multiple of 256).
+// CHECK-LABEL: func.func @interleaved(
+// CHECK: call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma(
+// CHECK: moe.swiglu {{.*}} layout(interleaved)
+// CHECK: call @moe_mx_round_trip_300x256_a1_e4m3_rceil_f32_to_bf16
+func.func @interleaved(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                       %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<300x512xf32>
+  %a = moe.swiglu %h layout(interleaved) : tensor<300x512xf32> -> tensor<300x256xf32>
+  %q = moe.quantize %a : tensor<300x256xf32> -> !moe.mx<300x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<300x256xf8E4M3FN, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
+  return %y : tensor<300x256xf32>
+}
+// CHECK-LABEL: func.func @narrow(
+// CHECK: call @moe_wgmma_gmm_300x128x384_e3_bf16_i32_live(
+// CHECK: moe.swiglu
+func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
+                  %w2: tensor<3x192x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<300x128xbf16>, tensor<3x128x384xbf16>, tensor<4xi32> -> tensor<300x384xf32>
+  %a = moe.swiglu %h : tensor<300x384xf32> -> tensor<300x192xf32>
+  %q = moe.quantize %a : tensor<300x192xf32> -> !moe.mx<300x192xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<300x192xf8E4M3FN, axis = 1>, tensor<3x192x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
+  return %y : tensor<300x256xf32>
+}
+
+// The kernel: the same launch as the plain TMA kernel; the B tile's four
+// boxes are the 128 gate and then the 128 up columns of the tile's outputs.
+// CHECK-LABEL: func.func private @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil(
+// CHECK-SAME: -> tensor<300x256xbf16>
+// CHECK-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU and MX rounding epilogue"
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c12,
+// CHECK: nvvm.setmaxregister decrease 40
+// CHECK: nvvm.setmaxregister increase 232
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
+
+// In the PTX, registers move from the producer to the consumers; per MX block an
+// amax over the 4 lanes of a row (xor shuffles 1 and 2), the scale, the
+// hardware's f32 -> e4m3 rounding and the exact decode, bf16 pairs stored.
+// PTX-LABEL: .entry moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_kernel(
+// PTX: setmaxnreg.inc.sync.aligned.u32 232;
+// PTX: ex2.approx
+// PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
+// PTX: shfl.sync.bfly.b32 {{.*}}, 2, 31, -1;
+// PTX: cvt.rn.satfinite.e4m3x2.f32
+// PTX: cvt.rn.f16x2.e4m3x2
+// PTX: st.global.b32
+// PTX: setmaxnreg.dec.sync.aligned.u32 40;
+
+// The backward kernel: 8-byte loads of h's gate and up, two blocks (gate
+// and up halves of dh) per 8 values of da.
+// PTX-LABEL: .entry moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh_kernel(
+// PTX: setmaxnreg.inc.sync.aligned.u32 232;
+// PTX: ld.global.v2.b32
+// PTX: ld.global.v2.b32
+// PTX: ex2.approx
+// PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
+// PTX: cvt.rn.satfinite.e4m3x2.f32
