@@ -260,7 +260,7 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
       NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp, NVVM::BarrierOp,
-      NVVM::SetMaxRegisterOp>(ctx);
+      NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);
@@ -576,7 +576,8 @@ struct EmitterBase {
           arith::MulFOp::create(b, loc, values[i], inverse),
           NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
           /*relu=*/false, f8);
-      llvm::append_range(result, decodeF8Pair(pair, f8, {scale, scale}, outElt));
+      llvm::append_range(result,
+                         decodeF8Pair(pair, f8, {scale, scale}, outElt));
     }
     return result;
   }
@@ -599,6 +600,23 @@ struct EmitterBase {
   }
 
   // -- shared and tensor memory addresses ------------------------------------
+  /// Sets smem (the dynamic shared memory, i8) and smemBase (its address).
+  void setUpSharedMemory() {
+    smem = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
+                        gpu::AddressSpaceAttr::get(
+                            b.getContext(), gpu::AddressSpace::Workgroup)));
+    smemBase = arith::IndexCastOp::create(
+        b, loc, i64(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+  }
+  /// A shared-memory pointer `byteOffset` (index) bytes past smemBase.
+  Value sharedPtrAt(Value byteOffset) {
+    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
+  }
   /// The shared::cta address of byte `offset` of the dynamic shared memory.
   Value sharedAddress(int64_t offset) {
     return arith::AddIOp::create(
@@ -752,14 +770,7 @@ struct KernelEmitter : EmitterBase {
     m0 = mul(launch.getBlockIds().x, idx(kTileM));
     n0 = mul(launch.getBlockIds().y, idx(kTileN));
     row = add(m0, tid);
-    smem = gpu::DynamicSharedMemoryOp::create(
-        b, loc,
-        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
-                        gpu::AddressSpaceAttr::get(
-                            b.getContext(), gpu::AddressSpace::Workgroup)));
-    smemBase = arith::IndexCastOp::create(
-        b, loc, i64(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    setUpSharedMemory();
     Value isWarp0 = cmp(P::ult, tid, idx(32));
     Value isLeader = cmp(P::eq, tid, idx(0));
 
@@ -1097,11 +1108,6 @@ struct HopperEmitterBase : EmitterBase {
   LLVM::LLVMStructType accType{};
 
   /// A shared pointer to byte `byteOffset` (index) of the dynamic memory.
-  Value sharedPtrAt(Value byteOffset) {
-    Value addr = arith::AddIOp::create(b, loc, smemBase, toI64(byteOffset));
-    return LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), addr);
-  }
   /// cp.async of 16 bytes; with `srcBytes` (i32), only that many are read
   /// and the rest of the 16 are zero-filled.
   void copy16(Value dstOffset, Value srcBase, Value srcOffset,
@@ -1234,14 +1240,7 @@ struct HopperEmitterBase : EmitterBase {
   /// byte offsets `lbo` / `sbo`, and the m64n128 accumulator type.
   void setUp(int64_t lbo, int64_t sbo, bool swizzled = false,
              int64_t accRegs = kHAccRegs) {
-    smem = gpu::DynamicSharedMemoryOp::create(
-        b, loc,
-        MemRefType::get({ShapedType::kDynamic}, i8(), AffineMap(),
-                        gpu::AddressSpaceAttr::get(
-                            b.getContext(), gpu::AddressSpace::Workgroup)));
-    smemBase = arith::IndexCastOp::create(
-        b, loc, i64(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, smem));
+    setUpSharedMemory();
     // The swizzle pattern is a function of the address bits: its 1024-byte
     // atoms start on 1024-byte boundaries (the launch asks for 1 KiB more).
     if (swizzled)
@@ -2017,53 +2016,68 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Type f32 = b.getF32Type();
     auto vec2 = VectorType::get({2}, f32);
     Value lastRow = add(t.hi, idx(-1));
-    for (int64_t h = 0; h < 2; ++h) {
-      Value row = add(rowBase, idx(8 * h));
-      Value valid = cmp(P::slt, row, t.hi);
-      Value hRowAt = add(mul(minS(row, lastRow), idx(twoF)), col);
+    // Blocks (h, m), h-major; the loads of h for the next block are issued
+    // before this block's stores (which could alias h as far as the
+    // compiler knows), so their latency overlaps this block's arithmetic.
+    constexpr int64_t blocksPerRow = kTTileN / kTSwigluBlock;
+    auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
+    // gate and up of h at da's columns 8 j + 2 (l%4) + {0, 1}, j in the block.
+    auto loadBlock = [&](int64_t k) {
+      int64_t h = k / blocksPerRow, m = k % blocksPerRow;
+      Value hRowAt = add(mul(minS(rowOf(h), lastRow), idx(twoF)), col);
+      SmallVector<Value> values; // gate 0, gate 1, up 0, up 1 for each j
+      for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
+        for (int64_t at : {8 * j, f + 8 * j}) {
+          Value v = LLVM::LoadOp::create(
+              b, loc, vec2,
+              globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8);
+          for (int64_t cc = 0; cc < 2; ++cc)
+            values.push_back(
+                LLVM::ExtractElementOp::create(b, loc, v, int32(cc)));
+        }
+      return values;
+    };
+    SmallVector<Value> next = loadBlock(0);
+    for (int64_t k = 0; k < 2 * blocksPerRow; ++k) {
+      int64_t h = k / blocksPerRow, m = k % blocksPerRow;
+      SmallVector<Value> hValues = next;
+      SmallVector<Value> dg, du;
+      Value zero = arith::ConstantFloatOp::create(
+          b, loc, cast<FloatType>(f32), APFloat(0.0f));
+      Value gMax = zero, uMax = zero;
+      for (int64_t i = 0; i < 4; ++i) {
+        int64_t j = 4 * m + i;
+        for (int64_t cc = 0; cc < 2; ++cc) {
+          Value da = LLVM::ExtractValueOp::create(
+              b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
+          auto [dGate, dUp] = buildSwigluGrad(b, loc, hValues[4 * i + cc],
+                                              hValues[4 * i + 2 + cc], da);
+          dg.push_back(dGate);
+          du.push_back(dUp);
+          gMax = magnitudeMax(gMax, dGate);
+          uMax = magnitudeMax(uMax, dUp);
+        }
+      }
+      SmallVector<Value> gRounded = roundRowBlock(dg, gMax);
+      SmallVector<Value> uRounded = roundRowBlock(du, uMax);
+      if (k + 1 < 2 * blocksPerRow)
+        next = loadBlock(k + 1);
+      Value row = rowOf(h);
       Value rowAt = add(mul(row, idx(twoF)), col);
-      for (int64_t m = 0; m < kTTileN / kTSwigluBlock; ++m) {
-        SmallVector<Value> dg, du;
-        Value zero = arith::ConstantFloatOp::create(
-            b, loc, cast<FloatType>(f32), APFloat(0.0f));
-        Value gMax = zero, uMax = zero;
-        for (int64_t j = 4 * m; j < 4 * m + 4; ++j) {
-          auto load = [&](int64_t at) {
-            Value v = LLVM::LoadOp::create(
-                b, loc, vec2,
-                globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8);
-            return std::array<Value, 2>{
-                LLVM::ExtractElementOp::create(b, loc, v, int32(0)),
-                LLVM::ExtractElementOp::create(b, loc, v, int32(1))};
-          };
-          std::array<Value, 2> gate = load(8 * j), up = load(f + 8 * j);
-          for (int64_t cc = 0; cc < 2; ++cc) {
-            Value da = LLVM::ExtractValueOp::create(
-                b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
-            auto [dGate, dUp] = buildSwigluGrad(b, loc, gate[cc], up[cc], da);
-            dg.push_back(dGate);
-            du.push_back(dUp);
-            gMax = magnitudeMax(gMax, dGate);
-            uMax = magnitudeMax(uMax, dUp);
+      ifThen(cmp(P::slt, row, t.hi), [&] {
+        for (int64_t i = 0; i < 4; ++i) {
+          Value at = add(rowAt, idx(8 * (4 * m + i)));
+          Value upAt = add(at, idx(f));
+          storePair(outBase, at, gRounded[2 * i], gRounded[2 * i + 1],
+                    b.getBF16Type());
+          storePair(outBase, upAt, uRounded[2 * i], uRounded[2 * i + 1],
+                    b.getBF16Type());
+          if (dhBase) {
+            storePair(dhBase, at, dg[2 * i], dg[2 * i + 1], f32);
+            storePair(dhBase, upAt, du[2 * i], du[2 * i + 1], f32);
           }
         }
-        SmallVector<Value> gRounded = roundRowBlock(dg, gMax);
-        SmallVector<Value> uRounded = roundRowBlock(du, uMax);
-        ifThen(valid, [&] {
-          for (int64_t i = 0; i < 4; ++i) {
-            Value at = add(rowAt, idx(8 * (4 * m + i)));
-            Value upAt = add(at, idx(f));
-            storePair(outBase, at, gRounded[2 * i], gRounded[2 * i + 1],
-                      b.getBF16Type());
-            storePair(outBase, upAt, uRounded[2 * i], uRounded[2 * i + 1],
-                      b.getBF16Type());
-            if (dhBase) {
-              storePair(dhBase, at, dg[2 * i], dg[2 * i + 1], f32);
-              storePair(dhBase, upAt, du[2 * i], du[2 * i + 1], f32);
-            }
-          }
-        });
-      }
+      });
     }
   }
 
@@ -3462,6 +3476,198 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
 }
 
+//===----------------------------------------------------------------------===//
+// MX round trips of both blockings of a matrix in one pass
+//===----------------------------------------------------------------------===//
+//
+// A train step rounds each MXFP8 weight [..., K, N] twice: with blocks along
+// K for the forward GEMM and along N for the data gradient (transpose_rhs).
+// The pair of round trips of the same x (blocks along the last two dims,
+// K and N multiples of 32) becomes one kernel that reads x once and writes
+// both results (one f32 read and two bf16 writes a value instead of two
+// reads and two writes; the K-blocked pass alone also reads 32 rows apart).
+//
+// Work: tiles of 32 rows x 32 columns of one matrix, a warp a tile, warps
+// striding over the tiles (at most kRTMaxBlocks CTAs of 8 warps). Lane l
+// loads column l of the tile's 32 rows (every load a coalesced 128-byte row
+// of f32): its 32 values are one block of the K-blocked result. The tile
+// goes through the warp's shared-memory slab so that lane l then holds row
+// l: one block of the N-blocked result, stored as one 32-value run. Each
+// lane computes two scales a tile (a block's scale in every lane of the
+// warp, by shuffles, made the kernel ALU-bound). Scales and rounding are
+// mxRoundTrip's: both results are bit-identical to the single round trips'.
+
+constexpr int64_t kRTPairWarps = 8;               // a CTA
+constexpr int64_t kRTPairSlabBytes = 32 * 33 * 4; // a warp's tile
+
+/// One pair of round trips of x: `alongK` with blocks along dim rank - 2,
+/// `alongN` along rank - 1.
+struct MXRoundTripPair {
+  MXRoundTrip alongK, alongN;
+  int64_t matrices() const {
+    int64_t n = 1;
+    for (int64_t d : alongK.mx.getShape().drop_back(2))
+      n *= d;
+    return n;
+  }
+  int64_t rows() const { return alongK.mx.getShape().drop_back().back(); }
+  int64_t cols() const { return alongK.mx.getShape().back(); }
+  int64_t tiles() const { return matrices() * rows() / 32 * (cols() / 32); }
+  std::string name() const {
+    std::string shape = mxShapeName(alongK.mx);
+    return llvm::formatv(
+               "moe_mx_round_trip_pair_{0}_{1}_{2}_{3}_{4}_{5}_to_{6}_{7}",
+               shape.substr(0, shape.rfind('_')),
+               BlockScaledGemm::eltName(alongK.mx.getElementType()),
+               stringifyScaleMode(alongK.mode),
+               BlockScaledGemm::eltName(alongN.mx.getElementType()),
+               stringifyScaleMode(alongN.mode),
+               BlockScaledGemm::eltName(alongK.inElt),
+               BlockScaledGemm::eltName(alongK.outElt),
+               BlockScaledGemm::eltName(alongN.outElt))
+        .str();
+  }
+};
+
+/// Emits the body of the round-trip pair's gpu.launch.
+struct RoundTripPairEmitter : EmitterBase {
+  const MXRoundTripPair &g;
+  int64_t grid;
+  Value x, outK, outN;
+
+  Value toF32(Value v) {
+    return v.getType().isF32()
+               ? v
+               : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
+  }
+  Value amaxOf(ArrayRef<Value> values) {
+    Value amax = arith::ConstantFloatOp::create(
+        b, loc, cast<FloatType>(b.getF32Type()), APFloat(0.0f));
+    for (Value v : values)
+      amax = magnitudeMax(amax, v);
+    return amax;
+  }
+  void syncWarp() {
+    NVVM::SyncWarpOp::create(b, loc, int32(-1));
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    Value tid = launch.getThreadIds().x;
+    Value lane = rem(tid, 32);
+    Value warpInCta = div(tid, 32);
+    Value warp = add(mul(launch.getBlockIds().x, idx(kRTPairWarps)), warpInCta);
+    setUpSharedMemory();
+    // This warp's 32 x 33 f32 (row i at 33 i: column j of every row in
+    // bank (i + j) % 32, so both the column writes and the row reads are
+    // conflict-free).
+    Value slab = mul(warpInCta, idx(kRTPairSlabBytes));
+    auto slot = [&](Value i, Value j) {
+      return sharedPtrAt(add(slab, mul(add(mul(i, idx(33)), j), idx(4))));
+    };
+    Value xs = flat(x), ks = flat(outK), ns = flat(outN);
+    Value nBase = baseAddress(ns);
+    Value nAligned = cmp(P::eq, arith::AndIOp::create(b, loc, nBase, int64(15)),
+                         int64(0));
+    int64_t rows = g.rows(), cols = g.cols();
+    int64_t colTiles = cols / 32, rowTiles = rows / 32;
+    Type f32 = b.getF32Type();
+    strideLoop(warp, idx(g.tiles()), grid * kRTPairWarps, [&](Value tile) {
+      // Tile (matrix m, row tile r, column tile c): element (32 r + i,
+      // 32 c + j) of matrix m at ((m * rows) + 32 r + i) * cols + 32 c + j.
+      Value m = div(tile, rowTiles * colTiles);
+      Value rc = rem(tile, rowTiles * colTiles);
+      Value corner =
+          add(mul(add(mul(m, idx(rows)), mul(div(rc, colTiles), idx(32))),
+                  idx(cols)),
+              mul(rem(rc, colTiles), idx(32)));
+      // Column `lane` (a K block): loads coalesced across the warp.
+      SmallVector<Value> at, column;
+      for (int64_t i = 0; i < 32; ++i) {
+        at.push_back(add(corner, add(idx(i * cols), lane)));
+        column.push_back(
+            toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+        LLVM::StoreOp::create(b, loc, column.back(), slot(idx(i), lane), 4);
+      }
+      SmallVector<Value> alongK =
+          mxRoundTrip(column, amaxOf(column), g.alongK.mx.getElementType(),
+                      g.alongK.mode, g.alongK.outElt);
+      for (int64_t i = 0; i < 32; ++i)
+        memref::StoreOp::create(b, loc, alongK[i], ks, ValueRange{at[i]});
+      // Row `lane` (an N block), through shared memory: 32 consecutive
+      // results stored as one run.
+      syncWarp();
+      SmallVector<Value> row;
+      for (int64_t j = 0; j < 32; ++j)
+        row.push_back(LLVM::LoadOp::create(b, loc, f32, slot(lane, idx(j)), 4));
+      syncWarp(); // the slab is free for the next tile
+      SmallVector<Value> alongN =
+          mxRoundTrip(row, amaxOf(row), g.alongN.mx.getElementType(),
+                      g.alongN.mode, g.alongN.outElt);
+      storeRun(ns, nBase, add(corner, mul(lane, idx(cols))), alongN, nAligned);
+    });
+  }
+};
+
+/// Every pair of round trips of one x along its last two dims (see "MX round
+/// trips of both blockings") in one block becomes one call, placed before
+/// the first of them.
+void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
+  SmallVector<std::pair<DequantizeOp, DequantizeOp>> work;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func->hasAttr("moe.dedicated_kernel"))
+      continue;
+    // Round trips by input and blocking axis (the first of each).
+    llvm::MapVector<std::pair<Value, unsigned>, DequantizeOp> byInput;
+    func.walk([&](DequantizeOp dq) {
+      std::optional<MXRoundTrip> g = matchRoundTrip(dq);
+      auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+      if (!g || g->mx.getShape().size() < 2)
+        return;
+      byInput.try_emplace({q.getInput(), g->mx.getAxis()}, dq);
+    });
+    for (auto &[key, dq] : byInput) {
+      unsigned rank = cast<MXTensorType>(dq.getInput().getType()).getShape().size();
+      if (key.second != rank - 2)
+        continue;
+      auto it = byInput.find({key.first, rank - 1});
+      if (it == byInput.end() || it->second->getBlock() != dq->getBlock())
+        continue;
+      auto shape = cast<MXTensorType>(dq.getInput().getType()).getShape();
+      if (shape[rank - 1] % 32)
+        continue;
+      work.push_back({dq, it->second});
+    }
+  }
+  for (auto [firstDq, secondDq] : work) {
+    DequantizeOp dqK = firstDq, dqN = secondDq;
+    MXRoundTripPair g{*matchRoundTrip(dqK), *matchRoundTrip(dqN)};
+    Value x = dqK.getInput().getDefiningOp<QuantizeOp>().getInput();
+    int64_t grid = std::min(tilesOf(g.tiles(), kRTPairWarps), kRTMaxBlocks);
+    RankedTensorType kType = dqK.getType(), nType = dqN.getType();
+    func::FuncOp kernel = getOrCreateKernelCall(
+        module, symbols, g.name(), "mx round trips along both dims",
+        {x.getType()}, {kType, nType}, dqK.getLoc(),
+        {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
+        [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+            ArrayRef<Value> outs) {
+          RoundTripPairEmitter k{{b, dqK.getLoc()}, g, grid, buf[0], outs[0],
+                                 outs[1]};
+          k.emit(launch);
+        });
+    Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
+    OpBuilder b(first);
+    auto call = func::CallOp::create(b, dqK.getLoc(), kernel, ValueRange{x});
+    for (auto [dq, result] : {std::pair{dqK, call.getResult(0)},
+                              std::pair{dqN, call.getResult(1)}}) {
+      auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+      dq.getResult().replaceAllUsesWith(result);
+      dq.erase();
+      if (q->use_empty())
+        q.erase();
+    }
+  }
+}
+
 /// Every `moe.dequantize (moe.quantize x)` the kernel handles becomes a call
 /// of it (see "MX round trip"); quantizes left without uses are erased.
 void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
@@ -3790,6 +3996,7 @@ struct MoEGPUDedicatedKernelsPass
         op.getResult().replaceAllUsesWith(call.getResult(0));
         op.erase();
       }
+      lowerRoundTripPairs(module, symbols);
       lowerRoundTrips(module, symbols);
       lowerDequantizes(module, symbols);
       return;
@@ -3820,6 +4027,7 @@ struct MoEGPUDedicatedKernelsPass
       op.getResult().replaceAllUsesWith(call.getResult(0));
       op.erase();
     }
+    lowerRoundTripPairs(module, symbols);
     lowerRoundTrips(module, symbols);
     lowerDequantizes(module, symbols);
   }

@@ -60,6 +60,32 @@ func.func @shared(%x: tensor<64x64xf32>)
   return %y, %d, %s : tensor<64x64xbf16>, tensor<64x64xf8E4M3FN>, tensor<2x64xf8E8M0FNU>
 }
 
+// Both blockings of one weight (along K for the forward GEMM, along N for
+// the data gradient): one kernel reading x once and writing both, placed at
+// the first; each round trip keeps its own element type, scale rule and
+// result type. A warp takes a 32 x 32 tile: lane l loads column l (a K
+// block), then reads row l (an N block) back from the warp's shared-memory
+// slab and stores it as one run.
+// BOTH-LABEL: func.func @both_blockings
+// BOTH-NOT: moe.quantize
+// BOTH: %[[R:.*]]:2 = call @moe_mx_round_trip_pair_4x64x96_e4m3_rceil_e5m2_floor_f32_to_bf16_f32(%arg0) : (tensor<4x64x96xf32>) -> (tensor<4x64x96xbf16>, tensor<4x64x96xf32>)
+// BOTH-NEXT: return %[[R]]#0, %[[R]]#1
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_4x64x96_e4m3_rceil_e5m2_floor_f32_to_bf16_f32_kernel
+// PTX-COUNT-32: ld.global.b32
+// PTX: cvt.rn.satfinite.e4m3x2.f32
+// PTX: bar.warp.sync -1;
+// PTX-COUNT-32: ld.shared.b32
+// PTX: bar.warp.sync -1;
+// PTX: cvt.rn.satfinite.e5m2x2.f32
+// PTX: st.global.v4.b32
+func.func @both_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96xbf16>, tensor<4x64x96xf32>) {
+  %qk = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 1>
+  %yk = moe.dequantize %qk : !moe.mx<4x64x96xf8E4M3FN, axis = 1> -> tensor<4x64x96xbf16>
+  %qn = moe.quantize %x scale(floor) : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E5M2, axis = 2>
+  %yn = moe.dequantize %qn : !moe.mx<4x64x96xf8E5M2, axis = 2> -> tensor<4x64x96xf32>
+  return %yk, %yn : tensor<4x64x96xbf16>, tensor<4x64x96xf32>
+}
+
 // A dequantize of another MX tensor is no round trip (it takes the
 // dequantize kernel, mx-dequantize.mlir).
 // BOTH-LABEL: func.func @not_handled
@@ -84,6 +110,11 @@ func.func @not_handled(%d: tensor<64x64xf8E4M3FN>, %s: tensor<64x2xf8E8M0FNU>) -
 // CHECK: %[[A:.*]] = call @moe_mx_round_trip_128x128_a1_e4m3_rceil_f32_to_bf16_live_i32(%[[S]], %[[O]])
 // CHECK: %[[Y1:.*]] = call @moe_wgmma_gmm_128x128x128_e4_bf16_i32(%[[A]],
 // CHECK: %[[Y2:.*]] = call @moe_wgmma_gmm_128x128x128_e4_bf16_i32(
+// The kernel functions follow the callers, the pair kernel (created first)
+// first: 4 x 2 x 3 = 24 tiles, 8 warps a CTA: 3 CTAs.
+// BOTH-LABEL: func.func private @moe_mx_round_trip_pair_4x64x96_e4m3_rceil_e5m2_floor_f32_to_bf16_f32(
+// BOTH-SAME: moe.dedicated_kernel = "mx round trips along both dims"
+// BOTH: gpu.launch blocks({{.*}}) in ({{.*}} = %c3, {{.*}}) threads({{.*}}) in ({{.*}} = %c256, {{.*}}) dynamic_shared_memory_size %c33792_i32
 // CHECK: func.func private @moe_mx_round_trip_128x128_a1_e4m3_rceil_f32_to_bf16_live_i32(%{{[a-z0-9]+}}: tensor<128x128xf32> {moe.group_rows}, %{{[a-z0-9]+}}: tensor<5xi32> {moe.group_offsets})
 // PTX-LABEL: kernel module moe_mx_round_trip_128x128_a1_e4m3_rceil_f32_to_bf16_live_i32_kernel
 // PTX: ld.global.b32 {{.*}}+16]

@@ -109,6 +109,46 @@ func.func @mx_round_trip_inner(%x: tensor<3x40x96xf32>) -> tensor<3x40x96xbf16>
   return %y : tensor<3x40x96xbf16>
 }
 
+// Round trips of both blockings of one x (blocks along K for the forward
+// GEMM, along N for the data gradient): one kernel on the GPU, reading x
+// once; bit-identical to the generic lowering. Different element types,
+// scale rules and result types for the two, then special values (a NaN and
+// an infinity: NaN blocks in both blockings; an all-zero row; f32
+// subnormals; a value near f32's max).
+func.func @mx_round_trip_pair(%x: tensor<3x64x96xf32>) -> (tensor<3x64x96xbf16>, tensor<3x64x96xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %qk = moe.quantize %x : tensor<3x64x96xf32> -> !moe.mx<3x64x96xf8E4M3FN, axis = 1>
+  %yk = moe.dequantize %qk : !moe.mx<3x64x96xf8E4M3FN, axis = 1> -> tensor<3x64x96xbf16>
+  %qn = moe.quantize %x scale(floor) : tensor<3x64x96xf32> -> !moe.mx<3x64x96xf8E5M2, axis = 2>
+  %yn = moe.dequantize %qn : !moe.mx<3x64x96xf8E5M2, axis = 2> -> tensor<3x64x96xf32>
+  return %yk, %yn : tensor<3x64x96xbf16>, tensor<3x64x96xf32>
+}
+func.func @mx_round_trip_pair_specials(%x: tensor<64x64xf32>) -> (tensor<64x64xbf16>, tensor<64x64xbf16>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c5 = arith.constant 5 : index
+  %c40 = arith.constant 40 : index
+  %nan = arith.constant 0x7FC00000 : f32
+  %inf = arith.constant 0xFF800000 : f32
+  %big = arith.constant 3.0e38 : f32
+  %zeros = arith.constant dense<0.0> : tensor<1x64xf32>
+  %tiny = arith.constant dense<1.0e-39> : tensor<1x32xf32>
+  %a = tensor.insert %nan into %x[%c0, %c3] : tensor<64x64xf32>
+  %b = tensor.insert %inf into %a[%c1, %c40] : tensor<64x64xf32>
+  %c = tensor.insert_slice %zeros into %b[2, 0] [1, 64] [1, 1] : tensor<1x64xf32> into tensor<64x64xf32>
+  %e = tensor.insert %big into %c[%c40, %c5] : tensor<64x64xf32>
+  %row = tensor.extract_slice %e[50, 0] [1, 32] [1, 1] : tensor<64x64xf32> to tensor<1x32xf32>
+  %sub = arith.mulf %row, %tiny : tensor<1x32xf32>
+  %f = tensor.insert_slice %sub into %e[50, 0] [1, 32] [1, 1] : tensor<1x32xf32> into tensor<64x64xf32>
+  %qk = moe.quantize %f : tensor<64x64xf32> -> !moe.mx<64x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<64x64xf8E4M3FN, axis = 0> -> tensor<64x64xbf16>
+  %qn = moe.quantize %f : tensor<64x64xf32> -> !moe.mx<64x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<64x64xf8E4M3FN, axis = 1> -> tensor<64x64xbf16>
+  return %yk, %yn : tensor<64x64xbf16>, tensor<64x64xbf16>
+}
+
 // SwiGLU and its gradient: exp differs by an ulp or two between libm and
 // libdevice, and the GPU may contract a*b+c into one fma: a few f32 ulps.
 func.func @swiglu(%h: tensor<512x256xf32>) -> tensor<512x128xf32>
