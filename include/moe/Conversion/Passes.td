@@ -197,7 +197,11 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
     static bound needs fewer. A trip count read from device memory (the
     live rows of an expert computation) is read again inside the kernel,
     the launch sized by its static bound; views are folded into the loads
-    and stores, so nothing sized on the host reaches a kernel.
+    and stores, so nothing sized on the host reaches a kernel. Where a
+    thread has several iterations and its loop body is loads, arithmetic
+    and stores into an allocation it does not load from (copies, gathers,
+    elementwise ops), it runs 4 iterations at a time, their loads before
+    their stores: 4 loads in flight a thread instead of one.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",

@@ -17,6 +17,8 @@
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/SmallBitVector.h"
@@ -29,6 +31,9 @@ namespace mlir::moe {
 using namespace mlir;
 
 namespace {
+
+/// Iterations of a thread's strided loop run together (see interleave).
+constexpr int64_t kUnroll = 4;
 
 /// Known bounds [lo, hi] of an index value, where its definition gives them.
 struct Range {
@@ -121,6 +126,91 @@ Range rangeOf(Value v, int depth = 0) {
   return {};
 }
 
+/// The allocation or argument a memref is a view of.
+Value rootOf(Value memref) {
+  while (auto view = memref.getDefiningOp<ViewLikeOpInterface>())
+    memref = view.getViewSource();
+  return memref;
+}
+
+/// Whether the strided loop's body may run `unroll` iterations with all
+/// their loads before any of their stores: a straight line of loads,
+/// stores and ops free of memory effects, where nothing stored can be
+/// loaded (every stored buffer is an allocation that no load reads).
+bool canInterleave(Block *body) {
+  SmallVector<Value> loaded, stored;
+  for (Operation &op : body->without_terminator()) {
+    if (op.getNumRegions() != 0)
+      return false;
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      loaded.push_back(rootOf(load.getMemRef()));
+    else if (auto store = dyn_cast<memref::StoreOp>(op))
+      stored.push_back(rootOf(store.getMemRef()));
+    else if (!isMemoryEffectFree(&op))
+      return false;
+  }
+  if (stored.empty())
+    return false;
+  return llvm::all_of(stored, [&](Value s) {
+    return s.getDefiningOp<memref::AllocOp>() && !llvm::is_contained(loaded, s);
+  });
+}
+
+/// Runs `unroll` consecutive iterations of a thread's strided loop
+///   scf.for %i = first to end step S { loads; arithmetic; stores }
+/// together: their loads and arithmetic first, then their stores (in
+/// order), then the last < unroll iterations as before. A thread then has
+/// `unroll` loads in flight instead of one: a copy or gather of 4-byte
+/// elements is bound by memory latency otherwise. Only where canInterleave.
+void interleave(RewriterBase &rewriter, scf::ForOp loop, int64_t unroll) {
+  if (!canInterleave(loop.getBody()))
+    return;
+  Location loc = loop.getLoc();
+  rewriter.setInsertionPoint(loop);
+  auto c = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(rewriter, loc, v);
+  };
+  Value first = loop.getLowerBound(), end = loop.getUpperBound(),
+        step = loop.getStep();
+  Value wide = arith::MulIOp::create(rewriter, loc, step, c(unroll));
+  // Iterations i with i + (unroll - 1) S < end run together.
+  Value mainEnd = arith::SubIOp::create(
+      rewriter, loc, end,
+      arith::MulIOp::create(rewriter, loc, step, c(unroll - 1)));
+  auto main = scf::ForOp::create(rewriter, loc, first, mainEnd, wide);
+  {
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPoint(main.getBody()->getTerminator());
+    SmallVector<Operation *> stores;
+    for (int64_t u = 0; u < unroll; ++u) {
+      IRMapping map;
+      Value iv = main.getInductionVar();
+      if (u > 0)
+        iv = arith::AddIOp::create(
+            rewriter, loc, iv,
+            arith::MulIOp::create(rewriter, loc, step, c(u)));
+      map.map(loop.getInductionVar(), iv);
+      for (Operation &op : loop.getBody()->without_terminator()) {
+        Operation *copy = rewriter.clone(op, map);
+        if (isa<memref::StoreOp>(copy))
+          stores.push_back(copy);
+      }
+    }
+    for (Operation *store : stores)
+      store->moveBefore(main.getBody()->getTerminator());
+  }
+  // The rest starts where the main loop stopped: first + n * unroll * S,
+  // n = max(0, ceil((mainEnd - first) / (unroll * S))).
+  Value trips = arith::MaxSIOp::create(
+      rewriter, loc, c(0),
+      arith::CeilDivSIOp::create(
+          rewriter, loc, arith::SubIOp::create(rewriter, loc, mainEnd, first),
+          wide));
+  Value rest = arith::AddIOp::create(
+      rewriter, loc, first, arith::MulIOp::create(rewriter, loc, trips, wide));
+  rewriter.modifyOpInPlace(loop, [&] { loop.setLowerBound(rest); });
+}
+
 /// Maps a one-dimensional parallel loop onto a grid: `blocks` blocks of
 /// `threads` threads, each thread striding over the iterations
 ///
@@ -188,6 +278,9 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
     return strided->isProperAncestor(use.getOwner());
   });
   rewriter.eraseOp(loop);
+  // Threads with several iterations run them kUnroll at a time.
+  if (trips > blocks * threads)
+    interleave(rewriter, strided, kUnroll);
   return success();
 }
 

@@ -34,3 +34,61 @@ func.func @unbounded(%count: memref<1xindex>, %out: memref<64xf32>) {
   linalg.fill ins(%one : f32) outs(%v : memref<?xf32, strided<[1]>>)
   return
 }
+
+// -----
+
+// A gather of 4-byte elements with more iterations than threads (2 blocks
+// of 32 at --max-blocks=2, 1024 iterations: 16 a thread): each thread runs
+// 4 iterations together, their loads first and their stores after (the
+// stored buffer is an allocation nothing loads from), then the rest.
+// RUN: moe-opt %s --split-input-file --verify-diagnostics --moe-gpu-map-loops="block-size=32 max-blocks=2" --canonicalize | FileCheck %s --check-prefix=UNROLL
+// UNROLL-LABEL: func.func @gather
+// UNROLL: scf.for %[[I:.*]] = %[[FIRST:.*]] to %[[MAIN:.*]] step %c256
+// UNROLL: %[[A:.*]] = memref.load %arg1
+// UNROLL: arith.addi %[[I]], %c64
+// UNROLL: %[[B:.*]] = memref.load %arg1
+// UNROLL: arith.addi %[[I]], %c128
+// UNROLL: %[[C:.*]] = memref.load %arg1
+// UNROLL: arith.addi %[[I]], %c192
+// UNROLL: %[[D:.*]] = memref.load %arg1
+// UNROLL-NEXT: memref.store %[[A]], %[[OUT:.*]][
+// UNROLL-NEXT: memref.store %[[B]], %[[OUT]][
+// UNROLL-NEXT: memref.store %[[C]], %[[OUT]][
+// UNROLL-NEXT: memref.store %[[D]], %[[OUT]][
+// UNROLL: %[[N:.*]] = arith.ceildivsi
+// UNROLL: %[[N0:.*]] = arith.maxsi %[[N]], %c0
+// UNROLL: %[[SKIP:.*]] = arith.muli %[[N0]], %c256
+// UNROLL: %[[REST:.*]] = arith.addi %[[FIRST]], %[[SKIP]]
+// UNROLL: scf.for %{{.*}} = %[[REST]] to %c1024 step %c64
+// UNROLL: memref.load %arg1
+// UNROLL: memref.store
+// An in-place update (the stored buffer is also loaded) keeps one iteration
+// at a time.
+// UNROLL-LABEL: func.func @in_place
+// UNROLL: scf.for %{{.*}} step %c64
+// UNROLL-NOT: scf.for
+// UNROLL: return
+func.func @gather(%idx: memref<64xindex>, %x: memref<16x16xf32>) -> memref<64x16xf32> {
+  %out = memref.alloc() : memref<64x16xf32>
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      outs(%out : memref<64x16xf32>) {
+  ^bb0(%o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %r = memref.load %idx[%i] : memref<64xindex>
+    %v = memref.load %x[%r, %j] : memref<16x16xf32>
+    linalg.yield %v : f32
+  }
+  return %out : memref<64x16xf32>
+}
+func.func @in_place(%x: memref<64x16xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      outs(%x : memref<64x16xf32>) {
+  ^bb0(%o: f32):
+    %v = arith.addf %o, %o : f32
+    linalg.yield %v : f32
+  }
+  return
+}
