@@ -2596,9 +2596,13 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 // (i, j = 0..3), 16 f32 accumulators in registers. K advances 16 at a time:
 // the A tile (64 x 16) is stored transposed in shared memory (As[k][m], byte
 // 4 (64 k + m)), the B tile (16 x 64) as is (Bs[k][n], byte 4096 +
-// 4 (64 k + n)); elements outside A or B are stored as zeros. Barrier,
-// then for each of the 16 k: 4 values of As[k], 4 of Bs[k], 16 FMAs;
-// barrier. Each output is summed over k = 0..K-1 in order (one FMA chain,
+// 4 (64 k + n)); elements outside A or B are stored as zeros. Each thread
+// loads 4 consecutive elements of each (one 16-byte load for a tile inside
+// A and B with 16-byte aligned rows), and the next step's while the FMAs
+// of this one run (held in registers, stored after the step). Per step:
+// store, barrier, then for each of the 16 k one 16-byte shared load of
+// As[k] and one of Bs[k], 16 FMAs; barrier. Each output is summed over
+// k = 0..K-1 in order (one FMA chain,
 // starting from 0) and C_in is added at the end, as the generic lowering
 // contracts them. Few tiles over a long K (simtSplits: a weight gradient
 // summed over tokens, [2048 x 128] over 8192 of them is 64 tiles) split K
@@ -2667,12 +2671,8 @@ struct SimtMatmulEmitter : HopperEmitterBase {
   /// With K split: partial sums [splits, M, N], written instead of `out`
   /// (CTA z sums its split's K steps, without C_in).
   Value partial;
-  Value tid{}, m0{}, n0{};
+  Value tid{}, m0{}, n0{}, aBase{}, bBase{};
 
-  Value loadShared(Value byteOffset) {
-    return LLVM::LoadOp::create(b, loc, b.getF32Type(), sharedPtrAt(byteOffset),
-                                /*alignment=*/4);
-  }
   void storeSharedF32(Value byteOffset, Value v) {
     LLVM::StoreOp::create(b, loc, v, sharedPtrAt(byteOffset), /*alignment=*/4);
   }
@@ -2695,54 +2695,134 @@ struct SimtMatmulEmitter : HopperEmitterBase {
     return ifOp.getResult(0);
   }
 
+  /// This thread's share of K step `kt`'s tiles: A elements (m0 + t / 4,
+  /// k0 + 4 (t % 4) + q) and B elements (k0 + t / 16, n0 + 4 (t % 16) + q),
+  /// q = 0..3 (zero outside A or B): one 16-byte load each where the whole
+  /// tile is inside and rows are 16-byte aligned (`vectorOk`), else one
+  /// bounds-checked load an element.
+  SmallVector<Value> loadStep(Value kt, Value vectorOk) {
+    Value k0 = mul(kt, idx(kSTileK));
+    Value ar = add(m0, div(tid, 4)), ac = add(k0, mul(rem(tid, 4), idx(4)));
+    Value br = add(k0, div(tid, 16)), bc = add(n0, mul(rem(tid, 16), idx(4)));
+    Value inside =
+        land(vectorOk,
+             land(cmp(P::sle, add(k0, idx(kSTileK)), idx(g.k)),
+                  land(cmp(P::sle, add(m0, idx(kSTile)), idx(g.m)),
+                       cmp(P::sle, add(n0, idx(kSTile)), idx(g.n)))));
+    SmallVector<Type> types(2 * kSPer, b.getF32Type());
+    return ifElse(
+        types, inside,
+        [&] {
+          auto vec = VectorType::get({kSPer}, b.getF32Type());
+          SmallVector<Value> values;
+          for (auto [base, row, col, cols] :
+               {std::tuple{aBase, ar, ac, g.k}, std::tuple{bBase, br, bc, g.n}}) {
+            Value at = mul(add(mul(row, idx(cols)), col), idx(4));
+            Value v = LLVM::LoadOp::create(b, loc, vec, globalPtr(base, at),
+                                           /*alignment=*/16);
+            for (int64_t q = 0; q < kSPer; ++q)
+              values.push_back(
+                  LLVM::ExtractElementOp::create(b, loc, v, int32(q)));
+          }
+          return values;
+        },
+        [&] {
+          SmallVector<Value> values;
+          for (int64_t q = 0; q < kSPer; ++q)
+            values.push_back(loadOrZero(a, ar, add(ac, idx(q)), g.m, g.k));
+          for (int64_t q = 0; q < kSPer; ++q)
+            values.push_back(loadOrZero(bm, br, add(bc, idx(q)), g.k, g.n));
+          return values;
+        });
+  }
+  /// Stores loadStep's values: A transposed (As[k][m], byte 4 (64 k + m)),
+  /// B as it is (Bs[k][n], 16 bytes at byte 4096 + 4 (64 k + n)).
+  void storeStep(ArrayRef<Value> values) {
+    Value ar = div(tid, 4), ac = mul(rem(tid, 4), idx(4));
+    for (int64_t q = 0; q < kSPer; ++q)
+      storeSharedF32(mul(add(mul(add(ac, idx(q)), idx(kSTile)), ar), idx(4)),
+                     values[q]);
+    Value br = div(tid, 16), bc = mul(rem(tid, 16), idx(4));
+    auto vec = VectorType::get({kSPer}, b.getF32Type());
+    Value v = LLVM::PoisonOp::create(b, loc, vec);
+    for (int64_t q = 0; q < kSPer; ++q)
+      v = LLVM::InsertElementOp::create(b, loc, v, values[kSPer + q], int32(q));
+    LLVM::StoreOp::create(
+        b, loc, v,
+        sharedPtrAt(add(idx(kSBTileBytes),
+                        mul(add(mul(br, idx(kSTile)), bc), idx(4)))),
+        /*alignment=*/16);
+  }
+  /// 4 consecutive f32 of shared memory from byte `byteOffset` (16-aligned).
+  SmallVector<Value> loadShared4(Value byteOffset) {
+    Value v = LLVM::LoadOp::create(b, loc,
+                                   VectorType::get({kSPer}, b.getF32Type()),
+                                   sharedPtrAt(byteOffset), /*alignment=*/16);
+    SmallVector<Value> values;
+    for (int64_t q = 0; q < kSPer; ++q)
+      values.push_back(LLVM::ExtractElementOp::create(b, loc, v, int32(q)));
+    return values;
+  }
+
   void emit(gpu::LaunchOp launch) {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(kSTile));
     m0 = mul(launch.getBlockIds().y, idx(kSTile));
     setUp(/*lbo=*/0, /*sbo=*/0); // (no MMA descriptors here)
+    aBase = baseAddress(a);
+    bBase = baseAddress(bm);
+    // 16-byte loads need rows of A and B (K and N f32) and both buffers
+    // 16-byte aligned.
+    Value vectorOk = boolean(g.k % kSPer == 0 && g.n % kSPer == 0);
+    vectorOk = land(vectorOk,
+                    cmp(P::eq,
+                        arith::AndIOp::create(
+                            b, loc, arith::OrIOp::create(b, loc, aBase, bBase),
+                            int64(15)),
+                        int64(0)));
     Value tx = rem(tid, 16), ty = div(tid, 16);
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-    SmallVector<Value> init(kSPer * kSPer, zero);
     // This CTA's K steps: all, or those of split z.
     Value split = launch.getBlockIds().z;
     Value first = mul(split, idx(g.stepsPerSplit()));
     Value count = minS(idx(g.stepsPerSplit()),
                        maxS(arith::SubIOp::create(b, loc, idx(g.steps()), first),
                             idx(0)));
+    // Step kt's tiles are in shared memory while step kt + 1's loads are in
+    // flight (in registers, stored after the step's FMAs).
+    SmallVector<Value> init(kSPer * kSPer, zero);
+    SmallVector<Value> staged =
+        ifElse(SmallVector<Type>(2 * kSPer, b.getF32Type()),
+               cmp(P::sgt, count, idx(0)),
+               [&] { return loadStep(first, vectorOk); },
+               [&] { return SmallVector<Value>(2 * kSPer, zero); });
+    llvm::append_range(init, staged);
     SmallVector<Value> acc = forLoop(
         0, count, init,
         [&](Value kt, ValueRange carried) -> SmallVector<Value> {
-          Value k0 = mul(add(first, kt), idx(kSTileK));
-          for (int64_t i = 0; i < kSTile * kSTileK / kSThreads; ++i) {
-            Value e = add(tid, idx(kSThreads * i));
-            // A element (r, c) of the 64 x 16 tile -> As[c][r].
-            Value ar = div(e, kSTileK), ac = rem(e, kSTileK);
-            Value av = loadOrZero(a, add(m0, ar), add(k0, ac), g.m, g.k);
-            storeSharedF32(mul(add(mul(ac, idx(kSTile)), ar), idx(4)), av);
-            // B element (r, c) of the 16 x 64 tile -> Bs[r][c].
-            Value br = div(e, kSTile), bc = rem(e, kSTile);
-            Value bv = loadOrZero(bm, add(k0, br), add(n0, bc), g.k, g.n);
-            storeSharedF32(
-                add(idx(kSBTileBytes), mul(add(mul(br, idx(kSTile)), bc), idx(4))),
-                bv);
-          }
+          storeStep(llvm::to_vector(carried.drop_front(kSPer * kSPer)));
           NVVM::Barrier0Op::create(b, loc);
-          SmallVector<Value> d(carried.begin(), carried.end());
+          Value next = add(add(first, kt), idx(1));
+          SmallVector<Value> prefetched = ifElse(
+              SmallVector<Type>(2 * kSPer, b.getF32Type()),
+              cmp(P::slt, add(kt, idx(1)), count),
+              [&] { return loadStep(next, vectorOk); },
+              [&] { return SmallVector<Value>(2 * kSPer, zero); });
+          SmallVector<Value> d(carried.begin(),
+                               carried.begin() + kSPer * kSPer);
           for (int64_t kk = 0; kk < kSTileK; ++kk) {
-            SmallVector<Value> av, bv;
-            for (int64_t i = 0; i < kSPer; ++i)
-              av.push_back(loadShared(mul(
-                  add(idx(kk * kSTile + i), mul(ty, idx(kSPer))), idx(4))));
-            for (int64_t j = 0; j < kSPer; ++j)
-              bv.push_back(loadShared(add(
-                  idx(kSBTileBytes),
-                  mul(add(idx(kk * kSTile + j), mul(tx, idx(kSPer))), idx(4)))));
+            SmallVector<Value> av = loadShared4(
+                mul(add(idx(kk * kSTile), mul(ty, idx(kSPer))), idx(4)));
+            SmallVector<Value> bv = loadShared4(
+                add(idx(kSBTileBytes),
+                    mul(add(idx(kk * kSTile), mul(tx, idx(kSPer))), idx(4))));
             for (int64_t i = 0; i < kSPer; ++i)
               for (int64_t j = 0; j < kSPer; ++j)
                 d[i * kSPer + j] =
                     math::FmaOp::create(b, loc, av[i], bv[j], d[i * kSPer + j]);
           }
           NVVM::Barrier0Op::create(b, loc);
+          llvm::append_range(d, prefetched);
           return d;
         });
     for (int64_t i = 0; i < kSPer; ++i)

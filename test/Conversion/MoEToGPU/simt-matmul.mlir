@@ -11,8 +11,13 @@
 
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // PTX-LABEL: kernel module moe_simt_matmul_100x130x70_f32_kernel
-// PTX: bar.sync 0;
-// PTX: fma.rn.f32
+// Per K step: 16-byte shared loads of As[k] and Bs[k], 16 FMAs each. (N =
+// 130: rows of B are not 16-byte aligned, every global load is a checked
+// scalar one.)
+// PTX-DAG: bar.sync 0;
+// PTX-DAG: ld.shared.v4.b32
+// PTX-DAG: fma.rn.f32
+// PTX-NOT: ld.global.v4
 // NOKERNEL-NOT: moe_simt_matmul
 
 // CHECK-LABEL: func.func @mm
@@ -53,8 +58,10 @@ func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130
 // CHECK: gpu.launch
 // CHECK-COUNT-4: memref.load %[[P]]
 // CHECK: memref.store
+// K and N multiples of 4: tiles inside A and B load 16 bytes a thread.
 // PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_kernel
-// PTX: fma.rn.f32
+// PTX-DAG: ld.global.v4.b32
+// PTX-DAG: fma.rn.f32
 // PTX-LABEL: kernel module moe_simt_matmul_128x96x4100_f32_sum_kernel
 // PTX: add.rn.f32
 func.func @split_k(%a: tensor<128x4100xf32>, %b: tensor<4100x96xf32>, %c: tensor<128x96xf32>)

@@ -449,6 +449,17 @@ func.func @matmul_f32_ragged(%a: tensor<300x200xf32>, %b: tensor<200x130xf32>,
   return %y : tensor<300x130xf32>
 }
 
+// Tiles inside A and B take 16-byte loads, the others (M = 200 and N = 96
+// end inside a tile, the last K step holds 8 of 16) checked scalar ones:
+// both in one matmul; sums of 72 terms in order, atol 1e-4.
+func.func @matmul_f32_edges(%a: tensor<200x72xf32>, %b: tensor<72x96xf32>,
+                            %c: tensor<200x96xf32>) -> tensor<200x96xf32>
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-5]} {
+  %y = linalg.matmul ins(%a, %b : tensor<200x72xf32>, tensor<72x96xf32>)
+                     outs(%c : tensor<200x96xf32>) -> tensor<200x96xf32>
+  return %y : tensor<200x96xf32>
+}
+
 // Few output tiles over a long K (a weight gradient summed over tokens): K
 // is split in 4 (65, 65, 65 and 62 steps of 16), the partial sums added in
 // split order; sums of 4100 terms of |~1| in a different order than the
