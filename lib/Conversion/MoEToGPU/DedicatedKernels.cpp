@@ -416,6 +416,17 @@ struct EmitterBase {
     return LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), addr);
   }
+  /// `n` consecutive elements of type `elt` at `ptr` (global or shared),
+  /// loaded as one vector aligned to `alignment` bytes.
+  SmallVector<Value> loadVector(Type elt, int64_t n, Value ptr,
+                                unsigned alignment) {
+    Value v = LLVM::LoadOp::create(b, loc, VectorType::get({n}, elt), ptr,
+                                   alignment);
+    SmallVector<Value> values;
+    for (int64_t i = 0; i < n; ++i)
+      values.push_back(LLVM::ExtractElementOp::create(b, loc, v, int32(i)));
+    return values;
+  }
   /// An 8-bit element (f8 data, E8M0 scale) loaded as its bits.
   Value loadBits(Value memref, ValueRange at) {
     Value v = memref::LoadOp::create(b, loc, memref, at);
@@ -2014,7 +2025,6 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value hBase = baseAddress(inH);
     Value dhBase = outF32 ? baseAddress(outF32) : Value();
     Type f32 = b.getF32Type();
-    auto vec2 = VectorType::get({2}, f32);
     Value lastRow = add(t.hi, idx(-1));
     // Blocks (h, m), h-major; the loads of h for the next block are issued
     // before this block's stores (which could alias h as far as the
@@ -2027,14 +2037,12 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       Value hRowAt = add(mul(minS(rowOf(h), lastRow), idx(twoF)), col);
       SmallVector<Value> values; // gate 0, gate 1, up 0, up 1 for each j
       for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
-        for (int64_t at : {8 * j, f + 8 * j}) {
-          Value v = LLVM::LoadOp::create(
-              b, loc, vec2,
-              globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8);
-          for (int64_t cc = 0; cc < 2; ++cc)
-            values.push_back(
-                LLVM::ExtractElementOp::create(b, loc, v, int32(cc)));
-        }
+        for (int64_t at : {8 * j, f + 8 * j})
+          llvm::append_range(
+              values,
+              loadVector(f32, 2,
+                         globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))),
+                         8));
       return values;
     };
     SmallVector<Value> next = loadBlock(0);
@@ -2713,16 +2721,12 @@ struct SimtMatmulEmitter : HopperEmitterBase {
     return ifElse(
         types, inside,
         [&] {
-          auto vec = VectorType::get({kSPer}, b.getF32Type());
           SmallVector<Value> values;
           for (auto [base, row, col, cols] :
                {std::tuple{aBase, ar, ac, g.k}, std::tuple{bBase, br, bc, g.n}}) {
             Value at = mul(add(mul(row, idx(cols)), col), idx(4));
-            Value v = LLVM::LoadOp::create(b, loc, vec, globalPtr(base, at),
-                                           /*alignment=*/16);
-            for (int64_t q = 0; q < kSPer; ++q)
-              values.push_back(
-                  LLVM::ExtractElementOp::create(b, loc, v, int32(q)));
+            llvm::append_range(values, loadVector(b.getF32Type(), kSPer,
+                                                  globalPtr(base, at), 16));
           }
           return values;
         },
@@ -2755,13 +2759,7 @@ struct SimtMatmulEmitter : HopperEmitterBase {
   }
   /// 4 consecutive f32 of shared memory from byte `byteOffset` (16-aligned).
   SmallVector<Value> loadShared4(Value byteOffset) {
-    Value v = LLVM::LoadOp::create(b, loc,
-                                   VectorType::get({kSPer}, b.getF32Type()),
-                                   sharedPtrAt(byteOffset), /*alignment=*/16);
-    SmallVector<Value> values;
-    for (int64_t q = 0; q < kSPer; ++q)
-      values.push_back(LLVM::ExtractElementOp::create(b, loc, v, int32(q)));
-    return values;
+    return loadVector(b.getF32Type(), kSPer, sharedPtrAt(byteOffset), 16);
   }
 
   void emit(gpu::LaunchOp launch) {
@@ -3474,7 +3472,6 @@ struct RoundTripEmitter : EmitterBase {
       Value unit = add(mul(w, idx(4)), div(lane, 8));
       Value first = add(mul(unit, idx(kRTBlock)), mul(rem(lane, 8), idx(4)));
       Value valid = cmp(P::ult, unit, units);
-      auto vecIn = VectorType::get({4}, g.inElt);
       SmallVector<Type> inTypes(4, g.inElt);
       SmallVector<Value> values = ifElse(
           inTypes, valid,
@@ -3482,14 +3479,9 @@ struct RoundTripEmitter : EmitterBase {
             return ifElse(
                 inTypes, aligned,
                 [&] {
-                  Value v = LLVM::LoadOp::create(
-                      b, loc, vecIn, globalPtr(xBase, mul(first, idx(inBytes))),
+                  return loadVector(
+                      g.inElt, 4, globalPtr(xBase, mul(first, idx(inBytes))),
                       4 * inBytes);
-                  SmallVector<Value> parts;
-                  for (int64_t j = 0; j < 4; ++j)
-                    parts.push_back(
-                        LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
-                  return parts;
                 },
                 [&] {
                   SmallVector<Value> parts;
@@ -3845,15 +3837,7 @@ struct DequantizeEmitter : EmitterBase {
     SmallVector<Type> types(n, i8());
     return ifElse(
         types, aligned,
-        [&] {
-          auto vec = VectorType::get({n}, i8());
-          Value v = LLVM::LoadOp::create(b, loc, vec, globalPtr(base, at), n);
-          SmallVector<Value> bytes;
-          for (int64_t j = 0; j < n; ++j)
-            bytes.push_back(
-                LLVM::ExtractElementOp::create(b, loc, v, int32(j)));
-          return bytes;
-        },
+        [&] { return loadVector(i8(), n, globalPtr(base, at), n); },
         [&] {
           SmallVector<Value> bytes;
           for (int64_t j = 0; j < n; ++j)
