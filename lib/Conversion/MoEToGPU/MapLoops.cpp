@@ -17,6 +17,7 @@
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/IR/PatternMatch.h"
@@ -133,10 +134,23 @@ Value rootOf(Value memref) {
   return memref;
 }
 
+/// Whether `root` (a rootOf) is a buffer of its own: an allocation, a
+/// global, or an argument of the function (which no allocation made inside
+/// it can alias).
+bool isDistinctBuffer(Value root) {
+  if (auto arg = dyn_cast<BlockArgument>(root))
+    return isa<FunctionOpInterface>(arg.getOwner()->getParentOp()) &&
+           arg.getOwner()->isEntryBlock();
+  return root.getDefiningOp<memref::AllocOp>() ||
+         root.getDefiningOp<memref::AllocaOp>() ||
+         root.getDefiningOp<memref::GetGlobalOp>();
+}
+
 /// Whether the strided loop's body may run `unroll` iterations with all
 /// their loads before any of their stores: a straight line of loads,
 /// stores and ops free of memory effects, where nothing stored can be
-/// loaded (every stored buffer is an allocation that no load reads).
+/// loaded: every stored buffer is an allocation, every loaded one a
+/// distinct buffer (isDistinctBuffer), and no load reads a stored one.
 bool canInterleave(Block *body) {
   SmallVector<Value> loaded, stored;
   for (Operation &op : body->without_terminator()) {
@@ -149,7 +163,7 @@ bool canInterleave(Block *body) {
     else if (!isMemoryEffectFree(&op))
       return false;
   }
-  if (stored.empty())
+  if (stored.empty() || !llvm::all_of(loaded, isDistinctBuffer))
     return false;
   return llvm::all_of(stored, [&](Value s) {
     return s.getDefiningOp<memref::AllocOp>() && !llvm::is_contained(loaded, s);

@@ -92,3 +92,21 @@ func.func @in_place(%x: memref<64x16xf32>) {
   }
   return
 }
+// A load through a view the pass cannot see through (memref.transpose) of
+// the stored buffer: one iteration at a time.
+// UNROLL-LABEL: func.func @through_transpose
+// UNROLL: scf.for %{{.*}} step %c64
+// UNROLL-NOT: scf.for
+// UNROLL: return
+func.func @through_transpose(%x: memref<32x32xf32>) -> memref<32x32xf32> {
+  %out = memref.alloc() : memref<32x32xf32>
+  %t = memref.transpose %out (i, j) -> (j, i) : memref<32x32xf32> to memref<32x32xf32, strided<[1, 32]>>
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%t : memref<32x32xf32, strided<[1, 32]>>) outs(%out : memref<32x32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %v = arith.addf %a, %a : f32
+    linalg.yield %v : f32
+  }
+  return %out : memref<32x32xf32>
+}
