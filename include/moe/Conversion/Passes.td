@@ -271,6 +271,18 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       `moe.grouped_matmul_wgrad` (bf16, or MXFP8 blocked along the rows;
       K and N multiples of 128): `@moe_wgmma_wgrad_...`, one CTA per
       expert and 128x128 output tile reducing that expert's rows.
+      With N a multiple of 256, both take the TMA kernel instead
+      (`..._tma`): a producer thread's bulk tensor copies into a 4-stage
+      mbarrier ring, two consumer warpgroups on m64n256k16, a persistent
+      grid over every expert's tiles.
+      SwiGLU epilogues: a forward GEMM whose result feeds `moe.swiglu`
+      (split layout, f32) and the rowwise MX round trip of the activation
+      computes both in its epilogue and returns the next GEMM's bf16 operand
+      (`..._swiglu_<f8>_<scale>`); a `transpose_rhs` GEMM read only by
+      `moe.swiglu_grad` (h, da) followed by the rowwise round trip of dh
+      likewise reads h and returns the rounded dh (`..._swiglu_grad_...`).
+      h, the activation and dh become further results only where other ops
+      read them (`_h`, `_a`, `_dh`).
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
       shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
       thread, each output summed over K in order; with few tiles over a
@@ -295,7 +307,11 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       data and scales are not stored. The MX arithmetic is the generic
       lowering's, so the results are bit-identical. With a dispatch's
       offsets bounding the rows that are read (see `LiveRows.h`), only the
-      rows before `offsets[E]` are computed (`..._live_...`). Two identical
+      rows before `offsets[E]` are computed (`..._live_...`). The round
+      trips of one tensor along its last two dims (a weight for its forward
+      and data-gradient GEMMs) run as one kernel that reads it once
+      (`@moe_mx_round_trip_pair_...`); other `moe.dequantize`s take a
+      dequantize kernel (`@moe_mx_dequantize_...`). Two identical
       grouped GEMMs (a forward and its recomputation) get the same kernel,
       so that CSE merges them.
 
