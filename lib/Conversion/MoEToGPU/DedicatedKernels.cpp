@@ -597,6 +597,20 @@ struct EmitterBase {
     return arith::MaximumFOp::create(b, loc, amax,
                                      math::AbsFOp::create(b, loc, v));
   }
+  /// The amax of f32 `values` (max of 0 and every |v| in order).
+  Value amaxOf(ArrayRef<Value> values) {
+    Value amax = arith::ConstantFloatOp::create(
+        b, loc, cast<FloatType>(b.getF32Type()), APFloat(0.0f));
+    for (Value v : values)
+      amax = magnitudeMax(amax, v);
+    return amax;
+  }
+  /// `v` (a float) as f32.
+  Value toF32(Value v) {
+    return v.getType().isF32()
+               ? v
+               : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
+  }
   /// `v` (f32) reduced with max over the lanes whose index differs from this
   /// lane's in the bits of `lanes` (xor shuffles; every lane of the warp
   /// takes part).
@@ -1983,14 +1997,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       Value rowAt = add(mul(row, idx(f)), col);
       for (int64_t m = 0; m < 4; ++m) {
         SmallVector<Value> act;
-        Value amax = arith::ConstantFloatOp::create(
-            b, loc, cast<FloatType>(f32), APFloat(0.0f));
         for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
-          for (int64_t cc = 0; cc < 2; ++cc) {
+          for (int64_t cc = 0; cc < 2; ++cc)
             act.push_back(buildSwiglu(b, loc, reg(j, cc), reg(j + 16, cc)));
-            amax = magnitudeMax(amax, act.back());
-          }
-        SmallVector<Value> rounded = roundRowBlock(act, amax);
+        SmallVector<Value> rounded = roundRowBlock(act);
         ifThen(valid, [&] {
           for (int64_t i = 0; i < 4; ++i) {
             Value at = add(rowAt, idx(8 * (4 * m + i)));
@@ -2005,9 +2015,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   }
 
   /// The MX rounding of one rowwise block: this thread's 8 values of it
-  /// (`amax` their amax) and the other 24 in the lanes l ^ 1, l ^ 2, l ^ 3.
-  SmallVector<Value> roundRowBlock(ArrayRef<Value> values, Value amax) {
-    amax = warpMax(amax, {1, 2});
+  /// and the other 24 in the lanes l ^ 1, l ^ 2, l ^ 3.
+  SmallVector<Value> roundRowBlock(ArrayRef<Value> values) {
+    Value amax = warpMax(amaxOf(values), {1, 2});
     return mxRoundTrip(values, amax, g.swiglu->f8, g.swiglu->mode,
                        b.getF32Type());
   }
@@ -2050,9 +2060,6 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       int64_t h = k / blocksPerRow, m = k % blocksPerRow;
       SmallVector<Value> hValues = next;
       SmallVector<Value> dg, du;
-      Value zero = arith::ConstantFloatOp::create(
-          b, loc, cast<FloatType>(f32), APFloat(0.0f));
-      Value gMax = zero, uMax = zero;
       for (int64_t i = 0; i < 4; ++i) {
         int64_t j = 4 * m + i;
         for (int64_t cc = 0; cc < 2; ++cc) {
@@ -2062,12 +2069,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                                               hValues[4 * i + 2 + cc], da);
           dg.push_back(dGate);
           du.push_back(dUp);
-          gMax = magnitudeMax(gMax, dGate);
-          uMax = magnitudeMax(uMax, dUp);
         }
       }
-      SmallVector<Value> gRounded = roundRowBlock(dg, gMax);
-      SmallVector<Value> uRounded = roundRowBlock(du, uMax);
+      SmallVector<Value> gRounded = roundRowBlock(dg);
+      SmallVector<Value> uRounded = roundRowBlock(du);
       if (k + 1 < 2 * blocksPerRow)
         next = loadBlock(k + 1);
       Value row = rowOf(h);
@@ -3423,15 +3428,6 @@ struct RoundTripEmitter : EmitterBase {
   int64_t grid;
   Value x, offsets, out; // offsets: null unless g.offsetElt
 
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(float(v)));
-  }
-  Value toF32(Value v) {
-    return v.getType().isF32()
-               ? v
-               : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
-  }
   /// The block's values rounded through the MX format, as the result type
   /// (the hardware conversions make the kernel memory-bound; buildEncode's
   /// and buildDecode's integer emulation made it ALU-bound).
@@ -3496,12 +3492,9 @@ struct RoundTripEmitter : EmitterBase {
                 arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
             return SmallVector<Value>(4, zero);
           });
-      Value amax = f32(0.0);
-      for (Value &v : values) {
+      for (Value &v : values)
         v = toF32(v);
-        amax = magnitudeMax(amax, v);
-      }
-      amax = warpMax(amax, {4, 2, 1});
+      Value amax = warpMax(amaxOf(values), {4, 2, 1});
       SmallVector<Value> results = roundTrip(values, amax);
       ifThen(valid, [&] { storeRun(ys, yBase, first, results, aligned); });
     });
@@ -3515,14 +3508,12 @@ struct RoundTripEmitter : EmitterBase {
       Value first =
           add(mul(div(u, inner), idx(kRTBlock * inner)), rem(u, inner));
       SmallVector<Value> at, values;
-      Value amax = f32(0.0);
       for (int64_t j = 0; j < kRTBlock; ++j) {
         at.push_back(add(first, idx(j * inner)));
         values.push_back(
             toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
-        amax = magnitudeMax(amax, values.back());
       }
-      SmallVector<Value> results = roundTrip(values, amax);
+      SmallVector<Value> results = roundTrip(values, amaxOf(values));
       for (int64_t j = 0; j < kRTBlock; ++j)
         memref::StoreOp::create(b, loc, results[j], ys, ValueRange{at[j]});
     });
@@ -3607,18 +3598,6 @@ struct RoundTripPairEmitter : EmitterBase {
   int64_t grid;
   Value x, outK, outN;
 
-  Value toF32(Value v) {
-    return v.getType().isF32()
-               ? v
-               : arith::ExtFOp::create(b, loc, b.getF32Type(), v).getResult();
-  }
-  Value amaxOf(ArrayRef<Value> values) {
-    Value amax = arith::ConstantFloatOp::create(
-        b, loc, cast<FloatType>(b.getF32Type()), APFloat(0.0f));
-    for (Value v : values)
-      amax = magnitudeMax(amax, v);
-    return amax;
-  }
   void syncWarp() {
     NVVM::SyncWarpOp::create(b, loc, int32(-1));
   }
@@ -3684,35 +3663,36 @@ struct RoundTripPairEmitter : EmitterBase {
 /// trips of both blockings") in one block becomes one call, placed before
 /// the first of them.
 void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
-  SmallVector<std::pair<DequantizeOp, DequantizeOp>> work;
+  SmallVector<std::tuple<DequantizeOp, DequantizeOp, MXRoundTripPair>> work;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func->hasAttr("moe.dedicated_kernel"))
       continue;
     // Round trips by input and blocking axis (the first of each).
-    llvm::MapVector<std::pair<Value, unsigned>, DequantizeOp> byInput;
+    llvm::MapVector<std::pair<Value, unsigned>,
+                    std::pair<DequantizeOp, MXRoundTrip>>
+        byInput;
     func.walk([&](DequantizeOp dq) {
       std::optional<MXRoundTrip> g = matchRoundTrip(dq);
-      auto q = dq.getInput().getDefiningOp<QuantizeOp>();
       if (!g || g->mx.getShape().size() < 2)
         return;
-      byInput.try_emplace({q.getInput(), g->mx.getAxis()}, dq);
+      auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+      byInput.try_emplace({q.getInput(), g->mx.getAxis()}, dq, *g);
     });
-    for (auto &[key, dq] : byInput) {
-      unsigned rank = cast<MXTensorType>(dq.getInput().getType()).getShape().size();
+    for (auto &[key, alongK] : byInput) {
+      unsigned rank = alongK.second.mx.getShape().size();
       if (key.second != rank - 2)
         continue;
       auto it = byInput.find({key.first, rank - 1});
-      if (it == byInput.end() || it->second->getBlock() != dq->getBlock())
+      if (it == byInput.end() ||
+          it->second.first->getBlock() != alongK.first->getBlock())
         continue;
-      auto shape = cast<MXTensorType>(dq.getInput().getType()).getShape();
-      if (shape[rank - 1] % 32)
-        continue;
-      work.push_back({dq, it->second});
+      work.push_back({alongK.first, it->second.first,
+                      MXRoundTripPair{alongK.second, it->second.second}});
     }
   }
-  for (auto [firstDq, secondDq] : work) {
+  for (auto &[firstDq, secondDq, pair] : work) {
     DequantizeOp dqK = firstDq, dqN = secondDq;
-    MXRoundTripPair g{*matchRoundTrip(dqK), *matchRoundTrip(dqN)};
+    const MXRoundTripPair &g = pair;
     Value x = dqK.getInput().getDefiningOp<QuantizeOp>().getInput();
     int64_t grid = std::min(tilesOf(g.tiles(), kRTPairWarps), kRTMaxBlocks);
     RankedTensorType kType = dqK.getType(), nType = dqN.getType();
