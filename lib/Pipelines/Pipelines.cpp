@@ -80,6 +80,27 @@ struct ReadInsertedSlicesPass
     });
   }
 };
+/// Each use of a `tensor.empty` gets its own. CSE merges identical empties
+/// (the destinations of a forward op and of its backward counterpart), and
+/// one-shot bufferization then writes both results into one buffer, which
+/// stays allocated from the first write to the last read of the second.
+/// Separate empties bufferize to separate buffers, each freed after its own
+/// last use (-moe-buffer-lifetimes). Run right before bufferization.
+struct SplitEmptyTensorsPass
+    : PassWrapper<SplitEmptyTensorsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SplitEmptyTensorsPass)
+  StringRef getArgument() const override { return "moe-split-empty-tensors"; }
+  void runOnOperation() override {
+    getOperation().walk([](tensor::EmptyOp empty) {
+      SmallVector<OpOperand *> uses = llvm::map_to_vector(
+          empty->getUses(), [](OpOperand &use) { return &use; });
+      OpBuilder b(empty->getContext());
+      b.setInsertionPointAfter(empty);
+      for (OpOperand *use : llvm::drop_begin(uses))
+        use->set(b.clone(*empty)->getResult(0));
+    });
+  }
+};
 } // namespace
 
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
@@ -113,6 +134,7 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
     pm.addNestedPass<func::FuncOp>(moe::createMoEGPUFuseElementwise());
 
   pm.addPass(std::make_unique<ReadInsertedSlicesPass>());
+  pm.addPass(std::make_unique<SplitEmptyTensorsPass>());
   pm.addPass(std::make_unique<ReadOnlyArgumentsPass>());
   bufferization::OneShotBufferizePassOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
@@ -123,6 +145,10 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
   // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
   pm.addPass(createConvertBufferizationToMemRefPass());
+  // Buffers allocated where their tensors were created and freed at the end
+  // of the block: in a train step every one would live from the top of the
+  // function to its return.
+  pm.addNestedPass<func::FuncOp>(moe::createMoEBufferLifetimes());
 }
 
 void mlir::moe::buildCPUPipeline(OpPassManager &pm) {

@@ -107,6 +107,52 @@ def MoEHoistQuantize : Pass<"moe-hoist-quantize", "func::FuncOp"> {
   let dependentDialects = ["moe::MoEDialect"];
 }
 
+def MoEBufferLifetimes : Pass<"moe-buffer-lifetimes", "func::FuncOp"> {
+  let summary = "Allocate each buffer at its first use and free it after its last";
+  let description = [{
+    Bufferization allocates a buffer where its tensor was created (often
+    hoisted to the top of the function) and ownership-based deallocation
+    frees it at the end of the allocating block. A train step's buffers
+    would then all live from the top of the function to its return, and the
+    step's peak memory would be the sum of all of them. This pass moves, in
+    the block of each `memref.dealloc`:
+
+    - the `memref.alloc` down to just before the first op that uses it;
+    - the `memref.dealloc` up to just after the last op that can reach the
+      buffer.
+
+    ```mlir
+    %a = memref.alloc() : memref<64xf32>
+    ...                                   // no use of %a
+    linalg.fill ins(%c : f32) outs(%a : memref<64xf32>)
+    linalg.copy ins(%a : memref<64xf32>) outs(%out : memref<64xf32>)
+    ...                                   // no use of %a
+    memref.dealloc %a : memref<64xf32>
+    // becomes
+    ...
+    %a = memref.alloc() : memref<64xf32>
+    linalg.fill ins(%c : f32) outs(%a : memref<64xf32>)
+    linalg.copy ins(%a : memref<64xf32>) outs(%out : memref<64xf32>)
+    memref.dealloc %a : memref<64xf32>
+    ...
+    ```
+
+    An op reaches the buffer when it uses the allocation or any value
+    computed from it: views (`memref.subview`, reshapes, casts), its
+    metadata and aligned pointer, and what is computed from those (a TMA
+    descriptor built from the pointer, a kernel launch taking it), at any
+    depth of nesting. A use inside a region counts as a use by the op of the
+    block that holds it, and that op's results count as computed from the
+    buffer. Loaded elements and dimensions are data, not the buffer. A
+    buffer is left alone when the freed value is not an allocation (or a
+    view of one) of the dealloc's block, or when something reaches it
+    outside that block. On a GPU, allocations and frees are ordered on the
+    program's stream, so a later allocation reuses the memory only after the
+    kernels that read it.
+  }];
+  let dependentDialects = ["memref::MemRefDialect"];
+}
+
 def MoEFuseGroupedMlp : Pass<"moe-fuse-grouped-mlp"> {
   let summary = "Fuse the grouped GEMMs and SwiGLU of expert MLPs, forward and backward";
   let description = [{
