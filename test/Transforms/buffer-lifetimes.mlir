@@ -95,7 +95,7 @@ func.func @nested_and_loaded(%out: memref<64xf32>, %c: f32) {
 // view) is the allocation's.
 // CHECK-LABEL: func.func @base_buffer
 // CHECK:      linalg.copy
-// CHECK-NEXT: %[[BASE:.*]], %{{.*}} = memref.extract_strided_metadata
+// CHECK-NEXT: %[[BASE:[^,]*]], %{{.*}} = memref.extract_strided_metadata
 // CHECK-NEXT: memref.dealloc %[[BASE]]
 // CHECK-NEXT: linalg.fill
 func.func @base_buffer(%out: memref<64xf32>, %c: f32) {
