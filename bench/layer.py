@@ -15,7 +15,9 @@ skewed (a quarter of the experts favoured). Per row: tokens/s (median of
 runs after a warm-up), TFLOP/s of the expert GEMMs (6 x tokens x top-k x
 3 x hidden x ffn, forward + backward), peak GPU memory (inputs, weights and
 gradients included: ours, libmoert's peak plus the input tensors; the peers,
-torch's peak with only their own tensors alive).
+torch's peak with only their own tensors alive), and activation memory: the
+peak minus what is held before and after a step (inputs, weights, their
+gradients; ours: the train step's results).
 """
 import ctypes
 import os
@@ -141,12 +143,13 @@ def main(art_dir, token_counts):
                 t = timed(lambda: art.loss_grad(*args), repeat)
                 stats = Stats()
                 lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
+                results = sum(nbytes(r) for r in art.loss_grad(*args))
                 # libmoert's peak plus the inputs (torch's allocations: the
                 # f32 master weights among them), as the peers count theirs.
-                held = sum(a.numel() * a.element_size() for a in args)
+                held = sum(nbytes(a) for a in args)
                 name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
                 rows.append((T, routing, name, T / t, flops / t / 1e12,
-                             (stats.peak + held) / 2**20))
+                             (stats.peak + held) / 2**20, (stats.peak - results) / 2**20))
                 art = args = None  # not counted in the peers' peaks
             # --- peers ---
             try:
@@ -173,16 +176,16 @@ def main(art_dir, token_counts):
                         out.backward(dy[None])
                     t = timed(step, repeat)
                     rows.append((T, routing, f"transformers {experts} bf16", T / t, flops / t / 1e12,
-                                 torch.cuda.max_memory_allocated() / 2**20))
+                                 *peak_and_activations()))
                     del block
             except Exception as err:
                 print(f"transformers peer unavailable: {str(err).splitlines()[0][:80]}")
             # The transformers peer's tensors go first (they would count in
             # the next peer's peak memory).
             x = rw = w1 = w2 = dy = xx = block = None
-            t, peak = time_grouped_mm_layer(T, skew, torch._grouped_mm, repeat)
+            t, mem = time_grouped_mm_layer(T, skew, torch._grouped_mm, repeat)
             rows.append((T, routing, "torch._grouped_mm layer bf16", T / t, flops / t / 1e12,
-                         peak))
+                         *mem))
     print_rows(rows, header=True)
     # The FP8 layer last, row by row: a failing CUDA kernel (a device-side
     # assert) ends the process, and the rows above are printed already.
@@ -191,18 +194,29 @@ def main(art_dir, token_counts):
         flops = 6.0 * T * K * 3 * H * FF
         for skew in (0, 1):
             try:
-                t, peak = time_grouped_mm_layer(T, skew, fp8, 5 if T <= 8192 else 3)
+                t, mem = time_grouped_mm_layer(T, skew, fp8, 5 if T <= 8192 else 3)
             except Exception as err:  # report, do not hide
                 print(f"torch._scaled_grouped_mm layer unavailable: "
                       f"{str(err).splitlines()[0][:100]}")
                 return
             print_rows([(T, "skewed" if skew else "balanced",
-                         "torch._scaled_grouped_mm layer fp8", T / t, flops / t / 1e12, peak)])
+                         "torch._scaled_grouped_mm layer fp8", T / t, flops / t / 1e12, *mem)])
+
+
+def nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def peak_and_activations():
+    """torch's peak memory since the last reset and the peak minus what is
+    held now, after a step (inputs, weights, gradients), in MiB."""
+    peak = torch.cuda.max_memory_allocated()
+    return peak / 2**20, (peak - torch.cuda.memory_allocated()) / 2**20
 
 
 def time_grouped_mm_layer(T, skew, mm, repeat):
     """Seconds per forward + backward of grouped_mm_layer with `mm`, and the
-    peak memory (MiB) it took."""
+    peak and activation memory (MiB) it took."""
     x, rw, w1, w2, dy = inputs(T, skew, torch.bfloat16)
     w1 = w1.requires_grad_(True)
     w2 = w2.requires_grad_(True)
@@ -210,15 +224,16 @@ def time_grouped_mm_layer(T, skew, mm, repeat):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     t = timed(lambda: grouped_mm_layer(xx, rw, w1, w2, mm).backward(dy), repeat)
-    return t, torch.cuda.max_memory_allocated() / 2**20
+    return t, peak_and_activations()
 
 
 def print_rows(rows, header=False):
     if header:
         print(f"{'tokens':>7} {'routing':9} {'':32} {'tokens/s':>12} {'TFLOP/s':>8} "
-              f"{'peak MiB':>9}")
-    for T, routing, name, tps, tf, mem in rows:
-        print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f}", flush=True)
+              f"{'peak MiB':>9} {'act MiB':>8}")
+    for T, routing, name, tps, tf, mem, act in rows:
+        print(f"{T:7d} {routing:9} {name:32} {tps:12.0f} {tf:8.1f} {mem:9.0f} {act:8.0f}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -115,8 +115,11 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   // their launches keep the kernels' names): one stream runs a whole
   // program, where -gpu-async-region would synchronize with the host around
   // every call, and bufferization sees one function.
-  if (parallel)
+  if (parallel) {
+    // A kernel reading a dispatch's rows reads the tokens instead.
+    pm.addPass(moe::createMoEGPUFuseRowGathers());
     pm.addPass(createInlinerPass());
+  }
   // Elementwise arith/math on whole tensors -> linalg.generic; aggregate ops
   // (linalg.softmax) -> generics.
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());

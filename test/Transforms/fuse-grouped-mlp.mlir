@@ -108,6 +108,9 @@ func.func @fwd_bf16_rounded(%x: tensor<64x32xf32>, %w1: tensor<4x32x64xbf16>, %w
 // CHECK-NEXT: return %[[DX]], %[[DW1]], %[[DW2]]
 // EXPAND-LABEL: func.func @bwd_float
 // EXPAND-NEXT: %[[H:.*]] = moe.grouped_matmul %arg0, %arg1, %arg3 : tensor<64x32xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<64x64xf32>
+// (In the order that frees buffers soonest: the data gradients, w1's
+// gradient, and w2's last: the activation and dy, 16 KB, are not larger
+// than its result; see bwd_many_rows.)
 // EXPAND-NEXT: %[[A:.*]] = moe.swiglu %[[H]] layout(interleaved) : tensor<64x64xf32> -> tensor<64x32xf32>
 // EXPAND-NEXT: %[[DA:.*]] = moe.grouped_matmul %arg4, %arg2, %arg3 transpose_rhs : tensor<64x32xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<64x32xf32>
 // EXPAND-NEXT: %[[DH:.*]] = moe.swiglu_grad %[[H]], %[[DA]] layout(interleaved) : tensor<64x64xf32>, tensor<64x32xf32> -> tensor<64x64xf32>
@@ -128,6 +131,30 @@ func.func @bwd_float(%x: tensor<64x32xf32>, %w1: tensor<4x32x64xf32>, %w2: tenso
   %dx = moe.grouped_matmul %dh, %w1, %off transpose_rhs : tensor<64x64xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<64x32xbf16>
   %dw1 = moe.grouped_matmul_wgrad %x, %dh, %off : tensor<64x32xf32>, tensor<64x64xf32>, tensor<5xi32> -> tensor<4x32x64xf32>
   return %dx, %dw1, %dw2 : tensor<64x32xbf16>, tensor<4x32x64xf32>, tensor<4x32x32xf32>
+}
+
+// Many rows: the activation and dy (2 x 32 KB) are larger than w2's
+// gradient (16 KB), which is then computed first, releasing them.
+// EXPAND-LABEL: func.func @bwd_many_rows
+// EXPAND-NEXT: %[[H:.*]] = moe.grouped_matmul %arg0, %arg1, %arg3
+// EXPAND-NEXT: %[[A:.*]] = moe.swiglu %[[H]]
+// EXPAND-NEXT: %[[DW2:.*]] = moe.grouped_matmul_wgrad %[[A]], %arg4, %arg3
+// EXPAND-NEXT: %[[DA:.*]] = moe.grouped_matmul %arg4, %arg2, %arg3 transpose_rhs
+// EXPAND-NEXT: %[[DH:.*]] = moe.swiglu_grad %[[H]], %[[DA]]
+// EXPAND-NEXT: %[[DX:.*]] = moe.grouped_matmul %[[DH]], %arg1, %arg3 transpose_rhs
+// EXPAND-NEXT: %[[DW1:.*]] = moe.grouped_matmul_wgrad %arg0, %[[DH]], %arg3
+// EXPAND-NEXT: return %[[DX]], %[[DW1]], %[[DW2]]
+func.func @bwd_many_rows(%x: tensor<256x32xf32>, %w1: tensor<4x32x64xf32>, %w2: tensor<4x32x32xf32>,
+                         %off: tensor<5xi32>, %dy: tensor<256x32xf32>)
+    -> (tensor<256x32xf32>, tensor<4x32x64xf32>, tensor<4x32x32xf32>) {
+  %h = moe.grouped_matmul %x, %w1, %off : tensor<256x32xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<256x64xf32>
+  %a = moe.swiglu %h : tensor<256x64xf32> -> tensor<256x32xf32>
+  %dw2 = moe.grouped_matmul_wgrad %a, %dy, %off : tensor<256x32xf32>, tensor<256x32xf32>, tensor<5xi32> -> tensor<4x32x32xf32>
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs : tensor<256x32xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<256x32xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<256x64xf32>, tensor<256x32xf32> -> tensor<256x64xf32>
+  %dx = moe.grouped_matmul %dh, %w1, %off transpose_rhs : tensor<256x64xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<256x32xf32>
+  %dw1 = moe.grouped_matmul_wgrad %x, %dh, %off : tensor<256x32xf32>, tensor<256x64xf32>, tensor<5xi32> -> tensor<4x32x64xf32>
+  return %dx, %dw1, %dw2 : tensor<256x32xf32>, tensor<4x32x64xf32>, tensor<4x32x32xf32>
 }
 
 // Forward and backward of one MLP in one function, every GEMM operand

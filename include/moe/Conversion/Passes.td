@@ -245,6 +245,24 @@ def MoEGPUElideHostSyncs : Pass<"moe-gpu-elide-host-syncs", "func::FuncOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def MoEGPUFuseRowGathers : Pass<"moe-gpu-fuse-row-gathers", "ModuleOp"> {
+  let summary = "Round-trip pair kernels read a dispatch's rows from the tokens";
+  let description = [{
+    Runs after `-convert-moe-to-linalg`, before the dedicated kernels'
+    functions are inlined. A call of a paired MX round-trip kernel
+    (`@moe_mx_round_trip_pair_...` of a 2-d tensor, from
+    `-moe-gpu-dedicated-kernels`) whose input is the gather a dispatch
+    lowers to (row r of the result is row `source[r]` of the tokens, zeros
+    where `source[r]` is -1), read by nothing else, becomes a call of the
+    same kernel reading row `source[r]` of the tokens itself
+    (`..._gather_<tokens>`): the dispatched rows (tokens x top-k rows of
+    f32) are neither written nor read back, and their buffer is never
+    allocated. The results are the same values (the kernel's arithmetic is
+    unchanged; a padding row is zeros either way).
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
   let summary = "Replace moe ops by hand-scheduled GPU kernels for the chip";
   let description = [{

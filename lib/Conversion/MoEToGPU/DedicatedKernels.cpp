@@ -162,6 +162,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/MoEToGPU/DedicatedKernels.h"
+#include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
@@ -186,6 +187,7 @@
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUDEDICATEDKERNELS
+#define GEN_PASS_DEF_MOEGPUFUSEROWGATHERS
 #include "moe/Conversion/Passes.h.inc"
 } // namespace mlir::moe
 
@@ -3592,11 +3594,19 @@ struct MXRoundTripPair {
   }
 };
 
-/// Emits the body of the round-trip pair's gpu.launch.
+/// Emits the body of the round-trip pair's gpu.launch. With `source` (a
+/// [rows] index buffer), the pair's row r is gathered row source[r], or
+/// zeros where source[r] is outside [0, sourceRows) (a dispatch's gather,
+/// fused: see -moe-gpu-fuse-row-gathers): x's row source[r], or with
+/// `scale` ([sourceRows] f32) scale[s] * x's row s / perRow (s = source[r];
+/// `scaleFirst`: the product's operand order).
 struct RoundTripPairEmitter : EmitterBase {
   const MXRoundTripPair &g;
   int64_t grid;
   Value x, outK, outN;
+  Value source{}, scale{};
+  int64_t sourceRows = 0, perRow = 1;
+  bool scaleFirst = true;
 
   void syncWarp() {
     NVVM::SyncWarpOp::create(b, loc, int32(-1));
@@ -3633,10 +3643,48 @@ struct RoundTripPairEmitter : EmitterBase {
               mul(rem(rc, colTiles), idx(32)));
       // Column `lane` (a K block): loads coalesced across the warp.
       SmallVector<Value> at, column;
+      // Gathered: lane i reads row i's source, shuffled to every lane.
+      Value rowSource, rowScale;
+      if (source) {
+        Value r = add(mul(div(rc, colTiles), idx(32)), lane);
+        Value s = memref::LoadOp::create(b, loc, source, ValueRange{r});
+        Value inside = land(cmp(P::sge, s, idx(0)), cmp(P::slt, s, idx(sourceRows)));
+        rowSource = arith::IndexCastOp::create(b, loc, i32(),
+                                               select(inside, s, idx(-1)));
+        if (scale)
+          rowScale = memref::LoadOp::create(b, loc, scale,
+                                            ValueRange{select(inside, s, idx(0))});
+      }
       for (int64_t i = 0; i < 32; ++i) {
         at.push_back(add(corner, add(idx(i * cols), lane)));
-        column.push_back(
-            toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+        if (!source) {
+          column.push_back(toF32(
+              memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+        } else {
+          Value s = gpu::ShuffleOp::create(b, loc, rowSource, int32(i),
+                                           int32(32), gpu::ShuffleMode::IDX)
+                        .getShuffleResult();
+          Value inside = cmp(P::sge, s, int32(0));
+          Value row = toIndex(select(inside, s, int32(0)));
+          if (scale)
+            row = div(row, perRow);
+          Value from = add(mul(row, idx(cols)),
+                           add(mul(rem(rc, colTiles), idx(32)), lane));
+          Value v =
+              toF32(memref::LoadOp::create(b, loc, xs, ValueRange{from}));
+          if (scale) {
+            Value w = gpu::ShuffleOp::create(b, loc, rowScale, int32(i),
+                                             int32(32), gpu::ShuffleMode::IDX)
+                          .getShuffleResult();
+            v = scaleFirst ? arith::MulFOp::create(b, loc, w, v)
+                           : arith::MulFOp::create(b, loc, v, w);
+          }
+          column.push_back(
+              select(inside, v,
+                     arith::ConstantFloatOp::create(
+                         b, loc, cast<FloatType>(b.getF32Type()),
+                         APFloat(0.0f))));
+        }
         LLVM::StoreOp::create(b, loc, column.back(), slot(idx(i), lane), 4);
       }
       SmallVector<Value> alongK =
@@ -3658,6 +3706,41 @@ struct RoundTripPairEmitter : EmitterBase {
     });
   }
 };
+
+/// A pair's round trips, recorded on its function (the MX types, modes and
+/// element types), so that -moe-gpu-fuse-row-gathers can emit the same
+/// kernel reading gathered rows.
+constexpr llvm::StringLiteral kRoundTripPairAttr = "moe.round_trip_pair";
+
+ArrayAttr roundTripPairAttr(MLIRContext *ctx, const MXRoundTripPair &g) {
+  SmallVector<Attribute> parts;
+  for (const MXRoundTrip &t : {g.alongK, g.alongN})
+    parts.append({TypeAttr::get(t.mx), TypeAttr::get(t.inElt),
+                  TypeAttr::get(t.outElt),
+                  StringAttr::get(ctx, stringifyScaleMode(t.mode))});
+  return ArrayAttr::get(ctx, parts);
+}
+
+std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func) {
+  auto parts = func->getAttrOfType<ArrayAttr>(kRoundTripPairAttr);
+  if (!parts || parts.size() != 8)
+    return std::nullopt;
+  MXRoundTrip trips[2];
+  for (int i = 0; i < 2; ++i) {
+    auto mx = dyn_cast<TypeAttr>(parts[4 * i]);
+    auto in = dyn_cast<TypeAttr>(parts[4 * i + 1]);
+    auto out = dyn_cast<TypeAttr>(parts[4 * i + 2]);
+    auto mode = dyn_cast<StringAttr>(parts[4 * i + 3]);
+    if (!mx || !in || !out || !mode || !isa<MXTensorType>(mx.getValue()))
+      return std::nullopt;
+    std::optional<ScaleMode> m = symbolizeScaleMode(mode.getValue());
+    if (!m)
+      return std::nullopt;
+    trips[i] = MXRoundTrip{cast<MXTensorType>(mx.getValue()), in.getValue(),
+                           out.getValue(), *m, Type()};
+  }
+  return MXRoundTripPair{trips[0], trips[1]};
+}
 
 /// Every pair of round trips of one x along its last two dims (see "MX round
 /// trips of both blockings") in one block becomes one call, placed before
@@ -3706,6 +3789,9 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
                                  outs[1]};
           k.emit(launch);
         });
+    if (g.alongK.mx.getShape().size() == 2)
+      kernel->setAttr(kRoundTripPairAttr,
+                      roundTripPairAttr(module.getContext(), g));
     Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
     OpBuilder b(first);
     auto call = func::CallOp::create(b, dqK.getLoc(), kernel, ValueRange{x});
@@ -3755,6 +3841,19 @@ void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
     dq.erase();
     if (q->use_empty())
       q.erase();
+    // A round trip to a narrower type, the only reader of its input, runs
+    // right after the input is computed: the narrow result is what waits
+    // for the reader (the activation's columnwise rounding, read by the
+    // backward, is held as bf16 instead of f32 in between).
+    Value x = args[0];
+    Operation *producer = x.getDefiningOp();
+    auto in = cast<RankedTensorType>(x.getType());
+    if (args.size() == 1 && x.hasOneUse() && producer &&
+        producer->getBlock() == call->getBlock() &&
+        producer->isBeforeInBlock(call) &&
+        g.outElt.getIntOrFloatBitWidth() <
+            in.getElementType().getIntOrFloatBitWidth())
+      call->moveAfter(producer);
   }
 }
 
@@ -4074,6 +4173,161 @@ struct MoEGPUDedicatedKernelsPass
     lowerRoundTripPairs(module, symbols);
     lowerRoundTrips(module, symbols);
     lowerDequantizes(module, symbols);
+  }
+};
+
+/// The tokens a dispatch's row gather (see kGatheredRowsAttr) extracts
+/// from, or null.
+Value gatheredTokens(linalg::GenericOp gather) {
+  Value tokens;
+  gather.getBody()->walk([&](tensor::ExtractOp extract) {
+    Value t = extract.getTensor();
+    if (!gather->isAncestor(t.getParentRegion()->getParentOp()))
+      tokens = t;
+  });
+  return tokens;
+}
+
+/// Rows [T * K, H] computed as scale[t, k] * rows[t, :] (a [T, K, H]
+/// product, collapsed).
+struct ScaledCopies {
+  Value rows, scale;
+  int64_t perRow;
+  bool scaleFirst;
+};
+
+/// `producer` (the generic under `tokens`' reshapes) as scaled copies:
+/// generic(scale [T, K] at (t, k), rows [T, H] at (t, h)) -> [T, K, H] whose
+/// body is one f32 mulf of the two, collapsed [[0, 1], [2]] into tokens.
+std::optional<ScaledCopies> matchScaledCopies(Value producer, Value tokens) {
+  auto generic = producer.getDefiningOp<linalg::GenericOp>();
+  auto collapse = tokens.getDefiningOp<tensor::CollapseShapeOp>();
+  if (!generic || !collapse || collapse.getSrc() != producer ||
+      generic.getNumDpsInputs() != 2 || generic.getNumResults() != 1 ||
+      collapse.getReassociationIndices() !=
+          SmallVector<ReassociationIndices>{{0, 1}, {2}})
+    return std::nullopt;
+  MLIRContext *ctx = generic.getContext();
+  AffineExpr t, k, h;
+  bindDims(ctx, t, k, h);
+  SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
+  if (maps[0] != AffineMap::get(3, 0, {t, k}, ctx) ||
+      maps[1] != AffineMap::get(3, 0, {t, h}, ctx) ||
+      !maps[2].isIdentity() || generic.getNumParallelLoops() != 3)
+    return std::nullopt;
+  Block *body = generic.getBody();
+  if (body->getOperations().size() != 2)
+    return std::nullopt;
+  auto mul = dyn_cast<arith::MulFOp>(body->front());
+  auto yield = dyn_cast<linalg::YieldOp>(body->back());
+  if (!mul || !yield || yield.getValues() != ValueRange{mul.getResult()} ||
+      !mul.getType().isF32() ||
+      mul.getFastmath() != arith::FastMathFlags::none)
+    return std::nullopt;
+  Value a = body->getArgument(0), r = body->getArgument(1);
+  bool scaleFirst = mul.getLhs() == a && mul.getRhs() == r;
+  if (!scaleFirst && !(mul.getLhs() == r && mul.getRhs() == a))
+    return std::nullopt;
+  Value scale = generic.getDpsInputOperand(0)->get();
+  Value rows = generic.getDpsInputOperand(1)->get();
+  auto scaleType = cast<RankedTensorType>(scale.getType());
+  auto rowsType = cast<RankedTensorType>(rows.getType());
+  if (!scaleType.hasStaticShape() || !rowsType.hasStaticShape() ||
+      !scaleType.getElementType().isF32() ||
+      !rowsType.getElementType().isF32())
+    return std::nullopt;
+  return ScaledCopies{rows, scale, scaleType.getDimSize(1), scaleFirst};
+}
+
+/// A pair round trip of gathered rows -> the pair kernel reading the rows
+/// through the gather's source indices (see -moe-gpu-fuse-row-gathers).
+void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
+  auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
+  std::optional<MXRoundTripPair> g =
+      callee ? roundTripPairOf(callee) : std::nullopt;
+  if (!g || call.getNumOperands() != 1 || call.getNumResults() != 2)
+    return;
+  auto gather = call.getOperand(0).getDefiningOp<linalg::GenericOp>();
+  if (!gather || !gather->hasAttr(kGatheredRowsAttr) || !gather->hasOneUse() ||
+      gather.getNumDpsInputs() != 1)
+    return;
+  Value source = gather.getDpsInputOperand(0)->get();
+  Value tokens = gatheredTokens(gather);
+  // Tokens an elementwise kernel computes for this gather alone are left to
+  // the gather, which computes the elements it reads (FuseIntoExtract in
+  // -moe-gpu-fuse-elementwise): read by the pair kernel, they would be
+  // written in full first. The one such producer the kernel computes
+  // itself: scaled copies of rows (a combine's gradient, w[t, k] * g[t]).
+  Value producer = tokens;
+  while (producer && isa_and_nonnull<tensor::CollapseShapeOp,
+                                     tensor::ExpandShapeOp>(
+                         producer.getDefiningOp()))
+    producer = producer.getDefiningOp()->getOperand(0);
+  std::optional<ScaledCopies> scaled;
+  if (producer && producer.getDefiningOp<linalg::GenericOp>() &&
+      producer.hasOneUse()) {
+    scaled = matchScaledCopies(producer, tokens);
+    if (!scaled)
+      return;
+  }
+  auto sourceType = dyn_cast<RankedTensorType>(source.getType());
+  auto tokensType =
+      tokens ? dyn_cast<RankedTensorType>(tokens.getType()) : nullptr;
+  if (!sourceType || !tokensType || !sourceType.hasStaticShape() ||
+      !tokensType.hasStaticShape() || sourceType.getRank() != 1 ||
+      !sourceType.getElementType().isIndex() || tokensType.getRank() != 2 ||
+      sourceType.getDimSize(0) != g->rows() ||
+      tokensType.getDimSize(1) != g->cols() ||
+      tokensType.getElementType() != g->alongK.inElt ||
+      tokensType.getDimSize(0) >= (int64_t(1) << 31))
+    return;
+  int64_t sourceRows = tokensType.getDimSize(0);
+  int64_t grid = std::min(tilesOf(g->tiles(), kRTPairWarps), kRTMaxBlocks);
+  auto kType = cast<RankedTensorType>(call.getResult(0).getType());
+  auto nType = cast<RankedTensorType>(call.getResult(1).getType());
+  Location loc = call.getLoc();
+  SmallVector<Value> args = {tokens, source};
+  std::string name = llvm::formatv("{0}_gather_{1}", g->name(), sourceRows);
+  if (scaled) {
+    args = {scaled->rows, source, scaled->scale};
+    name += llvm::formatv("_scaled_{0}", scaled->perRow).str();
+  }
+  func::FuncOp kernel = getOrCreateKernelCall(
+      module, symbols, name, "mx round trips along both dims of gathered rows",
+      llvm::to_vector(ValueRange(args).getTypes()), {kType, nType}, loc,
+      {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          ArrayRef<Value> outs) {
+        RoundTripPairEmitter k{{b, loc}, *g, grid, buf[0], outs[0], outs[1]};
+        k.source = buf[1];
+        k.sourceRows = sourceRows;
+        if (scaled) {
+          k.scale = k.flat(buf[2]);
+          k.perRow = scaled->perRow;
+          k.scaleFirst = scaled->scaleFirst;
+        }
+        k.emit(launch);
+      });
+  OpBuilder b(call);
+  auto fused = func::CallOp::create(b, loc, kernel, args);
+  call.replaceAllUsesWith(fused.getResults());
+  call.erase();
+  // The product and its reshapes, now unread, go with the next
+  // canonicalization (a tensor.dim of the tokens may still read them).
+  gather.erase();
+  if (SymbolTable::symbolKnownUseEmpty(callee, module))
+    callee.erase();
+}
+
+struct MoEGPUFuseRowGathersPass
+    : moe::impl::MoEGPUFuseRowGathersBase<MoEGPUFuseRowGathersPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SymbolTable symbols(module);
+    SmallVector<func::CallOp> calls;
+    module.walk([&](func::CallOp call) { calls.push_back(call); });
+    for (func::CallOp call : calls)
+      fuseRowGather(call, module, symbols);
   }
 };
 

@@ -246,7 +246,7 @@ struct Emitter {
     AffineExpr r, h;
     bindDims(ctx, r, h);
     Value n = dim(rows, 0);
-    return generic(
+    Value gathered = generic(
         source, empty({count, sizes(rows)[1]}, elt),
         {AffineMap::get(2, 0, {r}, ctx), AffineMap::getMultiDimIdentityMap(2, ctx)},
         {IteratorType::parallel, IteratorType::parallel},
@@ -259,6 +259,8 @@ struct Emitter {
           Value v = m.extract(rows, {src, linalg::IndexOp::create(nb, nl, 1)});
           return SmallVector<Value>{m.sel(valid, v, m.zeroOf(elt))};
         })[0];
+    gathered.getDefiningOp()->setAttr(kGatheredRowsAttr, b.getUnitAttr());
+    return gathered;
   }
 
   /// Elementwise map of same-shaped tensors into a fresh tensor of `elt`.

@@ -222,6 +222,52 @@ func.func @weighted_dispatch(%w: tensor<1024x4xf32>, %g: tensor<1024x64xf32>,
   return %s, %o : tensor<4096x64xf32>, tensor<17xi32>
 }
 
+// Both MX roundings of dispatched rows: on sm_90a one pair kernel reads each
+// row from the tokens through the dispatch's source indices (the f32 rows
+// are never written; -moe-gpu-fuse-row-gathers). Copies routed outside the
+// experts (-1, 16) are dropped, padding rows are zeros: bit-identical.
+func.func @dispatch_round_trip_pair(%x: tensor<1024x64xf32>,
+                                    %idx: tensor<1024x4xi32> {moe.test_range = [-1, 17]})
+    -> (tensor<4576x64xbf16>, tensor<4576x64xbf16>, tensor<17xi32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
+  %qn = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
+  return %yk, %yn, %o : tensor<4576x64xbf16>, tensor<4576x64xbf16>, tensor<17xi32>
+}
+
+// The same of the combine's gradient re-sorted (weighted_dispatch above): the
+// pair kernel computes each product w[t, k] * g[t] it reads, the same
+// single multiply: bit-identical.
+func.func @weighted_dispatch_round_trip_pair(%w: tensor<1024x4xf32>, %g: tensor<1024x64xf32>,
+                                             %idx: tensor<1024x4xi32> {moe.test_range = [-1, 17]})
+    -> (tensor<4096x64xbf16>, tensor<4096x64xbf16>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %e = tensor.empty() : tensor<1024x4x64xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                        affine_map<(t, k, h) -> (t, k, h)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<1024x4xf32>, tensor<1024x64xf32>) outs(%e : tensor<1024x4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<1024x4x64xf32>
+  %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<1024x4x64xf32> into tensor<4096x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<1024x4xi32> into tensor<4096xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [4096, 1] : tensor<4096xi32> into tensor<4096x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %c, %i1 experts(16)
+      : tensor<4096x64xf32>, tensor<4096x1xi32> -> tensor<4096x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<4096x1xi32>
+  %qk = moe.quantize %s : tensor<4096x64xf32> -> !moe.mx<4096x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4096x64xf8E4M3FN, axis = 0> -> tensor<4096x64xbf16>
+  %qn = moe.quantize %s : tensor<4096x64xf32> -> !moe.mx<4096x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4096x64xf8E4M3FN, axis = 1> -> tensor<4096x64xbf16>
+  return %yk, %yn : tensor<4096x64xbf16>, tensor<4096x64xbf16>
+}
+
 // Combine: a k-term f32 weighted sum (fma contraction on the GPU).
 func.func @combine(%y: tensor<4096x64xf32>, %w: tensor<1024x4xf32>,
                    %pos: tensor<1024x4xi32> {moe.test_range = [-1, 4096]})

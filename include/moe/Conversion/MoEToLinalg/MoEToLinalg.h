@@ -33,6 +33,12 @@ void populateMoEToParallelLinalgPatterns(const TypeConverter &converter,
                                          RewritePatternSet &patterns,
                                          const LiveRowBounds *live = nullptr);
 
+/// Marks the `linalg.generic` a dispatch gathers its rows with (one input,
+/// the [R] index tensor of source rows; row r is row source[r] of the
+/// tokens the body extracts from, zeros outside them), so that a consumer
+/// kernel can read the tokens itself (-moe-gpu-fuse-row-gathers).
+constexpr llvm::StringLiteral kGatheredRowsAttr = "moe.gathered_rows";
+
 /// Rewrites every moe.experts op under `root` into an scf.for over experts
 /// running the body on each expert's rows.
 LogicalResult lowerExpertsToLoops(Operation *root);

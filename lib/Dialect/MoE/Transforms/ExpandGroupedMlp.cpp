@@ -85,6 +85,25 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     Value a = SwigluOp::create(rewriter, loc,
                                RankedTensorType::get({rows, twoF / 2}, aElt), h,
                                layout);
+    // In the order that frees memory soonest (buffers live from their first
+    // use to their last). w2's gradient releases the columnwise operands of
+    // the activation and dy and allocates its result: first when the
+    // activation and dy are the larger (many tokens), last otherwise. dx
+    // releases dh's rowwise operand and w1's before w1's gradient (the size
+    // of w1) is allocated.
+    auto bytes = [](Value v) {
+      auto t = cast<RankedTensorType>(v.getType());
+      return t.getNumElements() * int64_t(t.getElementTypeBitWidth()) / 8;
+    };
+    auto dw2Type = cast<RankedTensorType>(op.getDw2().getType());
+    bool dw2First = bytes(a) + bytes(dy) >
+                    dw2Type.getNumElements() *
+                        int64_t(dw2Type.getElementTypeBitWidth()) / 8;
+    auto weightGradient2 = [&] {
+      return GroupedMatmulWgradOp::create(rewriter, loc, dw2Type, q(a, 0),
+                                          q(dy, 0), off);
+    };
+    Value dw2 = dw2First ? weightGradient2() : Value();
     Value da = GroupedMatmulOp::create(rewriter, loc, daType, q(dy, 1),
                                        q(w2, 2), off, /*transpose_rhs=*/true);
     Value dh = SwigluGradOp::create(rewriter, loc, hType, h, da, layout);
@@ -93,8 +112,8 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
                                        /*transpose_rhs=*/true);
     Value dw1 = GroupedMatmulWgradOp::create(
         rewriter, loc, op.getDw1().getType(), q(x, 0), q(dh, 0), off);
-    Value dw2 = GroupedMatmulWgradOp::create(
-        rewriter, loc, op.getDw2().getType(), q(a, 0), q(dy, 0), off);
+    if (!dw2First)
+      dw2 = weightGradient2();
     rewriter.replaceOp(op, {dx, dw1, dw2});
     return success();
   }

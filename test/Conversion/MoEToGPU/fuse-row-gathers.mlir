@@ -1,0 +1,79 @@
+// The paired MX round trips of a dispatch's rows read the rows from the
+// tokens through the dispatch's source indices; the gathered f32 rows are
+// never materialized. test/Integration/GPU/kernels.mlir runs both forms
+// against the CPU (dispatch_round_trip_pair, weighted_dispatch_round_trip_pair).
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a \
+// RUN:   --convert-moe-to-linalg=parallel=true --moe-gpu-fuse-row-gathers -canonicalize | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+
+// CHECK-LABEL: func.func @dispatched(
+// CHECK-NOT: moe.gathered_rows
+// CHECK: %[[R:.*]]:2 = call @moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024(%arg0, %{{.*}}) : (tensor<1024x64xf32>, tensor<4576xindex>) -> (tensor<4576x64xbf16>, tensor<4576x64xbf16>)
+// CHECK-NOT: moe.gathered_rows
+// CHECK: return %[[R]]#0, %[[R]]#1
+// Lane i loads row i's source; each row's source goes to every lane.
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_kernel
+// PTX-COUNT-32: shfl.sync.idx.b32
+func.func @dispatched(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>)
+    -> (tensor<4576x64xbf16>, tensor<4576x64xbf16>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
+  %qn = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
+  return %yk, %yn : tensor<4576x64xbf16>, tensor<4576x64xbf16>
+}
+
+// The combine's gradient re-sorted: the kernel multiplies w[t, k] and g[t]
+// itself (operands in the product's order); the [T, K, H] product is gone.
+// CHECK-LABEL: func.func @weighted(
+// CHECK-NOT: tensor<256x4x64xf32>
+// CHECK: call @moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4(%arg1, %{{.*}}, %arg0) : (tensor<256x64xf32>, tensor<1024xindex>, tensor<256x4xf32>)
+// CHECK-NOT: tensor<256x4x64xf32>
+// CHECK: return
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4_kernel
+// PTX-COUNT-64: shfl.sync.idx.b32
+func.func @weighted(%w: tensor<256x4xf32>, %g: tensor<256x64xf32>, %idx: tensor<256x4xi32>)
+    -> (tensor<1024x64xbf16>, tensor<1024x64xbf16>) {
+  %e = tensor.empty() : tensor<256x4x64xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                        affine_map<(t, k, h) -> (t, k, h)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<256x4xf32>, tensor<256x64xf32>) outs(%e : tensor<256x4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<256x4x64xf32>
+  %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<256x4x64xf32> into tensor<1024x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<256x4xi32> into tensor<1024xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [1024, 1] : tensor<1024xi32> into tensor<1024x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %c, %i1 experts(16)
+      : tensor<1024x64xf32>, tensor<1024x1xi32> -> tensor<1024x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x1xi32>
+  %qk = moe.quantize %s : tensor<1024x64xf32> -> !moe.mx<1024x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<1024x64xf8E4M3FN, axis = 0> -> tensor<1024x64xbf16>
+  %qn = moe.quantize %s : tensor<1024x64xf32> -> !moe.mx<1024x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<1024x64xf8E4M3FN, axis = 1> -> tensor<1024x64xbf16>
+  return %yk, %yn : tensor<1024x64xbf16>, tensor<1024x64xbf16>
+}
+
+// Rows something else reads too stay gathered: the pair kernel reads them.
+// CHECK-LABEL: func.func @rows_read_elsewhere(
+// CHECK: %[[S:.*]] = linalg.generic {{.*}} attrs = {moe.gathered_rows}
+// CHECK: call @moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16(%[[S]])
+func.func @rows_read_elsewhere(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>)
+    -> (tensor<4576x64xbf16>, tensor<4576x64xbf16>, tensor<4576x64xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
+  %qn = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
+  return %yk, %yn, %s : tensor<4576x64xbf16>, tensor<4576x64xbf16>, tensor<4576x64xf32>
+}
