@@ -10,10 +10,8 @@
 
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
-#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/DenseSet.h"
@@ -48,12 +46,6 @@ Value allocationOf(Value value) {
   return {};
 }
 
-/// Ops whose results are data read through the buffer, not the buffer.
-bool readsData(Operation *op) {
-  return isa<memref::LoadOp, memref::DimOp, memref::RankOp,
-             affine::AffineLoadOp, vector::LoadOp, vector::TransferReadOp>(op);
-}
-
 /// The last op of `block` that reaches `buffer` (uses it or a value computed
 /// from it, at any depth), ignoring `except`. Fails when something reaches it
 /// outside `block`; null when nothing reaches it.
@@ -74,8 +66,9 @@ FailureOr<Operation *> lastReach(Value buffer, Block *block,
       if (!last || last->isBeforeInBlock(at))
         last = at;
       // What is computed inside `at` leaves it only through its results.
-      if (user == at && readsData(user))
-        continue;
+      // (Loaded elements too: the GPU lowering moves a host-level load of a
+      // count into every kernel whose bounds use it, where it reads the
+      // buffer again.)
       for (Value result : at->getResults())
         if (seen.insert(result).second)
           work.push_back(result);

@@ -143,7 +143,9 @@ def MoEBufferLifetimes : Pass<"moe-buffer-lifetimes", "func::FuncOp"> {
     descriptor built from the pointer, a kernel launch taking it), at any
     depth of nesting. A use inside a region counts as a use by the op of the
     block that holds it, and that op's results count as computed from the
-    buffer. Loaded elements and dimensions are data, not the buffer. A
+    buffer, loaded elements included (the GPU lowering moves a load of a
+    count into the kernels whose bounds use it, which then read the
+    buffer). A
     buffer is left alone when the freed value is not an allocation (or a
     view of one) of the dealloc's block, or when something reaches it
     outside that block. On a GPU, allocations and frees are ordered on the
