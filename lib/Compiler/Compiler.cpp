@@ -240,9 +240,10 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     options.chip = target;
     options.format = format;
     options.mxfp8FP8MMA = opts.mxfp8FP8MMA;
+    options.bufferReport = opts.bufferReport;
     moe::buildGPUPipeline(pm, options);
   } else {
-    moe::buildCPUPipeline(pm);
+    moe::buildCPUPipeline(pm, opts.bufferReport);
   }
   if (failed(pm.run(module)))
     return fail("lowering failed");

@@ -106,7 +106,8 @@ struct SplitEmptyTensorsPass
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
 /// and whole-tensor ops to linalg, then buffers with deallocation.
 static void addTensorLoweringAndBufferization(OpPassManager &pm,
-                                              bool parallel) {
+                                              bool parallel,
+                                              bool bufferReport) {
   moe::ConvertMoEToLinalgOptions lowering;
   lowering.parallel = parallel;
   pm.addPass(moe::createConvertMoEToLinalg(lowering));
@@ -152,13 +153,15 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   // of the block: in a train step every one would live from the top of the
   // function to its return.
   pm.addNestedPass<func::FuncOp>(moe::createMoEBufferLifetimes());
+  if (bufferReport)
+    pm.addNestedPass<func::FuncOp>(moe::createMoEBufferReport());
 }
 
-void mlir::moe::buildCPUPipeline(OpPassManager &pm) {
+void mlir::moe::buildCPUPipeline(OpPassManager &pm, bool bufferReport) {
   // Collectives over several ranks -> libmoert calls (one-rank exchanges are
   // left to -convert-moe-to-linalg, which copies).
   pm.addPass(moe::createConvertMoEToRuntime());
-  addTensorLoweringAndBufferization(pm, /*parallel=*/false);
+  addTensorLoweringAndBufferization(pm, /*parallel=*/false, bufferReport);
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
@@ -230,7 +233,8 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
     // forward and its recomputation) share its dequantization.
     pm.addPass(createCSEPass());
   }
-  addTensorLoweringAndBufferization(pm, /*parallel=*/true);
+  addTensorLoweringAndBufferization(pm, /*parallel=*/true,
+                                    options.bufferReport);
   pm.addPass(createCanonicalizerPass());
 
   pm.addNestedPass<func::FuncOp>(moe::createMoECopyToLinalg());
@@ -320,5 +324,5 @@ void mlir::moe::registerMoEPipelines() {
       "Lower moe programs to the LLVM dialect for the host CPU (reference "
       "semantics: convert-moe-to-runtime for collectives over several ranks, "
       "convert-moe-to-linalg, one-shot bufferization, loops, LLVM)",
-      buildCPUPipeline);
+      [](OpPassManager &pm) { buildCPUPipeline(pm); });
 }

@@ -18,6 +18,7 @@
 // HELP-DAG: --target=
 // HELP-DAG: --verify-ptx
 // HELP-DAG: --mxfp8-fp8-mma
+// HELP-DAG: --buffer-report
 
 func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
   %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>

@@ -62,6 +62,11 @@ static cl::opt<bool> mxfp8FP8MMA(
              "tensor core's FP8 accumulation differs from the exact result "
              "by ~1e-3 relative)"),
     cl::init(false), cl::cat(moeCompileOptions));
+static cl::opt<bool> bufferReport(
+    "buffer-report",
+    cl::desc("Print each function's peak of live buffers (bytes allocated "
+             "and not yet freed, in program order) and the largest of them"),
+    cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"), cl::cat(moeCompileOptions));
@@ -102,6 +107,7 @@ int main(int argc, char **argv) {
   options.emitLLVM = emitLLVM;
   options.linker = linker;
   options.mxfp8FP8MMA = mxfp8FP8MMA;
+  options.bufferReport = bufferReport;
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));
 }

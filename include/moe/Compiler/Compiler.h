@@ -44,6 +44,8 @@ struct CompileOptions {
   std::string emitLLVM;
   /// Hopper: MXFP8 grouped GEMMs on FP8 wgmma (faster, not exact).
   bool mxfp8FP8MMA = false;
+  /// Remark each function's peak of live buffers (-moe-buffer-report).
+  bool bufferReport = false;
   /// The C compiler driver used to link.
   std::string linker = "cc";
 };

@@ -10,7 +10,7 @@ namespace mlir::moe {
 /// `moe` + tensor-level upstream IR -> the LLVM dialect, for the host CPU:
 /// convert-moe-to-runtime (collectives over several ranks -> libmoert
 /// calls), convert-moe-to-linalg, bufferization, loops, LLVM.
-void buildCPUPipeline(OpPassManager &pm);
+void buildCPUPipeline(OpPassManager &pm, bool bufferReport = false);
 
 /// Options of the GPU pipeline.
 struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
@@ -37,6 +37,11 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
       *this, "block-size",
       llvm::cl::desc("Threads per block of the generic kernels"),
       llvm::cl::init(128)};
+  PassOptions::Option<bool> bufferReport{
+      *this, "buffer-report",
+      llvm::cl::desc("Remark each function's peak of live buffers "
+                     "(-moe-buffer-report)"),
+      llvm::cl::init(false)};
 };
 
 /// `moe` + tensor-level upstream IR -> the LLVM dialect with embedded GPU

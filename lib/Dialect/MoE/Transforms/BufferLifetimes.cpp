@@ -15,9 +15,12 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/FormatVariadic.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEBUFFERLIFETIMES
+#define GEN_PASS_DEF_MOEBUFFERREPORT
 #include "moe/Dialect/MoE/Transforms/Passes.h.inc"
 } // namespace mlir::moe
 
@@ -113,6 +116,84 @@ struct BufferLifetimesPass
       if (after->isBeforeInBlock(dealloc))
         dealloc->moveAfter(after);
     }
+  }
+};
+
+/// `bytes` as KiB / MiB / GiB with two decimals.
+std::string formatBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? llvm::formatv("{0} B", bytes).str()
+                : llvm::formatv("{0:F2} {1}", v, units[u]).str();
+}
+
+struct BufferReportPass : moe::impl::MoEBufferReportBase<BufferReportPass> {
+  static constexpr unsigned kLargest = 5;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    llvm::MapVector<Value, int64_t> live;
+    int64_t current = 0, peak = 0, dynamicCount = 0;
+    SmallVector<std::pair<Value, int64_t>> atPeak;
+    Operation *peakAt = nullptr;
+    func.walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
+        MemRefType type = alloc.getType();
+        Type elt = type.getElementType();
+        // index: 64 bits on every target the pipelines lower to.
+        int64_t bits = elt.isIndex()         ? 64
+                       : elt.isIntOrFloat()  ? elt.getIntOrFloatBitWidth()
+                                             : 0;
+        int64_t bytes = 0;
+        if (type.hasStaticShape() && bits)
+          bytes = type.getNumElements() * int64_t(llvm::divideCeil(bits, 8));
+        else
+          ++dynamicCount;
+        live[alloc.getResult()] = bytes;
+        current += bytes;
+        if (current > peak) {
+          peak = current;
+          peakAt = op;
+          atPeak.assign(live.begin(), live.end());
+        }
+      } else if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
+        Value buffer = allocationOf(dealloc.getMemref());
+        auto it = buffer ? live.find(buffer) : live.end();
+        if (it != live.end()) {
+          current -= it->second;
+          live.erase(it);
+        }
+      }
+    });
+    std::string text = llvm::formatv("buffers of @{0}: ", func.getSymName());
+    if (!peakAt) {
+      text += "none with a static size";
+    } else {
+      llvm::stable_sort(atPeak, [](auto &a, auto &b) { return a.second > b.second; });
+      text += llvm::formatv("peak {0} ({1} live) at {2}; largest:",
+                            formatBytes(peak), atPeak.size(),
+                            peakAt->getLoc())
+                  .str();
+      for (auto [i, entry] : llvm::enumerate(
+               ArrayRef(atPeak).take_front(kLargest)))
+        text += llvm::formatv("{0} {1} {2}", i ? "," : "",
+                              formatBytes(entry.second),
+                              entry.first.getType())
+                    .str();
+    }
+    if (dynamicCount)
+      text += llvm::formatv("; not counted: {0} of dynamic size or element "
+                            "type",
+                            dynamicCount)
+                  .str();
+    func.emitRemark(text);
   }
 };
 

@@ -91,14 +91,17 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     // activation and dy are the larger (many tokens), last otherwise. dx
     // releases dh's rowwise operand and w1's before w1's gradient (the size
     // of w1) is allocated.
-    auto bytes = [](Value v) {
-      auto t = cast<RankedTensorType>(v.getType());
+    auto bytes = [](Value v) -> int64_t {
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      if (!t || !t.hasStaticShape() || !t.getElementType().isIntOrFloat())
+        return -1;
       return t.getNumElements() * int64_t(t.getElementTypeBitWidth()) / 8;
     };
     auto dw2Type = cast<RankedTensorType>(op.getDw2().getType());
-    bool dw2First = bytes(a) + bytes(dy) >
-                    dw2Type.getNumElements() *
-                        int64_t(dw2Type.getElementTypeBitWidth()) / 8;
+    int64_t aBytes = bytes(a), dyBytes = bytes(dy),
+            dw2Bytes = bytes(op.getDw2());
+    bool dw2First = aBytes >= 0 && dyBytes >= 0 && dw2Bytes >= 0 &&
+                    aBytes + dyBytes > dw2Bytes;
     auto weightGradient2 = [&] {
       return GroupedMatmulWgradOp::create(rewriter, loc, dw2Type, q(a, 0),
                                           q(dy, 0), off);
