@@ -4290,7 +4290,11 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   std::string name = llvm::formatv("{0}_gather_{1}", g->name(), sourceRows);
   if (scaled) {
     args = {scaled->rows, source, scaled->scale};
-    name += llvm::formatv("_scaled_{0}", scaled->perRow).str();
+    // The product's operand order is part of the kernel (rounding of a
+    // product does not depend on it, but the IR it was matched from does).
+    name += llvm::formatv("_scaled_{0}_{1}", scaled->perRow,
+                          scaled->scaleFirst ? "sx" : "xs")
+                .str();
   }
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, name, "mx round trips along both dims of gathered rows",
@@ -4316,7 +4320,7 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   // canonicalization (a tensor.dim of the tokens may still read them).
   gather.erase();
   if (SymbolTable::symbolKnownUseEmpty(callee, module))
-    callee.erase();
+    symbols.erase(callee);
 }
 
 struct MoEGPUFuseRowGathersPass

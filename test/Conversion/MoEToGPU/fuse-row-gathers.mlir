@@ -34,10 +34,10 @@ func.func @dispatched(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>)
 // itself (operands in the product's order); the [T, K, H] product is gone.
 // CHECK-LABEL: func.func @weighted(
 // CHECK-NOT: tensor<256x4x64xf32>
-// CHECK: call @moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4(%arg1, %{{.*}}, %arg0) : (tensor<256x64xf32>, tensor<1024xindex>, tensor<256x4xf32>)
+// CHECK: call @moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4_sx(%arg1, %{{.*}}, %arg0) : (tensor<256x64xf32>, tensor<1024xindex>, tensor<256x4xf32>)
 // CHECK-NOT: tensor<256x4x64xf32>
 // CHECK: return
-// PTX-LABEL: kernel module moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4_kernel
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4_sx_kernel
 // PTX-COUNT-64: shfl.sync.idx.b32
 func.func @weighted(%w: tensor<256x4xf32>, %g: tensor<256x64xf32>, %idx: tensor<256x4xi32>)
     -> (tensor<1024x64xbf16>, tensor<1024x64xbf16>) {
@@ -48,6 +48,32 @@ func.func @weighted(%w: tensor<256x4xf32>, %g: tensor<256x64xf32>, %idx: tensor<
       ins(%w, %g : tensor<256x4xf32>, tensor<256x64xf32>) outs(%e : tensor<256x4x64xf32>) {
   ^bb0(%a: f32, %b: f32, %o: f32):
     %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<256x4x64xf32>
+  %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<256x4x64xf32> into tensor<1024x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<256x4xi32> into tensor<1024xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [1024, 1] : tensor<1024xi32> into tensor<1024x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %c, %i1 experts(16)
+      : tensor<1024x64xf32>, tensor<1024x1xi32> -> tensor<1024x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x1xi32>
+  %qk = moe.quantize %s : tensor<1024x64xf32> -> !moe.mx<1024x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<1024x64xf8E4M3FN, axis = 0> -> tensor<1024x64xbf16>
+  %qn = moe.quantize %s : tensor<1024x64xf32> -> !moe.mx<1024x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<1024x64xf8E4M3FN, axis = 1> -> tensor<1024x64xbf16>
+  return %yk, %yn : tensor<1024x64xbf16>, tensor<1024x64xbf16>
+}
+
+// The product in the other operand order is another kernel (g[t] * w[t, k]).
+// CHECK-LABEL: func.func @weighted_reversed(
+// CHECK: call @moe_mx_round_trip_pair_1024x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_gather_1024_scaled_4_xs(%arg1, %{{.*}}, %arg0)
+func.func @weighted_reversed(%w: tensor<256x4xf32>, %g: tensor<256x64xf32>, %idx: tensor<256x4xi32>)
+    -> (tensor<1024x64xbf16>, tensor<1024x64xbf16>) {
+  %e = tensor.empty() : tensor<256x4x64xf32>
+  %p = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                        affine_map<(t, k, h) -> (t, k, h)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<256x4xf32>, tensor<256x64xf32>) outs(%e : tensor<256x4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %b, %a : f32
     linalg.yield %m : f32
   } -> tensor<256x4x64xf32>
   %c = tensor.collapse_shape %p [[0, 1], [2]] : tensor<256x4x64xf32> into tensor<1024x64xf32>

@@ -101,9 +101,12 @@ struct BufferLifetimesPass
     for (memref::DeallocOp dealloc : deallocs) {
       Value buffer = allocationOf(dealloc.getMemref());
       Block *block = dealloc->getBlock();
-      if (!buffer || buffer.getDefiningOp()->getBlock() != block)
+      // Only plain heap allocations move: an alloca is freed by its scope
+      // and other allocating ops may carry side effects of their own.
+      auto allocation = buffer ? buffer.getDefiningOp<memref::AllocOp>()
+                               : memref::AllocOp();
+      if (!allocation || allocation->getBlock() != block)
         continue;
-      Operation *allocation = buffer.getDefiningOp();
       FailureOr<Operation *> last = lastReach(buffer, block, dealloc);
       if (failed(last))
         continue;
@@ -112,7 +115,7 @@ struct BufferLifetimesPass
       if (Operation *first = firstUse(buffer, block);
           first && first != dealloc && allocation->isBeforeInBlock(first))
         allocation->moveBefore(first);
-      Operation *after = *last ? *last : allocation;
+      Operation *after = *last ? *last : allocation.getOperation();
       if (after->isBeforeInBlock(dealloc))
         dealloc->moveAfter(after);
     }

@@ -145,10 +145,12 @@ def MoEBufferLifetimes : Pass<"moe-buffer-lifetimes", "func::FuncOp"> {
     block that holds it, and that op's results count as computed from the
     buffer, loaded elements included (the GPU lowering moves a load of a
     count into the kernels whose bounds use it, which then read the
-    buffer). A
-    buffer is left alone when the freed value is not an allocation (or a
-    view of one) of the dealloc's block, or when something reaches it
-    outside that block. On a GPU, allocations and frees are ordered on the
+    buffer). Reach follows SSA values only: a pointer to the buffer stored
+    into memory and loaded back elsewhere is not followed, so the pipelines
+    run this pass where no such store exists (pointers are only passed to
+    calls and kernel launches). A buffer is left alone when the freed value
+    is not a `memref.alloc` (or a view of one) of the dealloc's block, or
+    when something reaches it outside that block. On a GPU, allocations and frees are ordered on the
     program's stream, so a later allocation reuses the memory only after the
     kernels that read it.
   }];
