@@ -18,16 +18,24 @@ prepare() {
   "$root/scripts/build.sh"
   mkdir -p "$dir"
   for T in "${tokens[@]}"; do
-    PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" >"$dir/layer_$T.mlir" <<'PY'
+    # f32 experts: groups as routed; MXFP8: each expert's rows padded to 32
+    # (its columnwise MX blocks never mix two experts).
+    for pad in 1 32; do
+      PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" "$pad" \
+        >"$dir/layer_${T}_pad$pad.mlir" <<'PY'
 import sys
 from moe_mlir import layers
-T = int(sys.argv[1])
+T, pad = int(sys.argv[1]), int(sys.argv[2])
 H, F, E, K = 2048, 768, 128, 8
-print(layers.as_loss(layers.moe_layer(T, H, F, E, K, name="loss"), "loss", T, H))
+print(layers.as_loss(layers.moe_layer(T, H, F, E, K, name="loss", pad_to=pad),
+                     "loss", T, H))
 PY
+    done
     for recipe in none mxfp8; do
-      echo "compile: layer $T tokens, recipe $recipe (sm_90a)"
-      "$root/build/bin/moe-opt" "$dir/layer_$T.mlir" \
+      pad=1
+      [ "$recipe" = mxfp8 ] && pad=32
+      echo "compile: layer $T tokens, recipe $recipe, groups padded to $pad (sm_90a)"
+      "$root/build/bin/moe-opt" "$dir/layer_${T}_pad$pad.mlir" \
         --moe-train-pipeline="autodiff=true recipe=$recipe" -o "$dir/layer_${T}_$recipe.mlir"
       "$root/build/bin/moe-compile" "$dir/layer_${T}_$recipe.mlir" --target=sm_90a \
         -o "$dir/layer_${T}_$recipe.sm_90a.so"

@@ -225,6 +225,9 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
     // Identical quantizations (a forward and its recomputation) merged, so
     // that the kernels see identical GEMMs.
     pm.addPass(createCSEPass());
+    // Weight gradients where they hold the least memory (after the data
+    // gradients' combines, which free the expert rows' gradients).
+    pm.addNestedPass<func::FuncOp>(moe::createMoEPlaceWeightGradients());
     moe::MoEGPUDedicatedKernelsOptions dedicated;
     dedicated.chip = options.chip;
     dedicated.fp8Mma = options.mxfp8FP8MMA;

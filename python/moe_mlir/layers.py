@@ -18,9 +18,15 @@ QWEN3_MOE_FIELDS = ("hidden_size", "moe_intermediate_size", "num_experts",
 
 
 def moe_layer(tokens, hidden, ffn, experts, top_k, norm_topk_prob=True,
-              recipe=None, name="moe_layer"):
+              recipe=None, name="moe_layer", pad_to=None):
     """MLIR for one MoE block. recipe=None keeps f32 experts, "mxfp8" quantizes
-    the expert GEMMs (hidden and ffn must then be multiples of 32)."""
+    the expert GEMMs (hidden and ffn must then be multiples of 32).
+
+    pad_to: each expert's rows are padded to a multiple of it (the dispatch's
+    pad_to; default 32 with a recipe, else 1). Pad to 32 for an f32 layer that
+    a pipeline's MXFP8 recipe will quantize: the columnwise MX blocks then
+    never mix two experts, and the fused backward rounds them in its GEMM
+    epilogue."""
     for field, value in (("tokens", tokens), ("hidden", hidden), ("ffn", ffn),
                          ("experts", experts), ("top_k", top_k)):
         if not isinstance(value, int) or value < 1:
@@ -32,7 +38,11 @@ def moe_layer(tokens, hidden, ffn, experts, top_k, norm_topk_prob=True,
     if recipe == "mxfp8" and (hidden % 32 or ffn % 32):
         raise ValueError(f"mxfp8 needs hidden ({hidden}) and ffn ({ffn}) to be multiples of 32")
     T, H, F, E, K = tokens, hidden, ffn, experts, top_k
-    pad = 32 if recipe else 1
+    pad = pad_to if pad_to is not None else (32 if recipe else 1)
+    if not isinstance(pad, int) or pad < 1:
+        raise ValueError(f"pad_to must be a positive integer, got {pad_to!r}")
+    if recipe and pad % 32:
+        raise ValueError(f"mxfp8 needs pad_to ({pad}) to be a multiple of 32")
     R = (T * K + E * (pad - 1)) // pad * pad
     norm = " norm_topk_prob" if norm_topk_prob else ""
     if recipe:

@@ -168,6 +168,7 @@
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Utils/Activations.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
+#include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 #include "moe/Dialect/MoE/Utils/MXNumerics.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -1610,6 +1611,13 @@ constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
 constexpr int64_t kTCtas = 132;
 // The SwiGLU epilogue's MX blocks: 8 values in each of 4 lanes.
 constexpr int64_t kTSwigluBlock = 32;
+// The backward epilogue's columnwise MX blocks (see SwigluEpilogue::col):
+// each consumer warp's column amaxes of its 16 rows, 64 f32 a block of 8
+// columns x 2 halves x 4 lanes, in two slots (blocks alternate), handed to
+// the other warp of its 32-row pair.
+constexpr int64_t kTColSlotBytes = 64 * 4;
+constexpr int64_t kTColAmaxAt = kTBarriers + 2 * kTStages * 8;
+constexpr int64_t kTColAmaxBytes = 8 * 2 * kTColSlotBytes;
 
 /// A SwiGLU epilogue, forward or backward, for w1's split layout (gate
 /// columns [0, F), up columns [F, 2F)); blocks of 32 along the rows, element
@@ -1621,17 +1629,31 @@ constexpr int64_t kTSwigluBlock = 32;
 /// - Backward (`grad`), of da = dy @ w2^T ([R, F], transpose_rhs), given h as
 ///   the kernel's fourth argument: the first result is the MX rounding of
 ///   dh = swiglu_grad(h, da) as bf16 [R, 2F] (the data gradient's exact
-///   operand); optionally also dh (f32, `keepF32`).
+///   operand); optionally also dh (f32, `keepF32`), then dh's MX rounding
+///   with blocks of 32 rows (`col`: format `colF8`, rule `colMode`; the
+///   weight gradient's exact operand) as bf16 [R, 2F]. The columnwise blocks
+///   are the whole array's (rows 32 q .. 32 q + 31), which the tiles hold
+///   whole only when every group starts at a multiple of 32: the caller
+///   proves that (a dispatch's pad_to).
 struct SwigluEpilogue {
   bool grad = false;
   Type f8;
   ScaleMode mode;
   bool keepH = false, keepF32 = false;
+  bool col = false;
+  Type colF8;
+  ScaleMode colMode = ScaleMode::rceil;
   std::string name() const {
-    return llvm::formatv("_{0}_{1}_{2}{3}{4}", grad ? "swiglu_grad" : "swiglu",
+    std::string colName =
+        col ? llvm::formatv("_col_{0}_{1}", BlockScaledGemm::eltName(colF8),
+                            stringifyScaleMode(colMode))
+                  .str()
+            : "";
+    return llvm::formatv("_{0}_{1}_{2}{3}{4}{5}",
+                         grad ? "swiglu_grad" : "swiglu",
                          BlockScaledGemm::eltName(f8),
                          stringifyScaleMode(mode), keepH ? "_h" : "",
-                         keepF32 ? (grad ? "_dh" : "_a") : "")
+                         keepF32 ? (grad ? "_dh" : "_a") : "", colName)
         .str();
   }
 };
@@ -1655,9 +1677,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   // A and B (host values, i64).
   Value offsets, out, mapA, mapB;
   // The SwiGLU epilogue's optional results h and the f32 values it rounds
-  // (null if not kept), and the backward's h argument; `out` is then the
-  // MX-rounded result.
-  Value outH{}, outF32{}, inH{};
+  // (null if not kept), the backward's columnwise rounding (null if not
+  // computed), and the backward's h argument; `out` is then the MX-rounded
+  // result.
+  Value outH{}, outF32{}, outCol{}, inH{};
   Value tid{};
 
   /// One output tile: expert e with clamped rows [lo, hi); the tile's first
@@ -1913,7 +1936,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                           add(mul(warp, idx(16)), div(lane, 4)));
       if (g.swiglu) {
         if (g.swiglu->grad)
-          storeSwigluGrad(t, acc[0], rowBase, lane);
+          storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
         else
           storeSwiglu(t, acc[0], rowBase, lane);
         return add(g0, t.stages);
@@ -2030,7 +2053,19 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   /// to the group so rows past it stay in bounds), dh's gate and up halves.
   /// dh's rowwise MX blocks of the gate half and of the up half each have 8
   /// values in this thread (j in [4 m, 4 m + 4)), as in the forward.
-  void storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value lane) {
+  ///
+  /// With the columnwise rounding (`outCol`), blocks go m-major (both rows h
+  /// of block m, then m + 1): a column's 32-row block is the 16 rows of warp
+  /// w (2 rows h in each of the 8 lanes l%4 + 4 i) and the 16 of warp w ^ 1
+  /// (warps 2p, 2p + 1 hold rows 32 p .. 32 p + 31 of the warpgroup's 64,
+  /// which start at a multiple of 32). Each warp's amaxes go through xor
+  /// shuffles over lanes 4, 8, 16, then shared memory (lanes 0-3 write, a
+  /// 64-thread named barrier per warp pair, every lane reads the other
+  /// warp's), and each column's two values here round with the pair's
+  /// amax. A block past the group's end is entirely past it (the group ends
+  /// at a multiple of 32 too) and stores nothing.
+  void storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value c,
+                       Value warp, Value lane) {
     int64_t f = g.n, twoF = 2 * g.n;
     Value col = add(t.n0, mul(rem(lane, 4), idx(2)));
     Value outBase = baseAddress(out);
@@ -2038,14 +2073,18 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value dhBase = outF32 ? baseAddress(outF32) : Value();
     Type f32 = b.getF32Type();
     Value lastRow = add(t.hi, idx(-1));
-    // Blocks (h, m), h-major; the loads of h for the next block are issued
-    // before this block's stores (which could alias h as far as the
-    // compiler knows), so their latency overlaps this block's arithmetic.
     constexpr int64_t blocksPerRow = kTTileN / kTSwigluBlock;
+    bool mMajor = bool(outCol);
+    auto hOf = [&](int64_t k) {
+      return mMajor ? k % 2 : k / blocksPerRow;
+    };
+    auto mOf = [&](int64_t k) {
+      return mMajor ? k / 2 : k % blocksPerRow;
+    };
     auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
     // gate and up of h at da's columns 8 j + 2 (l%4) + {0, 1}, j in the block.
     auto loadBlock = [&](int64_t k) {
-      int64_t h = k / blocksPerRow, m = k % blocksPerRow;
+      int64_t h = hOf(k), m = mOf(k);
       Value hRowAt = add(mul(minS(rowOf(h), lastRow), idx(twoF)), col);
       SmallVector<Value> values; // gate 0, gate 1, up 0, up 1 for each j
       for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
@@ -2057,9 +2096,22 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                          8));
       return values;
     };
+    // The columnwise pass's shared memory: this warp's slots and its
+    // partner's (the warp pair's named barrier: 2 + 2 c + w / 2).
+    Value own, partner, pairBarrier;
+    if (outCol) {
+      Value w = add(mul(c, idx(4)), warp);
+      Value other = add(mul(c, idx(4)), arith::XOrIOp::create(b, loc, warp,
+                                                              idx(1)));
+      own = add(idx(kTColAmaxAt), mul(w, idx(2 * kTColSlotBytes)));
+      partner = add(idx(kTColAmaxAt), mul(other, idx(2 * kTColSlotBytes)));
+      pairBarrier = arith::IndexCastOp::create(
+          b, loc, i32(), add(idx(2), add(mul(c, idx(2)), div(warp, 2))));
+    }
+    SmallVector<Value> firstGate, firstUp; // row h = 0 of block m (m-major)
     SmallVector<Value> next = loadBlock(0);
     for (int64_t k = 0; k < 2 * blocksPerRow; ++k) {
-      int64_t h = k / blocksPerRow, m = k % blocksPerRow;
+      int64_t h = hOf(k), m = mOf(k);
       SmallVector<Value> hValues = next;
       SmallVector<Value> dg, du;
       for (int64_t i = 0; i < 4; ++i) {
@@ -2093,6 +2145,74 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
           }
         }
       });
+      if (!outCol)
+        continue;
+      if (h == 0) {
+        firstGate = dg;
+        firstUp = du;
+        continue;
+      }
+      storeColumnBlock(t, m, {firstGate, firstUp}, {dg, du}, own, partner,
+                       pairBarrier, rowBase, col, lane);
+    }
+  }
+
+  /// The columnwise MX rounding of block m's 16 columns here (gate values
+  /// 2 i + cc, then up), rows h = 0 (`first`) and h = 1 (`second`): see
+  /// storeSwigluGrad.
+  void storeColumnBlock(const Tile &t, int64_t m,
+                        std::array<ArrayRef<Value>, 2> first,
+                        std::array<ArrayRef<Value>, 2> second, Value own,
+                        Value partner, Value pairBarrier, Value rowBase,
+                        Value col, Value lane) {
+    Type f32 = b.getF32Type();
+    // Column v: half v / 8 (gate, up), value v % 8 = 2 i + cc.
+    SmallVector<Value> amax;
+    for (int64_t v = 0; v < 16; ++v)
+      amax.push_back(warpMax(amaxOf({first[v / 8][v % 8], second[v / 8][v % 8]}),
+                             {4, 8, 16}));
+    Value slot = idx(kTColSlotBytes * (m % 2));
+    Value laneAt = mul(rem(lane, 4), idx(16 * 4));
+    ifThen(cmp(P::ult, lane, idx(4)), [&] {
+      Value at = add(add(own, slot), laneAt);
+      for (int64_t q = 0; q < 4; ++q) {
+        Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({4}, f32));
+        for (int64_t e = 0; e < 4; ++e)
+          v = LLVM::InsertElementOp::create(b, loc, v, amax[4 * q + e],
+                                            int32(e));
+        LLVM::StoreOp::create(b, loc, v,
+                              sharedPtrAt(add(at, idx(16 * q))), 16);
+      }
+    });
+    NVVM::BarrierOp::create(b, loc, Type(), pairBarrier, int32(64),
+                            NVVM::BarrierReductionAttr(), Value());
+    Value at = add(add(partner, slot), laneAt);
+    for (int64_t q = 0; q < 4; ++q) {
+      SmallVector<Value> other =
+          loadVector(f32, 4, sharedPtrAt(add(at, idx(16 * q))), 16);
+      for (int64_t e = 0; e < 4; ++e)
+        amax[4 * q + e] = arith::MaximumFOp::create(b, loc, amax[4 * q + e],
+                                                    other[e]);
+    }
+    // rounded[v] = {row h = 0, row h = 1} of column v.
+    SmallVector<SmallVector<Value>> rounded;
+    for (int64_t v = 0; v < 16; ++v)
+      rounded.push_back(mxRoundTrip({first[v / 8][v % 8], second[v / 8][v % 8]},
+                                    amax[v], g.swiglu->colF8,
+                                    g.swiglu->colMode, f32));
+    Value colOutBase = baseAddress(outCol);
+    int64_t f = g.n, twoF = 2 * g.n;
+    for (int64_t h = 0; h < 2; ++h) {
+      Value row = add(rowBase, idx(8 * h));
+      Value rowAt = add(mul(row, idx(twoF)), col);
+      ifThen(cmp(P::slt, row, t.hi), [&] {
+        for (int64_t half = 0; half < 2; ++half)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value at = add(rowAt, idx(8 * (4 * m + i) + half * f));
+            storePair(colOutBase, at, rounded[8 * half + 2 * i][h],
+                      rounded[8 * half + 2 * i + 1][h], b.getBF16Type());
+          }
+      });
     }
   }
 
@@ -2108,6 +2228,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       zeroUncovered(grid, outH, g.n * 4);
     if (outF32)
       zeroUncovered(grid, outF32, columns * 4);
+    if (outCol)
+      zeroUncovered(grid, outCol, columns * 2);
   }
   /// zeroUncovered for the result `buffer` of `rowBytes` bytes a row.
   void zeroUncovered(Value grid, Value buffer, int64_t rowBytes) {
@@ -2217,7 +2339,8 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                        "and MX rounding epilogue"
                      : "cp.async.bulk.tensor + wgmma.mma_async bf16",
           argTypes, resultTypes, loc,
-          {std::min(kTCtas, tiles), 1, 1, kTThreads, kTSmemBytes},
+          {std::min(kTCtas, tiles), 1, 1, kTThreads,
+           kTSmemBytes + (t.swiglu && t.swiglu->col ? kTColAmaxBytes : 0)},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               ArrayRef<Value> outs) {
             WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], outs[0], mapA, mapB};
@@ -2227,6 +2350,8 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                 k.outH = outs[next++];
               if (t.swiglu->keepF32)
                 k.outF32 = outs[next++];
+              if (t.swiglu->col)
+                k.outCol = outs[next++];
               if (t.swiglu->grad)
                 k.inH = buf[3];
             }
@@ -2289,12 +2414,39 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
 /// - backward: da = gemm(dy, w2) transpose_rhs, dh = moe.swiglu_grad(h, da),
 ///   r = bf16 round trip of dh (da read by nothing else).
 /// Split layout, f32 values, rowwise MX blocks of 32.
+/// Backward, when every group starts at a multiple of 32: also dh's
+/// columnwise round trip (blocks of 32 rows, bf16), if dh has one.
 struct SwigluFusion {
   Operation *activation; // moe.swiglu or moe.swiglu_grad
   QuantizeOp quantize;
   SmallVector<DequantizeOp> roundTrips; // the bf16 dequantizes of `quantize`
   SwigluEpilogue epilogue;
+  QuantizeOp colQuantize{};                // backward, blocks along the rows
+  SmallVector<DequantizeOp> colRoundTrips; // its bf16 dequantizes
 };
+
+/// Whether every group of `offsets` provably starts (and ends) at a multiple
+/// of `m` rows: the offsets of a moe.dispatch or moe.slot_offsets whose
+/// pad_to is a multiple of m.
+bool groupsAlignedTo(Value offsets, int64_t m) {
+  if (auto d = offsets.getDefiningOp<DispatchOp>())
+    return offsets == d.getOffsets() && d.getPadTo() % m == 0;
+  if (auto s = offsets.getDefiningOp<SlotOffsetsOp>())
+    return s.getPadTo() % m == 0;
+  return false;
+}
+
+/// The bf16 dequantizes reading `q` when they are all of its users.
+SmallVector<DequantizeOp> bf16RoundTripsOf(QuantizeOp q) {
+  SmallVector<DequantizeOp> trips;
+  for (Operation *user : q->getUsers()) {
+    auto dq = dyn_cast<DequantizeOp>(user);
+    if (!dq || !dq.getType().getElementType().isBF16())
+      return {};
+    trips.push_back(dq);
+  }
+  return trips;
+}
 
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                                               const WgmmaGemm &g) {
@@ -2320,7 +2472,7 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   }
   if (!activation)
     return std::nullopt;
-  SwigluFusion fusion{activation, {}, {}, {}};
+  SwigluFusion fusion{activation, {}, {}, {}, {}, {}};
   fusion.epilogue.grad = g.rhsTransposed;
   Value values = activation->getResult(0);
   for (Operation *user : values.getUsers()) {
@@ -2341,6 +2493,22 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
     return std::nullopt;
   fusion.epilogue.f8 = fusion.quantize.getType().getElementType();
   fusion.epilogue.mode = fusion.quantize.getScaleMode();
+  if (fusion.epilogue.grad && groupsAlignedTo(op.getOffsets(), kTSwigluBlock)) {
+    for (Operation *user : values.getUsers()) {
+      auto q = dyn_cast<QuantizeOp>(user);
+      if (!q || fusion.colQuantize || q.getType().getAxis() != 0 ||
+          q.getType().getBlockSize() != kTSwigluBlock)
+        continue;
+      fusion.colRoundTrips = bf16RoundTripsOf(q);
+      if (!fusion.colRoundTrips.empty())
+        fusion.colQuantize = q;
+    }
+    if (fusion.colQuantize) {
+      fusion.epilogue.col = true;
+      fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
+      fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
+    }
+  }
   // h (forward) and the f32 values stay results for any other user (a
   // train step's backward reads h; the weight gradients quantize a and dh
   // along the rows).
@@ -2353,7 +2521,10 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   };
   fusion.epilogue.keepF32 =
       llvm::any_of(values.getUsers(),
-                   [&](Operation *u) { return u != fusion.quantize; }) ||
+                   [&](Operation *u) {
+                     return u != fusion.quantize &&
+                            u != fusion.colQuantize.getOperation();
+                   }) ||
       !llvm::all_of(fusion.quantize->getUsers(), roundTripOnly);
   return fusion;
 }
@@ -2373,6 +2544,8 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
     resultTypes.push_back(cast<RankedTensorType>(op.getType()));
   if (e.keepF32)
     resultTypes.push_back(valuesType);
+  if (e.col)
+    resultTypes.push_back(resultTypes.front());
   TmaGemm t{g.rows,         g.k,
             g.n,            g.experts,
             g.rhsTransposed, g.liveRowsOnly,
@@ -2399,6 +2572,16 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
     op.getResult().replaceUsesWithIf(call.getResult(next++), [&](OpOperand &u) {
       return u.getOwner() != activation;
     });
+  // The columnwise round trips before the f32 values' other users take the
+  // kept values (their quantize reads the activation).
+  if (e.col) {
+    Value colRounded = call.getResult(resultTypes.size() - 1);
+    for (DequantizeOp dq : fusion.colRoundTrips) {
+      dq.getResult().replaceAllUsesWith(colRounded);
+      dq.erase();
+    }
+    fusion.colQuantize.erase();
+  }
   if (e.keepF32)
     activation->getResult(0).replaceAllUsesWith(call.getResult(next++));
   if (activation->use_empty())
@@ -3569,6 +3752,9 @@ constexpr int64_t kRTPairSlabBytes = 32 * 33 * 4; // a warp's tile
 /// `alongN` along rank - 1.
 struct MXRoundTripPair {
   MXRoundTrip alongK, alongN;
+  /// Which results the kernel computes (both, unless the pair was split to
+  /// hold less memory: see lowerRoundTripPairs).
+  bool withK = true, withN = true;
   int64_t matrices() const {
     int64_t n = 1;
     for (int64_t d : alongK.mx.getShape().drop_back(2))
@@ -3590,7 +3776,8 @@ struct MXRoundTripPair {
                BlockScaledGemm::eltName(alongK.inElt),
                BlockScaledGemm::eltName(alongK.outElt),
                BlockScaledGemm::eltName(alongN.outElt))
-        .str();
+               .str() +
+           (withK && withN ? "" : withK ? "_k_only" : "_n_only");
   }
 };
 
@@ -3625,10 +3812,13 @@ struct RoundTripPairEmitter : EmitterBase {
     auto slot = [&](Value i, Value j) {
       return sharedPtrAt(add(slab, mul(add(mul(i, idx(33)), j), idx(4))));
     };
-    Value xs = flat(x), ks = flat(outK), ns = flat(outN);
-    Value nBase = baseAddress(ns);
-    Value nAligned = cmp(P::eq, arith::AndIOp::create(b, loc, nBase, int64(15)),
-                         int64(0));
+    Value xs = flat(x);
+    Value ks = outK ? flat(outK) : Value(), ns = outN ? flat(outN) : Value();
+    Value nBase = ns ? baseAddress(ns) : Value();
+    Value nAligned =
+        ns ? cmp(P::eq, arith::AndIOp::create(b, loc, nBase, int64(15)),
+                 int64(0))
+           : Value();
     int64_t rows = g.rows(), cols = g.cols();
     int64_t colTiles = cols / 32, rowTiles = rows / 32;
     Type f32 = b.getF32Type();
@@ -3685,13 +3875,18 @@ struct RoundTripPairEmitter : EmitterBase {
                          b, loc, cast<FloatType>(b.getF32Type()),
                          APFloat(0.0f))));
         }
-        LLVM::StoreOp::create(b, loc, column.back(), slot(idx(i), lane), 4);
+        if (ns)
+          LLVM::StoreOp::create(b, loc, column.back(), slot(idx(i), lane), 4);
       }
-      SmallVector<Value> alongK =
-          mxRoundTrip(column, amaxOf(column), g.alongK.mx.getElementType(),
-                      g.alongK.mode, g.alongK.outElt);
-      for (int64_t i = 0; i < 32; ++i)
-        memref::StoreOp::create(b, loc, alongK[i], ks, ValueRange{at[i]});
+      if (ks) {
+        SmallVector<Value> alongK =
+            mxRoundTrip(column, amaxOf(column), g.alongK.mx.getElementType(),
+                        g.alongK.mode, g.alongK.outElt);
+        for (int64_t i = 0; i < 32; ++i)
+          memref::StoreOp::create(b, loc, alongK[i], ks, ValueRange{at[i]});
+      }
+      if (!ns)
+        return;
       // Row `lane` (an N block), through shared memory: 32 consecutive
       // results stored as one run.
       syncWarp();
@@ -3718,12 +3913,16 @@ ArrayAttr roundTripPairAttr(MLIRContext *ctx, const MXRoundTripPair &g) {
     parts.append({TypeAttr::get(t.mx), TypeAttr::get(t.inElt),
                   TypeAttr::get(t.outElt),
                   StringAttr::get(ctx, stringifyScaleMode(t.mode))});
+  parts.append({BoolAttr::get(ctx, g.withK), BoolAttr::get(ctx, g.withN)});
   return ArrayAttr::get(ctx, parts);
 }
 
 std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func) {
   auto parts = func->getAttrOfType<ArrayAttr>(kRoundTripPairAttr);
-  if (!parts || parts.size() != 8)
+  if (!parts || parts.size() != 10)
+    return std::nullopt;
+  auto withK = dyn_cast<BoolAttr>(parts[8]), withN = dyn_cast<BoolAttr>(parts[9]);
+  if (!withK || !withN)
     return std::nullopt;
   MXRoundTrip trips[2];
   for (int i = 0; i < 2; ++i) {
@@ -3739,7 +3938,29 @@ std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func) {
     trips[i] = MXRoundTrip{cast<MXTensorType>(mx.getValue()), in.getValue(),
                            out.getValue(), *m, Type()};
   }
-  return MXRoundTripPair{trips[0], trips[1]};
+  return MXRoundTripPair{trips[0], trips[1], withK.getValue(),
+                         withN.getValue()};
+}
+
+/// Whether `rows` is never materialized because the paired round trips of a
+/// dispatch read the dispatched rows from the tokens
+/// (-moe-gpu-fuse-row-gathers): a dispatch's rows read only by quantizes, or
+/// the tokens of such a dispatch (through reshapes) that only it reads (the
+/// combine gradient's scaled copies, which the pair kernel computes).
+bool readFromTokens(Value rows) {
+  if (auto d = rows.getDefiningOp<DispatchOp>())
+    if (rows == d.getSorted() && !rows.use_empty() &&
+        llvm::all_of(rows.getUsers(),
+                     [](Operation *u) { return isa<QuantizeOp>(u); }))
+      return true;
+  if (!rows.hasOneUse())
+    return false;
+  Operation *user = *rows.getUsers().begin();
+  if (auto d = dyn_cast<DispatchOp>(user))
+    return d.getTokens() == rows && readFromTokens(d.getSorted());
+  if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user))
+    return readFromTokens(user->getResult(0));
+  return false;
 }
 
 /// Every pair of round trips of one x along its last two dims (see "MX round
@@ -3773,30 +3994,76 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
                       MXRoundTripPair{alongK.second, it->second.second}});
     }
   }
-  for (auto &[firstDq, secondDq, pair] : work) {
-    DequantizeOp dqK = firstDq, dqN = secondDq;
-    const MXRoundTripPair &g = pair;
+  // Paired, the later round trip's result lives from the earlier one on.
+  // Pairs that would raise their block's peak of live tensors are split,
+  // each round trip at its own place (reading x twice): a weight's
+  // data-gradient blocking or the activations' columnwise one is then not
+  // held through the backward's widest point. A weight's pair becomes two
+  // single round trips; a dispatch's rows, which only the pair kernel reads
+  // from the tokens (-moe-gpu-fuse-row-gathers), two pair kernels of one
+  // result each.
+  llvm::DenseMap<Block *, std::unique_ptr<BlockLiveness>> liveness;
+  auto splits = [&](Operation *first, Operation *second) {
+    std::unique_ptr<BlockLiveness> &live = liveness[first->getBlock()];
+    if (!live)
+      live = std::make_unique<BlockLiveness>(
+          *first->getBlock(), [](Value v) { return !readFromTokens(v); });
+    unsigned from = live->position(first), to = live->position(second);
+    int64_t bytes = tensorBytes(second->getResult(0));
+    if (live->peak(from, to) + bytes > live->peak())
+      return true;
+    live->add(from, to, bytes);
+    return false;
+  };
+  SmallVector<std::tuple<SmallVector<DequantizeOp>, MXRoundTripPair>> calls;
+  for (auto &[dqK, dqN, pair] : work) {
     Value x = dqK.getInput().getDefiningOp<QuantizeOp>().getInput();
+    Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
+    Operation *second = first == dqK ? dqN : dqK;
+    if (!splits(first, second)) {
+      calls.push_back({{dqK, dqN}, pair});
+      continue;
+    }
+    if (!x.getDefiningOp<DispatchOp>())
+      continue; // two single round trips (lowerRoundTrips)
+    MXRoundTripPair k = pair, n = pair;
+    k.withN = false;
+    n.withK = false;
+    calls.push_back({{dqK}, k});
+    calls.push_back({{dqN}, n});
+  }
+  for (auto &[dqs, pair] : calls) {
+    const MXRoundTripPair &g = pair;
+    Location loc = dqs.front().getLoc();
+    Value x = dqs.front().getInput().getDefiningOp<QuantizeOp>().getInput();
     int64_t grid = std::min(tilesOf(g.tiles(), kRTPairWarps), kRTMaxBlocks);
-    RankedTensorType kType = dqK.getType(), nType = dqN.getType();
+    SmallVector<RankedTensorType> types;
+    for (DequantizeOp dq : dqs)
+      types.push_back(dq.getType());
     func::FuncOp kernel = getOrCreateKernelCall(
         module, symbols, g.name(), "mx round trips along both dims",
-        {x.getType()}, {kType, nType}, dqK.getLoc(),
+        {x.getType()}, types, loc,
         {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
         [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
             ArrayRef<Value> outs) {
-          RoundTripPairEmitter k{{b, dqK.getLoc()}, g, grid, buf[0], outs[0],
-                                 outs[1]};
+          RoundTripPairEmitter k{{b, loc},
+                                 g,
+                                 grid,
+                                 buf[0],
+                                 g.withK ? outs[0] : Value(),
+                                 g.withN ? outs.back() : Value()};
           k.emit(launch);
         });
     if (g.alongK.mx.getShape().size() == 2)
       kernel->setAttr(kRoundTripPairAttr,
                       roundTripPairAttr(module.getContext(), g));
-    Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
+    Operation *first = dqs.front();
+    for (DequantizeOp dq : dqs)
+      if (dq->isBeforeInBlock(first))
+        first = dq;
     OpBuilder b(first);
-    auto call = func::CallOp::create(b, dqK.getLoc(), kernel, ValueRange{x});
-    for (auto [dq, result] : {std::pair{dqK, call.getResult(0)},
-                              std::pair{dqN, call.getResult(1)}}) {
+    auto call = func::CallOp::create(b, loc, kernel, ValueRange{x});
+    for (auto [dq, result] : llvm::zip(dqs, call.getResults())) {
       auto q = dq.getInput().getDefiningOp<QuantizeOp>();
       dq.getResult().replaceAllUsesWith(result);
       dq.erase();
@@ -4245,10 +4512,19 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
   std::optional<MXRoundTripPair> g =
       callee ? roundTripPairOf(callee) : std::nullopt;
-  if (!g || call.getNumOperands() != 1 || call.getNumResults() != 2)
+  if (!g || call.getNumOperands() != 1 ||
+      call.getNumResults() != unsigned(g->withK) + unsigned(g->withN))
     return;
+  // The gathered rows, read only by such calls (one, or the two halves of
+  // a split pair).
   auto gather = call.getOperand(0).getDefiningOp<linalg::GenericOp>();
-  if (!gather || !gather->hasAttr(kGatheredRowsAttr) || !gather->hasOneUse() ||
+  auto pairCall = [&](Operation *user) {
+    auto c = dyn_cast<func::CallOp>(user);
+    auto f = c ? symbols.lookup<func::FuncOp>(c.getCallee()) : func::FuncOp();
+    return f && c.getNumOperands() == 1 && roundTripPairOf(f);
+  };
+  if (!gather || !gather->hasAttr(kGatheredRowsAttr) ||
+      !llvm::all_of(gather->getUsers(), pairCall) ||
       gather.getNumDpsInputs() != 1)
     return;
   Value source = gather.getDpsInputOperand(0)->get();
@@ -4283,8 +4559,6 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
     return;
   int64_t sourceRows = tokensType.getDimSize(0);
   int64_t grid = std::min(tilesOf(g->tiles(), kRTPairWarps), kRTMaxBlocks);
-  auto kType = cast<RankedTensorType>(call.getResult(0).getType());
-  auto nType = cast<RankedTensorType>(call.getResult(1).getType());
   Location loc = call.getLoc();
   SmallVector<Value> args = {tokens, source};
   std::string name = llvm::formatv("{0}_gather_{1}", g->name(), sourceRows);
@@ -4298,11 +4572,18 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   }
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, name, "mx round trips along both dims of gathered rows",
-      llvm::to_vector(ValueRange(args).getTypes()), {kType, nType}, loc,
-      {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
+      llvm::to_vector(ValueRange(args).getTypes()),
+      llvm::map_to_vector(call.getResultTypes(),
+                          [](Type t) { return cast<RankedTensorType>(t); }),
+      loc, {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        RoundTripPairEmitter k{{b, loc}, *g, grid, buf[0], outs[0], outs[1]};
+        RoundTripPairEmitter k{{b, loc},
+                               *g,
+                               grid,
+                               buf[0],
+                               g->withK ? outs[0] : Value(),
+                               g->withN ? outs.back() : Value()};
         k.source = buf[1];
         k.sourceRows = sourceRows;
         if (scaled) {
@@ -4318,7 +4599,8 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   call.erase();
   // The product and its reshapes, now unread, go with the next
   // canonicalization (a tensor.dim of the tokens may still read them).
-  gather.erase();
+  if (gather->use_empty())
+    gather.erase();
   if (SymbolTable::symbolKnownUseEmpty(callee, module))
     symbols.erase(callee);
 }

@@ -103,3 +103,43 @@ func.func @rows_read_elsewhere(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>
   %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
   return %yk, %yn, %s : tensor<4576x64xbf16>, tensor<4576x64xbf16>, tensor<4576x64xf32>
 }
+
+// Split to hold less (a wide value lives between the two round trips'
+// readers): one pair kernel per result, each reading the rows from the tokens.
+// CHECK-LABEL: func.func @split(
+// CHECK-NOT: moe.gathered_rows
+// CHECK: call @moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_n_only_gather_1024(%arg0, %[[SRC:.*]]) : (tensor<1024x64xf32>, tensor<4576xindex>) -> tensor<4576x64xbf16>
+// CHECK: linalg.generic
+// CHECK: call @moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_k_only_gather_1024(%arg0, %[[SRC]]) : (tensor<1024x64xf32>, tensor<4576xindex>) -> tensor<4576x64xbf16>
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_n_only_gather_1024_kernel
+// PTX: st.shared.b32
+// PTX-LABEL: kernel module moe_mx_round_trip_pair_4576x64_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16_k_only_gather_1024_kernel
+func.func @split(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>)
+    -> (tensor<4576x64xf32>, tensor<4576x64xbf16>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %qn = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
+  %e = tensor.empty() : tensor<4576x64x16xf32>
+  %wide = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h)>, affine_map<(r, h, j) -> (r, h, j)>],
+                          iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%yn : tensor<4576x64xbf16>) outs(%e : tensor<4576x64x16xf32>) {
+  ^bb0(%a: bf16, %out: f32):
+    %f = arith.extf %a : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<4576x64x16xf32>
+  %zero = arith.constant 0.0 : f32
+  %e2 = tensor.empty() : tensor<4576x64xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4576x64xf32>) -> tensor<4576x64xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h, j)>, affine_map<(r, h, j) -> (r, h)>],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide : tensor<4576x64x16xf32>) outs(%init : tensor<4576x64xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %t = arith.addf %acc, %a : f32
+    linalg.yield %t : f32
+  } -> tensor<4576x64xf32>
+  %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
+  return %sum, %yk : tensor<4576x64xf32>, tensor<4576x64xbf16>
+}

@@ -75,6 +75,49 @@ func.func @backward(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf16>,
   return %dx, %r0 : tensor<320x128xf32>, tensor<320x512xf32>
 }
 
+// Groups padded to 32 rows (the dispatch's pad_to): dh's columnwise MX
+// rounding (blocks of 32 rows, the weight gradient's operand) comes out of
+// the same epilogue, and dh in f32 is not written.
+// CHECK-LABEL: func.func @backward_col(
+// CHECK: %[[S:.*]], %[[OFF:.*]], %{{.*}}, %{{.*}} = moe.dispatch
+// CHECK-NEXT: %[[R:.*]]:2 = call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor(%[[S]], %{{.*}}, %[[OFF]], %{{.*}}) : ({{.*}}) -> (tensor<416x512xbf16>, tensor<416x512xbf16>)
+// CHECK-NEXT: %[[DX:.*]] = call @moe_wgmma_gmm_416x512x128_e3_bf16_rhsT_i32(%[[R]]#0,
+// CHECK-NEXT: return %[[DX]], %[[R]]#1
+// Without the padding the columnwise rounding stays its own kernel.
+// CHECK-LABEL: func.func @backward_col_unaligned(
+// CHECK: call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh(
+// CHECK: call @moe_mx_round_trip_416x512_a0_e5m2_floor_f32_to_bf16(
+func.func @backward_col(%g: tensor<80x256xbf16>, %idx: tensor<80x4xi32>, %w1: tensor<3x128x512xbf16>,
+                        %w2: tensor<3x256x256xbf16>, %h: tensor<416x512xf32>)
+    -> (tensor<416x128xf32>, tensor<416x512xbf16>) {
+  %dy, %off, %c, %p = moe.dispatch %g, %idx experts(3) pad_to(32)
+      : tensor<80x256xbf16>, tensor<80x4xi32> -> tensor<416x256xbf16>, tensor<4xi32>, tensor<3xi32>, tensor<80x4xi32>
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<416x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<416x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<416x512xf32>, tensor<416x256xf32> -> tensor<416x512xf32>
+  %q = moe.quantize %dh : tensor<416x512xf32> -> !moe.mx<416x512xf8E4M3FN, axis = 1>
+  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
+      : !moe.mx<416x512xf8E4M3FN, axis = 1>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<416x128xf32>
+  %q0 = moe.quantize %dh scale(floor) : tensor<416x512xf32> -> !moe.mx<416x512xf8E5M2, axis = 0>
+  %r0 = moe.dequantize %q0 : !moe.mx<416x512xf8E5M2, axis = 0> -> tensor<416x512xbf16>
+  return %dx, %r0 : tensor<416x128xf32>, tensor<416x512xbf16>
+}
+func.func @backward_col_unaligned(%g: tensor<80x256xbf16>, %idx: tensor<80x4xi32>, %w1: tensor<3x128x512xbf16>,
+                                  %w2: tensor<3x256x256xbf16>, %h: tensor<416x512xf32>)
+    -> (tensor<416x128xf32>, tensor<416x512xbf16>) {
+  %dy, %off, %c, %p = moe.dispatch %g, %idx experts(3) pad_to(16)
+      : tensor<80x256xbf16>, tensor<80x4xi32> -> tensor<416x256xbf16>, tensor<4xi32>, tensor<3xi32>, tensor<80x4xi32>
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<416x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<416x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<416x512xf32>, tensor<416x256xf32> -> tensor<416x512xf32>
+  %q = moe.quantize %dh : tensor<416x512xf32> -> !moe.mx<416x512xf8E4M3FN, axis = 1>
+  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
+      : !moe.mx<416x512xf8E4M3FN, axis = 1>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<416x128xf32>
+  %q0 = moe.quantize %dh scale(floor) : tensor<416x512xf32> -> !moe.mx<416x512xf8E5M2, axis = 0>
+  %r0 = moe.dequantize %q0 : !moe.mx<416x512xf8E5M2, axis = 0> -> tensor<416x512xbf16>
+  return %dx, %r0 : tensor<416x128xf32>, tensor<416x512xbf16>
+}
+
 // Not fused: da read by something else too.
 // CHECK-LABEL: func.func @backward_da_used(
 // CHECK: call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma(
@@ -153,3 +196,15 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 // PTX: ex2.approx
 // PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
 // PTX: cvt.rn.satfinite.e4m3x2.f32
+
+// With the columnwise rounding: each warp's column amaxes over its 16 rows
+// (xor shuffles 4, 8, 16), handed to the other warp of its 32-row pair
+// through shared memory at a 64-thread named barrier.
+// PTX-LABEL: .entry moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor_kernel(
+// PTX: shfl.sync.bfly.b32 {{.*}}, 4, 31, -1;
+// PTX: shfl.sync.bfly.b32 {{.*}}, 8, 31, -1;
+// PTX: shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
+// PTX: st.shared.v4.b32
+// PTX: bar.sync {{.*}}, 64;
+// PTX: ld.shared.v4.b32
+// PTX: cvt.rn.satfinite.e5m2x2.f32

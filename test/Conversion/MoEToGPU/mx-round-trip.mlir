@@ -86,6 +86,30 @@ func.func @both_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96xbf16>, ten
   return %yk, %yn : tensor<4x64x96xbf16>, tensor<4x64x96xf32>
 }
 
+// Split to hold less: paired, the second blocking would be held through
+// the block's widest point (the [4, 64, 96, 8] f32 between the two readers);
+// each round trip stays at its reader and reads x again.
+// CHECK-LABEL: func.func @split_blockings
+// CHECK: call @moe_mx_round_trip_4x64x96_a1_e4m3_rceil_f32_to_bf16(%arg0)
+// CHECK: linalg.generic
+// CHECK: call @moe_mx_round_trip_4x64x96_a2_e4m3_rceil_f32_to_bf16(%arg0)
+// CHECK-NOT: moe_mx_round_trip_pair
+func.func @split_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96x8xf32>, tensor<4x64x96xbf16>) {
+  %qk = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 1>
+  %yk = moe.dequantize %qk : !moe.mx<4x64x96xf8E4M3FN, axis = 1> -> tensor<4x64x96xbf16>
+  %e = tensor.empty() : tensor<4x64x96x8xf32>
+  %wide = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c)>, affine_map<(a, b, c, d) -> (a, b, c, d)>],
+                          iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%yk : tensor<4x64x96xbf16>) outs(%e : tensor<4x64x96x8xf32>) {
+  ^bb0(%v: bf16, %o: f32):
+    %f = arith.extf %v : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<4x64x96x8xf32>
+  %qn = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 2>
+  %yn = moe.dequantize %qn : !moe.mx<4x64x96xf8E4M3FN, axis = 2> -> tensor<4x64x96xbf16>
+  return %wide, %yn : tensor<4x64x96x8xf32>, tensor<4x64x96xbf16>
+}
+
 // A dequantize of another MX tensor is no round trip (it takes the
 // dequantize kernel, mx-dequantize.mlir).
 // BOTH-LABEL: func.func @not_handled

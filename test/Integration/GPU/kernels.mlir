@@ -268,6 +268,88 @@ func.func @weighted_dispatch_round_trip_pair(%w: tensor<1024x4xf32>, %g: tensor<
   return %yk, %yn : tensor<4096x64xbf16>, tensor<4096x64xbf16>
 }
 
+// The same two round trips split: a wide value ([rows, 64, 16] f32) lives
+// between the first round trip's reader and the second, so pairing them
+// would hold the second result through the block's peak; each becomes a
+// pair kernel of one result reading the rows from the tokens (_n_only,
+// _k_only). 16 equal bf16 terms sum exactly: bit-identical.
+func.func @dispatch_round_trip_split(%x: tensor<1024x64xf32>,
+                                     %idx: tensor<1024x4xi32> {moe.test_range = [-1, 17]})
+    -> (tensor<4576x64xf32>, tensor<4576x64xbf16>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(16) pad_to(32)
+      : tensor<1024x64xf32>, tensor<1024x4xi32>
+      -> tensor<4576x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %qn = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4576x64xf8E4M3FN, axis = 1> -> tensor<4576x64xbf16>
+  %e = tensor.empty() : tensor<4576x64x16xf32>
+  %wide = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h)>, affine_map<(r, h, j) -> (r, h, j)>],
+                          iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%yn : tensor<4576x64xbf16>) outs(%e : tensor<4576x64x16xf32>) {
+  ^bb0(%a: bf16, %out: f32):
+    %f = arith.extf %a : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<4576x64x16xf32>
+  %zero = arith.constant 0.0 : f32
+  %e2 = tensor.empty() : tensor<4576x64xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4576x64xf32>) -> tensor<4576x64xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h, j)>, affine_map<(r, h, j) -> (r, h)>],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide : tensor<4576x64x16xf32>) outs(%init : tensor<4576x64xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %t = arith.addf %acc, %a : f32
+    linalg.yield %t : f32
+  } -> tensor<4576x64xf32>
+  %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
+  return %sum, %yk : tensor<4576x64xf32>, tensor<4576x64xbf16>
+}
+
+// And of the combine's gradient re-sorted (each kernel multiplies w[t, k] *
+// g[t] itself).
+func.func @weighted_dispatch_round_trip_split(%w: tensor<1024x4xf32>, %g: tensor<1024x64xf32>,
+                                              %idx: tensor<1024x4xi32> {moe.test_range = [-1, 17]})
+    -> (tensor<4096x64xf32>, tensor<4096x64xbf16>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %ep = tensor.empty() : tensor<1024x4x64xf32>
+  %pr = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                         affine_map<(t, k, h) -> (t, k, h)>],
+                        iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<1024x4xf32>, tensor<1024x64xf32>) outs(%ep : tensor<1024x4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<1024x4x64xf32>
+  %cr = tensor.collapse_shape %pr [[0, 1], [2]] : tensor<1024x4x64xf32> into tensor<4096x64xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<1024x4xi32> into tensor<4096xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [4096, 1] : tensor<4096xi32> into tensor<4096x1xi32>
+  %s, %o, %n, %pos = moe.dispatch %cr, %i1 experts(16)
+      : tensor<4096x64xf32>, tensor<4096x1xi32> -> tensor<4096x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<4096x1xi32>
+  %qn = moe.quantize %s : tensor<4096x64xf32> -> !moe.mx<4096x64xf8E4M3FN, axis = 1>
+  %yn = moe.dequantize %qn : !moe.mx<4096x64xf8E4M3FN, axis = 1> -> tensor<4096x64xbf16>
+  %e = tensor.empty() : tensor<4096x64x16xf32>
+  %wide = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h)>, affine_map<(r, h, j) -> (r, h, j)>],
+                          iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%yn : tensor<4096x64xbf16>) outs(%e : tensor<4096x64x16xf32>) {
+  ^bb0(%a: bf16, %out: f32):
+    %f = arith.extf %a : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<4096x64x16xf32>
+  %zero = arith.constant 0.0 : f32
+  %e2 = tensor.empty() : tensor<4096x64xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4096x64xf32>) -> tensor<4096x64xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(r, h, j) -> (r, h, j)>, affine_map<(r, h, j) -> (r, h)>],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%wide : tensor<4096x64x16xf32>) outs(%init : tensor<4096x64xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %t = arith.addf %acc, %a : f32
+    linalg.yield %t : f32
+  } -> tensor<4096x64xf32>
+  %qk = moe.quantize %s : tensor<4096x64xf32> -> !moe.mx<4096x64xf8E4M3FN, axis = 0>
+  %yk = moe.dequantize %qk : !moe.mx<4096x64xf8E4M3FN, axis = 0> -> tensor<4096x64xbf16>
+  return %sum, %yk : tensor<4096x64xf32>, tensor<4096x64xbf16>
+}
+
 // Combine: a k-term f32 weighted sum (fma contraction on the GPU).
 func.func @combine(%y: tensor<4096x64xf32>, %w: tensor<1024x4xf32>,
                    %pos: tensor<1024x4xi32> {moe.test_range = [-1, 4096]})
@@ -454,6 +536,33 @@ func.func @grouped_mlp_backward(%x: tensor<1024x256xbf16>, %logits: tensor<1024x
       : tensor<4576x256xbf16>, tensor<16x256x256xbf16>, tensor<16x128x256xbf16>, tensor<17xi32>,
         tensor<4576x256xf32> -> tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
   return %dx, %dw1, %dw2 : tensor<4576x256xf32>, tensor<16x256x256xf32>, tensor<16x128x256xf32>
+}
+
+// The backward SwiGLU epilogue with both MX roundings of dh (groups padded
+// to 32 rows, so the kernel computes the columnwise blocks too: each
+// 32-row block's column amax is shared by two warps). dh differs from the
+// CPU's by the GEMM's summation order (f32 ulps), which can flip an
+// isolated element's E4M3 rounding by one quantum (and a block's scale
+// when its amax sits on a power of two): the check is the relative
+// Frobenius error, 1e-3. A wrong amax (one warp's 16 rows, a stale slot)
+// moves whole blocks and fails it. Routing outside the experts (-1, 16)
+// leaves rows in no group, which must come out zero.
+func.func @swiglu_grad_epilogue_col(%g: tensor<1024x256xbf16>,
+                                    %idx: tensor<1024x4xi32> {moe.test_range = [-1, 17]},
+                                    %w2: tensor<16x256x256xbf16>, %h: tensor<4576x512xf32>)
+    -> (tensor<4576x512xbf16>, tensor<4576x512xbf16>)
+    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2, 1.0e-3]} {
+  %dy, %o, %c, %p = moe.dispatch %g, %idx experts(16) pad_to(32)
+      : tensor<1024x256xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x256xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %da = moe.grouped_matmul %dy, %w2, %o transpose_rhs
+      : tensor<4576x256xbf16>, tensor<16x256x256xbf16>, tensor<17xi32> -> tensor<4576x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<4576x512xf32>, tensor<4576x256xf32> -> tensor<4576x512xf32>
+  %q1 = moe.quantize %dh : tensor<4576x512xf32> -> !moe.mx<4576x512xf8E4M3FN, axis = 1>
+  %r1 = moe.dequantize %q1 : !moe.mx<4576x512xf8E4M3FN, axis = 1> -> tensor<4576x512xbf16>
+  %q0 = moe.quantize %dh : tensor<4576x512xf32> -> !moe.mx<4576x512xf8E4M3FN, axis = 0>
+  %r0 = moe.dequantize %q0 : !moe.mx<4576x512xf8E4M3FN, axis = 0> -> tensor<4576x512xbf16>
+  return %r1, %r0 : tensor<4576x512xbf16>, tensor<4576x512xbf16>
 }
 
 // A train step's expert MLP: the forward and its backward in one function.

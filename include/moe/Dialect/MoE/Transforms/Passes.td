@@ -157,6 +157,29 @@ def MoEBufferLifetimes : Pass<"moe-buffer-lifetimes", "func::FuncOp"> {
   let dependentDialects = ["memref::MemRefDialect"];
 }
 
+def MoEPlaceWeightGradients : Pass<"moe-place-weight-gradients", "func::FuncOp"> {
+  let summary = "Move each grouped weight-gradient GEMM to where the fewest bytes are live";
+  let description = [{
+    A train step's backward computes the data gradients first (the next
+    layer down waits for them) and the weight gradients after, which nothing
+    reads before the step's end. Where a weight gradient runs decides what is
+    live around it: its operands (the rounded rows of the activations and of
+    the gradients, [rows, K] and [rows, N]) until it runs, its result
+    ([E, K, N] f32) from then on, and everything the ops it passes free or
+    allocate. This pass moves each `moe.grouped_matmul_wgrad` down, within
+    its block, past ops without memory effects (not past a `moe.all_to_all`,
+    whose overlap with compute is scheduled), at most to just before the
+    first op that reads its result, to the place where the most tensor
+    bytes live at once over that stretch is least (ties keep it earliest).
+    Tensor bytes are estimated before bufferization: each statically shaped
+    tensor an op defines lives until the last op of the block that reads it.
+
+    In a train step of the layer, the weight gradient of w1 moves past the
+    combine of the data gradient, which frees the expert rows' f32 gradient
+    ([rows, H]) before w1's f32 gradient is allocated.
+  }];
+}
+
 def MoEBufferReport : Pass<"moe-buffer-report", "func::FuncOp"> {
   let summary = "Report each function's peak of live buffers (a remark)";
   let description = [{

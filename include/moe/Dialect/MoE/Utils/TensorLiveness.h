@@ -1,0 +1,54 @@
+//===- TensorLiveness.h - bytes of live tensors along a block ---*- C++ -*-===//
+//
+// Before bufferization, each statically shaped tensor that an op of a block
+// defines becomes a buffer, and -moe-buffer-lifetimes frees it after the
+// last op of the block that reaches it. This estimates those buffers at
+// tensor level (a use inside an op's regions counts at that op; block
+// arguments belong to the caller and are not counted), so that passes that
+// order or pair ops can keep a step's peak memory from growing.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_DIALECT_MOE_UTILS_TENSORLIVENESS_H
+#define MOE_DIALECT_MOE_UTILS_TENSORLIVENESS_H
+
+#include "mlir/IR/Block.h"
+#include "mlir/IR/Value.h"
+#include "mlir/Support/LLVM.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+namespace mlir::moe {
+
+/// Bytes of the buffer `value` becomes: a statically shaped ranked tensor of
+/// integer, index (8 bytes) or float elements, or an MX tensor (data and
+/// scales); 0 for anything else.
+int64_t tensorBytes(Value value);
+
+/// The live tensor bytes of a block, op by op. `counted`, if given, says
+/// which values become buffers (a caller knows of values a later fusion
+/// never materializes).
+class BlockLiveness {
+public:
+  explicit BlockLiveness(Block &block,
+                         llvm::function_ref<bool(Value)> counted = nullptr);
+
+  /// The position of `op` (an op of the block) in it.
+  unsigned position(Operation *op) const { return positions.lookup(op); }
+  /// Bytes live while the op at position `i` runs: what ops at or before it
+  /// define and it or a later op reads.
+  int64_t at(unsigned i) const { return live[i]; }
+  /// The most bytes live at once.
+  int64_t peak() const;
+  /// The most bytes live at once over positions [from, to).
+  int64_t peak(unsigned from, unsigned to) const;
+  /// Adds `bytes` at positions [from, to) (a value made live longer).
+  void add(unsigned from, unsigned to, int64_t bytes);
+
+private:
+  llvm::DenseMap<Operation *, unsigned> positions;
+  SmallVector<int64_t> live;
+};
+
+} // namespace mlir::moe
+
+#endif // MOE_DIALECT_MOE_UTILS_TENSORLIVENESS_H
