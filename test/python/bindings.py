@@ -108,6 +108,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(0.005 < rel < 2 ** -3,
           f"MXFP8 layer within E4M3's rounding of numpy (rel error {rel:.3f})")
 
+    # Groups padded to 32 rows (what an MXFP8 recipe wants): the padding rows
+    # are zeros that no token reads back, so the f32 layer is unchanged.
+    sop = os.path.join(tmp, "layer_pad.so")
+    padded = layers.moe_layer(T, H, F, E, K, pad_to=32)
+    check("pad_to(32)" in padded, "pad_to reaches the dispatch")
+    moe_mlir.Module.parse(padded).compile("cpu", sop)
+    yp = moe_mlir.load(sop).moe_layer(x, rw, w1, w2)
+    check(np.abs(yp - y).max() <= 1e-6 * np.abs(y).max(),
+          "padding each group to 32 rows leaves the f32 layer's result as it is")
+    ok, msg = expect_error(lambda: layers.moe_layer(T, H, F, E, K, pad_to=0), "pad_to")
+    check(ok, f"a pad_to below 1 is refused ({msg})")
+    ok, msg = expect_error(lambda: layers.moe_layer(T, H, F, E, K, recipe="mxfp8", pad_to=16),
+                           "pad_to", "32")
+    check(ok, f"mxfp8 with groups not padded to 32 is refused ({msg})")
+
     ok, msg = expect_error(lambda: art.moe_layer(x[:, :10], rw, w1, w2), "argument #0", "64")
     check(ok, f"a wrong shape is refused naming the argument ({msg})")
     ok, msg = expect_error(lambda: art.moe_layer(x.astype(np.float64), rw, w1, w2), "argument #0")

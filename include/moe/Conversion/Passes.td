@@ -253,7 +253,8 @@ def MoEGPUFuseRowGathers : Pass<"moe-gpu-fuse-row-gathers", "ModuleOp"> {
     (`@moe_mx_round_trip_pair_...` of a 2-d tensor, from
     `-moe-gpu-dedicated-kernels`) whose input is the gather a dispatch
     lowers to (row r of the result is row `source[r]` of the tokens, zeros
-    where `source[r]` is -1), read by nothing else, becomes a call of the
+    where `source[r]` is -1), read by nothing but such calls (one pair
+    kernel, or the two one-result kernels of a split pair), becomes a call of the
     same kernel reading row `source[r]` of the tokens itself
     (`..._gather_<tokens>`): the dispatched rows (tokens x top-k rows of
     f32) are neither written nor read back, and their buffer is never
@@ -300,7 +301,15 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       `moe.swiglu_grad` (h, da) followed by the rowwise round trip of dh
       likewise reads h and returns the rounded dh (`..._swiglu_grad_...`).
       h, the activation and dh become further results only where other ops
-      read them (`_h`, `_a`, `_dh`).
+      read them (`_h`, `_a`, `_dh`). When every group starts at a multiple
+      of 32 rows (the offsets of a dispatch or `moe.slot_offsets` with such
+      a `pad_to`) and dh also has a columnwise round trip (blocks of 32
+      rows, the weight gradient's operand), the epilogue can round those
+      blocks too (`_col_<f8>_<scale>`; each block's column amaxes are shared
+      by two warps through shared memory), so dh is never written in f32.
+      It does so only where the f32 dh would raise the function's peak of
+      live tensors (estimated before bufferization, `TensorLiveness.h`): the
+      columnwise pass slows the epilogue.
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
       shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
       thread, each output summed over K in order; with few tiles over a
@@ -328,7 +337,13 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       rows before `offsets[E]` are computed (`..._live_...`). The round
       trips of one tensor along its last two dims (a weight for its forward
       and data-gradient GEMMs) run as one kernel that reads it once
-      (`@moe_mx_round_trip_pair_...`); other `moe.dequantize`s take a
+      (`@moe_mx_round_trip_pair_...`), unless holding the second result from
+      the first round trip to the second would raise the block's peak of
+      live tensors: then each runs where it is read, reading the tensor
+      again (pairs decided smallest first; a dispatch's rows get two pair
+      kernels of one result each, `_k_only` / `_n_only`, which
+      `-moe-gpu-fuse-row-gathers` also reads from the tokens); other
+      `moe.dequantize`s take a
       dequantize kernel (`@moe_mx_dequantize_...`). Two identical
       grouped GEMMs (a forward and its recomputation) get the same kernel,
       so that CSE merges them.

@@ -2448,6 +2448,42 @@ SmallVector<DequantizeOp> bf16RoundTripsOf(QuantizeOp q) {
   return trips;
 }
 
+bool readFromTokens(Value rows);
+
+/// Whether the backward epilogue's columnwise rounding of dh lowers the
+/// block's peak of live tensors. Either way dh's roundings (bf16) live from
+/// the kernel on; without it the kernel also writes dh in f32, which the
+/// columnwise round trip right after it reads (see lowerRoundTrips): one
+/// more f32 [R, 2F] at the kernel. The epilogue's columnwise pass costs
+/// time (amaxes over two warps), so it is used only where that f32 would
+/// raise the peak.
+bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
+  Operation *act = fusion.activation;
+  Value da = op.getResult(), dh = act->getResult(0);
+  Block *block = act->getBlock();
+  BlockLiveness live(*block, [&](Value v) {
+    return v != da && v != dh && !readFromTokens(v);
+  });
+  unsigned at = live.position(act);
+  int64_t rounded = tensorBytes(fusion.roundTrips.front()->getResult(0));
+  // From the kernel to the first reader of each rounding (the dequantizes
+  // the kernel replaces, where they stand now).
+  auto firstOf = [&](ArrayRef<DequantizeOp> dqs) {
+    unsigned first = at + 1;
+    bool found = false;
+    for (DequantizeOp dq : dqs)
+      if (Operation *anc = block->findAncestorOpInBlock(*dq)) {
+        unsigned p = live.position(anc);
+        first = found ? std::min(first, p) : p;
+        found = true;
+      }
+    return std::max(first, at + 1);
+  };
+  live.add(at, firstOf(fusion.roundTrips), rounded);
+  live.add(at, firstOf(fusion.colRoundTrips), rounded);
+  return live.at(at) - rounded + tensorBytes(dh) > live.peak();
+}
+
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                                               const WgmmaGemm &g) {
   if (!g.tma || g.n % kTTileN)
@@ -2503,7 +2539,7 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       if (!fusion.colRoundTrips.empty())
         fusion.colQuantize = q;
     }
-    if (fusion.colQuantize) {
+    if (fusion.colQuantize && colRoundingLowersPeak(op, fusion)) {
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
@@ -4015,12 +4051,27 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
     live->add(from, to, bytes);
     return false;
   };
-  SmallVector<std::tuple<SmallVector<DequantizeOp>, MXRoundTripPair>> calls;
-  for (auto &[dqK, dqN, pair] : work) {
-    Value x = dqK.getInput().getDefiningOp<QuantizeOp>().getInput();
+  // Decided smallest first: the most pairs (each saves a read of x) within
+  // the peak.
+  SmallVector<unsigned> order = llvm::to_vector(llvm::seq<unsigned>(0, work.size()));
+  auto laterBytes = [&](unsigned i) {
+    auto &[dqK, dqN, pair] = work[i];
+    return tensorBytes((dqK->isBeforeInBlock(dqN) ? dqN : dqK).getResult());
+  };
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return laterBytes(a) < laterBytes(b);
+  });
+  SmallVector<bool> split(work.size(), false);
+  for (unsigned i : order) {
+    auto &[dqK, dqN, pair] = work[i];
     Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
-    Operation *second = first == dqK ? dqN : dqK;
-    if (!splits(first, second)) {
+    split[i] = splits(first, first == dqK ? dqN : dqK);
+  }
+  SmallVector<std::tuple<SmallVector<DequantizeOp>, MXRoundTripPair>> calls;
+  for (auto [i, item] : llvm::enumerate(work)) {
+    auto &[dqK, dqN, pair] = item;
+    Value x = dqK.getInput().getDefiningOp<QuantizeOp>().getInput();
+    if (!split[i]) {
       calls.push_back({{dqK, dqN}, pair});
       continue;
     }

@@ -4,8 +4,11 @@
 
 #include "moe/Dialect/MoE/IR/MoETypes.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "llvm/ADT/MapVector.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -29,25 +32,63 @@ int64_t mlir::moe::tensorBytes(Value value) {
   return bytesOf(value.getType());
 }
 
+/// The value whose buffer `value` is (bufferization's in-place rules, the
+/// common cases): a reshape or cast is its source's buffer, a destination-
+/// style op's result its init's, unless the init is a tensor.empty (then the
+/// result is a buffer of its own).
+static Value bufferOf(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp, tensor::CastOp>(
+            def)) {
+      value = def->getOperand(0);
+      continue;
+    }
+    auto dps = dyn_cast<DestinationStyleOpInterface>(def);
+    auto result = dyn_cast<OpResult>(value);
+    if (!dps || !result || result.getResultNumber() >= dps.getNumDpsInits())
+      break;
+    Value init = dps.getDpsInitOperand(result.getResultNumber())->get();
+    if (init.getDefiningOp<tensor::EmptyOp>())
+      break;
+    value = init;
+  }
+  return value;
+}
+
 BlockLiveness::BlockLiveness(Block &block,
                              llvm::function_ref<bool(Value)> counted) {
   unsigned n = 0;
   for (Operation &op : block)
     positions[&op] = n++;
-  SmallVector<int64_t> delta(n + 1, 0);
+  // Each buffer: defined where its value is, live until the last use of
+  // any value that is that buffer.
+  llvm::MapVector<Value, unsigned> lastUse;
   for (Operation &op : block) {
     unsigned def = positions[&op];
     for (Value v : op.getResults()) {
-      int64_t bytes = tensorBytes(v);
-      if (!bytes || (counted && !counted(v)))
+      if (!isa<RankedTensorType, MXTensorType>(v.getType()) ||
+          isa<tensor::EmptyOp>(op))
         continue;
-      unsigned last = def;
+      Value buffer = bufferOf(v);
+      Operation *owner = buffer.getDefiningOp();
+      if (!owner || owner->getBlock() != &block)
+        continue;
+      unsigned last = std::max(def, positions[owner]);
       for (Operation *user : v.getUsers())
         if (Operation *at = block.findAncestorOpInBlock(*user))
           last = std::max(last, positions[at]);
-      delta[def] += bytes;
-      delta[last + 1] -= bytes;
+      auto [it, inserted] = lastUse.try_emplace(buffer, last);
+      if (!inserted)
+        it->second = std::max(it->second, last);
     }
+  }
+  SmallVector<int64_t> delta(n + 1, 0);
+  for (auto [buffer, last] : lastUse) {
+    int64_t bytes = tensorBytes(buffer);
+    if (!bytes || (counted && !counted(buffer)))
+      continue;
+    delta[positions[buffer.getDefiningOp()]] += bytes;
+    delta[last + 1] -= bytes;
   }
   live.resize(n);
   int64_t running = 0;

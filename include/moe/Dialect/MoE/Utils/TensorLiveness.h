@@ -3,9 +3,11 @@
 // Before bufferization, each statically shaped tensor that an op of a block
 // defines becomes a buffer, and -moe-buffer-lifetimes frees it after the
 // last op of the block that reaches it. This estimates those buffers at
-// tensor level (a use inside an op's regions counts at that op; block
-// arguments belong to the caller and are not counted), so that passes that
-// order or pair ops can keep a step's peak memory from growing.
+// tensor level, so that passes that order or pair ops can keep a step's
+// peak memory from growing: a destination-style op writes into its init's
+// buffer (a new one for a tensor.empty), a reshape or cast is its source's
+// buffer, a use inside an op's regions counts at that op, and block
+// arguments belong to the caller and are not counted.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_DIALECT_MOE_UTILS_TENSORLIVENESS_H
