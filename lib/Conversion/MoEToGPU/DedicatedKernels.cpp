@@ -2543,6 +2543,10 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
+    } else {
+      // Not in the epilogue: the f32 dh stays a result for it.
+      fusion.colQuantize = {};
+      fusion.colRoundTrips.clear();
     }
   }
   // h (forward) and the f32 values stay results for any other user (a
