@@ -6,7 +6,10 @@ top-8), forward + backward, ours beside the peers, in one GPU run:
 Ours: the train step of the layer's loss sum(layer(x) * dy) that
 `bench/run-layer.sh prepare` compiled for sm_90a with
 -moe-train-pipeline{autodiff=true recipe=none|mxfp8} (f32 master weights;
-mxfp8: MXFP8 expert GEMMs forward and backward). Peers, bf16: transformers'
+mxfp8: MXFP8 expert GEMMs forward and backward, each expert's rows padded
+to 32; `pairs always`: the same compiled with --pair-round-trips=always,
+which reads each tensor once for both MX blockings however long the
+second is held, where the default splits pairs that raise the peak). Peers, bf16: transformers'
 Qwen3MoeSparseMoeBlock with its default experts and with grouped_mm, a
 hand-written torch._grouped_mm layer, and the same layer with FP8 rowwise
 GEMMs (torch._scaled_grouped_mm forward and for the data gradients, weight
@@ -131,7 +134,9 @@ def main(art_dir, token_counts):
             routing = "skewed" if skew else "balanced"
             # --- ours ---
             from moe_mlir import load, runtime
-            for recipe in ("none", "mxfp8"):
+            names = {"none": "moe-mlir f32", "mxfp8": "moe-mlir MXFP8 experts",
+                     "mxfp8-paired": "moe-mlir MXFP8, pairs always"}
+            for recipe in names:
                 path = os.path.join(art_dir, f"layer_{T}_{recipe}.sm_90a.so")
                 if not os.path.exists(path):
                     continue
@@ -147,8 +152,7 @@ def main(art_dir, token_counts):
                 # libmoert's peak plus the inputs (torch's allocations: the
                 # f32 master weights among them), as the peers count theirs.
                 held = sum(nbytes(a) for a in args)
-                name = "moe-mlir f32" if recipe == "none" else "moe-mlir MXFP8 experts"
-                rows.append((T, routing, name, T / t, flops / t / 1e12,
+                rows.append((T, routing, names[recipe], T / t, flops / t / 1e12,
                              (stats.peak + held) / 2**20, (stats.peak - results) / 2**20))
                 art = args = None  # not counted in the peers' peaks
             # --- peers ---

@@ -40,6 +40,11 @@ PY
       "$root/build/bin/moe-compile" "$dir/layer_${T}_$recipe.mlir" --target=sm_90a \
         -o "$dir/layer_${T}_$recipe.sm_90a.so"
     done
+    # The speed-first variant: every pair of MX round trips in one kernel,
+    # whatever it holds (the default splits pairs that raise the peak).
+    echo "compile: layer $T tokens, recipe mxfp8, --pair-round-trips=always (sm_90a)"
+    "$root/build/bin/moe-compile" "$dir/layer_${T}_mxfp8.mlir" --target=sm_90a \
+      --pair-round-trips=always -o "$dir/layer_${T}_mxfp8-paired.sm_90a.so"
   done
 }
 

@@ -241,6 +241,7 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     options.format = format;
     options.mxfp8FP8MMA = opts.mxfp8FP8MMA;
     options.bufferReport = opts.bufferReport;
+    options.pairRoundTrips = opts.pairRoundTrips;
     moe::buildGPUPipeline(pm, options);
   } else {
     moe::buildCPUPipeline(pm, opts.bufferReport);

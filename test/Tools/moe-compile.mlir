@@ -10,6 +10,10 @@
 // KEPT: previous artifact
 // RUN: not moe-compile %s --target=sm_90a --kernel-format=elf -o %t.so 2>&1 | FileCheck %s --check-prefix=FORMAT
 // FORMAT: unknown kernel format 'elf'
+// RUN: not moe-compile %s --target=sm_90a --pair-round-trips=never -o %t.so 2>&1 | FileCheck %s --check-prefix=PAIRS
+// PAIRS: moe-compile: --pair-round-trips must be 'peak' or 'always', got 'never'
+// RUN: not moe-opt %s --moe-gpu-dedicated-kernels="pair-round-trips=never" -o /dev/null 2>&1 | FileCheck %s --check-prefix=PASSPAIRS
+// PASSPAIRS: error: -moe-gpu-dedicated-kernels: pair-round-trips must be 'peak' or 'always', got 'never'
 // --help lists moe-compile's own options, not LLVM's hundreds:
 // RUN: moe-compile --help | FileCheck %s --check-prefix=HELP
 // HELP-NOT: aarch64
@@ -19,6 +23,7 @@
 // HELP-DAG: --verify-ptx
 // HELP-DAG: --mxfp8-fp8-mma
 // HELP-DAG: --buffer-report
+// HELP-DAG: --pair-round-trips=
 
 func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
   %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>

@@ -67,6 +67,13 @@ static cl::opt<bool> bufferReport(
     cl::desc("Print each function's peak of live buffers (bytes allocated "
              "and not yet freed, in program order) and the largest of them"),
     cl::init(false), cl::cat(moeCompileOptions));
+static cl::opt<std::string> pairRoundTrips(
+    "pair-round-trips",
+    cl::desc("Hopper: when the two MX round trips of a weight or of an "
+             "expert's rows share one kernel: 'peak' (default: unless holding "
+             "the second result longer raises the step's peak memory) or "
+             "'always' (each tensor read once: faster, more memory)"),
+    cl::init("peak"), cl::cat(moeCompileOptions));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"), cl::cat(moeCompileOptions));
@@ -108,6 +115,13 @@ int main(int argc, char **argv) {
   options.linker = linker;
   options.mxfp8FP8MMA = mxfp8FP8MMA;
   options.bufferReport = bufferReport;
+  if (pairRoundTrips != "peak" && pairRoundTrips != "always") {
+    llvm::errs() << "moe-compile: --pair-round-trips must be 'peak' or "
+                    "'always', got '"
+                 << pairRoundTrips << "'\n";
+    return 1;
+  }
+  options.pairRoundTrips = pairRoundTrips;
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));
 }

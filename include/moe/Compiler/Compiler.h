@@ -46,6 +46,9 @@ struct CompileOptions {
   bool mxfp8FP8MMA = false;
   /// Remark each function's peak of live buffers (-moe-buffer-report).
   bool bufferReport = false;
+  /// Hopper: when the two MX round trips of one tensor share a kernel:
+  /// "peak" (within the peak of live tensors) or "always".
+  std::string pairRoundTrips = "peak";
   /// The C compiler driver used to link.
   std::string linker = "cc";
 };

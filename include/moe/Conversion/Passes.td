@@ -362,7 +362,13 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "(fast, but the tensor core sums each 32-term slice at reduced "
            "precision: ~1e-3 relative differences from the exact result on "
            "the H200); off by default, MXFP8 then dequantizes to bf16 (exact) "
-           "for the bf16 wgmma kernel">
+           "for the bf16 wgmma kernel">,
+    Option<"pairRoundTrips", "pair-round-trips", "std::string",
+           /*default=*/"\"peak\"",
+           "When the two MX round trips of one tensor share a kernel: peak "
+           "(unless holding the second result longer raises the function's "
+           "peak of live tensors; the least memory) or always (every pair; "
+           "each tensor read once, the fastest)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -33,6 +33,12 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "relative error from FP8 accumulation) instead of the "
                      "exact generic kernel"),
       llvm::cl::init(false)};
+  PassOptions::Option<std::string> pairRoundTrips{
+      *this, "pair-round-trips",
+      llvm::cl::desc("Hopper: when the two MX round trips of one tensor share "
+                     "a kernel: peak (unless that raises the peak of live "
+                     "tensors; the least memory) or always (the fastest)"),
+      llvm::cl::init("peak")};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",
       llvm::cl::desc("Threads per block of the generic kernels"),

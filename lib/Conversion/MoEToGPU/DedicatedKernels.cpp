@@ -4006,7 +4006,8 @@ bool readFromTokens(Value rows) {
 /// Every pair of round trips of one x along its last two dims (see "MX round
 /// trips of both blockings") in one block becomes one call, placed before
 /// the first of them.
-void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
+void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
+                         bool withinPeak) {
   SmallVector<std::tuple<DequantizeOp, DequantizeOp, MXRoundTripPair>> work;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func->hasAttr("moe.dedicated_kernel"))
@@ -4044,6 +4045,8 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols) {
   // result each.
   llvm::DenseMap<Block *, std::unique_ptr<BlockLiveness>> liveness;
   auto splits = [&](Operation *first, Operation *second) {
+    if (!withinPeak)
+      return false;
     std::unique_ptr<BlockLiveness> &live = liveness[first->getBlock()];
     if (!live)
       live = std::make_unique<BlockLiveness>(
@@ -4345,6 +4348,13 @@ struct MoEGPUDedicatedKernelsPass
   }
 
   void runOnOperation() override {
+    if (pairRoundTrips != "peak" && pairRoundTrips != "always") {
+      getOperation().emitError()
+          << "-moe-gpu-dedicated-kernels: pair-round-trips must be 'peak' or "
+             "'always', got '"
+          << pairRoundTrips << "'";
+      return signalPassFailure();
+    }
     if (!hasDedicatedGPUKernels(chip))
       return;
     ModuleOp module = getOperation();
@@ -4461,7 +4471,7 @@ struct MoEGPUDedicatedKernelsPass
         op.getResult().replaceAllUsesWith(call.getResult(0));
         op.erase();
       }
-      lowerRoundTripPairs(module, symbols);
+      lowerRoundTripPairs(module, symbols, pairRoundTrips == "peak");
       lowerRoundTrips(module, symbols);
       lowerDequantizes(module, symbols);
       return;
@@ -4492,7 +4502,7 @@ struct MoEGPUDedicatedKernelsPass
       op.getResult().replaceAllUsesWith(call.getResult(0));
       op.erase();
     }
-    lowerRoundTripPairs(module, symbols);
+    lowerRoundTripPairs(module, symbols, pairRoundTrips == "peak");
     lowerRoundTrips(module, symbols);
     lowerDequantizes(module, symbols);
   }

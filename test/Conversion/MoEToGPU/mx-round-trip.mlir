@@ -5,6 +5,7 @@
 // CPU on a GPU machine (bit-identical).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefixes=BOTH,CHECK
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_100a | FileCheck %s --check-prefix=BOTH
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a pair-round-trips=always" | FileCheck %s --check-prefix=ALWAYS
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
@@ -94,6 +95,12 @@ func.func @both_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96xbf16>, ten
 // CHECK: linalg.generic
 // CHECK: call @moe_mx_round_trip_4x64x96_a2_e4m3_rceil_f32_to_bf16(%arg0)
 // CHECK-NOT: moe_mx_round_trip_pair
+// With pair-round-trips=always they share one kernel anyway (x read once).
+// ALWAYS-LABEL: func.func @split_blockings
+// ALWAYS: call @moe_mx_round_trip_pair_4x64x96_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16(%arg0)
+// ALWAYS: linalg.generic
+// ALWAYS-NOT: call @moe_mx_round_trip
+// ALWAYS: return
 func.func @split_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96x8xf32>, tensor<4x64x96xbf16>) {
   %qk = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 1>
   %yk = moe.dequantize %qk : !moe.mx<4x64x96xf8E4M3FN, axis = 1> -> tensor<4x64x96xbf16>
