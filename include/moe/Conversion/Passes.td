@@ -307,8 +307,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       rows, the weight gradient's operand), the epilogue can round those
       blocks too (`_col_<f8>_<scale>`; each block's column amaxes are shared
       by two warps through shared memory), so dh is never written in f32.
-      It does so only where the f32 dh would raise the function's peak of
-      live tensors (estimated before bufferization, `TensorLiveness.h`): the
+      It does so only where the f32 dh would raise its block's peak of live
+      tensors (estimated before bufferization, `TensorLiveness.h`): the
       columnwise pass slows the epilogue.
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
       shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
@@ -366,8 +366,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     Option<"pairRoundTrips", "pair-round-trips", "std::string",
            /*default=*/"\"peak\"",
            "When the two MX round trips of one tensor share a kernel: peak "
-           "(unless holding the second result longer raises the function's "
-           "peak of live tensors; the least memory) or always (every pair; "
+           "(unless holding the second result longer raises the peak of live "
+           "tensors of their block; the least memory) or always (every pair; "
            "each tensor read once, the fastest)">
   ];
   let dependentDialects = [

@@ -2539,7 +2539,19 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       if (!fusion.colRoundTrips.empty())
         fusion.colQuantize = q;
     }
-    if (fusion.colQuantize && colRoundingLowersPeak(op, fusion)) {
+    // Only where it takes the f32 dh out: dh read by nothing but its two
+    // roundings, each only dequantized to bf16.
+    bool onlyRoundings =
+        fusion.colQuantize &&
+        llvm::all_of(values.getUsers(),
+                     [&](Operation *u) {
+                       return u == fusion.quantize ||
+                              u == fusion.colQuantize.getOperation();
+                     }) &&
+        llvm::all_of(fusion.quantize->getUsers(), [&](Operation *u) {
+          return llvm::is_contained(fusion.roundTrips, u);
+        });
+    if (onlyRoundings && colRoundingLowersPeak(op, fusion)) {
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
@@ -3988,17 +4000,32 @@ std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func) {
 /// the tokens of such a dispatch (through reshapes) that only it reads (the
 /// combine gradient's scaled copies, which the pair kernel computes).
 bool readFromTokens(Value rows) {
-  if (auto d = rows.getDefiningOp<DispatchOp>())
-    if (rows == d.getSorted() && !rows.use_empty() &&
-        llvm::all_of(rows.getUsers(),
-                     [](Operation *u) { return isa<QuantizeOp>(u); }))
-      return true;
+  // Rows of a dispatch, 2-d, read only by round trips (quantizes read only
+  // by dequantizes).
+  if (auto d = rows.getDefiningOp<DispatchOp>()) {
+    auto type = dyn_cast<RankedTensorType>(rows.getType());
+    return rows == d.getSorted() && type && type.getRank() == 2 &&
+           !rows.use_empty() &&
+           llvm::all_of(rows.getUsers(), [](Operation *u) {
+             return isa<QuantizeOp>(u) &&
+                    llvm::all_of(u->getUsers(), [](Operation *v) {
+                      return isa<DequantizeOp>(v);
+                    });
+           });
+  }
+  // The tokens of such a dispatch, through reshapes, computed by a
+  // linalg.generic (the scaled copies the pair kernel computes itself).
   if (!rows.hasOneUse())
     return false;
   Operation *user = *rows.getUsers().begin();
   if (auto d = dyn_cast<DispatchOp>(user))
-    return d.getTokens() == rows && readFromTokens(d.getSorted());
-  if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user))
+    return d.getTokens() == rows &&
+           rows.getDefiningOp<linalg::GenericOp>() &&
+           readFromTokens(d.getSorted());
+  if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user) &&
+      (rows.getDefiningOp<linalg::GenericOp>() ||
+       isa_and_nonnull<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(
+           rows.getDefiningOp())))
     return readFromTokens(user->getResult(0));
   return false;
 }
