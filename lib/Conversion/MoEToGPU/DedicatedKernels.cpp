@@ -2469,15 +2469,13 @@ bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   // From the kernel to the first reader of each rounding (the dequantizes
   // the kernel replaces, where they stand now).
   auto firstOf = [&](ArrayRef<DequantizeOp> dqs) {
-    unsigned first = at + 1;
-    bool found = false;
+    unsigned first = std::numeric_limits<unsigned>::max();
     for (DequantizeOp dq : dqs)
-      if (Operation *anc = block->findAncestorOpInBlock(*dq)) {
-        unsigned p = live.position(anc);
-        first = found ? std::min(first, p) : p;
-        found = true;
-      }
-    return std::max(first, at + 1);
+      if (Operation *anc = block->findAncestorOpInBlock(*dq))
+        first = std::min(first, live.position(anc));
+    return first == std::numeric_limits<unsigned>::max()
+               ? at + 1
+               : std::max(first, at + 1);
   };
   live.add(at, firstOf(fusion.roundTrips), rounded);
   live.add(at, firstOf(fusion.colRoundTrips), rounded);
@@ -2529,6 +2527,18 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
     return std::nullopt;
   fusion.epilogue.f8 = fusion.quantize.getType().getElementType();
   fusion.epilogue.mode = fusion.quantize.getScaleMode();
+  // Whether the f32 values must stay a result: something besides their
+  // rowwise rounding (and `col`, the columnwise one) reads them, or the
+  // rowwise quantize is read by more than bf16 dequantizes.
+  auto f32Read = [&](Operation *col) {
+    return llvm::any_of(values.getUsers(),
+                        [&](Operation *u) {
+                          return u != fusion.quantize && u != col;
+                        }) ||
+           !llvm::all_of(fusion.quantize->getUsers(), [&](Operation *u) {
+             return llvm::is_contained(fusion.roundTrips, u);
+           });
+  };
   if (fusion.epilogue.grad && groupsAlignedTo(op.getOffsets(), kTSwigluBlock)) {
     for (Operation *user : values.getUsers()) {
       auto q = dyn_cast<QuantizeOp>(user);
@@ -2539,19 +2549,9 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       if (!fusion.colRoundTrips.empty())
         fusion.colQuantize = q;
     }
-    // Only where it takes the f32 dh out: dh read by nothing but its two
-    // roundings, each only dequantized to bf16.
-    bool onlyRoundings =
-        fusion.colQuantize &&
-        llvm::all_of(values.getUsers(),
-                     [&](Operation *u) {
-                       return u == fusion.quantize ||
-                              u == fusion.colQuantize.getOperation();
-                     }) &&
-        llvm::all_of(fusion.quantize->getUsers(), [&](Operation *u) {
-          return llvm::is_contained(fusion.roundTrips, u);
-        });
-    if (onlyRoundings && colRoundingLowersPeak(op, fusion)) {
+    // Only where it takes the f32 dh out and that lowers the peak.
+    if (fusion.colQuantize && !f32Read(fusion.colQuantize) &&
+        colRoundingLowersPeak(op, fusion)) {
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
@@ -2568,16 +2568,7 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       !fusion.epilogue.grad && llvm::any_of(result.getUsers(), [&](Operation *u) {
         return u != activation;
       });
-  auto roundTripOnly = [&](Operation *u) {
-    return llvm::is_contained(fusion.roundTrips, u);
-  };
-  fusion.epilogue.keepF32 =
-      llvm::any_of(values.getUsers(),
-                   [&](Operation *u) {
-                     return u != fusion.quantize &&
-                            u != fusion.colQuantize.getOperation();
-                   }) ||
-      !llvm::all_of(fusion.quantize->getUsers(), roundTripOnly);
+  fusion.epilogue.keepF32 = f32Read(fusion.colQuantize);
   return fusion;
 }
 
@@ -3843,6 +3834,14 @@ struct RoundTripPairEmitter : EmitterBase {
   const MXRoundTripPair &g;
   int64_t grid;
   Value x, outK, outN;
+
+  /// The emitter for a kernel of `g` whose results are `outs` (both, or
+  /// the one `g` computes).
+  RoundTripPairEmitter(OpBuilder &b, Location loc, const MXRoundTripPair &g,
+                       int64_t grid, Value x, ArrayRef<Value> outs)
+      : EmitterBase{b, loc}, g(g), grid(grid), x(x),
+        outK(g.withK ? outs.front() : Value()),
+        outN(g.withN ? outs.back() : Value()) {}
   Value source{}, scale{};
   int64_t sourceRows = 0, perRow = 1;
   bool scaleFirst = true;
@@ -4087,19 +4086,22 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
   };
   // Decided smallest first: the most pairs (each saves a read of x) within
   // the peak.
-  SmallVector<unsigned> order = llvm::to_vector(llvm::seq<unsigned>(0, work.size()));
-  auto laterBytes = [&](unsigned i) {
+  // Each pair's round trips in block order.
+  auto inOrder = [&](unsigned i) -> std::pair<Operation *, Operation *> {
     auto &[dqK, dqN, pair] = work[i];
-    return tensorBytes((dqK->isBeforeInBlock(dqN) ? dqN : dqK).getResult());
+    if (dqK->isBeforeInBlock(dqN))
+      return {dqK, dqN};
+    return {dqN, dqK};
   };
+  SmallVector<unsigned> order = llvm::to_vector(llvm::seq<unsigned>(0, work.size()));
   llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return laterBytes(a) < laterBytes(b);
+    return tensorBytes(inOrder(a).second->getResult(0)) <
+           tensorBytes(inOrder(b).second->getResult(0));
   });
   SmallVector<bool> split(work.size(), false);
   for (unsigned i : order) {
-    auto &[dqK, dqN, pair] = work[i];
-    Operation *first = dqK->isBeforeInBlock(dqN) ? dqK : dqN;
-    split[i] = splits(first, first == dqK ? dqN : dqK);
+    auto [first, second] = inOrder(i);
+    split[i] = splits(first, second);
   }
   SmallVector<std::tuple<SmallVector<DequantizeOp>, MXRoundTripPair>> calls;
   for (auto [i, item] : llvm::enumerate(work)) {
@@ -4131,12 +4133,7 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
         {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
         [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
             ArrayRef<Value> outs) {
-          RoundTripPairEmitter k{{b, loc},
-                                 g,
-                                 grid,
-                                 buf[0],
-                                 g.withK ? outs[0] : Value(),
-                                 g.withN ? outs.back() : Value()};
+          RoundTripPairEmitter k(b, loc, g, grid, buf[0], outs);
           k.emit(launch);
         });
     if (g.alongK.mx.getShape().size() == 2)
@@ -4670,12 +4667,7 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
       loc, {grid, 1, 1, kRTPairWarps * 32, kRTPairWarps * kRTPairSlabBytes},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        RoundTripPairEmitter k{{b, loc},
-                               *g,
-                               grid,
-                               buf[0],
-                               g->withK ? outs[0] : Value(),
-                               g->withN ? outs.back() : Value()};
+        RoundTripPairEmitter k(b, loc, *g, grid, buf[0], outs);
         k.source = buf[1];
         k.sourceRows = sourceRows;
         if (scaled) {

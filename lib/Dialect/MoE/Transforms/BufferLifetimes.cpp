@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -148,16 +149,9 @@ struct BufferReportPass : moe::impl::MoEBufferReportBase<BufferReportPass> {
     Operation *peakAt = nullptr;
     func.walk<WalkOrder::PreOrder>([&](Operation *op) {
       if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
-        MemRefType type = alloc.getType();
-        Type elt = type.getElementType();
-        // index: 64 bits on every target the pipelines lower to.
-        int64_t bits = elt.isIndex()         ? 64
-                       : elt.isIntOrFloat()  ? elt.getIntOrFloatBitWidth()
-                                             : 0;
-        int64_t bytes = 0;
-        if (type.hasStaticShape() && bits)
-          bytes = type.getNumElements() * int64_t(llvm::divideCeil(bits, 8));
-        else
+        std::optional<int64_t> size = moe::shapedBytes(alloc.getType());
+        int64_t bytes = size.value_or(0);
+        if (!size)
           ++dynamicCount;
         live[alloc.getResult()] = bytes;
         current += bytes;

@@ -2,6 +2,7 @@
 
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
+#include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -91,17 +92,10 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     // activation and dy are the larger (many tokens), last otherwise. dx
     // releases dh's rowwise operand and w1's before w1's gradient (the size
     // of w1) is allocated.
-    auto bytes = [](Value v) -> int64_t {
-      auto t = dyn_cast<RankedTensorType>(v.getType());
-      if (!t || !t.hasStaticShape() || !t.getElementType().isIntOrFloat())
-        return -1;
-      return t.getNumElements() * int64_t(t.getElementTypeBitWidth()) / 8;
-    };
     auto dw2Type = cast<RankedTensorType>(op.getDw2().getType());
-    int64_t aBytes = bytes(a), dyBytes = bytes(dy),
-            dw2Bytes = bytes(op.getDw2());
-    bool dw2First = aBytes >= 0 && dyBytes >= 0 && dw2Bytes >= 0 &&
-                    aBytes + dyBytes > dw2Bytes;
+    int64_t aBytes = tensorBytes(a), dyBytes = tensorBytes(dy),
+            dw2Bytes = tensorBytes(op.getDw2());
+    bool dw2First = aBytes && dyBytes && dw2Bytes && aBytes + dyBytes > dw2Bytes;
     auto weightGradient2 = [&] {
       return GroupedMatmulWgradOp::create(rewriter, loc, dw2Type, q(a, 0),
                                           q(dy, 0), off);

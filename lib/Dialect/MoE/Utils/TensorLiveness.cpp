@@ -13,16 +13,23 @@
 using namespace mlir;
 using namespace mlir::moe;
 
+std::optional<int64_t> mlir::moe::shapedBytes(ShapedType type) {
+  if (!type || !type.hasStaticShape())
+    return std::nullopt;
+  Type elt = type.getElementType();
+  // index: 64 bits on every target the pipelines lower to.
+  int64_t bits = elt.isIndex()         ? 64
+                 : elt.isIntOrFloat()  ? elt.getIntOrFloatBitWidth()
+                                       : 0;
+  if (!bits)
+    return std::nullopt;
+  return type.getNumElements() * int64_t(llvm::divideCeil(bits, 8));
+}
+
 int64_t mlir::moe::tensorBytes(Value value) {
-  auto bytesOf = [](Type type) -> int64_t {
+  auto bytesOf = [](Type type) {
     auto tensor = dyn_cast<RankedTensorType>(type);
-    if (!tensor || !tensor.hasStaticShape())
-      return 0;
-    Type elt = tensor.getElementType();
-    int64_t bits = elt.isIndex()         ? 64
-                   : elt.isIntOrFloat()  ? elt.getIntOrFloatBitWidth()
-                                         : 0;
-    return tensor.getNumElements() * llvm::divideCeil(bits, 8);
+    return tensor ? shapedBytes(tensor).value_or(0) : 0;
   };
   if (auto mx = dyn_cast<MXTensorType>(value.getType())) {
     if (ShapedType::isDynamicShape(mx.getShape()))

@@ -171,8 +171,9 @@ def MoEPlaceWeightGradients : Pass<"moe-place-weight-gradients", "func::FuncOp">
     whose overlap with compute is scheduled), at most to just before the
     first op that reads its result, to the place where the most tensor
     bytes live at once over that stretch is least (ties keep it earliest).
-    Tensor bytes are estimated before bufferization: each statically shaped
-    tensor an op defines lives until the last op of the block that reads it.
+    Tensor bytes are estimated before bufferization (`TensorLiveness.h`):
+    each buffer lives from the op that defines it to the last op of the
+    block that reads it or a view of it.
 
     In a train step of the layer, the weight gradient of w1 moves past the
     combine of the data gradient, which frees the expert rows' f32 gradient

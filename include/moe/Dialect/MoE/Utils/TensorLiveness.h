@@ -14,6 +14,7 @@
 #define MOE_DIALECT_MOE_UTILS_TENSORLIVENESS_H
 
 #include "mlir/IR/Block.h"
+#include "mlir/IR/BuiltinTypeInterfaces.h"
 #include "mlir/IR/Value.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/ADT/DenseMap.h"
@@ -21,9 +22,13 @@
 
 namespace mlir::moe {
 
+/// Bytes of a statically shaped tensor or memref of integer, index (8 bytes)
+/// or float elements; none for anything else.
+std::optional<int64_t> shapedBytes(ShapedType type);
+
 /// Bytes of the buffer `value` becomes: a statically shaped ranked tensor of
-/// integer, index (8 bytes) or float elements, or an MX tensor (data and
-/// scales); 0 for anything else.
+/// integer, index or float elements, or an MX tensor (data and scales); 0
+/// for anything else.
 int64_t tensorBytes(Value value);
 
 /// The live tensor bytes of a block, op by op. `counted`, if given, says
