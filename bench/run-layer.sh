@@ -6,13 +6,19 @@
 #                                           # step for sm_90a, f32 and MXFP8
 #   bench/run-layer.sh run [TOKENS...]      # on the GPU machine (torch,
 #                                           # transformers; builds libmoert)
+#   bench/run-layer.sh [all] [TOKENS...]    # both, on a machine with everything
+#
+# TOKENS default to 2048 8192.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/layer"
-mode=${1:-run}
-shift || true
+mode=all
+case "${1:-}" in prepare|run|all) mode=$1; shift ;; esac
 tokens=("$@")
 [ ${#tokens[@]} -gt 0 ] || tokens=(2048 8192)
+for T in "${tokens[@]}"; do
+  [[ "$T" =~ ^[1-9][0-9]*$ ]] || { echo "run-layer: TOKENS must be positive integers, got '$T'" >&2; exit 2; }
+done
 
 prepare() {
   "$root/scripts/build.sh"
@@ -58,5 +64,5 @@ run() {
 case "$mode" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: bench/run-layer.sh prepare|run [TOKENS...]" >&2; exit 2 ;;
+  all) prepare; run ;;
 esac

@@ -18,8 +18,7 @@ mode=${1:-all}
 prepare() {
   "$root/scripts/build.sh"
   mkdir -p "$artifacts"
-  for src in "$root"/test/Integration/GPU/*.mlir "$root"/bench/*.mlir; do
-    [ -f "$src" ] || continue
+  for src in "$root"/test/Integration/GPU/*.mlir; do
     name=$(basename "$src" .mlir)
     echo "compile: $name (cpu, $chip)"
     "$root/build/bin/moe-compile" "$src" --target=cpu -o "$artifacts/$name.cpu.so"
@@ -34,7 +33,6 @@ run() {
   local status=0
   for gpu in "$artifacts"/*."$chip".so; do
     name=$(basename "$gpu" ".$chip.so")
-    case "$name" in bench_*) continue ;; esac
     echo "== $name"
     MOERT_POISON=1 "$rt/bin/moert-check" "$artifacts/$name.cpu.so" "$gpu" \
       --seed "${MOE_SEED:-$RANDOM}" || status=1

@@ -6,7 +6,8 @@
 
 GPU artifacts (moe-compile --target=sm_90a) run through libmoert: numpy
 arguments are copied to the device and results back; CUDA torch tensors are
-passed in place and results come back as CUDA torch tensors (f32, f16, i32
+passed in place (8-bit MX data and scales as torch's float8 dtypes) and
+results come back as CUDA torch tensors (f32, f16, i32
 and i64 ones on the program's own allocations, without a copy). libmoert is
 found through MOERT_LIBRARY, MOE_MLIR_BUILD/lib or the loader's search path.
 """
@@ -219,7 +220,9 @@ class Artifact:
                     got_dtype, shape, ptr = str(a.dtype), tuple(a.shape), a.data_ptr()
                     want = {"f32": "torch.float32", "bf16": "torch.bfloat16",
                             "f16": "torch.float16", "i32": "torch.int32",
-                            "i64": "torch.int64"}.get(spec.dtype)
+                            "i64": "torch.int64", "f8E4M3FN": "torch.float8_e4m3fn",
+                            "f8E5M2": "torch.float8_e5m2",
+                            "f8E8M0FNU": "torch.float8_e8m0fnu"}.get(spec.dtype)
                     if got_dtype != want:
                         raise TypeError(f"{name} argument #{i}: expects {spec}, got {got_dtype}")
                 else:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The grouped GEMM table (bench/gemm.py): ours (bf16, exact MXFP8, MXFP8 on
+# FP8 wgmma) beside torch._grouped_mm and torch._scaled_grouped_mm at the
+# Qwen3-30B-A3B expert shapes, balanced and skewed routing.
+#
+#   bench/run-gemm.sh prepare [TOKENS...]  # here (MLIR): compile for sm_90a
+#   bench/run-gemm.sh run [TOKENS...]      # on the GPU machine (torch;
+#                                          # builds libmoert)
+#   bench/run-gemm.sh [all] [TOKENS...]    # both, on a machine with everything
+#
+# TOKENS (default 2048 8192 16384 65536) x top-8 rows per GEMM.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/gpu-artifacts/gemm"
+mode=all
+case "${1:-}" in prepare|run|all) mode=$1; shift ;; esac
+tokens=("$@")
+[ ${#tokens[@]} -gt 0 ] || tokens=(2048 8192 16384 65536)
+for T in "${tokens[@]}"; do
+  [[ "$T" =~ ^[1-9][0-9]*$ ]] || { echo "run-gemm: TOKENS must be positive integers, got '$T'" >&2; exit 2; }
+done
+
+prepare() {
+  "$root/scripts/build.sh"
+  mkdir -p "$dir"
+  for T in "${tokens[@]}"; do
+    rows=$((T * 8))
+    python3 "$root/bench/gemm.py" emit "$rows" >"$dir/gemm_$rows.mlir"
+    echo "compile: grouped GEMMs at $rows rows (sm_90a; and with --mxfp8-fp8-mma)"
+    "$root/build/bin/moe-compile" "$dir/gemm_$rows.mlir" --target=sm_90a \
+      -o "$dir/gemm_$rows.sm_90a.so"
+    "$root/build/bin/moe-compile" "$dir/gemm_$rows.mlir" --target=sm_90a --mxfp8-fp8-mma \
+      -o "$dir/gemm_$rows.fp8-mma.sm_90a.so"
+  done
+}
+
+run() {
+  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
+  "$root/scripts/build-runtime.sh" "$rt"
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/bench/gemm.py" run "$dir" "${tokens[@]}"
+}
+
+case "$mode" in
+  prepare) prepare ;;
+  run) run ;;
+  all) prepare; run ;;
+esac
