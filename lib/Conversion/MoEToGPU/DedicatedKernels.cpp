@@ -262,7 +262,10 @@ void declareNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
       NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
       NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
-      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp, NVVM::BarrierOp,
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp,
+      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp,
+      NVVM::CpAsyncBulkCommitGroupOp, NVVM::CpAsyncBulkWaitGroupOp,
+      NVVM::BarrierOp,
       NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
@@ -918,7 +921,7 @@ gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
 
 /// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
 /// body takes its arguments as buffers (read only), allocates the result,
-/// runs `host(b, buffers)` (host code before the launch, optional), then
+/// runs `host(b, buffers, outs)` (host code before the launch, optional), then
 /// one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
 /// writes, and returns the result; marked `moe.dedicated_kernel = what`.
 /// An existing function of that name and type is reused.
@@ -929,7 +932,8 @@ func::FuncOp getOrCreateKernelCall(
     function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>,
                       ArrayRef<Value>)>
         emit,
-    function_ref<void(OpBuilder &, ArrayRef<Value>)> host = nullptr) {
+    function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host =
+        nullptr) {
   MLIRContext *ctx = module.getContext();
   SmallVector<Type> results(resultTypes.begin(), resultTypes.end());
   auto type = FunctionType::get(ctx, argTypes, results);
@@ -955,7 +959,7 @@ func::FuncOp getOrCreateKernelCall(
     outs.push_back(memref::AllocOp::create(
         b, loc, MemRefType::get(t.getShape(), t.getElementType())));
   if (host)
-    host(b, buffers);
+    host(b, buffers, outs);
   auto launch =
       createNamedLaunch(b, loc, shape, (name + "_kernel").str());
   {
@@ -978,7 +982,8 @@ func::FuncOp getOrCreateKernelCall(
     LaunchShape shape,
     function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
         emit,
-    function_ref<void(OpBuilder &, ArrayRef<Value>)> host = nullptr) {
+    function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host =
+        nullptr) {
   return getOrCreateKernelCall(
       module, symbols, name, what, argTypes, ArrayRef(resultType), loc, shape,
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buffers,
@@ -1606,6 +1611,18 @@ constexpr int64_t kTTileBBytes = kTTileK * kTTileN * 2; // 32768
 constexpr int64_t kTStageBytes = kTTileABytes + kTTileBBytes;
 constexpr int64_t kTBarriers = kTStages * kTStageBytes; // 8-byte mbarriers
 constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
+// The f32 result's staging buffers (kernels without a SwiGLU epilogue; see
+// "Stores"): per consumer warpgroup two boxes of 64 rows x 32 columns (8 KiB,
+// the 128-byte swizzled layout of the result's tensor map), 1 KiB aligned
+// after the barriers. 225 KiB in all, within the 227 KiB a CTA may have.
+constexpr int64_t kTBoxColumns = 32;
+constexpr int64_t kTBoxBytes = kHMmaM * kTBoxColumns * 4;
+constexpr int64_t kTStagingAt = kTBarriers + 1024;
+constexpr int64_t kTStagingBytes = 2 * 2 * kTBoxBytes;
+constexpr int64_t kTStoreSmemBytes = kTStagingAt + kTStagingBytes + 1024;
+// Named barriers of one consumer warpgroup (0 is __syncthreads, 1 both
+// consumers, 2-5 the columnwise epilogue's warp pairs).
+constexpr int64_t kTWarpgroupBarrier = 6;
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
 // SMs the last wave is simply shorter).
 constexpr int64_t kTCtas = 132;
@@ -1670,6 +1687,13 @@ struct TmaGemm {
   std::optional<SwigluEpilogue> swiglu;
 };
 
+/// Whether the kernel stores an f32 result [rows, N] through the copy engine
+/// (the staging boxes): the plain GEMMs' and weight gradients' result, the
+/// forward SwiGLU epilogue's h.
+bool stagesF32(const TmaGemm &g) {
+  return !g.swiglu || (!g.swiglu->grad && g.swiglu->keepH);
+}
+
 /// Emits the body of the TMA grouped GEMM's gpu.launch.
 struct WgmmaTmaEmitter : HopperEmitterBase {
   const TmaGemm &g;
@@ -1681,6 +1705,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   // computed), and the backward's h argument; `out` is then the MX-rounded
   // result.
   Value outH{}, outF32{}, outCol{}, inH{};
+  // The tensor map (boxes of 64 rows x 32 columns) of the f32 result the
+  // copy engine stores (see stagesF32): the result, or the forward SwiGLU
+  // epilogue's h; null if none.
+  Value mapOut{};
   Value tid{};
 
   /// One output tile: expert e with clamped rows [lo, hi); the tile's first
@@ -1938,36 +1966,122 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         if (g.swiglu->grad)
           storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
         else
-          storeSwiglu(t, acc[0], rowBase, lane);
+          storeSwiglu(t, acc[0], rowBase, c, warp, lane);
         return add(g0, t.stages);
       }
-      Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
-      auto vec2 = VectorType::get({2}, b.getF32Type());
-      for (int64_t h = 0; h < 2; ++h) {
-        Value row = add(rowBase, idx(8 * h));
-        auto store = [&] {
-          // Forward: result row `row`; weight gradient: row e * K + row.
-          Value outRow = g.wgrad ? add(mul(t.e, idx(g.k)), row) : row;
-          Value rowAt = mul(add(mul(outRow, idx(g.n)), colBase), idx(4));
-          for (int64_t j = 0; j < kTTileN / 8; ++j) {
-            Value v = LLVM::PoisonOp::create(b, loc, vec2);
-            for (int64_t cc = 0; cc < 2; ++cc) {
-              Value x = LLVM::ExtractValueOp::create(
-                  b, loc, acc[0], ArrayRef<int64_t>{4 * j + 2 * h + cc});
-              v = LLVM::InsertElementOp::create(b, loc, v, x, int32(cc));
-            }
-            LLVM::StoreOp::create(
-                b, loc, v, globalPtr(outBase, add(rowAt, idx(32 * j))),
-                /*alignment=*/8);
-          }
-        };
-        if (g.wgrad)
-          store();
-        else
-          ifThen(cmp(P::slt, row, t.hi), store);
+      // Whole 64-row halves (every half of a weight gradient) go through
+      // the copy engine; the half that crosses the group's end stores its
+      // rows before it directly.
+      Value first = add(t.m0, mul(c, idx(kHMmaM)));
+      auto boxes = [&] {
+        storeBoxes(
+            acc[0], mapOut, g.wgrad ? add(mul(t.e, idx(g.k)), first) : first,
+            [&](int64_t q) { return add(t.n0, idx(kTBoxColumns * q)); }, c,
+            warp, lane);
+      };
+      if (g.wgrad) {
+        boxes();
+        return add(g0, t.stages);
       }
+      ifElseVoid(
+          cmp(P::sle, add(first, idx(kHMmaM)), t.hi), boxes,
+          [&] {
+            Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
+            auto vec2 = VectorType::get({2}, b.getF32Type());
+            for (int64_t h = 0; h < 2; ++h) {
+              Value row = add(rowBase, idx(8 * h));
+              ifThen(cmp(P::slt, row, t.hi), [&] {
+                Value rowAt = mul(add(mul(row, idx(g.n)), colBase), idx(4));
+                for (int64_t j = 0; j < kTTileN / 8; ++j)
+                  LLVM::StoreOp::create(
+                      b, loc, accPair(acc[0], j, h, vec2),
+                      globalPtr(outBase, add(rowAt, idx(32 * j))),
+                      /*alignment=*/8);
+              });
+            }
+          });
       return add(g0, t.stages);
     });
+    // The last boxes' stores are complete before the CTA's shared memory
+    // goes.
+    if (mapOut)
+      ifThen(cmp(P::eq, local, idx(0)), [&] {
+        NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, UnitAttr());
+      });
+  }
+
+  /// Accumulator registers 4 j + 2 h and 4 j + 2 h + 1 (two adjacent
+  /// columns of one row) as a vector of `type`.
+  Value accPair(Value acc, int64_t j, int64_t h, VectorType type) {
+    Value v = LLVM::PoisonOp::create(b, loc, type);
+    for (int64_t cc = 0; cc < 2; ++cc) {
+      Value x = LLVM::ExtractValueOp::create(
+          b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
+      v = LLVM::InsertElementOp::create(b, loc, v, x, int32(cc));
+    }
+    return v;
+  }
+
+  /// Stores consumer `c`'s 64 x 256 accumulators (its rows from `first`)
+  /// through the copy engine into the f32 array of tensor map `map`, rows
+  /// from `outRow`, box q (registers 4 j + 2 h + cc, j in [4 q, 4 q + 4)) at
+  /// column `column(q)`: 8 boxes of 32 columns, alternating between the
+  /// warpgroup's two staging buffers: wait until the store that last read the buffer
+  /// (two boxes ago) has read it, write the box (the map's 128-byte swizzle:
+  /// 16-byte chunk k of row r at chunk k ^ (r % 8); a warp's 8-byte stores
+  /// cover every bank twice), fence the writes for the copy engine, and one
+  /// thread issues the store. The warpgroup then moves on to its next tile
+  /// while the boxes travel.
+  void storeBoxes(Value acc, Value map, Value outRow,
+                  function_ref<Value(int64_t)> column, Value c, Value warp,
+                  Value lane) {
+    Value local = rem(tid, 128);
+    Value leader = cmp(P::eq, local, idx(0));
+    Value barrier = i32Of(add(c, idx(kTWarpgroupBarrier)));
+    auto sync = [&] {
+      NVVM::BarrierOp::create(b, loc, Type(), barrier, int32(128),
+                              NVVM::BarrierReductionAttr(), Value());
+    };
+    Value staging = add(idx(kTStagingAt), mul(c, idx(2 * kTBoxBytes)));
+    auto vec2 = VectorType::get({2}, b.getF32Type());
+    for (int64_t q = 0; q < kTTileN / kTBoxColumns; ++q) {
+      Value box = add(staging, idx((q % 2) * kTBoxBytes));
+      ifThen(leader, [&] {
+        NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 1,
+                                             UnitAttr::get(b.getContext()));
+      });
+      sync();
+      for (int64_t h = 0; h < 2; ++h) {
+        // Row r of the box (this thread's row of the accumulator), columns
+        // 8 jj + 2 (l%4) + {0, 1}: bytes 32 jj + 8 (l%4), chunk 2 jj +
+        // (l%4) / 2.
+        Value r = add(add(mul(warp, idx(16)), div(lane, 4)), idx(8 * h));
+        Value rowAt = add(box, mul(r, idx(128)));
+        for (int64_t jj = 0; jj < kTBoxColumns / 8; ++jj) {
+          Value chunk = add(idx(2 * jj), div(rem(lane, 4), 2));
+          Value at = add(
+              rowAt,
+              add(mul(arith::XOrIOp::create(b, loc, chunk, rem(r, 8)), idx(16)),
+                  mul(rem(lane, 2), idx(8))));
+          LLVM::StoreOp::create(b, loc, accPair(acc, 4 * q + jj, h, vec2),
+                                sharedPtrAt(at), /*alignment=*/8);
+        }
+      }
+      NVVM::FenceProxyOp::create(
+          b, loc, NVVM::ProxyKind::async_shared,
+          NVVM::SharedSpaceAttr::get(b.getContext(),
+                                     NVVM::SharedSpace::shared_cta));
+      sync();
+      ifThen(leader, [&] {
+        Value desc = LLVM::IntToPtrOp::create(
+            b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
+        NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
+            b, loc, desc, sharedPtrAt(box),
+            ValueRange{i32Of(column(q)), i32Of(outRow)}, Value(),
+            NVVM::TMAStoreMode::TILE, Value());
+        NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
+      });
+    }
   }
 
   /// Stores two f32 values as a pair of `elt` at element `at` (index) of
@@ -1994,7 +2108,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   /// outputs of a row make four MX blocks of 8 values each, the other 24 of
   /// every block in the 3 lanes of the same row (the lanes l ^ 1, l ^ 2,
   /// l ^ 3), which one amax reduction over 2 xor shuffles combines.
-  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value lane) {
+  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
+                   Value warp, Value lane) {
     int64_t f = g.n / 2;
     Value c0 = div(t.n0, 2);
     Value col = add(c0, mul(rem(lane, 4), idx(2)));
@@ -2002,6 +2117,22 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value hBase = outH ? baseAddress(outH) : Value();
     Value aBase = outF32 ? baseAddress(outF32) : Value();
     Type f32 = b.getF32Type();
+    // h: this warpgroup's 64 rows through the copy engine when all lie in
+    // the group (boxes 0-3 the gate columns from n0 / 2, 4-7 the up columns
+    // F further), else below, row by row.
+    Value whole{};
+    if (hBase) {
+      Value first = add(t.m0, mul(c, idx(kHMmaM)));
+      whole = cmp(P::sle, add(first, idx(kHMmaM)), t.hi);
+      ifThen(whole, [&] {
+        storeBoxes(
+            acc, mapOut, first,
+            [&](int64_t q) {
+              return add(c0, idx(kTBoxColumns * (q % 4) + (q / 4) * f));
+            },
+            c, warp, lane);
+      });
+    }
     for (int64_t h = 0; h < 2; ++h) {
       Value row = add(rowBase, idx(8 * h));
       auto reg = [&](int64_t j, int64_t cc) {
@@ -2011,7 +2142,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       };
       Value valid = cmp(P::slt, row, t.hi);
       if (hBase)
-        ifThen(valid, [&] {
+        ifThen(land(valid, arith::XOrIOp::create(b, loc, whole, boolean(true))),
+               [&] {
           Value hAt = add(mul(row, idx(g.n)), col);
           for (int64_t j = 0; j < 32; ++j)
             storePair(hBase, add(hAt, idx(8 * (j % 16) + (j / 16) * f)),
@@ -2329,7 +2461,7 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
   int64_t tiles =
       t.wgrad ? t.experts * (t.k / kTTileM) * (t.n / kTTileN)
               : (tilesOf(t.rows, kTTileM) + t.experts) * (t.n / kTTileN);
-  Value mapA, mapB;
+  Value mapA, mapB, mapOut;
   return withGroupedArgs(
       getOrCreateKernelCall(
           module, symbols, name,
@@ -2340,10 +2472,12 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                      : "cp.async.bulk.tensor + wgmma.mma_async bf16",
           argTypes, resultTypes, loc,
           {std::min(kTCtas, tiles), 1, 1, kTThreads,
-           kTSmemBytes + (t.swiglu && t.swiglu->col ? kTColAmaxBytes : 0)},
+           stagesF32(t) ? kTStoreSmemBytes
+                        : kTSmemBytes + (t.swiglu->col ? kTColAmaxBytes : 0)},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               ArrayRef<Value> outs) {
             WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], outs[0], mapA, mapB};
+            k.mapOut = mapOut;
             if (t.swiglu) {
               unsigned next = 1;
               if (t.swiglu->keepH)
@@ -2357,18 +2491,26 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
             }
             k.emit(launch);
           },
-          [&](OpBuilder &b, ArrayRef<Value> buf) {
+          [&](OpBuilder &b, ArrayRef<Value> buf, ArrayRef<Value> outs) {
             EmitterBase h{b, loc};
             // A bf16 [rows, columns] array in boxes of 64 columns (128
-            // bytes, one swizzle row) x boxRows.
+            // bytes, one swizzle row) x boxRows; f32 boxes of 32 columns.
             auto map = [&](Value array, int64_t columns, int64_t rows,
-                           int64_t boxRows) {
-              SmallVector<Value> args = {
-                  h.baseAddress(array), h.int64(2),       h.int64(columns),
-                  h.int64(rows),        h.int64(2 * columns), h.int64(64),
-                  h.int64(boxRows)};
+                           int64_t boxRows, int64_t bytes = 2) {
+              SmallVector<Value> args = {h.baseAddress(array),
+                                         h.int64(bytes),
+                                         h.int64(columns),
+                                         h.int64(rows),
+                                         h.int64(bytes * columns),
+                                         h.int64(128 / bytes),
+                                         h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
+            // The f32 result [R, N] (weight gradient: [E * K, N]; SwiGLU:
+            // h [R, 2F], the second result), stored in boxes of 64 rows.
+            if (stagesF32(t))
+              mapOut = map(outs[t.swiglu ? 1 : 0], t.n,
+                           t.wgrad ? t.experts * t.k : t.rows, kHMmaM, 4);
             if (t.wgrad) {
               // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
               mapA = map(buf[0], t.k, t.rows, kTTileK);
