@@ -1580,7 +1580,13 @@ struct WgmmaEmitter : HopperEmitterBase {
 //   array) and read from device memory.
 // - warpgroups 1 and 2 (consumers) each own 64 rows of the tile: m64n256k16
 //   MMAs, 128 f32 accumulators a thread, then store their rows of the tile
-//   (8-byte vector stores) while the producer already loads the next tile.
+//   while the producer already loads the next tile. The f32 result of the
+//   plain GEMMs and the weight gradients leaves through the copy engine: the warpgroup writes 64 x 32 boxes into
+//   two staging buffers in the result tensor map's swizzled layout and one
+//   thread issues bulk tensor stores, so the warpgroup starts its next tile
+//   while the boxes travel (storeBoxes); rows of a warpgroup that crosses
+//   its group's end, and the other epilogue results, are stored directly
+//   (8-byte vector stores).
 // Ring: 4 stages of 48 KiB (A 16 KiB, B 32 KiB) in the 128-byte swizzled
 // layouts of the cp.async kernel (the copy engine writes the same pattern:
 // it swizzles by address bits, every tile starts on 1 KiB), and two
@@ -1687,12 +1693,11 @@ struct TmaGemm {
   std::optional<SwigluEpilogue> swiglu;
 };
 
-/// Whether the kernel stores an f32 result [rows, N] through the copy engine
-/// (the staging boxes): the plain GEMMs' and weight gradients' result, the
-/// forward SwiGLU epilogue's h.
-bool stagesF32(const TmaGemm &g) {
-  return !g.swiglu || (!g.swiglu->grad && g.swiglu->keepH);
-}
+/// Whether the kernel stores its f32 result [rows, N] through the copy engine
+/// (the staging boxes): the plain GEMMs and weight gradients. (The forward
+/// SwiGLU epilogue's h through them measured 3% slower: its other stores
+/// stay direct, and the boxes' barriers come on top.)
+bool stagesF32(const TmaGemm &g) { return !g.swiglu; }
 
 /// Emits the body of the TMA grouped GEMM's gpu.launch.
 struct WgmmaTmaEmitter : HopperEmitterBase {
@@ -1706,8 +1711,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   // result.
   Value outH{}, outF32{}, outCol{}, inH{};
   // The tensor map (boxes of 64 rows x 32 columns) of the f32 result the
-  // copy engine stores (see stagesF32): the result, or the forward SwiGLU
-  // epilogue's h; null if none.
+  // copy engine stores (see stagesF32); null if none.
   Value mapOut{};
   Value tid{};
 
@@ -1966,7 +1970,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         if (g.swiglu->grad)
           storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
         else
-          storeSwiglu(t, acc[0], rowBase, c, warp, lane);
+          storeSwiglu(t, acc[0], rowBase, lane);
         return add(g0, t.stages);
       }
       // Whole 64-row halves (every half of a weight gradient) go through
@@ -2108,8 +2112,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   /// outputs of a row make four MX blocks of 8 values each, the other 24 of
   /// every block in the 3 lanes of the same row (the lanes l ^ 1, l ^ 2,
   /// l ^ 3), which one amax reduction over 2 xor shuffles combines.
-  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
-                   Value warp, Value lane) {
+  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value lane) {
     int64_t f = g.n / 2;
     Value c0 = div(t.n0, 2);
     Value col = add(c0, mul(rem(lane, 4), idx(2)));
@@ -2117,22 +2120,6 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value hBase = outH ? baseAddress(outH) : Value();
     Value aBase = outF32 ? baseAddress(outF32) : Value();
     Type f32 = b.getF32Type();
-    // h: this warpgroup's 64 rows through the copy engine when all lie in
-    // the group (boxes 0-3 the gate columns from n0 / 2, 4-7 the up columns
-    // F further), else below, row by row.
-    Value whole{};
-    if (hBase) {
-      Value first = add(t.m0, mul(c, idx(kHMmaM)));
-      whole = cmp(P::sle, add(first, idx(kHMmaM)), t.hi);
-      ifThen(whole, [&] {
-        storeBoxes(
-            acc, mapOut, first,
-            [&](int64_t q) {
-              return add(c0, idx(kTBoxColumns * (q % 4) + (q / 4) * f));
-            },
-            c, warp, lane);
-      });
-    }
     for (int64_t h = 0; h < 2; ++h) {
       Value row = add(rowBase, idx(8 * h));
       auto reg = [&](int64_t j, int64_t cc) {
@@ -2142,8 +2129,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       };
       Value valid = cmp(P::slt, row, t.hi);
       if (hBase)
-        ifThen(land(valid, arith::XOrIOp::create(b, loc, whole, boolean(true))),
-               [&] {
+        ifThen(valid, [&] {
           Value hAt = add(mul(row, idx(g.n)), col);
           for (int64_t j = 0; j < 32; ++j)
             storePair(hBase, add(hAt, idx(8 * (j % 16) + (j / 16) * f)),
@@ -2506,11 +2492,11 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                                          h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
-            // The f32 result [R, N] (weight gradient: [E * K, N]; SwiGLU:
-            // h [R, 2F], the second result), stored in boxes of 64 rows.
+            // The f32 result [R, N] (weight gradient: [E * K, N]), stored
+            // in boxes of 64 rows.
             if (stagesF32(t))
-              mapOut = map(outs[t.swiglu ? 1 : 0], t.n,
-                           t.wgrad ? t.experts * t.k : t.rows, kHMmaM, 4);
+              mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
+                           kHMmaM, 4);
             if (t.wgrad) {
               // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
               mapA = map(buf[0], t.k, t.rows, kTTileK);
@@ -2973,18 +2959,22 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 // matmuls; without this kernel each output element is one thread's K-long
 // loop over global memory.
 //
-// Grid (ceil(N/64), ceil(M/64)), 256 threads (16 x 16). CTA (bx, by) owns
-// C[m0 : m0+64][n0 : n0+64], m0 = 64 by, n0 = 64 bx; thread (tx, ty) =
-// (t % 16, t / 16) owns rows m0 + 4 ty + i and columns n0 + 4 tx + j
-// (i, j = 0..3), 16 f32 accumulators in registers. K advances 16 at a time:
-// the A tile (64 x 16) is stored transposed in shared memory (As[k][m], byte
-// 4 (64 k + m)), the B tile (16 x 64) as is (Bs[k][n], byte 4096 +
-// 4 (64 k + n)); elements outside A or B are stored as zeros. Each thread
-// loads 4 consecutive elements of each (one 16-byte load for a tile inside
-// A and B with 16-byte aligned rows), and the next step's while the FMAs
-// of this one run (held in registers, stored after the step). Per step:
-// store, barrier, then for each of the 16 k one 16-byte shared load of
-// As[k] and one of Bs[k], 16 FMAs; barrier. Each output is summed over
+// Grid (ceil(N/128), ceil(M/128)), 256 threads (16 x 16). CTA (bx, by) owns
+// C[m0 : m0+128][n0 : n0+128], m0 = 128 by, n0 = 128 bx; thread (tx, ty) =
+// (t % 16, t / 16) owns rows m0 + 64 p + 4 ty + i and columns n0 + 64 q +
+// 4 tx + j (p, q = 0, 1; i, j = 0..3), 64 f32 accumulators in registers
+// (two 4-row and two 4-column groups 64 apart, so that a warp's 16-byte
+// shared loads of one group cover 256 contiguous bytes). K advances 16 at a
+// time: the A tile (128 x 16) is stored transposed in shared memory
+// (As[k][m], byte 4 (128 k + m)), the B tile (16 x 128) as is (Bs[k][n],
+// byte 8192 + 4 (128 k + n)); elements outside A or B are stored as zeros.
+// Each thread loads 8 elements of each: 4 consecutive ones of two rows (one
+// 16-byte load each for a run inside A or B with 16-byte aligned rows),
+// and the next step's while the FMAs of this one run (held in registers,
+// stored after the step). Per step: store, barrier, then for each of the 16
+// k four 16-byte shared loads (As[k], Bs[k], both groups) and 64 FMAs;
+// barrier. (Against 64 x 64 tiles of 4 x 4: half the shared-memory reads an
+// FMA, which bounded those at half the FP32 rate.) Each output is summed over
 // k = 0..K-1 in order (one FMA chain,
 // starting from 0) and C_in is added at the end, as the generic lowering
 // contracts them. Few tiles over a long K (simtSplits: a weight gradient
@@ -2994,8 +2984,13 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 // in split order and C_in; the sum's order then differs from the generic
 // lowering's single chain (f32 rounding).
 
-constexpr int64_t kSTile = 64, kSTileK = 16, kSThreads = 256, kSPer = 4;
-constexpr int64_t kSBTileBytes = kSTileK * kSTile * 4; // 4096
+constexpr int64_t kSTile = 128, kSTileK = 16, kSThreads = 256, kSPer = 4;
+// A thread's rows (columns): 2 groups of kSPer, kSHalf apart.
+constexpr int64_t kSGroups = 2, kSHalf = kSTile / kSGroups;
+constexpr int64_t kSAcc = kSGroups * kSPer * kSGroups * kSPer; // 64
+// Per K step a thread loads 2 x 4 elements of A and of B.
+constexpr int64_t kSLoads = 2 * kSGroups * kSPer;
+constexpr int64_t kSBTileBytes = kSTileK * kSTile * 4; // 8192
 
 struct SimtMatmul {
   int64_t m, n, k;
@@ -3010,7 +3005,7 @@ struct SimtMatmul {
 };
 
 /// Few output tiles over a long K (a weight gradient summed over tokens:
-/// [2048 x 128] over 8192 tokens is 64 tiles) would leave most of the GPU's
+/// [2048 x 128] over 8192 tokens is 16 tiles) would leave most of the GPU's
 /// 132 SMs idle: K is split so that about two CTAs run per SM, each split
 /// at least 64 steps of 16.
 int64_t simtSplits(int64_t m, int64_t n, int64_t k) {
@@ -3039,10 +3034,10 @@ std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
   if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k ||
       c.getDimSize(0) != m || c.getDimSize(1) != n)
     return std::nullopt;
-  // Fewer outputs than a quarter tile (a dot product, a matrix-vector
-  // product): one or two CTAs would do all of K; the generic path splits
-  // such reductions over many threads (-moe-gpu-split-reductions).
-  if (m * n < kSTile * kSTile / 4)
+  // Fewer than 1024 outputs (a dot product, a short matrix-vector product):
+  // one or two CTAs would do all of K; the generic path splits such
+  // reductions over many threads (-moe-gpu-split-reductions).
+  if (m * n < 1024)
     return std::nullopt;
   return SimtMatmul{m, n, k, simtSplits(m, n, k)};
 }
@@ -3078,59 +3073,68 @@ struct SimtMatmulEmitter : HopperEmitterBase {
     return ifOp.getResult(0);
   }
 
-  /// This thread's share of K step `kt`'s tiles: A elements (m0 + t / 4,
-  /// k0 + 4 (t % 4) + q) and B elements (k0 + t / 16, n0 + 4 (t % 16) + q),
-  /// q = 0..3 (zero outside A or B): one 16-byte load each where the whole
-  /// tile is inside and rows are 16-byte aligned (`vectorOk`), else one
-  /// bounds-checked load an element.
+  /// This thread's share of K step `kt`'s tiles, as tile coordinates: A
+  /// elements (t / 4 + 64 r, 4 (t % 4) + q) and B elements (t / 32 + 8 r,
+  /// 4 (t % 32) + q), r = 0, 1, q = 0..3.
+  Value aRow(int64_t r) { return add(div(tid, 4), idx(kSHalf * r)); }
+  Value aCol() { return mul(rem(tid, 4), idx(kSPer)); }
+  Value bRow(int64_t r) { return add(div(tid, 32), idx(8 * r)); }
+  Value bCol() { return mul(rem(tid, 32), idx(kSPer)); }
+  /// Loads them (zero outside A or B), A's 8, then B's: each run of 4 as
+  /// one 16-byte load where it lies inside its matrix and rows are 16-byte
+  /// aligned (`vectorOk`), else one bounds-checked load an element (so a
+  /// matrix narrower than the tile takes the slow loads only at its edge).
   SmallVector<Value> loadStep(Value kt, Value vectorOk) {
     Value k0 = mul(kt, idx(kSTileK));
-    Value ar = add(m0, div(tid, 4)), ac = add(k0, mul(rem(tid, 4), idx(4)));
-    Value br = add(k0, div(tid, 16)), bc = add(n0, mul(rem(tid, 16), idx(4)));
-    Value inside =
-        land(vectorOk,
-             land(cmp(P::sle, add(k0, idx(kSTileK)), idx(g.k)),
-                  land(cmp(P::sle, add(m0, idx(kSTile)), idx(g.m)),
-                       cmp(P::sle, add(n0, idx(kSTile)), idx(g.n)))));
-    SmallVector<Type> types(2 * kSPer, b.getF32Type());
-    return ifElse(
-        types, inside,
-        [&] {
-          SmallVector<Value> values;
-          for (auto [base, row, col, cols] :
-               {std::tuple{aBase, ar, ac, g.k}, std::tuple{bBase, br, bc, g.n}}) {
-            Value at = mul(add(mul(row, idx(cols)), col), idx(4));
-            llvm::append_range(values, loadVector(b.getF32Type(), kSPer,
-                                                  globalPtr(base, at), 16));
-          }
-          return values;
-        },
-        [&] {
-          SmallVector<Value> values;
-          for (int64_t q = 0; q < kSPer; ++q)
-            values.push_back(loadOrZero(a, ar, add(ac, idx(q)), g.m, g.k));
-          for (int64_t q = 0; q < kSPer; ++q)
-            values.push_back(loadOrZero(bm, br, add(bc, idx(q)), g.k, g.n));
-          return values;
-        });
+    SmallVector<Value> values;
+    auto run = [&](Value m, Value base, Value row, Value col, int64_t rows,
+                   int64_t cols) {
+      Value inside = land(vectorOk, land(cmp(P::slt, row, idx(rows)),
+                                         cmp(P::sle, add(col, idx(kSPer)),
+                                             idx(cols))));
+      llvm::append_range(
+          values,
+          ifElse(
+              SmallVector<Type>(kSPer, b.getF32Type()), inside,
+              [&] {
+                Value at = mul(add(mul(row, idx(cols)), col), idx(4));
+                return loadVector(b.getF32Type(), kSPer, globalPtr(base, at),
+                                  16);
+              },
+              [&] {
+                SmallVector<Value> elements;
+                for (int64_t q = 0; q < kSPer; ++q)
+                  elements.push_back(
+                      loadOrZero(m, row, add(col, idx(q)), rows, cols));
+                return elements;
+              }));
+    };
+    for (int64_t r = 0; r < 2; ++r)
+      run(a, aBase, add(m0, aRow(r)), add(k0, aCol()), g.m, g.k);
+    for (int64_t r = 0; r < 2; ++r)
+      run(bm, bBase, add(k0, bRow(r)), add(n0, bCol()), g.k, g.n);
+    return values;
   }
-  /// Stores loadStep's values: A transposed (As[k][m], byte 4 (64 k + m)),
-  /// B as it is (Bs[k][n], 16 bytes at byte 4096 + 4 (64 k + n)).
+  /// Stores loadStep's values: A transposed (As[k][m], byte 4 (128 k + m)),
+  /// B as it is (Bs[k][n], 16 bytes at byte 8192 + 4 (128 k + n)).
   void storeStep(ArrayRef<Value> values) {
-    Value ar = div(tid, 4), ac = mul(rem(tid, 4), idx(4));
-    for (int64_t q = 0; q < kSPer; ++q)
-      storeSharedF32(mul(add(mul(add(ac, idx(q)), idx(kSTile)), ar), idx(4)),
-                     values[q]);
-    Value br = div(tid, 16), bc = mul(rem(tid, 16), idx(4));
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t q = 0; q < kSPer; ++q)
+        storeSharedF32(
+            mul(add(mul(add(aCol(), idx(q)), idx(kSTile)), aRow(r)), idx(4)),
+            values[kSPer * r + q]);
     auto vec = VectorType::get({kSPer}, b.getF32Type());
-    Value v = LLVM::PoisonOp::create(b, loc, vec);
-    for (int64_t q = 0; q < kSPer; ++q)
-      v = LLVM::InsertElementOp::create(b, loc, v, values[kSPer + q], int32(q));
-    LLVM::StoreOp::create(
-        b, loc, v,
-        sharedPtrAt(add(idx(kSBTileBytes),
-                        mul(add(mul(br, idx(kSTile)), bc), idx(4)))),
-        /*alignment=*/16);
+    for (int64_t r = 0; r < 2; ++r) {
+      Value v = LLVM::PoisonOp::create(b, loc, vec);
+      for (int64_t q = 0; q < kSPer; ++q)
+        v = LLVM::InsertElementOp::create(
+            b, loc, v, values[2 * kSPer + kSPer * r + q], int32(q));
+      LLVM::StoreOp::create(
+          b, loc, v,
+          sharedPtrAt(add(idx(kSBTileBytes),
+                          mul(add(mul(bRow(r), idx(kSTile)), bCol()), idx(4)))),
+          /*alignment=*/16);
+    }
   }
   /// 4 consecutive f32 of shared memory from byte `byteOffset` (16-aligned).
   SmallVector<Value> loadShared4(Value byteOffset) {
@@ -3163,53 +3167,69 @@ struct SimtMatmulEmitter : HopperEmitterBase {
                             idx(0)));
     // Step kt's tiles are in shared memory while step kt + 1's loads are in
     // flight (in registers, stored after the step's FMAs).
-    SmallVector<Value> init(kSPer * kSPer, zero);
+    // Accumulator ii * 8 + jj: row 64 (ii / 4) + 4 ty + ii % 4, column
+    // 64 (jj / 4) + 4 tx + jj % 4 of the tile.
+    constexpr int64_t side = kSGroups * kSPer;
+    auto rowOf = [&](int64_t ii) {
+      return add(m0, add(mul(ty, idx(kSPer)),
+                         idx(kSHalf * (ii / kSPer) + ii % kSPer)));
+    };
+    auto colOf = [&](int64_t jj) {
+      return add(n0, add(mul(tx, idx(kSPer)),
+                         idx(kSHalf * (jj / kSPer) + jj % kSPer)));
+    };
+    SmallVector<Value> init(kSAcc, zero);
     SmallVector<Value> staged =
-        ifElse(SmallVector<Type>(2 * kSPer, b.getF32Type()),
+        ifElse(SmallVector<Type>(kSLoads, b.getF32Type()),
                cmp(P::sgt, count, idx(0)),
                [&] { return loadStep(first, vectorOk); },
-               [&] { return SmallVector<Value>(2 * kSPer, zero); });
+               [&] { return SmallVector<Value>(kSLoads, zero); });
     llvm::append_range(init, staged);
     SmallVector<Value> acc = forLoop(
         0, count, init,
         [&](Value kt, ValueRange carried) -> SmallVector<Value> {
-          storeStep(llvm::to_vector(carried.drop_front(kSPer * kSPer)));
+          storeStep(llvm::to_vector(carried.drop_front(kSAcc)));
           NVVM::Barrier0Op::create(b, loc);
           Value next = add(add(first, kt), idx(1));
           SmallVector<Value> prefetched = ifElse(
-              SmallVector<Type>(2 * kSPer, b.getF32Type()),
+              SmallVector<Type>(kSLoads, b.getF32Type()),
               cmp(P::slt, add(kt, idx(1)), count),
               [&] { return loadStep(next, vectorOk); },
-              [&] { return SmallVector<Value>(2 * kSPer, zero); });
-          SmallVector<Value> d(carried.begin(),
-                               carried.begin() + kSPer * kSPer);
+              [&] { return SmallVector<Value>(kSLoads, zero); });
+          SmallVector<Value> d(carried.begin(), carried.begin() + kSAcc);
           for (int64_t kk = 0; kk < kSTileK; ++kk) {
-            SmallVector<Value> av = loadShared4(
-                mul(add(idx(kk * kSTile), mul(ty, idx(kSPer))), idx(4)));
-            SmallVector<Value> bv = loadShared4(
-                add(idx(kSBTileBytes),
-                    mul(add(idx(kk * kSTile), mul(tx, idx(kSPer))), idx(4))));
-            for (int64_t i = 0; i < kSPer; ++i)
-              for (int64_t j = 0; j < kSPer; ++j)
-                d[i * kSPer + j] =
-                    math::FmaOp::create(b, loc, av[i], bv[j], d[i * kSPer + j]);
+            SmallVector<Value> av, bv;
+            for (int64_t p = 0; p < kSGroups; ++p) {
+              llvm::append_range(
+                  av, loadShared4(mul(add(idx(kk * kSTile + kSHalf * p),
+                                          mul(ty, idx(kSPer))),
+                                      idx(4))));
+              llvm::append_range(
+                  bv, loadShared4(add(idx(kSBTileBytes),
+                                      mul(add(idx(kk * kSTile + kSHalf * p),
+                                              mul(tx, idx(kSPer))),
+                                          idx(4)))));
+            }
+            for (int64_t i = 0; i < side; ++i)
+              for (int64_t j = 0; j < side; ++j)
+                d[i * side + j] =
+                    math::FmaOp::create(b, loc, av[i], bv[j], d[i * side + j]);
           }
           NVVM::Barrier0Op::create(b, loc);
           llvm::append_range(d, prefetched);
           return d;
         });
-    for (int64_t i = 0; i < kSPer; ++i)
-      for (int64_t j = 0; j < kSPer; ++j) {
-        Value r = add(m0, add(mul(ty, idx(kSPer)), idx(i)));
-        Value c = add(n0, add(mul(tx, idx(kSPer)), idx(j)));
+    for (int64_t i = 0; i < side; ++i)
+      for (int64_t j = 0; j < side; ++j) {
+        Value r = rowOf(i), c = colOf(j);
         ifThen(land(cmp(P::slt, r, idx(g.m)), cmp(P::slt, c, idx(g.n))), [&] {
           if (partial) {
-            memref::StoreOp::create(b, loc, acc[i * kSPer + j], partial,
+            memref::StoreOp::create(b, loc, acc[i * side + j], partial,
                                     ValueRange{split, r, c});
             return;
           }
           Value prior = memref::LoadOp::create(b, loc, cIn, ValueRange{r, c});
-          Value sum = arith::AddFOp::create(b, loc, prior, acc[i * kSPer + j]);
+          Value sum = arith::AddFOp::create(b, loc, prior, acc[i * side + j]);
           memref::StoreOp::create(b, loc, sum, out, ValueRange{r, c});
         });
       }

@@ -11,9 +11,9 @@
 
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // PTX-LABEL: kernel module moe_simt_matmul_100x130x70_f32_kernel
-// Per K step: 16-byte shared loads of As[k] and Bs[k], 16 FMAs each. (N =
-// 130: rows of B are not 16-byte aligned, every global load is a checked
-// scalar one.)
+// Per K step: 16-byte shared loads of As[k] and Bs[k] (two groups of 4
+// rows and of 4 columns a thread), 64 FMAs each. (N = 130: rows of B are not
+// 16-byte aligned, every global load is a checked scalar one.)
 // PTX-DAG: bar.sync 0;
 // PTX-DAG: ld.shared.v4.b32
 // PTX-DAG: fma.rn.f32
@@ -29,8 +29,11 @@
 // CHECK: linalg.matmul ins(%{{.*}} : tensor<64x64xbf16>, tensor<64x64xbf16>)
 // CHECK: linalg.matmul ins(%{{.*}} : tensor<?x64xf32>, tensor<64x64xf32>)
 // CHECK: linalg.matmul ins(%{{.*}} : tensor<1x8192xf32>, tensor<8192x1xf32>)
+// One CTA of 256 threads per 128 x 128 tile (here 2 x 1), two 8 KiB tiles
+// of shared memory.
 // CHECK: func.func private @moe_simt_matmul_100x130x70_f32({{.*}}) -> tensor<100x130xf32> attributes {moe.dedicated_kernel = "f32 matmul, shared-memory tiles"}
-// CHECK: gpu.launch
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c2{{.*}}, {{.*}} = %c1{{.*}}, {{.*}} = %c1{{.*}}) threads({{.*}}) in ({{.*}} = %c256{{.*}}) dynamic_shared_memory_size %c16384_i32
+// CHECK-COUNT-64: math.fma
 func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130xf32>,
               %h: tensor<64x64xbf16>, %d: tensor<?x64xf32>, %w: tensor<64x64xf32>,
               %hc: tensor<64x64xf32>, %dc: tensor<?x64xf32>,
@@ -48,12 +51,12 @@ func.func @mm(%a: tensor<100x70xf32>, %b: tensor<70x130xf32>, %c: tensor<100x130
 }
 
 // Few output tiles over a long K (a weight gradient summed over tokens): K
-// is split so that about two CTAs run per SM. Here 2 x 2 tiles and 257 steps
+// is split so that about two CTAs run per SM. Here one tile and 257 steps
 // of 16: 4 splits of 65 steps (the last 62) write partial sums, and a second
 // kernel adds them in split order to C_in.
 // CHECK-LABEL: func.func private @moe_simt_matmul_128x96x4100_f32
 // CHECK: %[[P:.*]] = memref.alloc() : memref<4x128x96xf32>
-// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c2{{.*}}, {{.*}} = %c2{{.*}}, {{.*}} = %c4{{.*}})
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c1{{.*}}, {{.*}} = %c1{{.*}}, {{.*}} = %c4{{.*}})
 // CHECK: memref.store %{{.*}}, %[[P]]
 // CHECK: gpu.launch
 // CHECK-COUNT-4: memref.load %[[P]]
