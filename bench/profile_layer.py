@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 
 def kernel_table(step, label, top=30, steps=3, warmup=2):
@@ -26,16 +26,22 @@ def kernel_table(step, label, top=30, steps=3, warmup=2):
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
-            step()
+            with record_function("moe_step"):
+                step()
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) / steps
+    # The last step's timeline on the profiler's clock (us): the call on the
+    # host, and its GPU events from the first start to the last end.
+    calls_host = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                        if ev.name == "moe_step"
+                        and ev.device_type == torch.autograd.DeviceType.CPU)
     totals, calls = defaultdict(float), defaultdict(int)
     launches = []  # (start, ms, name) of every kernel and copy, in time order
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.name != "moe_step":
             totals[ev.name] += ev.device_time_total / 1e3 / steps  # ms per step
             calls[ev.name] += 1
             launches.append((ev.time_range.start, ev.device_time_total / 1e3, ev.name))
@@ -60,6 +66,13 @@ def kernel_table(step, label, top=30, steps=3, warmup=2):
         end = max(s + ms * 1e3 for s, ms, _ in last[:i])  # us
         gaps.append(((last[i][0] - end) / 1e3, i))
     idle = sum(g for g, _ in gaps if g > 0)
+    if calls_host:
+        h0, h1 = calls_host[-1]
+        g0 = last[0][0]
+        g1 = max(st + ms * 1e3 for st, ms, _ in last)
+        print(f"# last step: the call takes {(h1 - h0) / 1e3:.3f} ms on the host; its first GPU "
+              f"event starts {(g0 - h0) / 1e3:.3f} ms into it, the GPU span is {(g1 - g0) / 1e3:.3f} ms, "
+              f"the call returns {(h1 - g1) / 1e3:.3f} ms after the last event ends")
     print(f"# GPU idle between events of the last step: {idle:.3f} ms "
           f"({100 * idle / (wall * 1e3):.1f}% of the step); largest gaps:")
     for g, i in sorted(gaps, reverse=True)[:min(top, 12)]:
