@@ -58,9 +58,11 @@ static cl::opt<bool> verifyPTX(
     cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<bool> mxfp8FP8MMA(
     "mxfp8-fp8-mma",
-    cl::desc("Hopper: run MXFP8 grouped GEMMs on FP8 wgmma (faster; the "
-             "tensor core's FP8 accumulation differs from the exact result "
-             "by ~1e-3 relative)"),
+    cl::desc("Hopper: run MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
+             "slice instead of the exact default (bf16 wgmma on the exactly "
+             "dequantized operands). Not exact: the tensor core sums each "
+             "slice's FP8 products at reduced precision (about 5e-5 "
+             "relative); and today slower: its kernel has no TMA pipeline"),
     cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<bool> bufferReport(
     "buffer-report",

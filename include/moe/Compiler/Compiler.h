@@ -42,7 +42,8 @@ struct CompileOptions {
   std::string emitPTX;
   /// If set, the optimized LLVM IR is written here.
   std::string emitLLVM;
-  /// Hopper: MXFP8 grouped GEMMs on FP8 wgmma (faster, not exact).
+  /// Hopper: MXFP8 grouped GEMMs on FP8 wgmma (not exact; today slower than
+  /// the exact default).
   bool mxfp8FP8MMA = false;
   /// Remark each function's peak of live buffers (-moe-buffer-report).
   bool bufferReport = false;

@@ -311,12 +311,13 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       tensors (estimated before bufferization, `TensorLiveness.h`): the
       columnwise pass slows the epilogue.
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
-      shared-memory tiled CUDA-core kernel (64x64 tiles, 4x4 outputs per
+      shared-memory tiled CUDA-core kernel (128x128 tiles, 8x8 outputs per
       thread, each output summed over K in order; with few tiles over a
       long K, K split over the grid and the partial sums added in order by a
       second kernel). With `fp8-mma`, MXFP8 GEMMs instead run FP8 wgmma
       per 32-wide K slice with both scales applied to the f32 partial sums
-      (`@moe_wgmma_mx_gmm_...`; faster, not exact).
+      (`@moe_wgmma_mx_gmm_...`; not exact, and today slower than the
+      exact default: no TMA pipeline).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
       operands (`!moe.mx<R x K x f8, axis = 1>`, `!moe.mx<E x K x N x f8,
       axis = 1>`, f8E4M3FN or f8E5M2, blocks of 32), an f32 result, no
@@ -359,10 +360,10 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "have kernels; other chips change nothing)">,
     Option<"fp8Mma", "fp8-mma", "bool", /*default=*/"false",
            "Hopper: run MXFP8 grouped GEMMs on FP8 wgmma with per-32-K promotion "
-           "(fast, but the tensor core sums each 32-term slice at reduced "
-           "precision: ~1e-3 relative differences from the exact result on "
-           "the H200); off by default, MXFP8 then dequantizes to bf16 (exact) "
-           "for the bf16 wgmma kernel">,
+           "(the tensor core sums each 32-term slice at reduced precision: "
+           "about 5e-5 relative from the exact result on the H200; and "
+           "today slower, its kernel has no TMA pipeline); off by default, "
+           "MXFP8 then dequantizes to bf16 (exact) for the bf16 wgmma kernel">,
     Option<"pairRoundTrips", "pair-round-trips", "std::string",
            /*default=*/"\"peak\"",
            "When the two MX round trips of one tensor share a kernel: peak "

@@ -29,9 +29,11 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::init("isa")};
   PassOptions::Option<bool> mxfp8FP8MMA{
       *this, "mxfp8-fp8-mma",
-      llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma (fast; ~1e-3 "
-                     "relative error from FP8 accumulation) instead of the "
-                     "exact generic kernel"),
+      llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
+                     "slice (not exact: the tensor core sums a slice's FP8 "
+                     "products at reduced precision, about 5e-5 relative; "
+                     "and today slower than the exact default, which "
+                     "dequantizes to bf16 for the TMA wgmma kernel)"),
       llvm::cl::init(false)};
   PassOptions::Option<std::string> pairRoundTrips{
       *this, "pair-round-trips",
