@@ -7,7 +7,9 @@ ARTIFACT is a layer train step from `bench/run-layer.sh prepare`
 (CUPTI) records every kernel launched in the process, ours included; the
 table lists the TOP (30) kernels by total GPU time over 3 profiled steps,
 then the step's wall time against the sum of its kernels' times (the rest
-is launch gaps and host work). Kernel names are the compiled program's
+is launch gaps and host work; the profiler, recording the host's events
+too, adds to the wall time: bench/layer.py times steps without it), and
+the last step's host call against its GPU span. Kernel names are the compiled program's
 (`loss_grad_kernel_N`: the N-th outlined loop nest, in program order, see
 `moe-opt --moe-gpu-pipeline` on the artifact's .mlir; `moe_wgmma_*`: the
 dedicated GEMM kernels).

@@ -213,7 +213,9 @@ class Artifact:
         try:
             for i, (a, spec) in enumerate(zip(arrays, args)):
                 dtype = DTYPES.get(spec.dtype)
-                if dtype is None:
+                # (CUDA torch tensors need no numpy dtype: bf16 and the
+                # 8-bit floats pass without ml_dtypes.)
+                if dtype is None and not on_device:
                     raise TypeError(f"{name} argument #{i}: unsupported element type {spec.dtype}")
                 if on_device:
                     a = a.contiguous()
@@ -223,6 +225,8 @@ class Artifact:
                             "i64": "torch.int64", "f8E4M3FN": "torch.float8_e4m3fn",
                             "f8E5M2": "torch.float8_e5m2",
                             "f8E8M0FNU": "torch.float8_e8m0fnu"}.get(spec.dtype)
+                    if want is None:
+                        raise TypeError(f"{name} argument #{i}: unsupported element type {spec.dtype}")
                     if got_dtype != want:
                         raise TypeError(f"{name} argument #{i}: expects {spec}, got {got_dtype}")
                 else:

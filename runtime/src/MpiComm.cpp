@@ -100,18 +100,33 @@ public:
       std::atexit(finalizeAtExit);
     self = this;
     // A torchrun-style environment, if any, must describe the same job.
+    std::string problem;
     if (env.worldSize >= 0 && env.worldSize != size_)
-      abort(1, "WORLD_SIZE=" + std::to_string(env.worldSize) +
-                   " disagrees with MPI: the launcher started " +
-                   std::to_string(size_) + " processes");
-    if (env.rank >= 0 && env.rank != rank_)
-      abort(1, "RANK=" + std::to_string(env.rank) +
-                   " disagrees with MPI, which gives this process rank " +
-                   std::to_string(rank_));
-    if (const char *ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        ompi && env.localRank >= 0 && std::atoi(ompi) != env.localRank)
-      abort(1, "LOCAL_RANK=" + std::to_string(env.localRank) +
-                   " disagrees with the MPI launcher's local rank " + ompi);
+      problem = "WORLD_SIZE=" + std::to_string(env.worldSize) +
+                " disagrees with MPI: the launcher started " +
+                std::to_string(size_) + " processes";
+    else if (env.rank >= 0 && env.rank != rank_)
+      problem = "RANK=" + std::to_string(env.rank) +
+                " disagrees with MPI, which gives this process rank " +
+                std::to_string(rank_);
+    else if (const char *ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+             ompi && env.localRank >= 0 && std::atoi(ompi) != env.localRank)
+      problem = "LOCAL_RANK=" + std::to_string(env.localRank) +
+                " disagrees with the MPI launcher's local rank " + ompi;
+    // Every rank learns whether any rank's environment disagrees, after each
+    // such rank has said why, and then the job stops: no rank goes on alone,
+    // and none is killed before its message is out.
+    if (!problem.empty()) {
+      std::fprintf(stderr, "moert: rank %d: %s\n", rank_, problem.c_str());
+      std::fflush(stderr);
+    }
+    int bad = !problem.empty(), anyBad = bad;
+    check(MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, comm),
+          "MPI_Allreduce", "setup");
+    if (anyBad) {
+      MPI_Abort(comm, 1);
+      std::_Exit(1);
+    }
   }
 
   const char *backend() const override { return "mpi"; }

@@ -1618,9 +1618,10 @@ constexpr int64_t kTStageBytes = kTTileABytes + kTTileBBytes;
 constexpr int64_t kTBarriers = kTStages * kTStageBytes; // 8-byte mbarriers
 constexpr int64_t kTSmemBytes = kTBarriers + 2 * kTStages * 8 + 1024;
 // The f32 result's staging buffers (kernels without a SwiGLU epilogue; see
-// "Stores"): per consumer warpgroup two boxes of 64 rows x 32 columns (8 KiB,
-// the 128-byte swizzled layout of the result's tensor map), 1 KiB aligned
-// after the barriers. 225 KiB in all, within the 227 KiB a CTA may have.
+// storeBoxes): per consumer warpgroup two boxes of 64 rows x 32 columns
+// (8 KiB, the 128-byte swizzled layout of the result's tensor map), 1 KiB
+// aligned after the barriers. 231424 bytes in all with the alignment slack,
+// within the 232448 (227 KiB) a CTA may have.
 constexpr int64_t kTBoxColumns = 32;
 constexpr int64_t kTBoxBytes = kHMmaM * kTBoxColumns * 4;
 constexpr int64_t kTStagingAt = kTBarriers + 1024;
