@@ -14,7 +14,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-all}
 case "$mode" in
   prepare|run|all) ;;
-  *) echo "usage: bench/run-all.sh [prepare|run|all]" >&2; exit 2 ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: bench/run-all.sh [prepare|run|all] (--help for more)" >&2; exit 2 ;;
 esac
 read -r -a layer <<<"${MOE_BENCH_TOKENS:-2048 8192 16384 32768 65536}"
 read -r -a gemm <<<"${MOE_GEMM_TOKENS:-2048 8192 16384 65536}"

@@ -12,13 +12,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/layer"
-mode=all
-case "${1:-}" in prepare|run|all) mode=$1; shift ;; esac
-tokens=("$@")
-[ ${#tokens[@]} -gt 0 ] || tokens=(2048 8192)
-for T in "${tokens[@]}"; do
-  [[ "$T" =~ ^[1-9][0-9]*$ ]] || { echo "run-layer: TOKENS must be positive integers, got '$T'" >&2; exit 2; }
-done
+. "$root/bench/args.sh"
+bench_args "2048 8192" "$@"
 
 prepare() {
   "$root/scripts/build.sh"
