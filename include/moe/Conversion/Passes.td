@@ -293,7 +293,9 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       With N a multiple of 256, both take the TMA kernel instead
       (`..._tma`): a producer thread's bulk tensor copies into a 4-stage
       mbarrier ring, two consumer warpgroups on m64n256k16, a persistent
-      grid over every expert's tiles.
+      grid over every expert's tiles; the f32 result (but for the SwiGLU
+      epilogues below) leaves through the copy engine, from staging boxes
+      in shared memory, while the next tile's MMAs run.
       SwiGLU epilogues: a forward GEMM whose result feeds `moe.swiglu`
       (split layout, f32) and the rowwise MX round trip of the activation
       computes both in its epilogue and returns the next GEMM's bf16 operand
