@@ -1630,6 +1630,13 @@ constexpr int64_t kTStoreSmemBytes = kTStagingAt + kTStagingBytes + 1024;
 // Named barriers of one consumer warpgroup (0 is __syncthreads, 1 both
 // consumers, 2-5 the columnwise epilogue's warp pairs).
 constexpr int64_t kTWarpgroupBarrier = 6;
+// Within the dynamic shared memory a Hopper CTA may have (227 KiB), and the
+// staging boxes clear of the barriers (the SwiGLU kernels' amax slots start
+// right after them, but those kernels stage nothing).
+static_assert(kTStoreSmemBytes <= 232448, "TMA kernel: shared memory");
+static_assert(kTStagingAt >= kTBarriers + 2 * kTStages * 8 &&
+                  kTStagingAt % 1024 == 0,
+              "TMA kernel: staging boxes after the barriers, 1 KiB aligned");
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
 // SMs the last wave is simply shorter).
 constexpr int64_t kTCtas = 132;
@@ -1642,6 +1649,8 @@ constexpr int64_t kTSwigluBlock = 32;
 constexpr int64_t kTColSlotBytes = 64 * 4;
 constexpr int64_t kTColAmaxAt = kTBarriers + 2 * kTStages * 8;
 constexpr int64_t kTColAmaxBytes = 8 * 2 * kTColSlotBytes;
+static_assert(kTSmemBytes + kTColAmaxBytes <= 232448,
+              "TMA kernel: shared memory (columnwise epilogue)");
 
 /// A SwiGLU epilogue, forward or backward, for w1's split layout (gate
 /// columns [0, F), up columns [F, 2F)); blocks of 32 along the rows, element
@@ -2992,6 +3001,9 @@ constexpr int64_t kSAcc = kSGroups * kSPer * kSGroups * kSPer; // 64
 // Per K step a thread loads 2 x 4 elements of A and of B.
 constexpr int64_t kSLoads = 2 * kSGroups * kSPer;
 constexpr int64_t kSBTileBytes = kSTileK * kSTile * 4; // 8192
+// Every element of the 128 x 16 A and 16 x 128 B tiles loaded once a step.
+static_assert(kSThreads * kSLoads == 2 * kSTile * kSTileK,
+              "f32 matmul: tile loads");
 
 struct SimtMatmul {
   int64_t m, n, k;
