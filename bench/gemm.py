@@ -208,10 +208,16 @@ def run(art_dir, token_counts):
                 torch.cuda.empty_cache()
 
 
+def positive(text, what):
+    if not text.isdigit() or int(text) < 1:
+        sys.exit(f"bench/gemm.py: {what} must be a positive integer, got {text!r}")
+    return int(text)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "emit":
-        sys.stdout.write(emit(int(sys.argv[2])))
+    if len(sys.argv) == 3 and sys.argv[1] == "emit":
+        sys.stdout.write(emit(positive(sys.argv[2], "ROWS")))
     elif len(sys.argv) >= 3 and sys.argv[1] == "run":
-        run(sys.argv[2], [int(t) for t in sys.argv[3:]] or [2048, 8192, 16384, 65536])
+        run(sys.argv[2], [positive(t, "TOKENS") for t in sys.argv[3:]] or [2048, 8192, 16384, 65536])
     else:
         sys.exit("usage: bench/gemm.py emit ROWS | run ARTIFACT_DIR [TOKENS ...]")
