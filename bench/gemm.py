@@ -107,17 +107,11 @@ def mx_operand(shape, axis, gen):
     return data, scales, (data.float() * factor).to(torch.bfloat16)
 
 
-def fp8_rowwise(t):
-    """t (last dim the contraction) as E4M3 with one f32 scale per row."""
-    import torch
-    scale = t.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12) / 448.0
-    return (t.float() / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
-
-
 def run(art_dir, token_counts):
     import os
 
     import torch
+    from layer import _fp8_rowwise as fp8_rowwise  # bench/layer.py's FP8 peer recipe
     from moe_mlir import load
     print(f"# Grouped GEMM, {E} experts, Qwen3-30B-A3B expert shapes "
           f"(gmm1: K 2048, N 1536; gmm2: K 768, N 2048)")
@@ -179,7 +173,6 @@ def run(art_dir, token_counts):
                 xd, xs, xq = mx_operand((rows, k), 1, gen)
                 wd, ws, wq = mx_operand((E, k, n), 1, gen)
                 ref = reference(xq, wq)
-                xq = wq = None
                 mx = (xd, xs, wd, ws, off0)
                 row("moe-mlir MXFP8 exact", lambda: getattr(ours, f"{name}_mxfp8")(*mx), ref)
                 if ours_fp8 is not None:
@@ -187,12 +180,8 @@ def run(art_dir, token_counts):
                         lambda: getattr(ours_fp8, f"{name}_mxfp8")(*mx), ref)
                 try:
                     # The dequantized MX values as the peer's input, rowwise FP8.
-                    qa, sa = fp8_rowwise(xd.float() * torch.exp2(
-                        xs.view(torch.uint8).float() - 127).repeat_interleave(32, dim=1))
-                    wt = (wd.float() * torch.exp2(ws.view(torch.uint8).float() - 127)
-                          .repeat_interleave(32, dim=1)).transpose(-2, -1).contiguous()
-                    qb, sb = fp8_rowwise(wt)
-                    wt = None
+                    qa, sa = fp8_rowwise(xq)
+                    qb, sb = fp8_rowwise(wq.transpose(-2, -1).contiguous())
                     qb = qb.transpose(-2, -1)
                     row("torch._scaled_grouped_mm FP8 rowwise",
                         lambda: torch._scaled_grouped_mm(qa, qb, sa, sb, offs=offs,
@@ -204,7 +193,7 @@ def run(art_dir, token_counts):
                 for label, ms, tf, d in results:
                     print(f"{T:7d} {rows:7d} {name:5} {routing:9} {label:38} {ms:8.3f} {tf:8.1f} {d:9.1e}",
                           flush=True)
-                mx = xd = xs = wd = ws = ref = None
+                mx = xd = xs = wd = ws = xq = wq = ref = None
                 torch.cuda.empty_cache()
 
 

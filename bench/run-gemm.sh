@@ -12,7 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/gemm"
-. "$root/bench/args.sh"
+. "$root/bench/common.sh"
 bench_args "2048 8192 16384 65536" "$@"
 
 prepare() {
@@ -29,15 +29,6 @@ prepare() {
   done
 }
 
-run() {
-  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
-  "$root/scripts/build-runtime.sh" "$rt"
-  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/bench/gemm.py" run "$dir" "${tokens[@]}"
-}
+run() { bench_python gemm.py run "$dir" "${tokens[@]}"; }
 
-case "$mode" in
-  prepare) prepare ;;
-  run) run ;;
-  all) prepare; run ;;
-esac
+bench_main

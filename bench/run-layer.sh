@@ -12,7 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/layer"
-. "$root/bench/args.sh"
+. "$root/bench/common.sh"
 bench_args "2048 8192" "$@"
 
 prepare() {
@@ -49,15 +49,6 @@ PY
   done
 }
 
-run() {
-  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
-  "$root/scripts/build-runtime.sh" "$rt"
-  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/bench/layer.py" "$dir" "${tokens[@]}"
-}
+run() { bench_python layer.py "$dir" "${tokens[@]}"; }
 
-case "$mode" in
-  prepare) prepare ;;
-  run) run ;;
-  all) prepare; run ;;
-esac
+bench_main

@@ -126,6 +126,11 @@ def _is_torch(a):
 # Result element types torch takes through __cuda_array_interface__ (it has
 # no bf16 type string: bf16 results are copied).
 _CUDA_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+# The torch dtype (its str) a CUDA tensor argument of each element type has.
+_TORCH_ARG_TYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
+                    "i32": "torch.int32", "i64": "torch.int64",
+                    "f8E4M3FN": "torch.float8_e4m3fn", "f8E5M2": "torch.float8_e5m2",
+                    "f8E8M0FNU": "torch.float8_e8m0fnu"}
 
 
 class _DeviceAllocation:
@@ -220,11 +225,7 @@ class Artifact:
                 if on_device:
                     a = a.contiguous()
                     got_dtype, shape, ptr = str(a.dtype), tuple(a.shape), a.data_ptr()
-                    want = {"f32": "torch.float32", "bf16": "torch.bfloat16",
-                            "f16": "torch.float16", "i32": "torch.int32",
-                            "i64": "torch.int64", "f8E4M3FN": "torch.float8_e4m3fn",
-                            "f8E5M2": "torch.float8_e5m2",
-                            "f8E8M0FNU": "torch.float8_e8m0fnu"}.get(spec.dtype)
+                    want = _TORCH_ARG_TYPES.get(spec.dtype)
                     if want is None:
                         raise TypeError(f"{name} argument #{i}: unsupported element type {spec.dtype}")
                     if got_dtype != want:

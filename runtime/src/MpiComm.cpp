@@ -116,10 +116,8 @@ public:
     // Every rank learns whether any rank's environment disagrees, after each
     // such rank has said why, and then the job stops: no rank goes on alone,
     // and none is killed before its message is out.
-    if (!problem.empty()) {
-      std::fprintf(stderr, "moert: rank %d: %s\n", rank_, problem.c_str());
-      std::fflush(stderr);
-    }
+    if (!problem.empty())
+      say(problem);
     int bad = !problem.empty(), anyBad = bad;
     check(MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, comm),
           "MPI_Allreduce", "setup");
@@ -327,14 +325,19 @@ public:
   }
 
   [[noreturn]] void abort(int code, const std::string &message) override {
-    std::fflush(stdout);
-    std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
-    std::fflush(stderr);
+    say(message);
     MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
     std::_Exit(code); // MPI_Abort does not return; in case it does
   }
 
 private:
+  /// `message` on stderr, this rank's, flushed (and stdout before it).
+  void say(const std::string &message) const {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
+    std::fflush(stderr);
+  }
+
   static void finalizeAtExit() {
     int finalized = 0;
     MPI_Finalized(&finalized);

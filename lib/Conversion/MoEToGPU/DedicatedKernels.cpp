@@ -2001,16 +2001,14 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
           cmp(P::sle, add(first, idx(kHMmaM)), t.hi), boxes,
           [&] {
             Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
-            auto vec2 = VectorType::get({2}, b.getF32Type());
             for (int64_t h = 0; h < 2; ++h) {
               Value row = add(rowBase, idx(8 * h));
               ifThen(cmp(P::slt, row, t.hi), [&] {
-                Value rowAt = mul(add(mul(row, idx(g.n)), colBase), idx(4));
+                Value rowAt = add(mul(row, idx(g.n)), colBase);
                 for (int64_t j = 0; j < kTTileN / 8; ++j)
-                  LLVM::StoreOp::create(
-                      b, loc, accPair(acc[0], j, h, vec2),
-                      globalPtr(outBase, add(rowAt, idx(32 * j))),
-                      /*alignment=*/8);
+                  storePair(outBase, add(rowAt, idx(8 * j)),
+                            accAt(acc[0], 4 * j + 2 * h),
+                            accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
               });
             }
           });
@@ -2024,16 +2022,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       });
   }
 
-  /// Accumulator registers 4 j + 2 h and 4 j + 2 h + 1 (two adjacent
-  /// columns of one row) as a vector of `type`.
-  Value accPair(Value acc, int64_t j, int64_t h, VectorType type) {
-    Value v = LLVM::PoisonOp::create(b, loc, type);
-    for (int64_t cc = 0; cc < 2; ++cc) {
-      Value x = LLVM::ExtractValueOp::create(
-          b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
-      v = LLVM::InsertElementOp::create(b, loc, v, x, int32(cc));
-    }
-    return v;
+  /// Register `i` of an accumulator (the NVVM op's struct of f32).
+  Value accAt(Value acc, int64_t i) {
+    return LLVM::ExtractValueOp::create(b, loc, acc, ArrayRef<int64_t>{i});
   }
 
   /// Stores consumer `c`'s 64 x 256 accumulators (its rows from `first`)
@@ -2057,7 +2048,6 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                               NVVM::BarrierReductionAttr(), Value());
     };
     Value staging = add(idx(kTStagingAt), mul(c, idx(2 * kTBoxBytes)));
-    auto vec2 = VectorType::get({2}, b.getF32Type());
     for (int64_t q = 0; q < kTTileN / kTBoxColumns; ++q) {
       Value box = add(staging, idx((q % 2) * kTBoxBytes));
       ifThen(leader, [&] {
@@ -2077,7 +2067,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
               rowAt,
               add(mul(arith::XOrIOp::create(b, loc, chunk, rem(r, 8)), idx(16)),
                   mul(rem(lane, 2), idx(8))));
-          LLVM::StoreOp::create(b, loc, accPair(acc, 4 * q + jj, h, vec2),
+          int64_t i = 4 * (4 * q + jj) + 2 * h;
+          LLVM::StoreOp::create(b, loc,
+                                pairOf(accAt(acc, i), accAt(acc, i + 1),
+                                       b.getF32Type()),
                                 sharedPtrAt(at), /*alignment=*/8);
         }
       }
@@ -2098,11 +2091,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     }
   }
 
-  /// Stores two f32 values as a pair of `elt` at element `at` (index) of
-  /// the row-major buffer whose base address is `base`.
-  void storePair(Value base, Value at, Value x, Value y, Type elt) {
-    auto vec2 = VectorType::get({2}, elt);
-    Value v = LLVM::PoisonOp::create(b, loc, vec2);
+  /// Two f32 values as a vector<2 x elt> (rounded to `elt`).
+  Value pairOf(Value x, Value y, Type elt) {
+    Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({2}, elt));
     Value pair[2] = {x, y};
     for (int64_t i = 0; i < 2; ++i) {
       Value value = pair[i];
@@ -2110,9 +2101,14 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         value = arith::TruncFOp::create(b, loc, elt, value);
       v = LLVM::InsertElementOp::create(b, loc, v, value, int32(i));
     }
+    return v;
+  }
+  /// Stores two f32 values as a pair of `elt` at element `at` (index) of
+  /// the row-major buffer whose base address is `base`.
+  void storePair(Value base, Value at, Value x, Value y, Type elt) {
     int64_t bytes = 2 * elt.getIntOrFloatBitWidth() / 8;
-    LLVM::StoreOp::create(
-        b, loc, v, globalPtr(base, mul(at, idx(bytes / 2))), bytes);
+    LLVM::StoreOp::create(b, loc, pairOf(x, y, elt),
+                          globalPtr(base, mul(at, idx(bytes / 2))), bytes);
   }
 
   /// The SwiGLU epilogue (see SwigluEpilogue). The B tile held 128 gate

@@ -1,0 +1,40 @@
+# Sourced by bench/run-gemm.sh and bench/run-layer.sh, which define
+# prepare() (here, with MLIR) and run() (on the GPU machine):
+#   bench_args "DEFAULT TOKENS" "$@"   [prepare|run|all] [TOKENS...] into
+#                                      $mode (default all) and $tokens;
+#                                      --help prints the calling script's
+#                                      header comment; a token that is not a
+#                                      positive integer stops with a message
+#   bench_python SCRIPT ARGS...        builds libmoert and runs a bench/
+#                                      Python script with the package on it
+#   bench_main                         runs prepare, run or both for $mode
+bench_args() {
+  local defaults=$1 t
+  shift
+  mode=all
+  case "${1:-}" in
+    prepare|run|all) mode=$1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  esac
+  tokens=("$@")
+  [ ${#tokens[@]} -gt 0 ] || read -r -a tokens <<<"$defaults"
+  for t in "${tokens[@]}"; do
+    [[ "$t" =~ ^[1-9][0-9]*$ ]] ||
+      { echo "$(basename "$0" .sh): TOKENS must be positive integers, got '$t'" >&2; exit 2; }
+  done
+}
+
+bench_python() {
+  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build}
+  "$root/scripts/build-runtime.sh" "$rt"
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/bench/$1" "${@:2}"
+}
+
+bench_main() {
+  case "$mode" in
+    prepare) prepare ;;
+    run) run ;;
+    all) prepare; run ;;
+  esac
+}
