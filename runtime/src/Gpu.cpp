@@ -438,7 +438,9 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
   MOERT_CU(driver().cuTensorMapEncodeTiled(
       &map, type, 2, reinterpret_cast<void *>(base), dims, strides, box,
       elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      boxColumns * elementBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                       : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   if (used == capacity) {
     MOERT_CU(driver().cuCtxSynchronize());

@@ -4,8 +4,8 @@
 //   moert-check --gpu-only gpu.so --repeat N      (timing, no reference)
 //
 // Both artifacts come from the same source (moe-compile --target=cpu and
-// --target=sm_90a). For every function of the manifest: random inputs (ints
-// in the range the function declares), the CPU result as the reference, the
+// --target=sm_90a). For every function of the manifest: random inputs (ints,
+// or the bits of 8-bit floats, in the range the function declares), the CPU result as the reference, the
 // GPU result on device buffers (new device buffers are poisoned first:
 // MOERT_POISON), then a comparison: integer and 8-bit float results must be
 // bit-identical, other floats within the function's declared tolerance
@@ -79,14 +79,11 @@ void fillRandom(const Tensor &t, std::vector<uint8_t> &buf, std::mt19937_64 &rng
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < t.elements(); ++i) {
     if (t.hasRange) {
+      // The value's low bytes (little-endian): integers, or the bit
+      // patterns of 8-bit floats and E8M0 scales.
       std::uniform_int_distribution<int64_t> u(t.lo, t.hi - 1);
       int64_t v = u(rng);
-      if (t.dtype == "i64")
-        std::memcpy(&buf[i * 8], &v, 8);
-      else {
-        int32_t w = int32_t(v);
-        std::memcpy(&buf[i * 4], &w, 4);
-      }
+      std::memcpy(&buf[i * t.elementBytes()], &v, t.elementBytes());
     } else if (t.dtype == "f32") {
       float f = normal(rng);
       std::memcpy(&buf[i * 4], &f, 4);

@@ -579,24 +579,34 @@ struct EmitterBase {
   /// buildEncode's and buildDecode's ~70.
   SmallVector<Value> mxRoundTrip(ArrayRef<Value> values, Value amax, Type f8,
                                  ScaleMode mode, Type outElt) {
+    auto [byte, pairs] = mxEncode(values, amax, f8, mode);
+    Value scale = buildScaleValue(b, loc, byte);
+    SmallVector<Value> result;
+    for (Value pair : pairs)
+      llvm::append_range(result,
+                         decodeF8Pair(pair, f8, {scale, scale}, outElt));
+    return result;
+  }
+  /// The MX encoding of one block (f32 `values`, an even number, and their
+  /// amax) as mxRoundTrip computes it: the E8M0 scale byte (i8) and the
+  /// elements, two at a time (vector<2xi8>, element 0 first).
+  std::pair<Value, SmallVector<Value>> mxEncode(ArrayRef<Value> values,
+                                                Value amax, Type f8,
+                                                ScaleMode mode) {
     MXFormat fmt = MXFormat::get(f8);
     Value byte = buildScaleByte(b, loc, amax, fmt, mode);
     Value inverse = buildInverseScale(b, loc, byte);
-    Value scale = buildScaleValue(b, loc, byte);
     auto pairI8 = VectorType::get({2}, b.getI8Type());
-    SmallVector<Value> result;
-    for (size_t i = 0; i + 1 < values.size(); i += 2) {
+    SmallVector<Value> pairs;
+    for (size_t i = 0; i + 1 < values.size(); i += 2)
       // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
-      Value pair = NVVM::ConvertF32x2ToF8x2Op::create(
+      pairs.push_back(NVVM::ConvertF32x2ToF8x2Op::create(
           b, loc, pairI8,
           arith::MulFOp::create(b, loc, values[i + 1], inverse),
           arith::MulFOp::create(b, loc, values[i], inverse),
           NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
-          /*relu=*/false, f8);
-      llvm::append_range(result,
-                         decodeF8Pair(pair, f8, {scale, scale}, outElt));
-    }
-    return result;
+          /*relu=*/false, f8));
+    return {byte, pairs};
   }
   /// max(amax, |v|), NaN propagating.
   Value magnitudeMax(Value amax, Value v) {
@@ -1637,6 +1647,17 @@ static_assert(kTStoreSmemBytes <= 232448, "TMA kernel: shared memory");
 static_assert(kTStagingAt >= kTBarriers + 2 * kTStages * 8 &&
                   kTStagingAt % 1024 == 0,
               "TMA kernel: staging boxes after the barriers, 1 KiB aligned");
+// An 8-bit lhs (TmaGemm::lhsF8): per stage its 128 x 64 elements (8 KiB,
+// unswizzled 64-byte rows) land in the A slot, and warps 1-3 of the
+// producer warpgroup expand them there into the bf16 tile (units of 16
+// elements: a quarter of a row); a third mbarrier a stage after the other
+// two, and a named barrier for the converters.
+constexpr int64_t kTTileAF8Bytes = kTTileM * kTTileK;
+constexpr int64_t kTConverters = 96;
+constexpr int64_t kTConvertUnits = kTTileM * kTTileK / 16;
+constexpr int64_t kTConverterBarrier = 8;
+static_assert(kTBarriers + 3 * kTStages * 8 <= kTStagingAt,
+              "TMA kernel: the 8-bit lhs's barriers before the staging boxes");
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
 // SMs the last wave is simply shorter).
 constexpr int64_t kTCtas = 132;
@@ -1658,7 +1679,10 @@ static_assert(kTSmemBytes + kTColAmaxBytes <= 232448,
 /// - Forward, of h = x @ w1 ([R, 2F]): the kernel's first result is the MX
 ///   rounding of a = swiglu(h) as bf16 [R, F] (the next GEMM's exact
 ///   operand); optionally also h (f32 [R, 2F], `keepH`) and a (f32 [R, F],
-///   `keepF32`), in that order, for other users.
+///   `keepF32`), in that order, for other users. With `mx`, the first
+///   result is instead the MX encoding itself, as two results: its elements
+///   [R, F] (type `f8`) and E8M0 scales [R, F / 32], for GEMMs that read the
+///   8-bit operand (TmaGemm::fp8Lhs).
 /// - Backward (`grad`), of da = dy @ w2^T ([R, F], transpose_rhs), given h as
 ///   the kernel's fourth argument: the first result is the MX rounding of
 ///   dh = swiglu_grad(h, da) as bf16 [R, 2F] (the data gradient's exact
@@ -1673,6 +1697,7 @@ struct SwigluEpilogue {
   Type f8;
   ScaleMode mode;
   bool keepH = false, keepF32 = false;
+  bool mx = false;
   bool col = false;
   Type colF8;
   ScaleMode colMode = ScaleMode::rceil;
@@ -1682,10 +1707,11 @@ struct SwigluEpilogue {
                             stringifyScaleMode(colMode))
                   .str()
             : "";
-    return llvm::formatv("_{0}_{1}_{2}{3}{4}{5}",
+    return llvm::formatv("_{0}_{1}_{2}{3}{4}{5}{6}",
                          grad ? "swiglu_grad" : "swiglu",
                          BlockScaledGemm::eltName(f8),
-                         stringifyScaleMode(mode), keepH ? "_h" : "",
+                         stringifyScaleMode(mode), mx ? "_mx" : "",
+                         keepH ? "_h" : "",
                          keepF32 ? (grad ? "_dh" : "_a") : "", colName)
         .str();
   }
@@ -1701,6 +1727,14 @@ struct TmaGemm {
   bool wgrad = false;
   /// Forward with rhs [E, K, N], or backward with transpose_rhs.
   std::optional<SwigluEpilogue> swiglu;
+  /// The lhs is an MX operand with blocks of 32 along K (forward and data
+  /// gradient kernels without an epilogue): its elements of this type and
+  /// its E8M0 scales, dequantized to bf16 in shared memory (see
+  /// WgmmaTmaEmitter::converter); null for a bf16 lhs.
+  Type lhsF8{};
+  /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
+  unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
+  unsigned offsetsArg() const { return rhsArg() + 1; }
 };
 
 /// Whether the kernel stores its f32 result [rows, N] through the copy engine
@@ -1720,6 +1754,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   // computed), and the backward's h argument; `out` is then the MX-rounded
   // result.
   Value outH{}, outF32{}, outCol{}, inH{};
+  // The 8-bit lhs's scales (TmaGemm::lhsF8), the forward epilogue's MX
+  // scales (SwigluEpilogue::mx; `out` holds the elements); else null.
+  Value scalesA{}, outScales{};
   // The tensor map (boxes of 64 rows x 32 columns) of the f32 result the
   // copy engine stores (see stagesF32); null if none.
   Value mapOut{};
@@ -1740,6 +1777,12 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   }
   Value emptyBarrier(Value s) {
     return sharedPtrAt(add(idx(kTBarriers + kTStages * 8), mul(s, idx(8))));
+  }
+  /// With an 8-bit lhs: the stage's A elements have landed (one arrival,
+  /// the producer's expect-tx of their 8192 bytes).
+  Value elementsBarrier(Value s) {
+    return sharedPtrAt(
+        add(idx(kTBarriers + 2 * kTStages * 8), mul(s, idx(8))));
   }
   /// Waits for the phase of parity `parity` (index 0/1) of barrier `bar`.
   void wait(Value bar, Value parity) {
@@ -1843,8 +1886,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         wait(emptyBarrier(s), rem(add(div(it, kTStages), idx(1)), 2));
         Value full = fullBarrier(s);
         NVVM::MBarrierArriveExpectTxOp::create(
-            b, loc, Type(), full, int32(kTStageBytes), NVVM::MemScopeKind::CTA,
-            /*relaxed=*/false, Value());
+            b, loc, Type(), full,
+            int32(g.lhsF8 ? kTTileBBytes : kTStageBytes),
+            NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
         Value stage = mul(s, idx(kTStageBytes));
         Value bTile = add(stage, idx(kTTileABytes));
         Value k0 = mul(kt, idx(kTTileK));
@@ -1860,7 +1904,17 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                     add(t.n0, idx(64 * q)), row, full);
           return SmallVector<Value>{};
         }
-        tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, full);
+        if (g.lhsF8) {
+          // The 128 x 64 elements (8 KiB) into the stage's A slot, where
+          // the converters expand them in place.
+          Value landed = elementsBarrier(s);
+          NVVM::MBarrierArriveExpectTxOp::create(
+              b, loc, Type(), landed, int32(kTTileAF8Bytes),
+              NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+          tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, landed);
+        } else {
+          tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, full);
+        }
         if (g.rhsTransposed) {
           // [E * N, K]: rows e * N + n0 .. + 256.
           tmaLoad(sharedPtrAt(bTile), mapB, k0,
@@ -1880,6 +1934,112 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
           }
         }
         return SmallVector<Value>{};
+      });
+      return add(g0, t.stages);
+    });
+  }
+
+  /// With an 8-bit lhs (g.lhsF8), warps 1-3 of the producer warpgroup: the
+  /// copy engine puts each stage's 128 x 64 A elements into the first 8 KiB
+  /// of the stage's A slot (64-byte rows, unswizzled), and these 96 threads
+  /// expand them in place into the bf16 tile the MMAs read (the bf16 lhs's
+  /// 128-byte swizzled layout, 16 KiB): each loads its units (16 elements,
+  /// quarter q of row r; unit u = 4 r + q, thread t's are t, t + 96, ...),
+  /// the 96 meet (named barrier) so that no write lands on elements still
+  /// unread, and each writes its units' 16 bf16 values (chunks 2 q, 2 q + 1
+  /// of row r). A value is the dequantize kernel's (decodeF8Pair: exact
+  /// f8 -> f16, times the block's scale in f32, rounded once to bf16), so
+  /// the MMAs see exactly the bf16 operand this kernel would otherwise read.
+  /// A unit's scale (block 2 kt + q / 2 of its row) is loaded from global
+  /// memory a stage ahead; rows past R (the copy's zeros) take scale byte
+  /// 0. Each thread then fences its writes for the tensor cores
+  /// and arrives on the stage's `full` barrier (the producer's expect-tx of
+  /// the B bytes and these 96 arrivals).
+  void converter(Value grid) {
+    Value ct = arith::SubIOp::create(b, loc, tid, idx(32));
+    Value sBase = baseAddress(scalesA);
+    int64_t blocksPerRow = g.k / kTSwigluBlock;
+    int64_t rounds = tilesOf(kTConvertUnits, kTConverters);
+    Type bf16 = b.getBF16Type();
+    // Thread ct's units (the same in every stage): u = ct + 96 i, row u / 4,
+    // quarter u % 4 (the last round's spare threads repeat the last unit,
+    // unstored).
+    SmallVector<Value> rows, quarters;
+    for (int64_t i = 0; i < rounds; ++i) {
+      Value u = minS(add(ct, idx(kTConverters * i)), idx(kTConvertUnits - 1));
+      rows.push_back(div(u, 4));
+      quarters.push_back(rem(u, 4));
+    }
+    // The units' scale bytes in stage kt of the tile from row m0.
+    auto loadScales = [&](Value m0, Value kt) {
+      SmallVector<Value> scales;
+      for (int64_t i = 0; i < rounds; ++i) {
+        Value row = add(m0, rows[i]);
+        Value at = add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)),
+                       add(mul(kt, idx(kTTileK / kTSwigluBlock)),
+                           div(quarters[i], 2)));
+        Value byte = LLVM::LoadOp::create(b, loc, i8(), globalPtr(sBase, at));
+        scales.push_back(select(cmp(P::slt, row, idx(g.rows)), byte, int8(0)));
+      }
+      return scales;
+    };
+    tileLoop(grid, [&](const Tile &t, Value g0) {
+      // The next stage's scales are loaded while this one converts.
+      forLoop(0, t.stages, loadScales(t.m0, idx(0)),
+              [&](Value kt, ValueRange carried) {
+        Value it = add(g0, kt);
+        Value s = rem(it, kTStages);
+        Value stage = mul(s, idx(kTStageBytes));
+        SmallVector<Value> scales(carried.begin(), carried.end()), elements;
+        SmallVector<Value> next = loadScales(
+            t.m0, minS(add(kt, idx(1)), idx(g.k / kTTileK - 1)));
+        wait(elementsBarrier(s), rem(div(it, kTStages), 2));
+        for (int64_t i = 0; i < rounds; ++i)
+          elements.push_back(LLVM::LoadOp::create(
+              b, loc, VectorType::get({16}, i8()),
+              sharedPtrAt(add(stage, add(mul(rows[i], idx(kTTileK)),
+                                         mul(quarters[i], idx(16))))),
+              /*alignment=*/16));
+        NVVM::BarrierOp::create(b, loc, Type(), int32(kTConverterBarrier),
+                                int32(kTConverters),
+                                NVVM::BarrierReductionAttr(), Value());
+        for (int64_t i = 0; i < rounds; ++i) {
+          auto expand = [&] {
+            Value scale = buildScaleValue(b, loc, scales[i]);
+            SmallVector<Value> values;
+            for (int64_t p = 0; p < 8; ++p) {
+              Value pair = LLVM::ShuffleVectorOp::create(
+                  b, loc, elements[i], elements[i],
+                  ArrayRef<int32_t>{int32_t(2 * p), int32_t(2 * p + 1)});
+              llvm::append_range(values, decodeF8Pair(pair, g.lhsF8,
+                                                      {scale, scale}, bf16));
+            }
+            for (int64_t h = 0; h < 2; ++h) {
+              Value v = LLVM::PoisonOp::create(b, loc,
+                                               VectorType::get({8}, bf16));
+              for (int64_t j = 0; j < 8; ++j)
+                v = LLVM::InsertElementOp::create(b, loc, v, values[8 * h + j],
+                                                  int32(j));
+              LLVM::StoreOp::create(
+                  b, loc, v,
+                  sharedPtrAt(swizzledChunk(
+                      stage, rows[i], add(mul(quarters[i], idx(2)), idx(h)))),
+                  /*alignment=*/16);
+            }
+          };
+          if (kTConverters * (i + 1) <= kTConvertUnits)
+            expand();
+          else
+            ifThen(cmp(P::slt, add(ct, idx(kTConverters * i)),
+                       idx(kTConvertUnits)),
+                   expand);
+        }
+        NVVM::FenceProxyOp::create(
+            b, loc, NVVM::ProxyKind::async_shared,
+            NVVM::SharedSpaceAttr::get(b.getContext(),
+                                       NVVM::SharedSpace::shared_cta));
+        NVVM::MBarrierArriveOp::create(b, loc, Type(), fullBarrier(s), Value());
+        return next;
       });
       return add(g0, t.stages);
     });
@@ -2149,7 +2309,34 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
           for (int64_t cc = 0; cc < 2; ++cc)
             act.push_back(buildSwiglu(b, loc, reg(j, cc), reg(j + 16, cc)));
-        SmallVector<Value> rounded = roundRowBlock(act);
+        Value amax = warpMax(amaxOf(act), {1, 2});
+        if (g.swiglu->mx) {
+          // The block's elements (byte `at`), and its scale (block
+          // n0 / 64 + m of the row) from the lane holding its first column.
+          std::pair<Value, SmallVector<Value>> encoded =
+              mxEncode(act, amax, g.swiglu->f8, g.swiglu->mode);
+          Value byte = encoded.first;
+          SmallVector<Value> pairs = encoded.second;
+          ifThen(valid, [&] {
+            for (int64_t i = 0; i < 4; ++i) {
+              Value at = add(rowAt, idx(8 * (4 * m + i)));
+              LLVM::StoreOp::create(b, loc, pairs[i], globalPtr(outBase, at),
+                                    /*alignment=*/2);
+              if (aBase)
+                storePair(aBase, at, act[2 * i], act[2 * i + 1], f32);
+            }
+            ifThen(cmp(P::eq, rem(lane, 4), idx(0)), [&] {
+              Value at = add(mul(row, idx(f / kTSwigluBlock)),
+                             add(div(c0, kTSwigluBlock), idx(m)));
+              LLVM::StoreOp::create(b, loc, byte,
+                                    globalPtr(baseAddress(outScales), at),
+                                    /*alignment=*/1);
+            });
+          });
+          continue;
+        }
+        SmallVector<Value> rounded =
+            mxRoundTrip(act, amax, g.swiglu->f8, g.swiglu->mode, f32);
         ifThen(valid, [&] {
           for (int64_t i = 0; i < 4; ++i) {
             Value at = add(rowAt, idx(8 * (4 * m + i)));
@@ -2345,9 +2532,16 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   void zeroUncovered(Value grid) {
     if (!g.swiglu)
       return zeroUncovered(grid, out, g.n * 4);
-    // The rounded result (bf16) is [R, F] forward, [R, 2F] backward.
+    // The rounded result (bf16) is [R, F] forward, [R, 2F] backward; the MX
+    // encoding's elements [R, F] and scales [R, F / 32] (a zero block's
+    // scale byte is 0).
     int64_t columns = g.swiglu->grad ? 2 * g.n : g.n / 2;
-    zeroUncovered(grid, out, columns * 2);
+    if (g.swiglu->mx) {
+      zeroUncovered(grid, out, columns);
+      zeroUncovered(grid, outScales, columns / kTSwigluBlock);
+    } else {
+      zeroUncovered(grid, out, columns * 2);
+    }
     if (outH)
       zeroUncovered(grid, outH, g.n * 4);
     if (outF32)
@@ -2355,14 +2549,19 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     if (outCol)
       zeroUncovered(grid, outCol, columns * 2);
   }
-  /// zeroUncovered for the result `buffer` of `rowBytes` bytes a row.
+  /// zeroUncovered for the result `buffer` of `rowBytes` bytes a row (16-byte
+  /// stores, or byte stores where rows are not whole 16-byte chunks).
   void zeroUncovered(Value grid, Value buffer, int64_t rowBytes) {
     Value start = clampedOffset(offsets, idx(0), g.rows);
     Value end = groupsEnd(offsets, g.rows);
     Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
     Value outBase = baseAddress(buffer);
-    Value zero = LLVM::ZeroOp::create(b, loc, VectorType::get({4}, b.getF32Type()));
-    Value chunksPerRow = idx(rowBytes / 16);
+    int64_t width = rowBytes % 16 ? 1 : 16;
+    Value zero = width == 1 ? int8(0)
+                            : LLVM::ZeroOp::create(
+                                  b, loc, VectorType::get({4}, b.getF32Type()))
+                                  .getResult();
+    Value chunksPerRow = idx(rowBytes / width);
     Value first =
         add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
                 idx(kTThreads)),
@@ -2374,8 +2573,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       strideLoop(first, chunks, stride, [&](Value chunk) {
         Value at = add(mul(from, chunksPerRow), chunk);
         LLVM::StoreOp::create(b, loc, zero,
-                              globalPtr(outBase, mul(at, idx(16))),
-                              /*alignment=*/16);
+                              globalPtr(outBase, mul(at, idx(width))),
+                              /*alignment=*/width);
       });
     };
     zeroRows(idx(0), start);
@@ -2390,10 +2589,14 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       zeroUncovered(grid);
     ifThen(cmp(P::eq, tid, idx(0)), [&] {
       for (int64_t s = 0; s < kTStages; ++s) {
-        NVVM::MBarrierInitOp::create(b, loc, fullBarrier(idx(s)), int32(1),
+        NVVM::MBarrierInitOp::create(b, loc, fullBarrier(idx(s)),
+                                     int32(g.lhsF8 ? 1 + kTConverters : 1),
                                      Value());
         NVVM::MBarrierInitOp::create(b, loc, emptyBarrier(idx(s)),
                                      int32(kTConsumerThreads), Value());
+        if (g.lhsF8)
+          NVVM::MBarrierInitOp::create(b, loc, elementsBarrier(idx(s)),
+                                       int32(1), Value());
       }
     });
     NVVM::Barrier0Op::create(b, loc);
@@ -2405,20 +2608,30 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
             .getShuffleResult());
     // The SwiGLU epilogue needs more than the 168 registers a thread of 384
     // gets: the producer warpgroup gives most of its registers to the
-    // consumers (128 x 40 + 256 x 232 <= 64K).
+    // consumers (128 x 40 + 256 x 232 <= 64K); with an 8-bit lhs it keeps
+    // enough for the converters (128 x 56 + 256 x 224).
+    int64_t producerRegs = g.lhsF8 ? 120 : 40, consumerRegs = g.lhsF8 ? 184 : 232;
+    static_assert(128 * 120 + 256 * 184 <= 65536 && 128 * 40 + 256 * 232 <= 65536,
+                  "TMA kernel: the register split");
     auto setMaxRegisters = [&](int64_t count,
                                NVVM::SetMaxRegisterAction action) {
-      if (g.swiglu)
+      if (g.swiglu || g.lhsF8)
         NVVM::SetMaxRegisterOp::create(b, loc, count, action);
     };
     ifElseVoid(
         cmp(P::eq, wg, idx(0)),
         [&] {
-          setMaxRegisters(40, NVVM::SetMaxRegisterAction::decrease);
-          ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
+          setMaxRegisters(producerRegs, NVVM::SetMaxRegisterAction::decrease);
+          if (g.lhsF8)
+            ifElseVoid(
+                cmp(P::ult, tid, idx(32)),
+                [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
+                [&] { converter(grid); });
+          else
+            ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
         },
         [&] {
-          setMaxRegisters(232, NVVM::SetMaxRegisterAction::increase);
+          setMaxRegisters(consumerRegs, NVVM::SetMaxRegisterAction::increase);
           consumer(grid, add(wg, idx(-1)));
         });
   }
@@ -2461,6 +2674,8 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                        "gradient"
           : t.swiglu ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU "
                        "and MX rounding epilogue"
+          : t.lhsF8  ? "cp.async.bulk.tensor + wgmma.mma_async bf16, MX lhs "
+                       "dequantized in shared memory"
                      : "cp.async.bulk.tensor + wgmma.mma_async bf16",
           argTypes, resultTypes, loc,
           {std::min(kTCtas, tiles), 1, 1, kTThreads,
@@ -2468,10 +2683,15 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                         : kTSmemBytes + (t.swiglu->col ? kTColAmaxBytes : 0)},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               ArrayRef<Value> outs) {
-            WgmmaTmaEmitter k{{{b, loc}}, t, buf[2], outs[0], mapA, mapB};
+            WgmmaTmaEmitter k{{{b, loc}}, t, buf[t.offsetsArg()], outs[0],
+                              mapA, mapB};
             k.mapOut = mapOut;
+            if (t.lhsF8)
+              k.scalesA = buf[1];
             if (t.swiglu) {
               unsigned next = 1;
+              if (t.swiglu->mx)
+                k.outScales = outs[next++];
               if (t.swiglu->keepH)
                 k.outH = outs[next++];
               if (t.swiglu->keepF32)
@@ -2486,16 +2706,17 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
           [&](OpBuilder &b, ArrayRef<Value> buf, ArrayRef<Value> outs) {
             EmitterBase h{b, loc};
             // A bf16 [rows, columns] array in boxes of 64 columns (128
-            // bytes, one swizzle row) x boxRows; f32 boxes of 32 columns.
+            // bytes, one swizzle row) x boxRows; f32 boxes of 32 columns;
+            // 8-bit boxes of `boxColumns` (64: one stage, unswizzled).
             auto map = [&](Value array, int64_t columns, int64_t rows,
-                           int64_t boxRows, int64_t bytes = 2) {
-              SmallVector<Value> args = {h.baseAddress(array),
-                                         h.int64(bytes),
-                                         h.int64(columns),
-                                         h.int64(rows),
-                                         h.int64(bytes * columns),
-                                         h.int64(128 / bytes),
-                                         h.int64(boxRows)};
+                           int64_t boxRows, int64_t bytes = 2,
+                           int64_t boxColumns = 0) {
+              SmallVector<Value> args = {
+                  h.baseAddress(array), h.int64(bytes),
+                  h.int64(columns),     h.int64(rows),
+                  h.int64(bytes * columns),
+                  h.int64(boxColumns ? boxColumns : 128 / bytes),
+                  h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
             // The f32 result [R, N] (weight gradient: [E * K, N]), stored
@@ -2509,11 +2730,16 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
               mapB = map(buf[1], t.n, t.rows, kTTileK);
               return;
             }
-            mapA = map(buf[0], t.k, t.rows, kTTileM);
-            mapB = t.rhsTransposed ? map(buf[1], t.k, t.experts * t.n, kTTileN)
-                                   : map(buf[1], t.n, t.experts * t.k, 64);
+            mapA = t.lhsF8 ? map(buf[0], t.k, t.rows, kTTileM, 1, kTTileK)
+                           : map(buf[0], t.k, t.rows, kTTileM);
+            Value rhs = buf[t.rhsArg()];
+            mapB = t.rhsTransposed ? map(rhs, t.k, t.experts * t.n, kTTileN)
+                                   : map(rhs, t.n, t.experts * t.k, 64);
           }),
-      t.wgrad ? SmallVector<unsigned>{0, 1} : SmallVector<unsigned>{0}, 2);
+      t.wgrad   ? SmallVector<unsigned>{0, 1}
+      : t.lhsF8 ? SmallVector<unsigned>{0, 1}
+                : SmallVector<unsigned>{0},
+      t.offsetsArg());
 }
 
 /// The private function computing one bf16 grouped GEMM shape on wgmma:
@@ -2616,6 +2842,33 @@ bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   return live.at(at) - rounded + tensorBytes(dh) > live.peak();
 }
 
+/// Whether a GEMM can read its lhs as MX elements and scales (TmaGemm::lhsF8):
+/// a TMA kernel without an epilogue (no SwiGLU reads its result).
+bool takesF8Lhs(GroupedMatmulOp op) {
+  std::optional<WgmmaGemm> g = matchWgmmaGemm(op);
+  return g && g->tma && llvm::none_of(op->getUsers(), [](Operation *u) {
+           return isa<SwigluOp, SwigluGradOp>(u);
+         });
+}
+
+/// The bf16 dequantize a TMA GEMM's lhs is and the moe.mx_pack it reads (an
+/// epilogue's MX result, blocks of 32 along K), when the kernel can read
+/// the elements and scales instead.
+std::optional<std::pair<DequantizeOp, MXPackOp>>
+f8LhsOf(GroupedMatmulOp op, const WgmmaGemm &g) {
+  auto dq = op.getLhs().getDefiningOp<DequantizeOp>();
+  if (!g.tma || !dq)
+    return std::nullopt;
+  auto pack = dq.getInput().getDefiningOp<MXPackOp>();
+  if (!pack)
+    return std::nullopt;
+  MXTensorType mx = pack.getType();
+  if (mx.getAxis() != 1 || mx.getBlockSize() != kTSwigluBlock ||
+      !isa<Float8E4M3FNType, Float8E5M2Type>(mx.getElementType()))
+    return std::nullopt;
+  return std::make_pair(dq, pack);
+}
+
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                                               const WgmmaGemm &g) {
   if (!g.tma || g.n % kTTileN)
@@ -2703,6 +2956,21 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
         return u != activation;
       });
   fusion.epilogue.keepF32 = f32Read(fusion.colQuantize);
+  // Forward: the MX encoding itself when only GEMMs read its rounding, as
+  // their lhs, and each can read it 8-bit (half the bytes of the bf16
+  // rounding, written and read).
+  fusion.epilogue.mx =
+      !fusion.epilogue.grad &&
+      llvm::all_of(fusion.quantize->getUsers(),
+                   [&](Operation *u) {
+                     return llvm::is_contained(fusion.roundTrips, u);
+                   }) &&
+      llvm::all_of(fusion.roundTrips, [](DequantizeOp dq) {
+        return llvm::all_of(dq->getUses(), [](OpOperand &use) {
+          auto gemm = dyn_cast<GroupedMatmulOp>(use.getOwner());
+          return gemm && use.getOperandNumber() == 0 && takesF8Lhs(gemm);
+        });
+      });
   return fusion;
 }
 
@@ -2715,8 +2983,14 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   const SwigluEpilogue &e = fusion.epilogue;
   Operation *activation = fusion.activation;
   auto valuesType = cast<RankedTensorType>(activation->getResult(0).getType());
-  SmallVector<RankedTensorType> resultTypes = {RankedTensorType::get(
-      valuesType.getShape(), BFloat16Type::get(op.getContext()))};
+  MXTensorType mxType = fusion.quantize.getType();
+  SmallVector<RankedTensorType> resultTypes;
+  if (e.mx)
+    resultTypes = {cast<RankedTensorType>(mxType.getDataType()),
+                   cast<RankedTensorType>(mxType.getScalesType())};
+  else
+    resultTypes = {RankedTensorType::get(valuesType.getShape(),
+                                         BFloat16Type::get(op.getContext()))};
   if (e.keepH)
     resultTypes.push_back(cast<RankedTensorType>(op.getType()));
   if (e.keepF32)
@@ -2739,12 +3013,22 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   OpBuilder b(e.grad ? activation : op.getOperation());
   auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
   unsigned next = 1;
-  for (DequantizeOp dq : fusion.roundTrips) {
-    dq.getResult().replaceAllUsesWith(call.getResult(0));
-    dq.erase();
-  }
-  if (fusion.quantize->use_empty())
+  if (e.mx) {
+    // The MX value itself: its dequantizes stay, for the GEMMs reading it to
+    // take the elements and scales (f8LhsOf).
+    auto pack = MXPackOp::create(b, op.getLoc(), mxType, call.getResult(0),
+                                 call.getResult(1));
+    fusion.quantize.getResult().replaceAllUsesWith(pack.getResult());
     fusion.quantize.erase();
+    next = 2;
+  } else {
+    for (DequantizeOp dq : fusion.roundTrips) {
+      dq.getResult().replaceAllUsesWith(call.getResult(0));
+      dq.erase();
+    }
+    if (fusion.quantize->use_empty())
+      fusion.quantize.erase();
+  }
   if (e.keepH)
     op.getResult().replaceUsesWithIf(call.getResult(next++), [&](OpOperand &u) {
       return u.getOwner() != activation;
@@ -4652,6 +4936,30 @@ struct MoEGPUDedicatedKernelsPass
         gemm->liveRowsOnly = live;
         if (std::optional<SwigluFusion> fusion = matchSwigluFusion(op, *gemm)) {
           lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
+          continue;
+        }
+        if (auto f8 = f8LhsOf(op, *gemm)) {
+          auto [dq, pack] = *f8;
+          TmaGemm t{gemm->rows,          gemm->k,
+                    gemm->n,             gemm->experts,
+                    gemm->rhsTransposed, gemm->liveRowsOnly,
+                    /*wgrad=*/false,     /*swiglu=*/std::nullopt};
+          t.lhsF8 = pack.getType().getElementType();
+          SmallVector<Value> args = {pack.getData(), pack.getScales(),
+                                     op.getRhs(), op.getOffsets()};
+          func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
+              module, symbols, t,
+              gemm->name() + "_" + BlockScaledGemm::eltName(t.lhsF8) + "_lhs",
+              llvm::to_vector(ValueRange(args).getTypes()), {op.getType()},
+              op.getLoc());
+          OpBuilder b(op);
+          auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
+          op.getResult().replaceAllUsesWith(call.getResult(0));
+          op.erase();
+          if (dq->use_empty())
+            dq.erase();
+          if (pack->use_empty())
+            pack.erase();
           continue;
         }
         SmallVector<Type> argTypes = {op.getLhs().getType(),

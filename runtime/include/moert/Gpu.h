@@ -52,7 +52,8 @@ void mgpuSetDefaultDevice(int32_t device);
 /// `rows` rows of `columns` elements of `elementBytes` (1, 2 or 4) bytes at
 /// `base`, rows `rowStrideBytes` apart (a multiple of 16); boxes of
 /// `boxColumns` x `boxRows` elements (boxColumns * elementBytes <= 128),
-/// stored in shared memory with the 128-byte swizzle; reads outside the
+/// stored in shared memory with the 128-byte swizzle when a box row is 128
+/// bytes, else unswizzled (rows packed); reads outside the
 /// array give zeros. Maps are encoded once and cached (the same arguments
 /// give the same address while cached; 4096 are kept, then the device is
 /// drained and the cache starts over); a bad argument prints what is wrong

@@ -1,6 +1,9 @@
 // The fused expert MLP on Hopper: the first GEMM's TMA kernel computes
-// SwiGLU and the MX rounding of the activation in its epilogue and returns
-// the second GEMM's exact bf16 operand. h [R, 2F] and the f32 activation
+// SwiGLU and the MX quantization of the activation in its epilogue. When
+// only TMA GEMMs read the quantization (as their lhs) it returns the MX
+// elements and scales, which those kernels read 8-bit and dequantize in
+// shared memory; otherwise the second GEMM's exact bf16 operand (the MX
+// rounding as bf16). h [R, 2F] and the f32 activation
 // are written only when something else reads them (a train step's
 // backward), as further results. Nothing of it runs here
 // (test/Integration/GPU/kernels.mlir runs it on the GPU).
@@ -11,11 +14,12 @@
 
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 
-// Forward: h, the activation and its quantization are never materialized.
+// Forward: h and the f32 activation are never materialized; the activation
+// only as its MX encoding, which the second GEMM reads.
 // CHECK-LABEL: func.func @mlp(
 // CHECK-SAME: %[[X:[^:]*]]: tensor<300x128xbf16>, %[[W1:[^:]*]]: tensor<3x128x512xbf16>, %[[W2:[^:]*]]: tensor<3x256x256xbf16>, %[[OFF:[^:]*]]: tensor<4xi32>
-// CHECK-NEXT: %[[A:.*]] = call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil(%[[X]], %[[W1]], %[[OFF]]) : (tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32>) -> tensor<300x256xbf16>
-// CHECK-NEXT: %[[Y:.*]] = call @moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma(%[[A]], %[[W2]], %[[OFF]])
+// CHECK-NEXT: %[[A:.*]]:2 = call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_mx(%[[X]], %[[W1]], %[[OFF]]) : (tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32>) -> (tensor<300x256xf8E4M3FN>, tensor<300x8xf8E8M0FNU>)
+// CHECK-NEXT: %[[Y:.*]] = call @moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma_e4m3_lhs(%[[A]]#0, %[[A]]#1, %[[W2]], %[[OFF]]) : (tensor<300x256xf8E4M3FN>, tensor<300x8xf8E8M0FNU>, tensor<3x256x256xbf16>, tensor<4xi32>) -> tensor<300x256xf32>
 // CHECK-NEXT: return %[[Y]]
 func.func @mlp(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
                %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
@@ -28,14 +32,33 @@ func.func @mlp(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y : tensor<300x256xf32>
 }
 
+// The rounding read by something besides GEMMs (here a result): the
+// epilogue returns it as bf16, which the second GEMM reads too.
+// CHECK-LABEL: func.func @mlp_rounding_returned(
+// CHECK-NEXT: %[[A:.*]] = call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_tma_swiglu_e4m3_rceil(%{{.*}}) : ({{.*}}) -> tensor<300x256xbf16>
+// CHECK-NEXT: %[[Y:.*]] = call @moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma(%[[A]],
+// CHECK-NEXT: return %[[Y]], %[[A]]
+func.func @mlp_rounding_returned(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                                 %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>)
+    -> (tensor<300x256xf32>, tensor<300x256xbf16>) {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<300x512xf32>
+  %a = moe.swiglu %h : tensor<300x512xf32> -> tensor<300x256xf32>
+  %q = moe.quantize %a : tensor<300x256xf32> -> !moe.mx<300x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<300x256xf8E4M3FN, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
+  %r = moe.dequantize %q : !moe.mx<300x256xf8E4M3FN, axis = 1> -> tensor<300x256xbf16>
+  return %y, %r : tensor<300x256xf32>, tensor<300x256xbf16>
+}
+
 // A train step: the backward reads h (swiglu_grad) and the activation
 // (quantized along the rows for the weight gradient), so the kernel returns
 // them too. E5M2 elements and the floor scale rule come from the quantize.
 // CHECK-LABEL: func.func @train(
-// CHECK-NEXT: %[[R:.*]]:3 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xbf16>, tensor<320x512xf32>, tensor<320x256xf32>)
-// CHECK-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma(%[[R]]#0,
-// CHECK-NEXT: moe.swiglu_grad %[[R]]#1,
-// CHECK-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#2)
+// CHECK-NEXT: %[[R:.*]]:4 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_mx_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xf8E5M2>, tensor<320x8xf8E8M0FNU>, tensor<320x512xf32>, tensor<320x256xf32>)
+// CHECK-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma_e5m2_lhs(%[[R]]#0, %[[R]]#1,
+// CHECK-NEXT: moe.swiglu_grad %[[R]]#2,
+// CHECK-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#3)
 func.func @train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
                  %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %da: tensor<320x256xf32>)
     -> (tensor<320x256xf32>, tensor<320x512xf32>, tensor<320x256xf32>) {
@@ -197,17 +220,33 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 
 // The kernel: the same launch as the plain TMA kernel; the B tile's four
 // boxes are the 128 gate and then the 128 up columns of the tile's outputs.
-// CHECK-LABEL: func.func private @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil(
-// CHECK-SAME: -> tensor<300x256xbf16>
+// CHECK-LABEL: func.func private @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_mx(
+// CHECK-SAME: -> (tensor<300x256xf8E4M3FN>, tensor<300x8xf8E8M0FNU>)
 // CHECK-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU and MX rounding epilogue"
 // CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c12,
 // CHECK: nvvm.setmaxregister decrease 40
 // CHECK: nvvm.setmaxregister increase 232
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
 
+// The second GEMM reading the MX encoding: the producer's copies of the
+// 8-bit elements (64-byte boxes) land on their own barrier; the producer
+// warpgroup keeps 120 registers for its three converter warps.
+// CHECK-LABEL: func.func private @moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma_e4m3_lhs(
+// CHECK-SAME: %{{.*}}: tensor<300x256xf8E4M3FN> {moe.group_rows}, %{{.*}}: tensor<300x8xf8E8M0FNU> {moe.group_rows}, %{{.*}}: tensor<3x256x256xbf16>, %{{.*}}: tensor<4xi32> {moe.group_offsets}
+// CHECK-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async bf16, MX lhs dequantized in shared memory"
+// CHECK: arith.constant 1 : i64
+// CHECK-NEXT: arith.constant 256 : i64
+// CHECK-NEXT: arith.constant 300 : i64
+// CHECK-NEXT: arith.constant 256 : i64
+// CHECK-NEXT: arith.constant 64 : i64
+// CHECK-NEXT: arith.constant 128 : i64
+// CHECK-NEXT: call @moertTensorMap2D(
+// CHECK: nvvm.setmaxregister decrease 120
+// CHECK: nvvm.setmaxregister increase 184
+
 // h, a result here, is stored directly (the copy engine's staging boxes are
 // for the plain GEMMs' results).
-// CHECK-LABEL: func.func private @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_h_a(
+// CHECK-LABEL: func.func private @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_mx_h_a(
 // CHECK-NOT: nvvm.cp.async.bulk.tensor.global.shared.cta
 // CHECK: llvm.store {{.*}} : vector<2xf32>, !llvm.ptr<1>
 // CHECK-NOT: nvvm.cp.async.bulk.tensor.global.shared.cta
@@ -215,16 +254,38 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 
 // In the PTX, registers move from the producer to the consumers; per MX block an
 // amax over the 4 lanes of a row (xor shuffles 1 and 2), the scale, the
-// hardware's f32 -> e4m3 rounding and the exact decode, bf16 pairs stored.
-// PTX-LABEL: .entry moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_kernel(
+// hardware's f32 -> e4m3 rounding, the element pairs and the scale byte
+// stored.
+// PTX-LABEL: .entry moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_mx_kernel(
 // PTX: setmaxnreg.inc.sync.aligned.u32 232;
 // PTX: ex2.approx
 // PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
 // PTX: shfl.sync.bfly.b32 {{.*}}, 2, 31, -1;
 // PTX: cvt.rn.satfinite.e4m3x2.f32
-// PTX: cvt.rn.f16x2.e4m3x2
-// PTX: st.global.b32
+// PTX: st.global.b16
+// PTX: st.global.b8
 // PTX: setmaxnreg.dec.sync.aligned.u32 40;
+
+// The converters (after the consumers' code, with the registers the
+// producer warpgroup keeps): each thread's fence of its bf16 writes and
+// arrival on the stage's full barrier (the loop rotated to its top), scale
+// bytes from global memory, the elements' 16-byte loads from shared memory
+// once they landed, the converters' named barrier, the exact decode and
+// 16-byte bf16 stores; then the producer's expect-tx and copies.
+// PTX-LABEL: .entry moe_wgmma_gmm_300x256x256_e3_bf16_i32_tma_e4m3_lhs_kernel(
+// PTX: setmaxnreg.inc.sync.aligned.u32 184;
+// PTX: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16
+// PTX: setmaxnreg.dec.sync.aligned.u32 120;
+// PTX: fence.proxy.async.shared::cta;
+// PTX-NEXT: mbarrier.arrive.shared.b64
+// PTX: ld.global.b8
+// PTX: mbarrier.try_wait.parity
+// PTX: ld.shared.v4.b32
+// PTX: bar.sync 8, 96;
+// PTX: cvt.rn.f16x2.e4m3x2
+// PTX: st.shared.v4.b32
+// PTX: mbarrier.arrive.expect_tx
+// PTX: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 
 // The backward kernel: 8-byte loads of h's gate and up, two blocks (gate
 // and up halves of dh) per 8 values of da.

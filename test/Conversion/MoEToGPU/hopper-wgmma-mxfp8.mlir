@@ -11,13 +11,17 @@
 // Chips without the kernel keep the generic path.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_80 fp8-mma=true" | FileCheck %s --check-prefix=NOKERNEL
 // By default MXFP8 goes through its exact bf16 dequantization to the bf16
-// wgmma kernel (FP8 tensor-core sums are not exact):
+// wgmma kernel (FP8 tensor-core sums are not exact). The TMA kernel reads
+// an MX lhs given as elements and scales (here the function's) 8-bit and
+// dequantizes it in shared memory; the weights go through the dequantize
+// kernel:
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefix=EXACT
-// EXACT-LABEL: func.func @mxfp8
+// EXACT-LABEL: func.func @mxfp8(
+// EXACT-SAME: %[[AD:[^:]*]]: tensor<200x128xf8E4M3FN>, %[[AS:[^:]*]]: tensor<200x4xf8E8M0FNU>
 // EXACT-NOT: moe_wgmma_mx
-// EXACT: call @moe_mx_dequantize_200x128_a1_e4m3_to_bf16(
-// EXACT: call @moe_mx_dequantize_3x128x256_a1_e4m3_to_bf16(
-// EXACT: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32_tma(
+// EXACT-NOT: moe_mx_dequantize_200x128
+// EXACT: %[[W:.*]] = call @moe_mx_dequantize_3x128x256_a1_e4m3_to_bf16(
+// EXACT: call @moe_wgmma_gmm_200x128x256_e3_bf16_i32_tma_e4m3_lhs(%[[AD]], %[[AS]], %[[W]], 
 // EXACT-LABEL: func.func @kernels_shape
 // EXACT: call @moe_mx_dequantize_16x256x128_a1_e5m2_to_bf16(
 // EXACT: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(

@@ -432,6 +432,40 @@ func.func @grouped_matmul_tma_uneven_transpose_rhs(%x: tensor<700x512xbf16>,
   return %y : tensor<700x256xf32>
 }
 
+// The TMA kernel reading an MX lhs 8-bit (elements and scales, as the
+// SwiGLU epilogue writes them for the second GEMM): the converter warps
+// dequantize each stage in shared memory. The same uneven groups (the last
+// row tile runs 60 rows past R, which the copy fills with zeros) over K =
+// 512 (16 scales a row, two a stage). Element codes 0..95 (E4M3 up to 30,
+// no NaN) and scales 2^-11..2^-4, random per block: products exact on both,
+// sums of 512 terms (~1 in magnitude) in another order: atol 2e-3.
+func.func @grouped_matmul_tma_mx_lhs(%d: tensor<700x512xf8E4M3FN> {moe.test_range = [0, 96]},
+                                     %s: tensor<700x16xf8E8M0FNU> {moe.test_range = [116, 124]},
+                                     %w: tensor<5x512x256xbf16>)
+    -> tensor<700x256xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %q = moe.mx_pack %d, %s : tensor<700x512xf8E4M3FN>, tensor<700x16xf8E8M0FNU>
+      -> !moe.mx<700x512xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w, %o
+      : !moe.mx<700x512xf8E4M3FN, axis = 1>, tensor<5x512x256xbf16>, tensor<6xi32> -> tensor<700x256xf32>
+  return %y : tensor<700x256xf32>
+}
+
+// The same with E5M2 elements (codes 0..111: up to 2^13, no infinity or NaN;
+// scales 2^-19..2^-12) and the weights [E, N, K] (a data gradient's form).
+func.func @grouped_matmul_tma_mx_lhs_e5m2_transpose_rhs(
+    %d: tensor<700x512xf8E5M2> {moe.test_range = [0, 112]},
+    %s: tensor<700x16xf8E8M0FNU> {moe.test_range = [108, 116]},
+    %w: tensor<5x256x512xbf16>)
+    -> tensor<700x256xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %q = moe.mx_pack %d, %s : tensor<700x512xf8E5M2>, tensor<700x16xf8E8M0FNU>
+      -> !moe.mx<700x512xf8E5M2, axis = 1>
+  %y = moe.grouped_matmul %q, %w, %o transpose_rhs
+      : !moe.mx<700x512xf8E5M2, axis = 1>, tensor<5x256x512xbf16>, tensor<6xi32> -> tensor<700x256xf32>
+  return %y : tensor<700x256xf32>
+}
+
 // More tiles than the persistent grid's 132 CTAs ((36 + 16) x 4 at most):
 // each CTA runs several tiles, its ring's phases running on across them.
 func.func @grouped_matmul_tma_persistent(%x: tensor<1024x256xbf16>, %logits: tensor<1024x16xf32>,
