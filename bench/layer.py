@@ -9,7 +9,11 @@ Ours: the train step of the layer's loss sum(layer(x) * dy) that
 mxfp8: MXFP8 expert GEMMs forward and backward, each expert's rows padded
 to 32; `pairs always`: the same compiled with --pair-round-trips=always,
 which reads each tensor once for both MX blockings however long the
-second is held, where the default splits pairs that raise the peak). Peers, bf16: transformers'
+second is held, where the default splits pairs that raise the peak;
+`8-bit activations`: compiled with --mx-activations=always, every SwiGLU
+epilogue writing its activation's MX elements and scales for the GEMM after
+it, where the default does so only where that lowers the peak). Peers,
+bf16: transformers'
 Qwen3MoeSparseMoeBlock with its default experts and with grouped_mm, a
 hand-written torch._grouped_mm layer, and the same layer with FP8 rowwise
 GEMMs (torch._scaled_grouped_mm forward and for the data gradients, weight
@@ -135,7 +139,8 @@ def main(art_dir, token_counts):
             # --- ours ---
             from moe_mlir import load, runtime
             names = {"none": "moe-mlir f32", "mxfp8": "moe-mlir MXFP8 experts",
-                     "mxfp8-paired": "moe-mlir MXFP8, pairs always"}
+                     "mxfp8-paired": "moe-mlir MXFP8, pairs always",
+                     "mxfp8-mx": "moe-mlir MXFP8, 8-bit activations"}
             for recipe in names:
                 path = os.path.join(art_dir, f"layer_{T}_{recipe}.sm_90a.so")
                 if not os.path.exists(path):

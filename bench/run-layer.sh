@@ -46,6 +46,11 @@ PY
     echo "compile: layer $T tokens, recipe mxfp8, --pair-round-trips=always (sm_90a)"
     "$root/build/bin/moe-compile" "$dir/layer_${T}_mxfp8.mlir" --target=sm_90a \
       --pair-round-trips=always -o "$dir/layer_${T}_mxfp8-paired.sm_90a.so"
+    # The memory-first variant: every SwiGLU epilogue's activation 8-bit for
+    # the GEMMs reading it (the default only where that lowers the peak).
+    echo "compile: layer $T tokens, recipe mxfp8, --mx-activations=always (sm_90a)"
+    "$root/build/bin/moe-compile" "$dir/layer_${T}_mxfp8.mlir" --target=sm_90a \
+      --mx-activations=always -o "$dir/layer_${T}_mxfp8-mx.sm_90a.so"
   done
 }
 

@@ -20,9 +20,12 @@ prepare() {
   mkdir -p "$artifacts"
   for src in "$root"/test/Integration/GPU/*.mlir; do
     name=$(basename "$src" .mlir)
-    echo "compile: $name (cpu, $chip)"
+    # A file's `// GPU-CHECK-FLAGS: ...` line: moe-compile flags for its GPU build.
+    flags=$(sed -n 's|^// GPU-CHECK-FLAGS: *||p' "$src")
+    echo "compile: $name (cpu, $chip${flags:+ $flags})"
     "$root/build/bin/moe-compile" "$src" --target=cpu -o "$artifacts/$name.cpu.so"
-    "$root/build/bin/moe-compile" "$src" --target="$chip" -o "$artifacts/$name.$chip.so"
+    # shellcheck disable=SC2086 # the flags are words
+    "$root/build/bin/moe-compile" "$src" --target="$chip" $flags -o "$artifacts/$name.$chip.so"
   done
 }
 

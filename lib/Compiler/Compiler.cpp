@@ -242,6 +242,7 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     options.mxfp8FP8MMA = opts.mxfp8FP8MMA;
     options.bufferReport = opts.bufferReport;
     options.pairRoundTrips = opts.pairRoundTrips;
+    options.mxActivations = opts.mxActivations;
     moe::buildGPUPipeline(pm, options);
   } else {
     moe::buildCPUPipeline(pm, opts.bufferReport);

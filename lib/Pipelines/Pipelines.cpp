@@ -232,6 +232,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
     dedicated.chip = options.chip;
     dedicated.fp8Mma = options.mxfp8FP8MMA;
     dedicated.pairRoundTrips = options.pairRoundTrips;
+    dedicated.mxActivations = options.mxActivations;
     pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
     // GEMMs sharing an MX weight (the chunks of an expert-parallel layer, a
     // forward and its recomputation) share its dequantization.

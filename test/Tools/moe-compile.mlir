@@ -14,6 +14,8 @@
 // PAIRS: moe-compile: --pair-round-trips must be 'peak' or 'always', got 'never'
 // RUN: not moe-opt %s --moe-gpu-dedicated-kernels="pair-round-trips=never" -o /dev/null 2>&1 | FileCheck %s --check-prefix=PASSPAIRS
 // PASSPAIRS: error: -moe-gpu-dedicated-kernels: pair-round-trips must be 'peak' or 'always', got 'never'
+// RUN: not moe-compile %s --target=sm_90a --mx-activations=bf16 -o %t.so 2>&1 | FileCheck %s --check-prefix=MXACT
+// MXACT: moe-compile: --mx-activations must be 'peak' or 'always', got 'bf16'
 // --help lists moe-compile's own options, not LLVM's hundreds:
 // RUN: moe-compile --help | FileCheck %s --check-prefix=HELP
 // HELP-NOT: aarch64
@@ -24,6 +26,7 @@
 // HELP-DAG: --mxfp8-fp8-mma
 // HELP-DAG: --buffer-report
 // HELP-DAG: --pair-round-trips=
+// HELP-DAG: --mx-activations=
 
 func.func @takes_mx(%q: !moe.mx<4x32xf8E4M3FN, axis = 1>) -> tensor<4x32xf32> {
   %y = moe.dequantize %q : !moe.mx<4x32xf8E4M3FN, axis = 1> -> tensor<4x32xf32>

@@ -76,6 +76,14 @@ static cl::opt<std::string> pairRoundTrips(
              "the second result longer raises the step's peak memory) or "
              "'always' (each tensor read once: faster, more memory)"),
     cl::init("peak"), cl::cat(moeCompileOptions));
+static cl::opt<std::string> mxActivations(
+    "mx-activations",
+    cl::desc("Hopper: where the expert GEMMs read the activations their "
+             "SwiGLU epilogues quantize as 8-bit MX elements and scales "
+             "instead of bf16: 'peak' (default: where that lowers the step's "
+             "peak memory) or 'always' (the least memory; those GEMMs run "
+             "10-18% slower)"),
+    cl::init("peak"), cl::cat(moeCompileOptions));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"), cl::cat(moeCompileOptions));
@@ -124,6 +132,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   options.pairRoundTrips = pairRoundTrips;
+  if (mxActivations != "peak" && mxActivations != "always") {
+    llvm::errs() << "moe-compile: --mx-activations must be 'peak' or "
+                    "'always', got '"
+                 << mxActivations << "'\n";
+    return 1;
+  }
+  options.mxActivations = mxActivations;
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));
 }

@@ -50,6 +50,10 @@ struct CompileOptions {
   /// Hopper: when the two MX round trips of one tensor share a kernel:
   /// "peak" (within the peak of live tensors) or "always".
   std::string pairRoundTrips = "peak";
+  /// Hopper: where the expert GEMMs read their fused epilogues' activations
+  /// as 8-bit MX elements and scales: "peak" (where that lowers the peak of
+  /// live tensors) or "always".
+  std::string mxActivations = "peak";
   /// The C compiler driver used to link.
   std::string linker = "cc";
 };

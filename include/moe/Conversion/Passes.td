@@ -371,7 +371,15 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "When the two MX round trips of one tensor share a kernel: peak "
            "(unless holding the second result longer raises the peak of live "
            "tensors of their block; the least memory) or always (every pair; "
-           "each tensor read once, the fastest)">
+           "each tensor read once, the fastest)">,
+    Option<"mxActivations", "mx-activations", "std::string",
+           /*default=*/"\"peak\"",
+           "Where a SwiGLU epilogue writes the MX encoding of its activation "
+           "(8-bit elements and E8M0 scales, which the TMA GEMMs reading it "
+           "dequantize in shared memory) instead of its bf16 rounding: peak "
+           "(where that lowers the peak of live tensors of the block) or "
+           "always (the least memory; the GEMMs reading 8-bit run 10-18% "
+           "slower)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

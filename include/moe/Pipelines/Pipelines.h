@@ -41,6 +41,14 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "a kernel: peak (unless that raises the peak of live "
                      "tensors; the least memory) or always (the fastest)"),
       llvm::cl::init("peak")};
+  PassOptions::Option<std::string> mxActivations{
+      *this, "mx-activations",
+      llvm::cl::desc("Hopper: where the expert GEMMs read their SwiGLU "
+                     "epilogues' MX activations 8-bit instead of as bf16: "
+                     "peak (where that lowers the peak of live tensors) or "
+                     "always (the least memory; those GEMMs are 10-18% "
+                     "slower)"),
+      llvm::cl::init("peak")};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",
       llvm::cl::desc("Threads per block of the generic kernels"),

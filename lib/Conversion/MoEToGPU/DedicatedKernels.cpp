@@ -2309,34 +2309,22 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
           for (int64_t cc = 0; cc < 2; ++cc)
             act.push_back(buildSwiglu(b, loc, reg(j, cc), reg(j + 16, cc)));
-        Value amax = warpMax(amaxOf(act), {1, 2});
         if (g.swiglu->mx) {
-          // The block's elements (byte `at`), and its scale (block
-          // n0 / 64 + m of the row) from the lane holding its first column.
-          std::pair<Value, SmallVector<Value>> encoded =
-              mxEncode(act, amax, g.swiglu->f8, g.swiglu->mode);
-          Value byte = encoded.first;
-          SmallVector<Value> pairs = encoded.second;
+          // Block n0 / 64 + m of the row's F / 32.
+          auto encoded = encodeRowBlock(act);
           ifThen(valid, [&] {
-            for (int64_t i = 0; i < 4; ++i) {
-              Value at = add(rowAt, idx(8 * (4 * m + i)));
-              LLVM::StoreOp::create(b, loc, pairs[i], globalPtr(outBase, at),
-                                    /*alignment=*/2);
-              if (aBase)
-                storePair(aBase, at, act[2 * i], act[2 * i + 1], f32);
-            }
-            ifThen(cmp(P::eq, rem(lane, 4), idx(0)), [&] {
-              Value at = add(mul(row, idx(f / kTSwigluBlock)),
-                             add(div(c0, kTSwigluBlock), idx(m)));
-              LLVM::StoreOp::create(b, loc, byte,
-                                    globalPtr(baseAddress(outScales), at),
-                                    /*alignment=*/1);
-            });
+            storeEncoded(encoded, add(rowAt, idx(32 * m)),
+                         add(mul(row, idx(f / kTSwigluBlock)),
+                             add(div(c0, kTSwigluBlock), idx(m))),
+                         lane);
+            if (aBase)
+              for (int64_t i = 0; i < 4; ++i)
+                storePair(aBase, add(rowAt, idx(8 * (4 * m + i))),
+                          act[2 * i], act[2 * i + 1], f32);
           });
           continue;
         }
-        SmallVector<Value> rounded =
-            mxRoundTrip(act, amax, g.swiglu->f8, g.swiglu->mode, f32);
+        SmallVector<Value> rounded = roundRowBlock(act);
         ifThen(valid, [&] {
           for (int64_t i = 0; i < 4; ++i) {
             Value at = add(rowAt, idx(8 * (4 * m + i)));
@@ -2356,6 +2344,28 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value amax = warpMax(amaxOf(values), {1, 2});
     return mxRoundTrip(values, amax, g.swiglu->f8, g.swiglu->mode,
                        b.getF32Type());
+  }
+  /// The MX encoding of that block (SwigluEpilogue::mx): its scale byte and
+  /// this thread's element pairs.
+  std::pair<Value, SmallVector<Value>> encodeRowBlock(ArrayRef<Value> values) {
+    Value amax = warpMax(amaxOf(values), {1, 2});
+    return mxEncode(values, amax, g.swiglu->f8, g.swiglu->mode);
+  }
+  /// Stores an encoded block: this thread's 4 pairs at elements at + 8 i
+  /// of `out` (columns 8 j + 2 (l%4) + {0, 1}: `at` is the thread's first),
+  /// and the scale byte at `scaleAt` of `outScales` from lane l%4 == 0.
+  void storeEncoded(const std::pair<Value, SmallVector<Value>> &encoded,
+                    Value at, Value scaleAt, Value lane) {
+    Value outBase = baseAddress(out);
+    for (int64_t i = 0; i < 4; ++i)
+      LLVM::StoreOp::create(b, loc, encoded.second[i],
+                            globalPtr(outBase, add(at, idx(8 * i))),
+                            /*alignment=*/2);
+    ifThen(cmp(P::eq, rem(lane, 4), idx(0)), [&] {
+      LLVM::StoreOp::create(b, loc, encoded.first,
+                            globalPtr(baseAddress(outScales), scaleAt),
+                            /*alignment=*/1);
+    });
   }
 
   /// The backward SwiGLU epilogue (see SwigluEpilogue): register
@@ -2436,20 +2446,40 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
           du.push_back(dUp);
         }
       }
-      SmallVector<Value> gRounded = roundRowBlock(dg);
-      SmallVector<Value> uRounded = roundRowBlock(du);
-      if (k + 1 < 2 * blocksPerRow)
-        next = loadBlock(k + 1);
       Value row = rowOf(h);
       Value rowAt = add(mul(row, idx(twoF)), col);
+      // The gate's block and the up's, F further: the MX encoding (blocks
+      // n0 / 32 + m and F / 32 further of the row's 2F / 32 scales) or the
+      // rounding.
+      std::pair<Value, SmallVector<Value>> gEncoded, uEncoded;
+      SmallVector<Value> gRounded, uRounded;
+      if (g.swiglu->mx) {
+        gEncoded = encodeRowBlock(dg);
+        uEncoded = encodeRowBlock(du);
+      } else {
+        gRounded = roundRowBlock(dg);
+        uRounded = roundRowBlock(du);
+      }
+      if (k + 1 < 2 * blocksPerRow)
+        next = loadBlock(k + 1);
       ifThen(cmp(P::slt, row, t.hi), [&] {
+        if (g.swiglu->mx) {
+          Value at = add(rowAt, idx(32 * m));
+          Value scaleAt = add(mul(row, idx(twoF / kTSwigluBlock)),
+                              add(div(t.n0, kTSwigluBlock), idx(m)));
+          storeEncoded(gEncoded, at, scaleAt, lane);
+          storeEncoded(uEncoded, add(at, idx(f)),
+                       add(scaleAt, idx(f / kTSwigluBlock)), lane);
+        }
         for (int64_t i = 0; i < 4; ++i) {
           Value at = add(rowAt, idx(8 * (4 * m + i)));
           Value upAt = add(at, idx(f));
-          storePair(outBase, at, gRounded[2 * i], gRounded[2 * i + 1],
-                    b.getBF16Type());
-          storePair(outBase, upAt, uRounded[2 * i], uRounded[2 * i + 1],
-                    b.getBF16Type());
+          if (!g.swiglu->mx) {
+            storePair(outBase, at, gRounded[2 * i], gRounded[2 * i + 1],
+                      b.getBF16Type());
+            storePair(outBase, upAt, uRounded[2 * i], uRounded[2 * i + 1],
+                      b.getBF16Type());
+          }
           if (dhBase) {
             storePair(dhBase, at, dg[2 * i], dg[2 * i + 1], f32);
             storePair(dhBase, upAt, du[2 * i], du[2 * i + 1], f32);
@@ -2869,8 +2899,48 @@ f8LhsOf(GroupedMatmulOp op, const WgmmaGemm &g) {
   return std::make_pair(dq, pack);
 }
 
+/// Whether the epilogue's MX encoding (SwigluEpilogue::mx) instead of its
+/// bf16 rounding lowers the block's peak of live tensors: whether the peak
+/// lies where the rounding is live, from the kernel to its last reader. The
+/// 8-bit reads cost the GEMMs time (the shared-memory dequantization is
+/// traffic on top of the MMAs' own: 10-18% of those kernels measured), so
+/// the encoding is kept where it saves memory.
+bool mxLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
+  const SwigluEpilogue &e = fusion.epilogue;
+  Operation *act = fusion.activation;
+  Value result = op.getResult(), values = act->getResult(0);
+  Block *block = act->getBlock();
+  // The GEMM's result and the activation's exist only where kept (the
+  // forward's h, the f32 values).
+  BlockLiveness live(*block, [&](Value v) {
+    return (v != result || (!e.grad && e.keepH)) &&
+           (v != values || e.keepF32) && !readFromTokens(v);
+  });
+  unsigned at = live.position(e.grad ? act : op.getOperation());
+  unsigned first = std::numeric_limits<unsigned>::max(), end = at + 1;
+  for (DequantizeOp dq : fusion.roundTrips) {
+    if (Operation *anc = block->findAncestorOpInBlock(*dq))
+      first = std::min(first, live.position(anc));
+    for (Operation *user : dq->getUsers())
+      if (Operation *anc = block->findAncestorOpInBlock(*user))
+        end = std::max(end, live.position(anc) + 1);
+  }
+  // The rounding from the kernel on (the dequantizes, where they stand now,
+  // count from their own positions).
+  int64_t rounded = tensorBytes(fusion.roundTrips.front()->getResult(0));
+  if (first > at && first != std::numeric_limits<unsigned>::max())
+    live.add(at, first, rounded);
+  int64_t elements = rounded / 2;
+  int64_t encoded = elements + elements / kTSwigluBlock;
+  unsigned size = block->getOperations().size();
+  int64_t lowered = std::max({live.peak(0, at), live.peak(end, size),
+                              live.peak(at, end) - rounded + encoded});
+  return lowered < live.peak();
+}
+
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
-                                              const WgmmaGemm &g) {
+                                              const WgmmaGemm &g,
+                                              bool mxAlways) {
   if (!g.tma || g.n % kTTileN)
     return std::nullopt;
   Value result = op.getResult();
@@ -2956,11 +3026,11 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
         return u != activation;
       });
   fusion.epilogue.keepF32 = f32Read(fusion.colQuantize);
-  // Forward: the MX encoding itself when only GEMMs read its rounding, as
+  // The MX encoding itself when only GEMMs read the rowwise rounding, as
   // their lhs, and each can read it 8-bit (half the bytes of the bf16
-  // rounding, written and read).
+  // rounding, written and read): where that lowers the peak, or always
+  // (`always`).
   fusion.epilogue.mx =
-      !fusion.epilogue.grad &&
       llvm::all_of(fusion.quantize->getUsers(),
                    [&](Operation *u) {
                      return llvm::is_contained(fusion.roundTrips, u);
@@ -2970,7 +3040,8 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
           auto gemm = dyn_cast<GroupedMatmulOp>(use.getOwner());
           return gemm && use.getOperandNumber() == 0 && takesF8Lhs(gemm);
         });
-      });
+      }) &&
+      (mxAlways || mxLowersPeak(op, fusion));
   return fusion;
 }
 
@@ -2996,7 +3067,8 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   if (e.keepF32)
     resultTypes.push_back(valuesType);
   if (e.col)
-    resultTypes.push_back(resultTypes.front());
+    resultTypes.push_back(RankedTensorType::get(
+        valuesType.getShape(), BFloat16Type::get(op.getContext())));
   TmaGemm t{g.rows,         g.k,
             g.n,            g.experts,
             g.rhsTransposed, g.liveRowsOnly,
@@ -4834,6 +4906,13 @@ struct MoEGPUDedicatedKernelsPass
           << pairRoundTrips << "'";
       return signalPassFailure();
     }
+    if (mxActivations != "peak" && mxActivations != "always") {
+      getOperation().emitError()
+          << "-moe-gpu-dedicated-kernels: mx-activations must be 'peak' or "
+             "'always', got '"
+          << mxActivations << "'";
+      return signalPassFailure();
+    }
     if (!hasDedicatedGPUKernels(chip))
       return;
     ModuleOp module = getOperation();
@@ -4934,7 +5013,8 @@ struct MoEGPUDedicatedKernelsPass
         if (!gemm)
           continue;
         gemm->liveRowsOnly = live;
-        if (std::optional<SwigluFusion> fusion = matchSwigluFusion(op, *gemm)) {
+        if (std::optional<SwigluFusion> fusion =
+                matchSwigluFusion(op, *gemm, mxActivations == "always")) {
           lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
           continue;
         }

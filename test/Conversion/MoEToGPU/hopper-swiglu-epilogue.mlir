@@ -1,13 +1,19 @@
 // The fused expert MLP on Hopper: the first GEMM's TMA kernel computes
 // SwiGLU and the MX quantization of the activation in its epilogue. When
-// only TMA GEMMs read the quantization (as their lhs) it returns the MX
-// elements and scales, which those kernels read 8-bit and dequantize in
-// shared memory; otherwise the second GEMM's exact bf16 operand (the MX
-// rounding as bf16). h [R, 2F] and the f32 activation
+// only TMA GEMMs read the quantization (as their lhs) and the rounding is
+// live at the peak of live tensors (or with mx-activations=always), it
+// returns the MX elements and scales, which those kernels read 8-bit and
+// dequantize in shared memory; otherwise the second GEMM's exact bf16
+// operand (the MX rounding as bf16). h [R, 2F] and the f32 activation
 // are written only when something else reads them (a train step's
 // backward), as further results. Nothing of it runs here
 // (test/Integration/GPU/kernels.mlir runs it on the GPU).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a mx-activations=always" \
+// RUN:   | FileCheck %s --check-prefix=ALWAYS
+// RUN: not moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a mx-activations=never" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BADOPT
+// BADOPT: error: -moe-gpu-dedicated-kernels: mx-activations must be 'peak' or 'always', got 'never'
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
@@ -15,7 +21,8 @@
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 
 // Forward: h and the f32 activation are never materialized; the activation
-// only as its MX encoding, which the second GEMM reads.
+// only as its MX encoding, which the second GEMM reads (the rounding would
+// be live at the function's peak, with the second GEMM's result).
 // CHECK-LABEL: func.func @mlp(
 // CHECK-SAME: %[[X:[^:]*]]: tensor<300x128xbf16>, %[[W1:[^:]*]]: tensor<3x128x512xbf16>, %[[W2:[^:]*]]: tensor<3x256x256xbf16>, %[[OFF:[^:]*]]: tensor<4xi32>
 // CHECK-NEXT: %[[A:.*]]:2 = call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_mx(%[[X]], %[[W1]], %[[OFF]]) : (tensor<300x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32>) -> (tensor<300x256xf8E4M3FN>, tensor<300x8xf8E8M0FNU>)
@@ -54,11 +61,18 @@ func.func @mlp_rounding_returned(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512
 // A train step: the backward reads h (swiglu_grad) and the activation
 // (quantized along the rows for the weight gradient), so the kernel returns
 // them too. E5M2 elements and the floor scale rule come from the quantize.
+// The peak is later (at the gradient, with h), so the rounding stays bf16;
+// with mx-activations=always the encoding.
 // CHECK-LABEL: func.func @train(
-// CHECK-NEXT: %[[R:.*]]:4 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_mx_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xf8E5M2>, tensor<320x8xf8E8M0FNU>, tensor<320x512xf32>, tensor<320x256xf32>)
-// CHECK-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma_e5m2_lhs(%[[R]]#0, %[[R]]#1,
-// CHECK-NEXT: moe.swiglu_grad %[[R]]#2,
-// CHECK-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#3)
+// CHECK-NEXT: %[[R:.*]]:3 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xbf16>, tensor<320x512xf32>, tensor<320x256xf32>)
+// CHECK-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma(%[[R]]#0,
+// CHECK-NEXT: moe.swiglu_grad %[[R]]#1,
+// CHECK-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#2)
+// ALWAYS-LABEL: func.func @train(
+// ALWAYS-NEXT: %[[R:.*]]:4 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_mx_h_a(%{{.*}}) : ({{.*}}) -> (tensor<320x256xf8E5M2>, tensor<320x8xf8E8M0FNU>, tensor<320x512xf32>, tensor<320x256xf32>)
+// ALWAYS-NEXT: call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma_e5m2_lhs(%[[R]]#0, %[[R]]#1,
+// ALWAYS-NEXT: moe.swiglu_grad %[[R]]#2,
+// ALWAYS-NEXT: call @moe_mx_round_trip_320x256_a0_e5m2_floor_f32_to_f32(%[[R]]#3)
 func.func @train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
                  %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %da: tensor<320x256xf32>)
     -> (tensor<320x256xf32>, tensor<320x512xf32>, tensor<320x256xf32>) {
@@ -96,6 +110,27 @@ func.func @backward(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf16>,
   %q0 = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 0>
   %r0 = moe.dequantize %q0 : !moe.mx<320x512xf8E4M3FN, axis = 0> -> tensor<320x512xf32>
   return %dx, %r0 : tensor<320x128xf32>, tensor<320x512xf32>
+}
+
+// With a TMA data gradient after it (N = 256), the backward epilogue too
+// returns dh's MX encoding, which that GEMM reads 8-bit (the rounding is
+// live at the peak, with dh in f32 and that GEMM's result).
+// CHECK-LABEL: func.func @backward_mx(
+// CHECK-NEXT: %[[R:.*]]:3 = call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_mx_dh(%{{.*}}) : ({{.*}}) -> (tensor<320x512xf8E4M3FN>, tensor<320x16xf8E8M0FNU>, tensor<320x512xf32>)
+// CHECK-NEXT: call @moe_wgmma_gmm_320x512x256_e3_bf16_rhsT_i32_tma_e4m3_lhs(%[[R]]#0, %[[R]]#1,
+// CHECK-NEXT: call @moe_mx_round_trip_320x512_a0_e4m3_rceil_f32_to_f32(%[[R]]#2)
+func.func @backward_mx(%dy: tensor<320x256xbf16>, %w1: tensor<3x256x512xbf16>,
+                       %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>, %h: tensor<320x512xf32>)
+    -> (tensor<320x256xf32>, tensor<320x512xf32>) {
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
+  %q = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 1>
+  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
+      : !moe.mx<320x512xf8E4M3FN, axis = 1>, tensor<3x256x512xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %q0 = moe.quantize %dh : tensor<320x512xf32> -> !moe.mx<320x512xf8E4M3FN, axis = 0>
+  %r0 = moe.dequantize %q0 : !moe.mx<320x512xf8E4M3FN, axis = 0> -> tensor<320x512xf32>
+  return %dx, %r0 : tensor<320x256xf32>, tensor<320x512xf32>
 }
 
 // Groups padded to 32 rows (the dispatch's pad_to): dh's columnwise MX
@@ -246,7 +281,7 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 
 // h, a result here, is stored directly (the copy engine's staging boxes are
 // for the plain GEMMs' results).
-// CHECK-LABEL: func.func private @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_mx_h_a(
+// CHECK-LABEL: func.func private @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_e5m2_floor_h_a(
 // CHECK-NOT: nvvm.cp.async.bulk.tensor.global.shared.cta
 // CHECK: llvm.store {{.*}} : vector<2xf32>, !llvm.ptr<1>
 // CHECK-NOT: nvvm.cp.async.bulk.tensor.global.shared.cta
