@@ -311,7 +311,14 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       by two warps through shared memory), so dh is never written in f32.
       It does so only where the f32 dh would raise its block's peak of live
       tensors (estimated before bufferization, `TensorLiveness.h`): the
-      columnwise pass slows the epilogue.
+      columnwise pass slows the epilogue. Where only TMA GEMMs read the
+      rowwise rounding, as their lhs, and it is live at the block's peak
+      (or with `mx-activations=always`), the epilogue returns the MX
+      encoding instead (`_mx`: 8-bit elements and E8M0 scales, packed with
+      `moe.mx_pack`), and those GEMMs read it 8-bit (`..._<f8>_lhs`): the
+      producer warpgroup's three spare warps dequantize each stage's A tile
+      in shared memory into the bf16 tile the MMAs read (the same exact
+      operand). A packed MX lhs argument is read the same way.
       `linalg.matmul` on f32 (static shapes): `@moe_simt_matmul_...`, a
       shared-memory tiled CUDA-core kernel (128x128 tiles, 8x8 outputs per
       thread, each output summed over K in order; with few tiles over a

@@ -1608,6 +1608,14 @@ struct WgmmaEmitter : HopperEmitterBase {
 // parity, which a fresh barrier passes at once. Consumers keep one MMA group
 // in flight (wgmma.wait_group 1) and release the stage before it.
 //
+// An MX lhs (TmaGemm::lhsF8, `_<f8>_lhs`: 8-bit elements and E8M0 scales
+// with blocks of 32 along K): the producer's box of A is the stage's 128 x 64
+// elements (8 KiB, unswizzled 64-byte rows) into the first half of the A
+// slot, on a third barrier a stage (`elements`); warps 1-3 of warpgroup 0
+// expand them in place into the bf16 tile (see converter()) and arrive on
+// `full` (then 97 arrivals: theirs and the producer's expect-tx of the B
+// bytes). The consumers are unchanged.
+//
 // Rows outside [offsets[0], offsets[E]) (clamped) are zeroed first by all
 // threads (up to offsets[E] only in the `_live` variant). Offsets are a
 // dispatch's: nondecreasing; rows where decreasing offsets make groups
@@ -3121,6 +3129,32 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
     activation->erase();
   if (op->use_empty())
     op.erase();
+}
+
+/// Replaces `op`, whose lhs `dq` dequantizes the MX value `pack` (f8LhsOf),
+/// by the TMA kernel reading the elements and scales (TmaGemm::lhsF8).
+void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
+                    MXPackOp pack, ModuleOp module, SymbolTable &symbols) {
+  TmaGemm t{g.rows,          g.k,
+            g.n,             g.experts,
+            g.rhsTransposed, g.liveRowsOnly,
+            /*wgrad=*/false, /*swiglu=*/std::nullopt};
+  t.lhsF8 = pack.getType().getElementType();
+  SmallVector<Value> args = {pack.getData(), pack.getScales(), op.getRhs(),
+                             op.getOffsets()};
+  func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
+      module, symbols, t,
+      g.name() + "_" + BlockScaledGemm::eltName(t.lhsF8) + "_lhs",
+      llvm::to_vector(ValueRange(args).getTypes()), {op.getType()},
+      op.getLoc());
+  OpBuilder b(op);
+  auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+  if (dq->use_empty())
+    dq.erase();
+  if (pack->use_empty())
+    pack.erase();
 }
 
 //===----------------------------------------------------------------------===//
@@ -5019,27 +5053,7 @@ struct MoEGPUDedicatedKernelsPass
           continue;
         }
         if (auto f8 = f8LhsOf(op, *gemm)) {
-          auto [dq, pack] = *f8;
-          TmaGemm t{gemm->rows,          gemm->k,
-                    gemm->n,             gemm->experts,
-                    gemm->rhsTransposed, gemm->liveRowsOnly,
-                    /*wgrad=*/false,     /*swiglu=*/std::nullopt};
-          t.lhsF8 = pack.getType().getElementType();
-          SmallVector<Value> args = {pack.getData(), pack.getScales(),
-                                     op.getRhs(), op.getOffsets()};
-          func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
-              module, symbols, t,
-              gemm->name() + "_" + BlockScaledGemm::eltName(t.lhsF8) + "_lhs",
-              llvm::to_vector(ValueRange(args).getTypes()), {op.getType()},
-              op.getLoc());
-          OpBuilder b(op);
-          auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
-          op.getResult().replaceAllUsesWith(call.getResult(0));
-          op.erase();
-          if (dq->use_empty())
-            dq.erase();
-          if (pack->use_empty())
-            pack.erase();
+          lowerF8LhsGemm(op, *gemm, f8->first, f8->second, module, symbols);
           continue;
         }
         SmallVector<Type> argTypes = {op.getLhs().getType(),
