@@ -305,13 +305,15 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       h, the activation and dh become further results only where other ops
       read them (`_h`, `_a`, `_dh`). When every group starts at a multiple
       of 32 rows (the offsets of a dispatch or `moe.slot_offsets` with such
-      a `pad_to`) and dh also has a columnwise round trip (blocks of 32
-      rows, the weight gradient's operand), the epilogue can round those
-      blocks too (`_col_<f8>_<scale>`; each block's column amaxes are shared
-      by two warps through shared memory), so dh is never written in f32.
-      It does so only where the f32 dh would raise its block's peak of live
-      tensors (estimated before bufferization, `TensorLiveness.h`): the
-      columnwise pass slows the epilogue. Where only TMA GEMMs read the
+      a `pad_to`) and the activation (forward) or dh (backward) also has a
+      columnwise round trip (blocks of 32 rows, a weight gradient's
+      operand), the epilogue can round those blocks too
+      (`_col_<f8>_<scale>`; each block's column amaxes are shared by two
+      warps through shared memory), so the values are never written in
+      f32. The forward epilogue always does; the backward one only where
+      the f32 dh would raise its block's peak of live tensors (estimated
+      before bufferization, `TensorLiveness.h`): its columnwise pass slows
+      the epilogue more than the round trip it saves takes. Where only TMA GEMMs read the
       rowwise rounding, as their lhs, and it is live at the block's peak
       (or with `mx-activations=always`), the epilogue returns the MX
       encoding instead (`_mx`: 8-bit elements and E8M0 scales, packed with

@@ -1687,10 +1687,13 @@ static_assert(kTSmemBytes + kTColAmaxBytes <= 232448,
 /// - Forward, of h = x @ w1 ([R, 2F]): the kernel's first result is the MX
 ///   rounding of a = swiglu(h) as bf16 [R, F] (the next GEMM's exact
 ///   operand); optionally also h (f32 [R, 2F], `keepH`) and a (f32 [R, F],
-///   `keepF32`), in that order, for other users. With `mx`, the first
-///   result is instead the MX encoding itself, as two results: its elements
-///   [R, F] (type `f8`) and E8M0 scales [R, F / 32], for GEMMs that read the
-///   8-bit operand (TmaGemm::fp8Lhs).
+///   `keepF32`), in that order, for other users, then, with `col`, a's
+///   columnwise MX rounding as bf16 [R, F] (blocks of 32 rows, the second
+///   GEMM's weight-gradient operand; as the backward's below). With `mx`,
+///   the first result is instead the MX encoding itself, as two results:
+///   its elements [R, F] (type `f8`) and E8M0 scales [R, F / 32], for GEMMs
+///   that read the 8-bit operand (TmaGemm::lhsF8); the backward's likewise
+///   ([R, 2F], [R, 2F / 32]).
 /// - Backward (`grad`), of da = dy @ w2^T ([R, F], transpose_rhs), given h as
 ///   the kernel's fourth argument: the first result is the MX rounding of
 ///   dh = swiglu_grad(h, da) as bf16 [R, 2F] (the data gradient's exact
@@ -2148,7 +2151,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         if (g.swiglu->grad)
           storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
         else
-          storeSwiglu(t, acc[0], rowBase, lane);
+          storeSwiglu(t, acc[0], rowBase, c, warp, lane);
         return add(g0, t.stages);
       }
       // Whole 64-row halves (every half of a weight gradient) go through
@@ -2286,7 +2289,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
   /// outputs of a row make four MX blocks of 8 values each, the other 24 of
   /// every block in the 3 lanes of the same row (the lanes l ^ 1, l ^ 2,
   /// l ^ 3), which one amax reduction over 2 xor shuffles combines.
-  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value lane) {
+  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
+                   Value warp, Value lane) {
     int64_t f = g.n / 2;
     Value c0 = div(t.n0, 2);
     Value col = add(c0, mul(rem(lane, 4), idx(2)));
@@ -2294,56 +2298,94 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Value hBase = outH ? baseAddress(outH) : Value();
     Value aBase = outF32 ? baseAddress(outF32) : Value();
     Type f32 = b.getF32Type();
-    for (int64_t h = 0; h < 2; ++h) {
-      Value row = add(rowBase, idx(8 * h));
-      auto reg = [&](int64_t j, int64_t cc) {
-        return LLVM::ExtractValueOp::create(
-                   b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc})
-            .getResult();
-      };
-      Value valid = cmp(P::slt, row, t.hi);
-      if (hBase)
-        ifThen(valid, [&] {
+    auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
+    auto reg = [&](int64_t h, int64_t j, int64_t cc) {
+      return LLVM::ExtractValueOp::create(
+                 b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc})
+          .getResult();
+    };
+    if (hBase)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value row = rowOf(h);
+        ifThen(cmp(P::slt, row, t.hi), [&] {
           Value hAt = add(mul(row, idx(g.n)), col);
           for (int64_t j = 0; j < 32; ++j)
             storePair(hBase, add(hAt, idx(8 * (j % 16) + (j / 16) * f)),
-                      reg(j, 0), reg(j, 1), f32);
-        });
-      // One MX block at a time (its accumulators die after it): block m
-      // holds output columns col + 8 j + cc for j in [4 m, 4 m + 4).
-      Value rowAt = add(mul(row, idx(f)), col);
-      for (int64_t m = 0; m < 4; ++m) {
-        SmallVector<Value> act;
-        for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
-          for (int64_t cc = 0; cc < 2; ++cc)
-            act.push_back(buildSwiglu(b, loc, reg(j, cc), reg(j + 16, cc)));
-        if (g.swiglu->mx) {
-          // Block n0 / 64 + m of the row's F / 32.
-          auto encoded = encodeRowBlock(act);
-          ifThen(valid, [&] {
-            storeEncoded(encoded, add(rowAt, idx(32 * m)),
-                         add(mul(row, idx(f / kTSwigluBlock)),
-                             add(div(c0, kTSwigluBlock), idx(m))),
-                         lane);
-            if (aBase)
-              for (int64_t i = 0; i < 4; ++i)
-                storePair(aBase, add(rowAt, idx(8 * (4 * m + i))),
-                          act[2 * i], act[2 * i + 1], f32);
-          });
-          continue;
-        }
-        SmallVector<Value> rounded = roundRowBlock(act);
-        ifThen(valid, [&] {
-          for (int64_t i = 0; i < 4; ++i) {
-            Value at = add(rowAt, idx(8 * (4 * m + i)));
-            storePair(outBase, at, rounded[2 * i], rounded[2 * i + 1],
-                      b.getBF16Type());
-            if (aBase)
-              storePair(aBase, at, act[2 * i], act[2 * i + 1], f32);
-          }
+                      reg(h, j, 0), reg(h, j, 1), f32);
         });
       }
+    // Row h's MX block m (its accumulators die after it): output columns
+    // col + 8 j + cc for j in [4 m, 4 m + 4). Returns its activations.
+    auto rowBlock = [&](int64_t h, int64_t m) {
+      Value row = rowOf(h);
+      Value valid = cmp(P::slt, row, t.hi);
+      Value rowAt = add(mul(row, idx(f)), col);
+      SmallVector<Value> act;
+      for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
+        for (int64_t cc = 0; cc < 2; ++cc)
+          act.push_back(buildSwiglu(b, loc, reg(h, j, cc), reg(h, j + 16, cc)));
+      if (g.swiglu->mx) {
+        // Block n0 / 64 + m of the row's F / 32.
+        auto encoded = encodeRowBlock(act);
+        ifThen(valid, [&] {
+          storeEncoded(encoded, add(rowAt, idx(32 * m)),
+                       add(mul(row, idx(f / kTSwigluBlock)),
+                           add(div(c0, kTSwigluBlock), idx(m))),
+                       lane);
+          if (aBase)
+            for (int64_t i = 0; i < 4; ++i)
+              storePair(aBase, add(rowAt, idx(8 * (4 * m + i))), act[2 * i],
+                        act[2 * i + 1], f32);
+        });
+        return act;
+      }
+      SmallVector<Value> rounded = roundRowBlock(act);
+      ifThen(valid, [&] {
+        for (int64_t i = 0; i < 4; ++i) {
+          Value at = add(rowAt, idx(8 * (4 * m + i)));
+          storePair(outBase, at, rounded[2 * i], rounded[2 * i + 1],
+                    b.getBF16Type());
+          if (aBase)
+            storePair(aBase, at, act[2 * i], act[2 * i + 1], f32);
+        }
+      });
+      return act;
+    };
+    if (!outCol) {
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t m = 0; m < 4; ++m)
+          (void)rowBlock(h, m);
+      return;
     }
+    // With the columnwise rounding: blocks m, m + 1 of both rows, then their
+    // 16 columns' 32-row blocks (see storeSwigluGrad).
+    ColumnExchange x = columnExchange(c, warp);
+    for (int64_t m = 0; m < 4; m += 2) {
+      SmallVector<Value> first[2], second[2];
+      for (int64_t k = 0; k < 2; ++k) {
+        first[k] = rowBlock(0, m + k);
+        second[k] = rowBlock(1, m + k);
+      }
+      storeColumnBlock(t, m / 2, f, {32 * m, 32 * (m + 1)},
+                       {first[0], first[1]}, {second[0], second[1]}, x,
+                       rowBase, col, lane);
+    }
+  }
+
+  /// The columnwise pass's shared memory (SwigluEpilogue::col): warp w's
+  /// slots and its partner's (w ^ 1), and the warp pair's named barrier
+  /// (2 + 2 c + w / 2).
+  struct ColumnExchange {
+    Value own, partner, pairBarrier;
+  };
+  ColumnExchange columnExchange(Value c, Value warp) {
+    Value w = add(mul(c, idx(4)), warp);
+    Value other =
+        add(mul(c, idx(4)), arith::XOrIOp::create(b, loc, warp, idx(1)));
+    return {add(idx(kTColAmaxAt), mul(w, idx(2 * kTColSlotBytes))),
+            add(idx(kTColAmaxAt), mul(other, idx(2 * kTColSlotBytes))),
+            arith::IndexCastOp::create(
+                b, loc, i32(), add(idx(2), add(mul(c, idx(2)), div(warp, 2))))};
   }
 
   /// The MX rounding of one rowwise block: this thread's 8 values of it
@@ -2425,18 +2467,9 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                          8));
       return values;
     };
-    // The columnwise pass's shared memory: this warp's slots and its
-    // partner's (the warp pair's named barrier: 2 + 2 c + w / 2).
-    Value own, partner, pairBarrier;
-    if (outCol) {
-      Value w = add(mul(c, idx(4)), warp);
-      Value other = add(mul(c, idx(4)), arith::XOrIOp::create(b, loc, warp,
-                                                              idx(1)));
-      own = add(idx(kTColAmaxAt), mul(w, idx(2 * kTColSlotBytes)));
-      partner = add(idx(kTColAmaxAt), mul(other, idx(2 * kTColSlotBytes)));
-      pairBarrier = arith::IndexCastOp::create(
-          b, loc, i32(), add(idx(2), add(mul(c, idx(2)), div(warp, 2))));
-    }
+    ColumnExchange x;
+    if (outCol)
+      x = columnExchange(c, warp);
     SmallVector<Value> firstGate, firstUp; // row h = 0 of block m (m-major)
     SmallVector<Value> next = loadBlock(0);
     for (int64_t k = 0; k < 2 * blocksPerRow; ++k) {
@@ -2501,29 +2534,34 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
         firstUp = du;
         continue;
       }
-      storeColumnBlock(t, m, {firstGate, firstUp}, {dg, du}, own, partner,
-                       pairBarrier, rowBase, col, lane);
+      storeColumnBlock(t, m % 2, twoF, {8 * 4 * m, 8 * 4 * m + f},
+                       {firstGate, firstUp}, {dg, du}, x, rowBase, col, lane);
     }
   }
 
-  /// The columnwise MX rounding of block m's 16 columns here (gate values
-  /// 2 i + cc, then up), rows h = 0 (`first`) and h = 1 (`second`): see
-  /// storeSwigluGrad.
-  void storeColumnBlock(const Tile &t, int64_t m,
+  /// The columnwise MX rounding of 16 columns here, two halves of 8
+  /// (backward: block m's gate values 2 i + cc, then its up; forward: blocks
+  /// m and m + 1), rows h = 0 (`first`) and h = 1 (`second`), through the
+  /// warp pair's shared-memory slot `slot` (alternating: see
+  /// storeSwigluGrad). Value 2 i + cc of half `half` is stored at column
+  /// col + halfAt[half] + 8 i + cc of the bf16 result's rows of `rowStride`.
+  void storeColumnBlock(const Tile &t, int64_t slot, int64_t rowStride,
+                        std::array<int64_t, 2> halfAt,
                         std::array<ArrayRef<Value>, 2> first,
-                        std::array<ArrayRef<Value>, 2> second, Value own,
-                        Value partner, Value pairBarrier, Value rowBase,
-                        Value col, Value lane) {
+                        std::array<ArrayRef<Value>, 2> second,
+                        const ColumnExchange &x, Value rowBase, Value col,
+                        Value lane) {
+    Value own = x.own, partner = x.partner, pairBarrier = x.pairBarrier;
     Type f32 = b.getF32Type();
     // Column v: half v / 8 (gate, up), value v % 8 = 2 i + cc.
     SmallVector<Value> amax;
     for (int64_t v = 0; v < 16; ++v)
       amax.push_back(warpMax(amaxOf({first[v / 8][v % 8], second[v / 8][v % 8]}),
                              {4, 8, 16}));
-    Value slot = idx(kTColSlotBytes * (m % 2));
+    Value slotAt = idx(kTColSlotBytes * slot);
     Value laneAt = mul(rem(lane, 4), idx(16 * 4));
     ifThen(cmp(P::ult, lane, idx(4)), [&] {
-      Value at = add(add(own, slot), laneAt);
+      Value at = add(add(own, slotAt), laneAt);
       for (int64_t q = 0; q < 4; ++q) {
         Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({4}, f32));
         for (int64_t e = 0; e < 4; ++e)
@@ -2535,7 +2573,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     });
     NVVM::BarrierOp::create(b, loc, Type(), pairBarrier, int32(64),
                             NVVM::BarrierReductionAttr(), Value());
-    Value at = add(add(partner, slot), laneAt);
+    Value at = add(add(partner, slotAt), laneAt);
     for (int64_t q = 0; q < 4; ++q) {
       SmallVector<Value> other =
           loadVector(f32, 4, sharedPtrAt(add(at, idx(16 * q))), 16);
@@ -2550,14 +2588,13 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                                     amax[v], g.swiglu->colF8,
                                     g.swiglu->colMode, f32));
     Value colOutBase = baseAddress(outCol);
-    int64_t f = g.n, twoF = 2 * g.n;
     for (int64_t h = 0; h < 2; ++h) {
       Value row = add(rowBase, idx(8 * h));
-      Value rowAt = add(mul(row, idx(twoF)), col);
+      Value rowAt = add(mul(row, idx(rowStride)), col);
       ifThen(cmp(P::slt, row, t.hi), [&] {
         for (int64_t half = 0; half < 2; ++half)
           for (int64_t i = 0; i < 4; ++i) {
-            Value at = add(rowAt, idx(8 * (4 * m + i) + half * f));
+            Value at = add(rowAt, idx(halfAt[half] + 8 * i));
             storePair(colOutBase, at, rounded[8 * half + 2 * i][h],
                       rounded[8 * half + 2 * i + 1][h], b.getBF16Type());
           }
@@ -3004,7 +3041,7 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
              return llvm::is_contained(fusion.roundTrips, u);
            });
   };
-  if (fusion.epilogue.grad && groupsAlignedTo(op.getOffsets(), kTSwigluBlock)) {
+  if (groupsAlignedTo(op.getOffsets(), kTSwigluBlock)) {
     for (Operation *user : values.getUsers()) {
       auto q = dyn_cast<QuantizeOp>(user);
       if (!q || fusion.colQuantize || q.getType().getAxis() != 0 ||
@@ -3014,14 +3051,17 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       if (!fusion.colRoundTrips.empty())
         fusion.colQuantize = q;
     }
-    // Only where it takes the f32 dh out and that lowers the peak.
+    // Only where it takes the f32 values out: forward (a, for the second
+    // GEMM's weight gradient) always, backward (dh) where that lowers the
+    // peak (the backward's columnwise pass slows its epilogue more than
+    // the round trip it saves takes).
     if (fusion.colQuantize && !f32Read(fusion.colQuantize) &&
-        colRoundingLowersPeak(op, fusion)) {
+        (!fusion.epilogue.grad || colRoundingLowersPeak(op, fusion))) {
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
     } else {
-      // Not in the epilogue: the f32 dh stays a result for it.
+      // Not in the epilogue: the f32 values stay a result for it.
       fusion.colQuantize = {};
       fusion.colRoundTrips.clear();
     }

@@ -88,6 +88,32 @@ func.func @train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y, %dh, %ra : tensor<320x256xf32>, tensor<320x512xf32>, tensor<320x256xf32>
 }
 
+// Groups padded to 32 rows: the forward epilogue also rounds the activation
+// columnwise (blocks of 32 rows, the second GEMM's weight-gradient operand),
+// so the f32 activation is not written.
+// CHECK-LABEL: func.func @train_col(
+// CHECK: %[[S:.*]], %[[OFF:.*]], %{{.*}}, %{{.*}} = moe.dispatch
+// CHECK-NEXT: %[[R:.*]]:3 = call @moe_wgmma_gmm_416x128x512_e3_bf16_i32_tma_swiglu_e4m3_rceil_h_col_e5m2_floor(%[[S]], %{{.*}}, %[[OFF]]) : ({{.*}}) -> (tensor<416x256xbf16>, tensor<416x512xf32>, tensor<416x256xbf16>)
+// CHECK-NEXT: call @moe_wgmma_gmm_416x256x256_e3_bf16_i32_tma(%[[R]]#0,
+// CHECK-NEXT: moe.swiglu_grad %[[R]]#1,
+// CHECK-NEXT: return {{.*}}, %[[R]]#2
+func.func @train_col(%g: tensor<80x128xbf16>, %idx: tensor<80x4xi32>, %w1: tensor<3x128x512xbf16>,
+                     %w2: tensor<3x256x256xbf16>, %da: tensor<416x256xf32>)
+    -> (tensor<416x256xf32>, tensor<416x512xf32>, tensor<416x256xbf16>) {
+  %x, %off, %c, %p = moe.dispatch %g, %idx experts(3) pad_to(32)
+      : tensor<80x128xbf16>, tensor<80x4xi32> -> tensor<416x128xbf16>, tensor<4xi32>, tensor<3xi32>, tensor<80x4xi32>
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<416x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<416x512xf32>
+  %a = moe.swiglu %h : tensor<416x512xf32> -> tensor<416x256xf32>
+  %q = moe.quantize %a : tensor<416x256xf32> -> !moe.mx<416x256xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %q, %w2, %off
+      : !moe.mx<416x256xf8E4M3FN, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<416x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<416x512xf32>, tensor<416x256xf32> -> tensor<416x512xf32>
+  %qa = moe.quantize %a scale(floor) : tensor<416x256xf32> -> !moe.mx<416x256xf8E5M2, axis = 0>
+  %ra = moe.dequantize %qa : !moe.mx<416x256xf8E5M2, axis = 0> -> tensor<416x256xbf16>
+  return %y, %dh, %ra : tensor<416x256xf32>, tensor<416x512xf32>, tensor<416x256xbf16>
+}
+
 // Backward: the data gradient da = dy @ w2^T computes dh = swiglu_grad(h, da)
 // and its MX rounding (the next data gradient's operand) in its epilogue,
 // reading h; da is never materialized. dh itself is a result only when

@@ -13,13 +13,14 @@
 
 // A train step's expert MLP, forward and backward (F = 256: each GEMM's N
 // is a multiple of 256, so all four take the TMA kernel): the forward
-// epilogue's encoding feeds the second GEMM; the backward epilogue's (dh,
-// with its columnwise rounding, the groups padded to 32) feeds the data
+// epilogue's encoding feeds the second GEMM (and it rounds the activation
+// columnwise too, the groups padded to 32, for w2's weight gradient); the
+// backward epilogue's (dh, with its columnwise rounding) feeds the data
 // gradient through w1. Exact operands on both sides; the results differ
 // by the GEMMs' summation order and the rare E4M3 flips that order causes
 // in the quantized intermediates (see kernels.mlir's grouped_mlp_train):
 // the relative Frobenius error, 1e-3.
-// KERNELS-DAG: kernel module moe_wgmma_gmm_4576x256x512_e16_bf16_i32_live_tma_swiglu_e4m3_rceil_mx_h_a_kernel
+// KERNELS-DAG: kernel module moe_wgmma_gmm_4576x256x512_e16_bf16_i32_live_tma_swiglu_e4m3_rceil_mx_h_col_e4m3_rceil_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_4576x256x256_e16_bf16_i32_tma_e4m3_lhs_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_4576x256x256_e16_bf16_rhsT_i32_live_tma_swiglu_grad_e4m3_rceil_mx_col_e4m3_rceil_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_4576x512x256_e16_bf16_rhsT_i32_tma_e4m3_lhs_kernel
