@@ -125,19 +125,13 @@ int main(int argc, char **argv) {
   options.linker = linker;
   options.mxfp8FP8MMA = mxfp8FP8MMA;
   options.bufferReport = bufferReport;
-  if (pairRoundTrips != "peak" && pairRoundTrips != "always") {
-    llvm::errs() << "moe-compile: --pair-round-trips must be 'peak' or "
-                    "'always', got '"
-                 << pairRoundTrips << "'\n";
-    return 1;
-  }
+  for (const cl::opt<std::string> *mode : {&pairRoundTrips, &mxActivations})
+    if (*mode != "peak" && *mode != "always") {
+      llvm::errs() << "moe-compile: --" << mode->ArgStr
+                   << " must be 'peak' or 'always', got '" << *mode << "'\n";
+      return 1;
+    }
   options.pairRoundTrips = pairRoundTrips;
-  if (mxActivations != "peak" && mxActivations != "always") {
-    llvm::errs() << "moe-compile: --mx-activations must be 'peak' or "
-                    "'always', got '"
-                 << mxActivations << "'\n";
-    return 1;
-  }
   options.mxActivations = mxActivations;
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));

@@ -438,6 +438,22 @@ struct EmitterBase {
     Value v = memref::LoadOp::create(b, loc, memref, at);
     return arith::BitcastOp::create(b, loc, i8(), v);
   }
+  /// `values` (of one type) as a vector.
+  Value vectorOf(ArrayRef<Value> values) {
+    Value v = LLVM::PoisonOp::create(
+        b, loc, VectorType::get({int64_t(values.size())}, values[0].getType()));
+    for (auto [i, value] : llvm::enumerate(values))
+      v = LLVM::InsertElementOp::create(b, loc, v, value, int32(i));
+    return v;
+  }
+  /// Orders this thread's shared-memory writes before the async proxy's
+  /// reads of them (wgmma, bulk copies).
+  void fenceForAsyncProxy() {
+    NVVM::FenceProxyOp::create(
+        b, loc, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b.getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+  }
   void storeShared(Value byteOffset, Value bits) {
     memref::StoreOp::create(b, loc, bits, smem, byteOffset);
   }
@@ -535,9 +551,7 @@ struct EmitterBase {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(store.thenBlock()->getTerminator());
     for (int64_t s0 = 0; s0 < int64_t(values.size()); s0 += per) {
-      Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({per}, elt));
-      for (int64_t j = 0; j < per; ++j)
-        v = LLVM::InsertElementOp::create(b, loc, v, values[s0 + j], int32(j));
+      Value v = vectorOf(values.slice(s0, per));
       LLVM::StoreOp::create(
           b, loc, v, globalPtr(base, mul(add(first, idx(s0)), idx(bytes))),
           per * bytes);
@@ -854,10 +868,7 @@ struct KernelEmitter : EmitterBase {
                     0, idx(g.k / kTileK), {carried[0]},
                     [&](Value stage, ValueRange ph) -> SmallVector<Value> {
                       loadStage(e, stage);
-                      NVVM::FenceProxyOp::create(
-                          b, loc, NVVM::ProxyKind::async_shared,
-                          NVVM::SharedSpaceAttr::get(
-                              b.getContext(), NVVM::SharedSpace::shared_cta));
+                      fenceForAsyncProxy();
                       NVVM::Barrier0Op::create(b, loc);
                       ifThen(isLeader, [&] { issueStage(stage); });
                       // The MMAs have read shared memory and written
@@ -1238,14 +1249,11 @@ struct HopperEmitterBase : EmitterBase {
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     Value zero = LLVM::ZeroOp::create(b, loc, accType);
-    MLIRContext *ctx = b.getContext();
     SmallVector<Value> acc = forLoop(
         0, nk, {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
           NVVM::CpAsyncWaitGroupOp::create(b, loc, kHAhead - 1);
-          NVVM::FenceProxyOp::create(
-              b, loc, NVVM::ProxyKind::async_shared,
-              NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+          fenceForAsyncProxy();
           NVVM::Barrier0Op::create(b, loc);
           Value next = add(it, idx(kHAhead));
           ifThen(cmp(P::slt, next, nk),
@@ -1664,6 +1672,16 @@ constexpr int64_t kTTileAF8Bytes = kTTileM * kTTileK;
 constexpr int64_t kTConverters = 96;
 constexpr int64_t kTConvertUnits = kTTileM * kTTileK / 16;
 constexpr int64_t kTConverterBarrier = 8;
+// Registers a thread (setmaxnreg; 64K a CTA): the SwiGLU kernels' producer
+// warpgroup keeps 40 and its consumers get 232; with an 8-bit lhs the
+// producer warpgroup keeps 120 (the converters spill below that) and the
+// consumers get 184.
+constexpr int64_t kTProducerRegs = 40, kTSwigluConsumerRegs = 232;
+constexpr int64_t kTConverterRegs = 120, kTConverterConsumerRegs = 184;
+static_assert(128 * kTProducerRegs + 256 * kTSwigluConsumerRegs <= 65536 &&
+                  128 * kTConverterRegs + 256 * kTConverterConsumerRegs <=
+                      65536,
+              "TMA kernel: the register split");
 static_assert(kTBarriers + 3 * kTStages * 8 <= kTStagingAt,
               "TMA kernel: the 8-bit lhs's barriers before the staging boxes");
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
@@ -2026,13 +2044,8 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                                                       {scale, scale}, bf16));
             }
             for (int64_t h = 0; h < 2; ++h) {
-              Value v = LLVM::PoisonOp::create(b, loc,
-                                               VectorType::get({8}, bf16));
-              for (int64_t j = 0; j < 8; ++j)
-                v = LLVM::InsertElementOp::create(b, loc, v, values[8 * h + j],
-                                                  int32(j));
               LLVM::StoreOp::create(
-                  b, loc, v,
+                  b, loc, vectorOf(ArrayRef(values).slice(8 * h, 8)),
                   sharedPtrAt(swizzledChunk(
                       stage, rows[i], add(mul(quarters[i], idx(2)), idx(h)))),
                   /*alignment=*/16);
@@ -2045,10 +2058,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                        idx(kTConvertUnits)),
                    expand);
         }
-        NVVM::FenceProxyOp::create(
-            b, loc, NVVM::ProxyKind::async_shared,
-            NVVM::SharedSpaceAttr::get(b.getContext(),
-                                       NVVM::SharedSpace::shared_cta));
+        fenceForAsyncProxy();
         NVVM::MBarrierArriveOp::create(b, loc, Type(), fullBarrier(s), Value());
         return next;
       });
@@ -2078,10 +2088,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                        /*alignment=*/16);
                  });
     }
-    NVVM::FenceProxyOp::create(
-        b, loc, NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(b.getContext(),
-                                   NVVM::SharedSpace::shared_cta));
+    fenceForAsyncProxy();
     NVVM::BarrierOp::create(b, loc, Type(), int32(1),
                             int32(kTConsumerThreads),
                             NVVM::BarrierReductionAttr(), Value());
@@ -2245,10 +2252,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
                                 sharedPtrAt(at), /*alignment=*/8);
         }
       }
-      NVVM::FenceProxyOp::create(
-          b, loc, NVVM::ProxyKind::async_shared,
-          NVVM::SharedSpaceAttr::get(b.getContext(),
-                                     NVVM::SharedSpace::shared_cta));
+      fenceForAsyncProxy();
       sync();
       ifThen(leader, [&] {
         Value desc = LLVM::IntToPtrOp::create(
@@ -2264,15 +2268,11 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
 
   /// Two f32 values as a vector<2 x elt> (rounded to `elt`).
   Value pairOf(Value x, Value y, Type elt) {
-    Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({2}, elt));
-    Value pair[2] = {x, y};
-    for (int64_t i = 0; i < 2; ++i) {
-      Value value = pair[i];
-      if (!elt.isF32())
-        value = arith::TruncFOp::create(b, loc, elt, value);
-      v = LLVM::InsertElementOp::create(b, loc, v, value, int32(i));
+    if (!elt.isF32()) {
+      x = arith::TruncFOp::create(b, loc, elt, x);
+      y = arith::TruncFOp::create(b, loc, elt, y);
     }
-    return v;
+    return vectorOf({x, y});
   }
   /// Stores two f32 values as a pair of `elt` at element `at` (index) of
   /// the row-major buffer whose base address is `base`.
@@ -2300,9 +2300,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     Type f32 = b.getF32Type();
     auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
     auto reg = [&](int64_t h, int64_t j, int64_t cc) {
-      return LLVM::ExtractValueOp::create(
-                 b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc})
-          .getResult();
+      return accAt(acc, 4 * j + 2 * h + cc);
     };
     if (hBase)
       for (int64_t h = 0; h < 2; ++h) {
@@ -2479,8 +2477,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
       for (int64_t i = 0; i < 4; ++i) {
         int64_t j = 4 * m + i;
         for (int64_t cc = 0; cc < 2; ++cc) {
-          Value da = LLVM::ExtractValueOp::create(
-              b, loc, acc, ArrayRef<int64_t>{4 * j + 2 * h + cc});
+          Value da = accAt(acc, 4 * j + 2 * h + cc);
           auto [dGate, dUp] = buildSwigluGrad(b, loc, hValues[4 * i + cc],
                                               hValues[4 * i + 2 + cc], da);
           dg.push_back(dGate);
@@ -2563,10 +2560,7 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
     ifThen(cmp(P::ult, lane, idx(4)), [&] {
       Value at = add(add(own, slotAt), laneAt);
       for (int64_t q = 0; q < 4; ++q) {
-        Value v = LLVM::PoisonOp::create(b, loc, VectorType::get({4}, f32));
-        for (int64_t e = 0; e < 4; ++e)
-          v = LLVM::InsertElementOp::create(b, loc, v, amax[4 * q + e],
-                                            int32(e));
+        Value v = vectorOf(ArrayRef(amax).slice(4 * q, 4));
         LLVM::StoreOp::create(b, loc, v,
                               sharedPtrAt(add(at, idx(16 * q))), 16);
       }
@@ -2683,11 +2677,10 @@ struct WgmmaTmaEmitter : HopperEmitterBase {
             .getShuffleResult());
     // The SwiGLU epilogue needs more than the 168 registers a thread of 384
     // gets: the producer warpgroup gives most of its registers to the
-    // consumers (128 x 40 + 256 x 232 <= 64K); with an 8-bit lhs it keeps
-    // enough for the converters (128 x 56 + 256 x 224).
-    int64_t producerRegs = g.lhsF8 ? 120 : 40, consumerRegs = g.lhsF8 ? 184 : 232;
-    static_assert(128 * 120 + 256 * 184 <= 65536 && 128 * 40 + 256 * 232 <= 65536,
-                  "TMA kernel: the register split");
+    // consumers; with an 8-bit lhs it keeps enough for the converters.
+    int64_t producerRegs = g.lhsF8 ? kTConverterRegs : kTProducerRegs;
+    int64_t consumerRegs =
+        g.lhsF8 ? kTConverterConsumerRegs : kTSwigluConsumerRegs;
     auto setMaxRegisters = [&](int64_t count,
                                NVVM::SetMaxRegisterAction action) {
       if (g.swiglu || g.lhsF8)
@@ -2892,6 +2885,19 @@ bool readFromTokens(Value rows);
 /// more f32 [R, 2F] at the kernel. The epilogue's columnwise pass costs
 /// time (amaxes over two warps), so it is used only where that f32 would
 /// raise the peak.
+/// The position of the first of `dqs` in `block` (the dequantizes a fused
+/// kernel at position `at` replaces, where they stand now), after `at`.
+unsigned firstDequantize(const BlockLiveness &live, Block &block,
+                         ArrayRef<DequantizeOp> dqs, unsigned at) {
+  unsigned first = std::numeric_limits<unsigned>::max();
+  for (DequantizeOp dq : dqs)
+    if (Operation *anc = block.findAncestorOpInBlock(*dq))
+      first = std::min(first, live.position(anc));
+  return first == std::numeric_limits<unsigned>::max()
+             ? at + 1
+             : std::max(first, at + 1);
+}
+
 bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   Operation *act = fusion.activation;
   Value da = op.getResult(), dh = act->getResult(0);
@@ -2903,17 +2909,9 @@ bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   int64_t rounded = tensorBytes(fusion.roundTrips.front()->getResult(0));
   // From the kernel to the first reader of each rounding (the dequantizes
   // the kernel replaces, where they stand now).
-  auto firstOf = [&](ArrayRef<DequantizeOp> dqs) {
-    unsigned first = std::numeric_limits<unsigned>::max();
-    for (DequantizeOp dq : dqs)
-      if (Operation *anc = block->findAncestorOpInBlock(*dq))
-        first = std::min(first, live.position(anc));
-    return first == std::numeric_limits<unsigned>::max()
-               ? at + 1
-               : std::max(first, at + 1);
-  };
-  live.add(at, firstOf(fusion.roundTrips), rounded);
-  live.add(at, firstOf(fusion.colRoundTrips), rounded);
+  live.add(at, firstDequantize(live, *block, fusion.roundTrips, at), rounded);
+  live.add(at, firstDequantize(live, *block, fusion.colRoundTrips, at),
+           rounded);
   return live.at(at) - rounded + tensorBytes(dh) > live.peak();
 }
 
@@ -2962,19 +2960,15 @@ bool mxLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
            (v != values || e.keepF32) && !readFromTokens(v);
   });
   unsigned at = live.position(e.grad ? act : op.getOperation());
-  unsigned first = std::numeric_limits<unsigned>::max(), end = at + 1;
-  for (DequantizeOp dq : fusion.roundTrips) {
-    if (Operation *anc = block->findAncestorOpInBlock(*dq))
-      first = std::min(first, live.position(anc));
+  unsigned end = at + 1;
+  for (DequantizeOp dq : fusion.roundTrips)
     for (Operation *user : dq->getUsers())
       if (Operation *anc = block->findAncestorOpInBlock(*user))
         end = std::max(end, live.position(anc) + 1);
-  }
   // The rounding from the kernel on (the dequantizes, where they stand now,
   // count from their own positions).
   int64_t rounded = tensorBytes(fusion.roundTrips.front()->getResult(0));
-  if (first > at && first != std::numeric_limits<unsigned>::max())
-    live.add(at, first, rounded);
+  live.add(at, firstDequantize(live, *block, fusion.roundTrips, at), rounded);
   int64_t elements = rounded / 2;
   int64_t encoded = elements + elements / kTSwigluBlock;
   unsigned size = block->getOperations().size();
@@ -3562,12 +3556,8 @@ struct SimtMatmulEmitter : HopperEmitterBase {
         storeSharedF32(
             mul(add(mul(add(aCol(), idx(q)), idx(kSTile)), aRow(r)), idx(4)),
             values[kSPer * r + q]);
-    auto vec = VectorType::get({kSPer}, b.getF32Type());
     for (int64_t r = 0; r < 2; ++r) {
-      Value v = LLVM::PoisonOp::create(b, loc, vec);
-      for (int64_t q = 0; q < kSPer; ++q)
-        v = LLVM::InsertElementOp::create(
-            b, loc, v, values[2 * kSPer + kSPer * r + q], int32(q));
+      Value v = vectorOf(ArrayRef(values).slice(2 * kSPer + kSPer * r, kSPer));
       LLVM::StoreOp::create(
           b, loc, v,
           sharedPtrAt(add(idx(kSBTileBytes),
@@ -3982,9 +3972,7 @@ struct WgmmaMxEmitter : HopperEmitterBase {
         0, idx(nk), {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
           NVVM::CpAsyncWaitGroupOp::create(b, loc, kXAhead - 1);
-          NVVM::FenceProxyOp::create(
-              b, loc, NVVM::ProxyKind::async_shared,
-              NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+          fenceForAsyncProxy();
           NVVM::Barrier0Op::create(b, loc);
           Value next = add(it, idx(kXAhead));
           ifThen(cmp(P::slt, next, idx(nk)),
@@ -4892,7 +4880,6 @@ struct DequantizeEmitter : EmitterBase {
           b, loc, mask, arith::AndIOp::create(b, loc, sBase, int64(7)));
     Value aligned = cmp(P::eq, mask, int64(0));
     Type elt = g.mx.getElementType();
-    auto pairI8 = VectorType::get({2}, i8());
     strideLoop(gtid, idx(g.elements() / kDQPer), grid * kDQThreads,
                [&](Value group) {
       Value first = mul(group, idx(kDQPer));
@@ -4912,10 +4899,7 @@ struct DequantizeEmitter : EmitterBase {
       }
       SmallVector<Value> values;
       for (int64_t p = 0; p < kDQPer / 2; ++p) {
-        Value pair = LLVM::PoisonOp::create(b, loc, pairI8);
-        for (int64_t j = 0; j < 2; ++j)
-          pair = LLVM::InsertElementOp::create(b, loc, pair, bytes[2 * p + j],
-                                               int32(j));
+        Value pair = vectorOf(ArrayRef(bytes).slice(2 * p, 2));
         llvm::append_range(
             values,
             decodeF8Pair(pair, elt,
@@ -4973,20 +4957,15 @@ struct MoEGPUDedicatedKernelsPass
   }
 
   void runOnOperation() override {
-    if (pairRoundTrips != "peak" && pairRoundTrips != "always") {
-      getOperation().emitError()
-          << "-moe-gpu-dedicated-kernels: pair-round-trips must be 'peak' or "
-             "'always', got '"
-          << pairRoundTrips << "'";
-      return signalPassFailure();
-    }
-    if (mxActivations != "peak" && mxActivations != "always") {
-      getOperation().emitError()
-          << "-moe-gpu-dedicated-kernels: mx-activations must be 'peak' or "
-             "'always', got '"
-          << mxActivations << "'";
-      return signalPassFailure();
-    }
+    for (auto [name, value] : {std::pair<StringRef, StringRef>{
+                                   "pair-round-trips", pairRoundTrips},
+                               {"mx-activations", mxActivations}})
+      if (value != "peak" && value != "always") {
+        getOperation().emitError()
+            << "-moe-gpu-dedicated-kernels: " << name
+            << " must be 'peak' or 'always', got '" << value << "'";
+        return signalPassFailure();
+      }
     if (!hasDedicatedGPUKernels(chip))
       return;
     ModuleOp module = getOperation();
