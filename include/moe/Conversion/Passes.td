@@ -339,7 +339,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       128 x 128 tile per CTA, K in stages of 128, group by group (rows of
       different experts are never accumulated together; rows in no group
       are zero). Layouts and what could not be checked without the hardware
-      are documented in `lib/Conversion/MoEToGPU/DedicatedKernels.cpp`.
+      are documented in `lib/Conversion/MoEToGPU/Kernels/`, one file each.
     - Both: `moe.dequantize` of a `moe.quantize` (blocks of 32, f32 / bf16
       / f16 in and out, static shapes): `@moe_mx_round_trip_...`, one pass
       that reads the input once and writes the rounded values; the 8-bit

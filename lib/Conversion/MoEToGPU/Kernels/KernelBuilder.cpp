@@ -1,0 +1,198 @@
+//===- KernelBuilder.cpp - the kernel-builder library ---------------------===//
+//===----------------------------------------------------------------------===//
+
+#include "KernelBuilder.h"
+
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::kernels {
+
+std::string elementName(Type t) {
+  if (isa<Float8E4M3FNType>(t))
+    return "e4m3";
+  if (isa<Float8E5M2Type>(t))
+    return "e5m2";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  t.print(os);
+  return s;
+}
+
+/// outlining turns into the kernel `name` wherever the function holding it
+/// is inlined.
+gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
+                                const LaunchShape &shape, StringRef name) {
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value one = c(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, c(shape.gridX), c(shape.gridY), c(shape.gridZ), c(shape.threads),
+      one, one, arith::ConstantIntOp::create(b, loc, shape.smemBytes, 32));
+  auto kernelName = FlatSymbolRefAttr::get(b.getContext(), name);
+  launch.setModuleAttr(kernelName);
+  launch.setFunctionAttr(kernelName);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  return launch;
+}
+
+/// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
+/// body takes its arguments as buffers (read only), allocates the result,
+/// runs `host(b, buffers, outs)` (host code before the launch, optional), then
+/// one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
+/// writes, and returns the result; marked `moe.dedicated_kernel = what`.
+/// An existing function of that name and type is reused.
+func::FuncOp getOrCreateKernelCall(
+    ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
+    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
+    Location loc, LaunchShape shape,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>,
+                      ArrayRef<Value>)>
+        emit,
+    function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host) {
+  MLIRContext *ctx = module.getContext();
+  SmallVector<Type> results(resultTypes.begin(), resultTypes.end());
+  auto type = FunctionType::get(ctx, argTypes, results);
+  if (auto existing = symbols.lookup<func::FuncOp>(name))
+    if (existing.getFunctionType() == type &&
+        existing->hasAttr("moe.dedicated_kernel"))
+      return existing;
+
+  auto func = func::FuncOp::create(loc, name, type);
+  func.setPrivate();
+  func->setAttr("moe.dedicated_kernel", StringAttr::get(ctx, what));
+  symbols.insert(func); // renamed if the name is taken
+  OpBuilder b = OpBuilder::atBlockBegin(func.addEntryBlock());
+  SmallVector<Value> buffers;
+  for (BlockArgument arg : func.getArguments()) {
+    auto t = cast<RankedTensorType>(arg.getType());
+    buffers.push_back(bufferization::ToBufferOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType()), arg,
+        /*read_only=*/true));
+  }
+  SmallVector<Value> outs;
+  for (RankedTensorType t : resultTypes)
+    outs.push_back(memref::AllocOp::create(
+        b, loc, MemRefType::get(t.getShape(), t.getElementType())));
+  if (host)
+    host(b, buffers, outs);
+  auto launch =
+      createNamedLaunch(b, loc, shape, (name + "_kernel").str());
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(launch.getBody().front().getTerminator());
+    emit(b, launch, buffers, outs);
+  }
+  SmallVector<Value> tensors;
+  for (auto [t, out] : llvm::zip(resultTypes, outs))
+    tensors.push_back(bufferization::ToTensorOp::create(
+        b, loc, t, out, /*restrict=*/true, /*writable=*/true));
+  func::ReturnOp::create(b, loc, tensors);
+  return func;
+}
+
+/// getOrCreateKernelCall for a kernel with one result.
+func::FuncOp getOrCreateKernelCall(
+    ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
+    ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
+    LaunchShape shape,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
+        emit,
+    function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host) {
+  return getOrCreateKernelCall(
+      module, symbols, name, what, argTypes, ArrayRef(resultType), loc, shape,
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buffers,
+          ArrayRef<Value> outs) { emit(b, launch, buffers, outs[0]); },
+      host);
+}
+
+/// Declares which arguments of a grouped kernel are rows read only inside the
+/// groups of the offsets argument (see LiveRows.h): lets the rows past the
+/// last group stay unspecified where they are computed.
+func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
+                             unsigned offsets) {
+  UnitAttr unit = UnitAttr::get(kernel.getContext());
+  for (unsigned a : rows)
+    kernel.setArgAttr(a, kGroupRowsAttr, unit);
+  kernel.setArgAttr(offsets, kGroupOffsetsAttr, unit);
+  return kernel;
+}
+
+namespace {
+//===----------------------------------------------------------------------===//
+// Memory effects of the NVVM ops the kernels use
+//===----------------------------------------------------------------------===//
+
+// Upstream NVVM declares no memory effects for the tcgen05, mbarrier, fence
+// and barrier ops. The ownership-based buffer deallocation, which runs over
+// the generated functions (gpu.launch and all), rejects ops with unknown
+// effects; these models declare what the ops do (they read and write shared
+// or tensor memory; the descriptor and conversion ops compute values only). Attached
+// through this pass's dependent-dialect registry, only where upstream has no
+// interface of its own.
+template <typename OpTy>
+struct ReadsAndWritesMemory
+    : MemoryEffectOpInterface::ExternalModel<ReadsAndWritesMemory<OpTy>, OpTy> {
+  void
+  getEffects(Operation *,
+             SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+                 &effects) const {
+    effects.emplace_back(MemoryEffects::Read::get());
+    effects.emplace_back(MemoryEffects::Write::get());
+  }
+};
+
+template <typename OpTy>
+struct NoMemoryEffects
+    : MemoryEffectOpInterface::ExternalModel<NoMemoryEffects<OpTy>, OpTy> {
+  void
+  getEffects(Operation *,
+             SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+                 &) const {}
+};
+
+template <template <typename> class Model, typename... Ops>
+void attachWhereMissing(MLIRContext *ctx) {
+  auto attach = [&](auto tag) {
+    using OpTy = typename decltype(tag)::type;
+    std::optional<RegisteredOperationName> name =
+        RegisteredOperationName::lookup(TypeID::get<OpTy>(), ctx);
+    if (name && !name->hasInterface<MemoryEffectOpInterface>())
+      OpTy::template attachInterface<Model<OpTy>>(*ctx);
+  };
+  (attach(llvm::type_identity<Ops>{}), ...);
+}
+
+void attachNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
+  attachWhereMissing<
+      ReadsAndWritesMemory, NVVM::Tcgen05AllocOp, NVVM::Tcgen05DeallocOp,
+      NVVM::Tcgen05RelinquishAllocPermitOp, NVVM::Tcgen05FenceOp,
+      NVVM::Tcgen05WaitOp, NVVM::Tcgen05CommitOp, NVVM::Tcgen05CpOp,
+      NVVM::Tcgen05LdOp, NVVM::Tcgen05MMABlockScaleOp, NVVM::MBarrierInitOp,
+      NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp,
+      NVVM::CpAsyncOp, NVVM::CpAsyncCommitGroupOp, NVVM::CpAsyncWaitGroupOp,
+      NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
+      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
+      NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
+      NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp,
+      NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp,
+      NVVM::CpAsyncBulkCommitGroupOp, NVVM::CpAsyncBulkWaitGroupOp,
+      NVVM::BarrierOp,
+      NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
+  attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
+                     NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
+      ctx);
+}
+} // namespace
+
+void registerNVVMMemoryEffects(DialectRegistry &registry) {
+  registry.addExtension(attachNVVMMemoryEffects);
+}
+
+} // namespace mlir::moe::kernels

@@ -1,0 +1,378 @@
+//===- Kernels.h - the kernel families' entry points ------------*- C++ -*-===//
+//
+// One section per kernel family: what it handles (its descriptor), how an op
+// is matched, and how it is lowered to a call of the generated kernel. Each
+// family lives in its own file, named for it:
+//
+//   Tcgen05BlockScaledGemm.cpp  Blackwell: MXFP8 grouped GEMM on tcgen05
+//   WgmmaGemm.cpp               Hopper: bf16 grouped GEMM, cp.async + wgmma
+//   TmaGemmMainloop.cpp         Hopper: bf16 grouped GEMM, TMA + warp-
+//   TmaGemmEpilogues.cpp          specialized wgmma (mainloop; epilogues)
+//   WgmmaWgrad.cpp              Hopper: grouped weight gradients
+//   WgmmaFp8Gemm.cpp            Hopper: MXFP8 grouped GEMM on FP8 wgmma
+//   SimtMatmul.cpp              f32 dense matmul on CUDA cores
+//   MXRoundTrip.cpp             MX round trip (quantize + dequantize)
+//   MXRoundTripPair.cpp         both blockings of a matrix in one pass
+//   MXDequantize.cpp            MX data and scales to floats
+//
+// The builders they share are KernelBuilder.h and HopperBuilder.h; which
+// family runs on which chip is -moe-gpu-dedicated-kernels' table
+// (DedicatedKernels.cpp); the memory-driven choices are MemoryPolicy.h's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_CONVERSION_MOETOGPU_KERNELS_KERNELS_H
+#define MOE_CONVERSION_MOETOGPU_KERNELS_KERNELS_H
+
+#include "moe/Dialect/MoE/IR/MoEOps.h"
+#include "moe/Dialect/MoE/Utils/MXNumerics.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <optional>
+#include <string>
+
+namespace mlir::moe::kernels {
+
+std::string elementName(Type t);
+
+//===----------------------------------------------------------------------===//
+// Blackwell (sm_100a): MXFP8 grouped GEMM on tcgen05 block-scaled MMA
+//===----------------------------------------------------------------------===//
+
+/// One block-scaled grouped GEMM shape the kernel handles.
+struct BlockScaledGemm {
+  int64_t rows, k, n, experts;
+  Type lhsElt, rhsElt, offsetElt;
+
+  std::string name() const {
+    return llvm::formatv("moe_bs_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows, k, n,
+                         experts, elementName(lhsElt), elementName(rhsElt),
+                         elementName(offsetElt))
+        .str();
+  }
+  /// The MMA's element format code (instruction descriptor bits 7-9/10-12).
+  static uint32_t format(Type t) { return isa<Float8E5M2Type>(t) ? 1 : 0; }
+};
+
+/// The shape of `op` if the block-scaled kernel computes it exactly as the op
+/// defines; nothing otherwise.
+std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op);
+
+/// Replaces `op` (matched as `g`) by a call of the block-scaled kernel on
+/// its operands' MX data and scales.
+void lowerBlockScaledGemm(GroupedMatmulOp op, const BlockScaledGemm &g,
+                          ModuleOp module, SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): bf16 grouped GEMM on wgmma (cp.async or TMA kernel)
+//===----------------------------------------------------------------------===//
+
+struct WgmmaGemm {
+  int64_t rows, k, n, experts;
+  Type offsetElt;
+  /// The rhs is stored [E, N, K] (transpose_rhs: a data gradient's weights).
+  bool rhsTransposed = false;
+  /// Nothing reads the result's rows at or past offsets[E] (LiveRows.h): they
+  /// are left unwritten instead of zeroed.
+  bool liveRowsOnly = false;
+  /// The TMA, warp-specialized kernel (N % 256 == 0, R >= 128), else the
+  /// cp.async one.
+  bool tma = false;
+  std::string name() const {
+    return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}{7}",
+                         rows, k, n, experts,
+                         elementName(offsetElt),
+                         rhsTransposed ? "_rhsT" : "",
+                         liveRowsOnly ? "_live" : "", tma ? "_tma" : "")
+        .str();
+  }
+};
+
+
+/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
+
+/// The shape of `op` if a bf16 wgmma kernel computes it; nothing otherwise.
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
+
+/// Brings a grouped GEMM with MX operands to the form the bf16 wgmma kernel
+/// takes (operands dequantized exactly to bf16) when the result fits the
+/// kernel; returns the new op, or nullopt (nothing changed).
+std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op);
+
+/// Replaces `op` (matched as `g`) by a call of its wgmma kernel.
+void lowerWgmmaGemm(GroupedMatmulOp op, const WgmmaGemm &g, ModuleOp module,
+                    SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): the TMA, warp-specialized kernel and its epilogues
+//===----------------------------------------------------------------------===//
+
+/// A SwiGLU epilogue, forward or backward, for w1's split layout (gate
+/// columns [0, F), up columns [F, 2F)); blocks of 32 along the rows, element
+/// type `f8`, scale rule `mode`.
+/// - Forward, of h = x @ w1 ([R, 2F]): the kernel's first result is the MX
+///   rounding of a = swiglu(h) as bf16 [R, F] (the next GEMM's exact
+///   operand); optionally also h (f32 [R, 2F], `keepH`) and a (f32 [R, F],
+///   `keepF32`), in that order, for other users, then, with `col`, a's
+///   columnwise MX rounding as bf16 [R, F] (blocks of 32 rows, the second
+///   GEMM's weight-gradient operand; as the backward's below). With `mx`,
+///   the first result is instead the MX encoding itself, as two results:
+///   its elements [R, F] (type `f8`) and E8M0 scales [R, F / 32], for GEMMs
+///   that read the 8-bit operand (TmaGemm::lhsF8); the backward's likewise
+///   ([R, 2F], [R, 2F / 32]).
+/// - Backward (`grad`), of da = dy @ w2^T ([R, F], transpose_rhs), given h as
+///   the kernel's fourth argument: the first result is the MX rounding of
+///   dh = swiglu_grad(h, da) as bf16 [R, 2F] (the data gradient's exact
+///   operand); optionally also dh (f32, `keepF32`), then dh's MX rounding
+///   with blocks of 32 rows (`col`: format `colF8`, rule `colMode`; the
+///   weight gradient's exact operand) as bf16 [R, 2F]. The columnwise blocks
+///   are the whole array's (rows 32 q .. 32 q + 31), which the tiles hold
+///   whole only when every group starts at a multiple of 32: the caller
+///   proves that (a dispatch's pad_to).
+struct SwigluEpilogue {
+  bool grad = false;
+  Type f8;
+  ScaleMode mode;
+  bool keepH = false, keepF32 = false;
+  bool mx = false;
+  bool col = false;
+  Type colF8;
+  ScaleMode colMode = ScaleMode::rceil;
+  std::string name() const {
+    std::string colName =
+        col ? llvm::formatv("_col_{0}_{1}", elementName(colF8),
+                            stringifyScaleMode(colMode))
+                  .str()
+            : "";
+    return llvm::formatv("_{0}_{1}_{2}{3}{4}{5}{6}",
+                         grad ? "swiglu_grad" : "swiglu",
+                         elementName(f8),
+                         stringifyScaleMode(mode), mx ? "_mx" : "",
+                         keepH ? "_h" : "",
+                         keepF32 ? (grad ? "_dh" : "_a") : "", colName)
+        .str();
+  }
+};
+
+/// What the TMA kernel computes: a grouped GEMM (forward or data gradient)
+/// or a grouped weight gradient, and its shape.
+struct TmaGemm {
+  int64_t rows, k, n, experts;
+  bool rhsTransposed = false, liveRowsOnly = false;
+  /// result[e] = lhs[lo:hi]^T @ rhs[lo:hi] ([E, K, N], contraction over the
+  /// group's rows) instead of result[r] = lhs[r] @ rhs[e].
+  bool wgrad = false;
+  /// Forward with rhs [E, K, N], or backward with transpose_rhs.
+  std::optional<SwigluEpilogue> swiglu;
+  /// The lhs is an MX operand with blocks of 32 along K (forward and data
+  /// gradient kernels without an epilogue): its elements of this type and
+  /// its E8M0 scales, dequantized to bf16 in shared memory (see
+  /// TmaGemmEmitter::converter, TmaGemmMainloop.cpp); null for a bf16 lhs.
+  Type lhsF8{};
+  /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
+  unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
+  unsigned offsetsArg() const { return rhsArg() + 1; }
+};
+
+/// Whether the kernel stores its f32 result [rows, N] through the copy engine
+/// (the staging boxes): the plain GEMMs and weight gradients. (The forward
+/// SwiGLU epilogue's h through them measured 3% slower: its other stores
+/// stay direct, and the boxes' barriers come on top.)
+inline bool stagesF32(const TmaGemm &g) { return !g.swiglu; }
+
+/// Emits the body of the TMA grouped GEMM's gpu.launch.
+
+/// The TMA kernel computing `t` (TmaGemmMainloop.cpp), named `name`: the
+/// host encodes the tensor maps before the launch.
+func::FuncOp getOrCreateWgmmaTmaFunction(
+    ModuleOp module, SymbolTable &symbols, const TmaGemm &t, StringRef name,
+    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
+    Location loc);
+
+/// A GEMM followed by SwiGLU (or its gradient) and the MX round trip of the
+/// next GEMM's operand, which the TMA kernel's SwiGLU epilogue computes in
+/// one pass (see SwigluEpilogue):
+/// - forward: h = gemm(x, w1), a = moe.swiglu(h), r = bf16 round trip of a;
+/// - backward: da = gemm(dy, w2) transpose_rhs, dh = moe.swiglu_grad(h, da),
+///   r = bf16 round trip of dh (da read by nothing else).
+/// Split layout, f32 values, rowwise MX blocks of 32.
+/// Backward, when every group starts at a multiple of 32: also dh's
+/// columnwise round trip (blocks of 32 rows, bf16), if dh has one.
+struct SwigluFusion {
+  Operation *activation; // moe.swiglu or moe.swiglu_grad
+  QuantizeOp quantize;
+  SmallVector<DequantizeOp> roundTrips; // the bf16 dequantizes of `quantize`
+  SwigluEpilogue epilogue;
+  QuantizeOp colQuantize{};                // backward, blocks along the rows
+  SmallVector<DequantizeOp> colRoundTrips; // its bf16 dequantizes
+};
+
+/// Replaces `op` (the GEMM of `fusion`) and the SwiGLU (or its gradient) and
+/// round trips after it by one call of the TMA kernel with the SwiGLU
+/// epilogue.
+void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
+                       ModuleOp module, SymbolTable &symbols);
+
+/// Replaces `op`, whose lhs `dq` dequantizes the MX value `pack`, by the TMA
+/// kernel reading the elements and scales (TmaGemm::lhsF8).
+void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
+                    MXPackOp pack, ModuleOp module, SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): grouped weight gradients on wgmma
+//===----------------------------------------------------------------------===//
+
+/// A weight gradient (bf16, or MX blocked along the rows) as a call of its
+/// wgmma kernel; returns the call, or nullptr (nothing changed).
+Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
+                             SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with promotion
+//===----------------------------------------------------------------------===//
+
+/// `op` (MXFP8 operands) as a call of the FP8 wgmma kernel if it handles the
+/// shape; returns whether it did.
+bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
+                     SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// f32 dense matmul on CUDA cores
+//===----------------------------------------------------------------------===//
+
+/// `op` (f32 linalg.matmul) as a call of the CUDA-core kernel if it handles
+/// the shape; returns whether it did.
+bool lowerToSimtMatmul(linalg::MatmulOp op, ModuleOp module,
+                       SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// MX round trips, pairs of them, dequantize
+//===----------------------------------------------------------------------===//
+
+namespace roundtrip {
+constexpr int64_t MaxBlocks = 2048;
+constexpr int64_t Block = 32;
+constexpr int64_t PairWarps = 8;               // a CTA
+constexpr int64_t PairSlabBytes = 32 * 33 * 4; // a warp's tile
+} // namespace roundtrip
+
+/// Elements of an MX tensor.
+int64_t mxElements(MXTensorType mx);
+/// Elements between consecutive values of one block (1 when the blocks run
+/// along the innermost dim).
+int64_t mxInner(MXTensorType mx);
+/// An MX tensor's shape and axis in kernel names.
+std::string mxShapeName(MXTensorType mx);
+/// Whether the round-trip kernels take `t` as input or result.
+bool isRoundTripFloat(Type t);
+
+/// One MX round trip shape the kernel handles.
+struct MXRoundTrip {
+  MXTensorType mx;
+  Type inElt, outElt;
+  ScaleMode mode;
+  /// The offsets' element type when the kernel computes only the rows before
+  /// their last entry; null otherwise.
+  Type offsetElt;
+
+  int64_t elements() const { return mxElements(mx); }
+  /// Elements between consecutive values of one block.
+  int64_t inner() const { return mxInner(mx); }
+  std::string name() const {
+    return llvm::formatv("moe_mx_round_trip_{0}_{1}_{2}_{3}_to_{4}{5}",
+                         mxShapeName(mx),
+                         elementName(mx.getElementType()),
+                         stringifyScaleMode(mode),
+                         elementName(inElt),
+                         elementName(outElt),
+                         offsetElt ? "_live_" + elementName(
+                                                    offsetElt)
+                                   : std::string())
+        .str();
+  }
+  int64_t units() const { return elements() / roundtrip::Block; }
+  /// Threads a CTA.
+  int64_t ctaThreads() const { return inner() == 1 ? 256 : 128; }
+  /// Threads one pass over all units takes.
+  int64_t threads() const { return inner() == 1 ? units() * 8 : units(); }
+};
+
+/// The round trip `dq` computes, if the kernel handles it.
+std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq);
+
+/// Every `moe.dequantize (moe.quantize x)` the round-trip kernel handles
+/// becomes a call of it; quantizes left without uses are erased.
+void lowerRoundTrips(ModuleOp module, SymbolTable &symbols);
+
+/// One pair of round trips of x: `alongK` with blocks along dim rank - 2,
+/// `alongN` along rank - 1.
+struct MXRoundTripPair {
+  MXRoundTrip alongK, alongN;
+  /// Which results the kernel computes (both, unless the pair was split to
+  /// hold less memory: see lowerRoundTripPairs).
+  bool withK = true, withN = true;
+  int64_t matrices() const {
+    int64_t n = 1;
+    for (int64_t d : alongK.mx.getShape().drop_back(2))
+      n *= d;
+    return n;
+  }
+  int64_t rows() const { return alongK.mx.getShape().drop_back().back(); }
+  int64_t cols() const { return alongK.mx.getShape().back(); }
+  int64_t tiles() const { return matrices() * rows() / 32 * (cols() / 32); }
+  std::string name() const {
+    std::string shape = mxShapeName(alongK.mx);
+    return llvm::formatv(
+               "moe_mx_round_trip_pair_{0}_{1}_{2}_{3}_{4}_{5}_to_{6}_{7}",
+               shape.substr(0, shape.rfind('_')),
+               elementName(alongK.mx.getElementType()),
+               stringifyScaleMode(alongK.mode),
+               elementName(alongN.mx.getElementType()),
+               stringifyScaleMode(alongN.mode),
+               elementName(alongK.inElt),
+               elementName(alongK.outElt),
+               elementName(alongN.outElt))
+               .str() +
+           (withK && withN ? "" : withK ? "_k_only" : "_n_only");
+  }
+};
+
+/// Every pair of round trips of one x along its last two dims in one block
+/// becomes one call, placed before the first of them; with `withinPeak`,
+/// pairs that would raise their block's peak of live tensors are split
+/// (MemoryPolicy.h).
+void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
+                         bool withinPeak);
+
+/// The pair a pair kernel's function computes (recorded on it), if it is one.
+std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func);
+
+/// The rows a pair kernel reads through a dispatch's gather: row r of its
+/// input is row source[r] of `sourceRows` token rows, scaled by
+/// scale[s] (`scaled`; [sourceRows] f32, s = source[r], a token's `perRow`
+/// copies) with the product's operand order `scaleFirst`.
+struct GatheredRows {
+  int64_t sourceRows;
+  bool scaled = false;
+  int64_t perRow = 1;
+  bool scaleFirst = true;
+};
+
+/// The pair kernel of `g` reading gathered rows: (tokens, source[, scale])
+/// -> its results.
+func::FuncOp getOrCreateRoundTripPairGather(
+    ModuleOp module, SymbolTable &symbols, const MXRoundTripPair &g,
+    StringRef name, ArrayRef<Type> argTypes,
+    ArrayRef<RankedTensorType> resultTypes, Location loc,
+    const GatheredRows &rows);
+
+/// Every moe.dequantize the dequantize kernel handles (after the round
+/// trips) becomes a call of it on the MX value's data and scales.
+void lowerDequantizes(ModuleOp module, SymbolTable &symbols);
+
+} // namespace mlir::moe::kernels
+
+#endif

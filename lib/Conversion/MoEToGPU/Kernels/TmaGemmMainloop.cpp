@@ -1,0 +1,761 @@
+//===- TmaGemmMainloop.cpp - the TMA kernel's mainloop --------------------===//
+//
+// Hopper (sm_90a): bf16 grouped GEMM, TMA and warp-specialized wgmma
+// ------------------------------------------------------------------
+// The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
+// their data gradients) take this kernel instead of the cp.async one (WgmmaGemm.cpp).
+//
+// Tiles: 128 rows x 256 columns, K in stages of 64. Tiles are per expert:
+// expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
+// N/256 column tiles, numbered expert after expert, row tile after row tile
+// (the column tiles of one row tile run side by side: they share the A rows,
+// and the few experts in flight share their B in L2). A tile past hi reads
+// rows of the next expert (or zeros past R) and stores none of them.
+//
+// Persistent grid: min(132, tile bound) CTAs; CTA b takes tiles b, b + grid,
+// ... Every warpgroup walks the same tile sequence: the expert of a tile is
+// found by advancing (expert, its first tile) from the previous tile's, so
+// each CTA reads the offsets once over the whole kernel.
+//
+// Warp specialization, 384 threads:
+// - warpgroup 0, thread 0 (the producer) issues the bulk tensor copies: per
+//   stage one 128 x 64 box of A (the lhs [R, K]) and the B tile: four 64 x 64
+//   boxes of the rhs [E * K, N] (MN-major), or one 256 x 64 box of the
+//   transposed rhs [E * N, K] (K-major). The tensor maps are encoded on the
+//   host (libmoert's moertTensorMap2D, 128-byte swizzle, zeros outside the
+//   array) and read from device memory.
+// - warpgroups 1 and 2 (consumers) each own 64 rows of the tile: m64n256k16
+//   MMAs, 128 f32 accumulators a thread, then store their rows of the tile
+//   while the producer already loads the next tile. The f32 result of the
+//   plain GEMMs and the weight gradients leaves through the copy engine: the warpgroup writes 64 x 32 boxes into
+//   two staging buffers in the result tensor map's swizzled layout and one
+//   thread issues bulk tensor stores, so the warpgroup starts its next tile
+//   while the boxes travel (storeBoxes); rows of a warpgroup that crosses
+//   its group's end, and the other epilogue results, are stored directly
+//   (8-byte vector stores).
+// Ring: 4 stages of 48 KiB (A 16 KiB, B 32 KiB) in the 128-byte swizzled
+// layouts of the cp.async kernel (the copy engine writes the same pattern:
+// it swizzles by address bits, every tile starts on 1 KiB), and two
+// mbarriers a stage: `full` (one arrival, the producer's expect-tx of the
+// stage's 49152 bytes, then the copies' completion) and `empty` (256
+// arrivals: every consumer thread, once the MMAs that read the stage are
+// complete). Iteration g of a warpgroup's running count uses stage g % 4 in
+// phase (g / 4) % 2; the producer first waits for `empty` in the other
+// parity, which a fresh barrier passes at once. Consumers keep one MMA group
+// in flight (wgmma.wait_group 1) and release the stage before it.
+//
+// An MX lhs (TmaGemm::lhsF8, `_<f8>_lhs`: 8-bit elements and E8M0 scales
+// with blocks of 32 along K): the producer's box of A is the stage's 128 x 64
+// elements (8 KiB, unswizzled 64-byte rows) into the first half of the A
+// slot, on a third barrier a stage (`elements`); warps 1-3 of warpgroup 0
+// expand them in place into the bf16 tile (see converter()) and arrive on
+// `full` (then 97 arrivals: theirs and the producer's expect-tx of the B
+// bytes). The consumers are unchanged.
+//
+// Rows outside [offsets[0], offsets[E]) (clamped) are zeroed first by all
+// threads (up to offsets[E] only in the `_live` variant). Offsets are a
+// dispatch's: nondecreasing; rows where decreasing offsets make groups
+// overlap are written by each of them, in no set order.
+//
+// Numerics: the forward kernel's (bf16 products, f32 accumulation in the
+// tensor core's order).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+#include "TmaGemm.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::kernels {
+
+using namespace tma;
+
+namespace {
+
+/// Emits the body of the TMA grouped GEMM's gpu.launch: the producer's
+/// copies, the converters of an 8-bit lhs, the consumers' MMAs, then the
+/// epilogue collective (TmaEpilogue).
+struct TmaGemmEmitter : TmaEpilogue {
+  Value fullBarrier(Value s) {
+    return sharedPtrAt(add(idx(Barriers), mul(s, idx(8))));
+  }
+  Value emptyBarrier(Value s) {
+    return sharedPtrAt(add(idx(Barriers + Stages * 8), mul(s, idx(8))));
+  }
+  /// With an 8-bit lhs: the stage's A elements have landed (one arrival,
+  /// the producer's expect-tx of their 8192 bytes).
+  Value elementsBarrier(Value s) {
+    return sharedPtrAt(
+        add(idx(Barriers + 2 * Stages * 8), mul(s, idx(8))));
+  }
+  Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
+  Value columnTiles() { return idx(g.n / TileN); }
+  /// Forward: expert e's tiles.
+  Value tilesOfExpert(Value e) {
+    Value lo, hi;
+    std::tie(lo, hi) = groupRows(offsets, e, g.rows);
+    return mul(ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileM),
+               columnTiles());
+  }
+  /// Forward: the expert of tile `tile` and its first tile, advancing from
+  /// (e, base) (an earlier tile's); e == E when `tile` is past the last.
+  std::pair<Value, Value> locate(Value tile, Value e, Value base) {
+    Type index = b.getIndexType();
+    auto w = scf::WhileOp::create(
+        b, loc, TypeRange{index, index}, ValueRange{e, base},
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value inRange = cmp(P::slt, args[0], idx(g.experts));
+          Value e1 = minS(args[0], idx(g.experts - 1));
+          Value past = cmp(P::sge, tile, add(args[1], tilesOfExpert(e1)));
+          scf::ConditionOp::create(b, loc, land(inRange, past), args);
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value next = add(args[1], tilesOfExpert(args[0]));
+          scf::YieldOp::create(b, loc, ValueRange{add(args[0], idx(1)), next});
+        });
+    return {w.getResult(0), w.getResult(1)};
+  }
+  /// The persistent tile loop: body(tile, g0) for each of this CTA's tiles,
+  /// g0 the running stage count at its start (index); the body returns the
+  /// count after it.
+  void tileLoop(Value grid, function_ref<Value(const Tile &, Value)> body) {
+    Type index = b.getIndexType();
+    Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+    if (g.wgrad) {
+      // Tiles e * tilesPerExpert + (K tile) * N/256 + (N tile).
+      int64_t perExpert = g.k / TileM * (g.n / TileN);
+      auto loop = scf::ForOp::create(b, loc, first, idx(g.experts * perExpert),
+                                     grid, ValueRange{idx(0)});
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value tile = loop.getInductionVar();
+      Value e = div(tile, perExpert), local = rem(tile, perExpert);
+      Value lo, hi;
+      std::tie(lo, hi) = groupRows(offsets, e, g.rows);
+      Tile t{e,
+             lo,
+             hi,
+             mul(div(local, g.n / TileN), idx(TileM)),
+             mul(rem(local, g.n / TileN), idx(TileN)),
+             ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileK)};
+      scf::YieldOp::create(b, loc, body(t, loop.getRegionIterArgs()[0]));
+      return;
+    }
+    scf::WhileOp::create(
+        b, loc, TypeRange{index, index, index, index},
+        ValueRange{first, idx(0), idx(0), idx(0)},
+        [&](OpBuilder &, Location, ValueRange args) {
+          auto [e, base] = locate(args[0], args[1], args[2]);
+          scf::ConditionOp::create(b, loc, cmp(P::slt, e, idx(g.experts)),
+                                   ValueRange{args[0], e, base, args[3]});
+        },
+        [&](OpBuilder &, Location, ValueRange args) {
+          Value tile = args[0], e = args[1], base = args[2];
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
+          Value local = arith::SubIOp::create(b, loc, tile, base);
+          Tile t{e,
+                 lo,
+                 hi,
+                 add(lo, mul(div(local, g.n / TileN), idx(TileM))),
+                 mul(rem(local, g.n / TileN), idx(TileN)),
+                 idx(g.k / TileK)};
+          Value count = body(t, args[3]);
+          scf::YieldOp::create(b, loc,
+                               ValueRange{add(tile, grid), e, base, count});
+        });
+  }
+
+  void producer(Value grid) {
+    tileLoop(grid, [&](const Tile &t, Value g0) {
+      forLoop(0, t.stages, {}, [&](Value kt, ValueRange) {
+        Value it = add(g0, kt);
+        Value s = rem(it, Stages);
+        wait(emptyBarrier(s), rem(add(div(it, Stages), idx(1)), 2));
+        Value full = fullBarrier(s);
+        NVVM::MBarrierArriveExpectTxOp::create(
+            b, loc, Type(), full,
+            int32(g.lhsF8 ? TileBBytes : StageBytes),
+            NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+        Value stage = mul(s, idx(StageBytes));
+        Value bTile = add(stage, idx(TileABytes));
+        Value k0 = mul(kt, idx(TileK));
+        if (g.wgrad) {
+          // Rows lo + 64 kt .. + 64 of lhs [R, K] (columns m0 .. + 128, two
+          // 64-column blocks) and rhs [R, N] (columns n0 .. + 256, four).
+          Value row = add(t.lo, k0);
+          for (int64_t q = 0; q < TileM / 64; ++q)
+            tmaLoad(sharedPtrAt(add(stage, idx(8192 * q))), mapA,
+                    add(t.m0, idx(64 * q)), row, full);
+          for (int64_t q = 0; q < TileN / 64; ++q)
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB,
+                    add(t.n0, idx(64 * q)), row, full);
+          return SmallVector<Value>{};
+        }
+        if (g.lhsF8) {
+          // The 128 x 64 elements (8 KiB) into the stage's A slot, where
+          // the converters expand them in place.
+          Value landed = elementsBarrier(s);
+          NVVM::MBarrierArriveExpectTxOp::create(
+              b, loc, Type(), landed, int32(TileAF8Bytes),
+              NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+          tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, landed);
+        } else {
+          tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, full);
+        }
+        if (g.rhsTransposed) {
+          // [E * N, K]: rows e * N + n0 .. + 256.
+          tmaLoad(sharedPtrAt(bTile), mapB, k0,
+                  add(mul(t.e, idx(g.n)), t.n0), full);
+        } else {
+          // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
+          // SwiGLU: 128 gate columns (from n0 / 2) then the 128 up columns
+          // of the same outputs (F further).
+          Value krow = add(mul(t.e, idx(g.k)), k0);
+          for (int64_t q = 0; q < TileN / 64; ++q) {
+            Value column = add(t.n0, idx(64 * q));
+            if (g.swiglu && !g.swiglu->grad)
+              column = add(div(t.n0, 2),
+                           idx(64 * (q % 2) + (q / 2) * (g.n / 2)));
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB, column,
+                    krow, full);
+          }
+        }
+        return SmallVector<Value>{};
+      });
+      return add(g0, t.stages);
+    });
+  }
+
+  /// With an 8-bit lhs (g.lhsF8), warps 1-3 of the producer warpgroup: the
+  /// copy engine puts each stage's 128 x 64 A elements into the first 8 KiB
+  /// of the stage's A slot (64-byte rows, unswizzled), and these 96 threads
+  /// expand them in place into the bf16 tile the MMAs read (the bf16 lhs's
+  /// 128-byte swizzled layout, 16 KiB): each loads its units (16 elements,
+  /// quarter q of row r; unit u = 4 r + q, thread t's are t, t + 96, ...),
+  /// the 96 meet (named barrier) so that no write lands on elements still
+  /// unread, and each writes its units' 16 bf16 values (chunks 2 q, 2 q + 1
+  /// of row r). A value is the dequantize kernel's (decodeF8Pair: exact
+  /// f8 -> f16, times the block's scale in f32, rounded once to bf16), so
+  /// the MMAs see exactly the bf16 operand this kernel would otherwise read.
+  /// A unit's scale (block 2 kt + q / 2 of its row) is loaded from global
+  /// memory a stage ahead; rows past R (the copy's zeros) take scale byte
+  /// 0. Each thread then fences its writes for the tensor cores
+  /// and arrives on the stage's `full` barrier (the producer's expect-tx of
+  /// the B bytes and these 96 arrivals).
+  void converter(Value grid) {
+    Value ct = arith::SubIOp::create(b, loc, tid, idx(32));
+    Value sBase = baseAddress(scalesA);
+    int64_t blocksPerRow = g.k / SwigluBlock;
+    int64_t rounds = tilesOf(ConvertUnits, Converters);
+    Type bf16 = b.getBF16Type();
+    // Thread ct's units (the same in every stage): u = ct + 96 i, row u / 4,
+    // quarter u % 4 (the last round's spare threads repeat the last unit,
+    // unstored).
+    SmallVector<Value> rows, quarters;
+    for (int64_t i = 0; i < rounds; ++i) {
+      Value u = minS(add(ct, idx(Converters * i)), idx(ConvertUnits - 1));
+      rows.push_back(div(u, 4));
+      quarters.push_back(rem(u, 4));
+    }
+    // The units' scale bytes in stage kt of the tile from row m0.
+    auto loadScales = [&](Value m0, Value kt) {
+      SmallVector<Value> scales;
+      for (int64_t i = 0; i < rounds; ++i) {
+        Value row = add(m0, rows[i]);
+        Value at = add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)),
+                       add(mul(kt, idx(TileK / SwigluBlock)),
+                           div(quarters[i], 2)));
+        Value byte = LLVM::LoadOp::create(b, loc, i8(), globalPtr(sBase, at));
+        scales.push_back(select(cmp(P::slt, row, idx(g.rows)), byte, int8(0)));
+      }
+      return scales;
+    };
+    tileLoop(grid, [&](const Tile &t, Value g0) {
+      // The next stage's scales are loaded while this one converts.
+      forLoop(0, t.stages, loadScales(t.m0, idx(0)),
+              [&](Value kt, ValueRange carried) {
+        Value it = add(g0, kt);
+        Value s = rem(it, Stages);
+        Value stage = mul(s, idx(StageBytes));
+        SmallVector<Value> scales(carried.begin(), carried.end()), elements;
+        SmallVector<Value> next = loadScales(
+            t.m0, minS(add(kt, idx(1)), idx(g.k / TileK - 1)));
+        wait(elementsBarrier(s), rem(div(it, Stages), 2));
+        for (int64_t i = 0; i < rounds; ++i)
+          elements.push_back(LLVM::LoadOp::create(
+              b, loc, VectorType::get({16}, i8()),
+              sharedPtrAt(add(stage, add(mul(rows[i], idx(TileK)),
+                                         mul(quarters[i], idx(16))))),
+              /*alignment=*/16));
+        NVVM::BarrierOp::create(b, loc, Type(), int32(ConverterBarrier),
+                                int32(Converters),
+                                NVVM::BarrierReductionAttr(), Value());
+        for (int64_t i = 0; i < rounds; ++i) {
+          auto expand = [&] {
+            Value scale = buildScaleValue(b, loc, scales[i]);
+            SmallVector<Value> values;
+            for (int64_t p = 0; p < 8; ++p) {
+              Value pair = LLVM::ShuffleVectorOp::create(
+                  b, loc, elements[i], elements[i],
+                  ArrayRef<int32_t>{int32_t(2 * p), int32_t(2 * p + 1)});
+              llvm::append_range(values, decodeF8Pair(pair, g.lhsF8,
+                                                      {scale, scale}, bf16));
+            }
+            for (int64_t h = 0; h < 2; ++h) {
+              LLVM::StoreOp::create(
+                  b, loc, vectorOf(ArrayRef(values).slice(8 * h, 8)),
+                  sharedPtrAt(swizzledChunk(
+                      stage, rows[i], add(mul(quarters[i], idx(2)), idx(h)))),
+                  /*alignment=*/16);
+            }
+          };
+          if (Converters * (i + 1) <= ConvertUnits)
+            expand();
+          else
+            ifThen(cmp(P::slt, add(ct, idx(Converters * i)),
+                       idx(ConvertUnits)),
+                   expand);
+        }
+        fenceForAsyncProxy();
+        NVVM::MBarrierArriveOp::create(b, loc, Type(), fullBarrier(s), Value());
+        return next;
+      });
+      return add(g0, t.stages);
+    });
+  }
+
+  /// Weight gradient: zeros rows [valid, 64) of the stage at byte `stage`
+  /// (rows of the next expert, which the copy brought in) in the blocks
+  /// consumer `c` reads alone: its A block and half of B's. Then every
+  /// consumer thread's writes reach the tensor cores (proxy fence) before
+  /// either warpgroup's MMAs (barrier 1, the 256 consumer threads).
+  void zeroStageTail(Value stage, Value valid, Value c) {
+    Value local = rem(tid, 128);
+    Value zero = LLVM::ZeroOp::create(b, loc, VectorType::get({4}, i32()));
+    // 16-byte chunks of 64 rows x 128 bytes: chunk u is row u / 8, bytes
+    // 16 (u % 8) (whole rows, so the swizzle does not matter).
+    for (int64_t blk = 0; blk < 3; ++blk) {
+      Value blockAt =
+          blk == 0 ? add(stage, mul(c, idx(8192)))
+                   : add(stage, add(idx(TileABytes + 8192 * (blk - 1)),
+                                    mul(c, idx(2 * 8192))));
+      strideLoop(add(mul(valid, idx(8)), local), idx(64 * 8), 128,
+                 [&](Value u) {
+                   LLVM::StoreOp::create(
+                       b, loc, zero, sharedPtrAt(add(blockAt, mul(u, idx(16)))),
+                       /*alignment=*/16);
+                 });
+    }
+    fenceForAsyncProxy();
+    NVVM::BarrierOp::create(b, loc, Type(), int32(1),
+                            int32(ConsumerThreads),
+                            NVVM::BarrierReductionAttr(), Value());
+  }
+
+  void consumer(Value grid, Value c) {
+    Value local = rem(tid, 128);
+    Value warp = div(local, 32), lane = rem(local, 32);
+    Value outBase = baseAddress(out);
+    // A: K-major (forward) or MN-major (weight gradient: the lhs's rows run
+    // along the contraction); B: MN-major, or K-major for a transposed rhs.
+    auto layoutA = g.wgrad ? NVVM::MMALayout::col : NVVM::MMALayout::row;
+    auto layoutB =
+        g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row;
+    tileLoop(grid, [&](const Tile &t, Value g0) {
+      Value zero = LLVM::ZeroOp::create(b, loc, accType);
+      SmallVector<Value> acc = forLoop(
+          0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
+            Value it = add(g0, kt);
+            Value s = rem(it, Stages);
+            wait(fullBarrier(s), rem(div(it, Stages), 2));
+            Value stage = mul(s, idx(StageBytes));
+            if (g.wgrad) {
+              Value valid = arith::SubIOp::create(
+                  b, loc, t.hi, add(t.lo, mul(kt, idx(TileK))));
+              ifThen(cmp(P::slt, valid, idx(TileK)),
+                     [&] { zeroStageTail(stage, valid, c); });
+            }
+            Value slotUnits = toI64(div(stage, 16));
+            // This warpgroup's 64 rows of A: the second 64 (K-major) rows
+            // or the second 64-column block (MN-major), 8 KiB further.
+            Value aUnits = toI64(mul(c, idx(8192 >> 4)));
+            Value d = carried[0];
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            for (int64_t j = 0; j < TileK / hopper::MmaK; ++j) {
+              int64_t aAt = g.wgrad ? 2048 * j : 32 * j;
+              Value aDesc = arith::AddIOp::create(
+                  b, loc, descriptor(slotUnits, aAt), aUnits);
+              int64_t bAt = TileABytes +
+                            (g.rhsTransposed ? 32 * j : 2048 * j);
+              d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt), layoutA,
+                          layoutB);
+            }
+            NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+            NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+            // The previous stage's MMAs are complete: hand it back.
+            ifThen(cmp(P::ugt, kt, idx(0)), [&] {
+              NVVM::MBarrierArriveOp::create(
+                  b, loc, Type(),
+                  emptyBarrier(rem(add(it, idx(Stages - 1)), Stages)),
+                  Value());
+            });
+            return SmallVector<Value>{d};
+          });
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+      ifThen(cmp(P::ugt, t.stages, idx(0)), [&] {
+        Value last = add(g0, add(t.stages, idx(-1)));
+        NVVM::MBarrierArriveOp::create(
+            b, loc, Type(), emptyBarrier(rem(last, Stages)), Value());
+      });
+
+      // Register 4 j + 2 h + c of the m64n256 accumulator: row 16 w + l/4
+      // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
+      Value rowBase = add(add(t.m0, mul(c, idx(hopper::MmaM))),
+                          add(mul(warp, idx(16)), div(lane, 4)));
+      if (g.swiglu) {
+        if (g.swiglu->grad)
+          storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
+        else
+          storeSwiglu(t, acc[0], rowBase, c, warp, lane);
+        return add(g0, t.stages);
+      }
+      // Whole 64-row halves (every half of a weight gradient) go through
+      // the copy engine; the half that crosses the group's end stores its
+      // rows before it directly.
+      Value first = add(t.m0, mul(c, idx(hopper::MmaM)));
+      auto boxes = [&] {
+        storeBoxes(
+            acc[0], mapOut, g.wgrad ? add(mul(t.e, idx(g.k)), first) : first,
+            [&](int64_t q) { return add(t.n0, idx(BoxColumns * q)); }, c,
+            warp, lane);
+      };
+      if (g.wgrad) {
+        boxes();
+        return add(g0, t.stages);
+      }
+      ifElseVoid(
+          cmp(P::sle, add(first, idx(hopper::MmaM)), t.hi), boxes,
+          [&] {
+            Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
+            for (int64_t h = 0; h < 2; ++h) {
+              Value row = add(rowBase, idx(8 * h));
+              ifThen(cmp(P::slt, row, t.hi), [&] {
+                Value rowAt = add(mul(row, idx(g.n)), colBase);
+                for (int64_t j = 0; j < TileN / 8; ++j)
+                  storePair(outBase, add(rowAt, idx(8 * j)),
+                            accAt(acc[0], 4 * j + 2 * h),
+                            accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
+              });
+            }
+          });
+      return add(g0, t.stages);
+    });
+    // The last boxes' stores are complete before the CTA's shared memory
+    // goes.
+    if (mapOut)
+      ifThen(cmp(P::eq, local, idx(0)), [&] {
+        NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, UnitAttr());
+      });
+  }
+
+
+  /// Forward: zeros the rows in no group, [0, offsets[0]) and [offsets[E],
+  /// end), of every result.
+  void zeroUncovered(Value grid) {
+    if (!g.swiglu)
+      return zeroUncovered(grid, out, g.n * 4);
+    // The rounded result (bf16) is [R, F] forward, [R, 2F] backward; the MX
+    // encoding's elements [R, F] and scales [R, F / 32] (a zero block's
+    // scale byte is 0).
+    int64_t columns = g.swiglu->grad ? 2 * g.n : g.n / 2;
+    if (g.swiglu->mx) {
+      zeroUncovered(grid, out, columns);
+      zeroUncovered(grid, outScales, columns / SwigluBlock);
+    } else {
+      zeroUncovered(grid, out, columns * 2);
+    }
+    if (outH)
+      zeroUncovered(grid, outH, g.n * 4);
+    if (outF32)
+      zeroUncovered(grid, outF32, columns * 4);
+    if (outCol)
+      zeroUncovered(grid, outCol, columns * 2);
+  }
+  /// zeroUncovered for the result `buffer` of `rowBytes` bytes a row (16-byte
+  /// stores, or byte stores where rows are not whole 16-byte chunks).
+  void zeroUncovered(Value grid, Value buffer, int64_t rowBytes) {
+    Value start = clampedOffset(offsets, idx(0), g.rows);
+    Value end = groupsEnd(offsets, g.rows);
+    Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
+    Value outBase = baseAddress(buffer);
+    int64_t width = rowBytes % 16 ? 1 : 16;
+    Value zero = width == 1 ? int8(0)
+                            : LLVM::ZeroOp::create(
+                                  b, loc, VectorType::get({4}, b.getF32Type()))
+                                  .getResult();
+    Value chunksPerRow = idx(rowBytes / width);
+    Value first =
+        add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
+                idx(Threads)),
+            tid);
+    Value stride = mul(grid, idx(Threads));
+    auto zeroRows = [&](Value from, Value to) {
+      Value chunks = mul(arith::SubIOp::create(b, loc, maxS(to, from), from),
+                         chunksPerRow);
+      strideLoop(first, chunks, stride, [&](Value chunk) {
+        Value at = add(mul(from, chunksPerRow), chunk);
+        LLVM::StoreOp::create(b, loc, zero,
+                              globalPtr(outBase, mul(at, idx(width))),
+                              /*alignment=*/width);
+      });
+    };
+    zeroRows(idx(0), start);
+    zeroRows(maxS(end, start), zeroEnd);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    Value grid = launch.getGridSize().x;
+    setUp(hopper::LBO, hopper::SBO, /*swizzled=*/true, /*accRegs=*/TileN / 2);
+    if (!g.wgrad)
+      zeroUncovered(grid);
+    ifThen(cmp(P::eq, tid, idx(0)), [&] {
+      for (int64_t s = 0; s < Stages; ++s) {
+        NVVM::MBarrierInitOp::create(b, loc, fullBarrier(idx(s)),
+                                     int32(g.lhsF8 ? 1 + Converters : 1),
+                                     Value());
+        NVVM::MBarrierInitOp::create(b, loc, emptyBarrier(idx(s)),
+                                     int32(ConsumerThreads), Value());
+        if (g.lhsF8)
+          NVVM::MBarrierInitOp::create(b, loc, elementsBarrier(idx(s)),
+                                       int32(1), Value());
+      }
+    });
+    NVVM::Barrier0Op::create(b, loc);
+    // The warpgroup index, broadcast from lane 0 so the compiler sees it is
+    // warp-uniform (else it serializes the wgmmas of the divergent branch).
+    Value wg = toIndex(
+        gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                               int32(32), gpu::ShuffleMode::IDX)
+            .getShuffleResult());
+    // The SwiGLU epilogue needs more than the 168 registers a thread of 384
+    // gets: the producer warpgroup gives most of its registers to the
+    // consumers; with an 8-bit lhs it keeps enough for the converters.
+    int64_t producerRegs = g.lhsF8 ? ConverterRegs : ProducerRegs;
+    int64_t consumerRegs =
+        g.lhsF8 ? ConverterConsumerRegs : SwigluConsumerRegs;
+    auto setMaxRegisters = [&](int64_t count,
+                               NVVM::SetMaxRegisterAction action) {
+      if (g.swiglu || g.lhsF8)
+        NVVM::SetMaxRegisterOp::create(b, loc, count, action);
+    };
+    ifElseVoid(
+        cmp(P::eq, wg, idx(0)),
+        [&] {
+          setMaxRegisters(producerRegs, NVVM::SetMaxRegisterAction::decrease);
+          if (g.lhsF8)
+            ifElseVoid(
+                cmp(P::ult, tid, idx(32)),
+                [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
+                [&] { converter(grid); });
+          else
+            ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
+        },
+        [&] {
+          setMaxRegisters(consumerRegs, NVVM::SetMaxRegisterAction::increase);
+          consumer(grid, add(wg, idx(-1)));
+        });
+  }
+};
+
+} // namespace
+
+/// The TMA kernel computing `t` (see "bf16 grouped GEMM, TMA and
+/// warp-specialized wgmma"), named `name`: the host encodes both tensor
+/// maps before the launch.
+func::FuncOp getOrCreateWgmmaTmaFunction(
+    ModuleOp module, SymbolTable &symbols, const TmaGemm &t, StringRef name,
+    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
+    Location loc) {
+  func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
+  int64_t tiles =
+      t.wgrad ? t.experts * (t.k / TileM) * (t.n / TileN)
+              : (tilesOf(t.rows, TileM) + t.experts) * (t.n / TileN);
+  Value mapA, mapB, mapOut;
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, name,
+          t.wgrad    ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
+                       "gradient"
+          : t.swiglu ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU "
+                       "and MX rounding epilogue"
+          : t.lhsF8  ? "cp.async.bulk.tensor + wgmma.mma_async bf16, MX lhs "
+                       "dequantized in shared memory"
+                     : "cp.async.bulk.tensor + wgmma.mma_async bf16",
+          argTypes, resultTypes, loc,
+          {std::min(Ctas, tiles), 1, 1, Threads,
+           stagesF32(t) ? StoreSmemBytes
+                        : SmemBytes + (t.swiglu->col ? ColAmaxBytes : 0)},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              ArrayRef<Value> outs) {
+            TmaGemmEmitter k{{{{b, loc}}, t, buf[t.offsetsArg()], outs[0],
+                              mapA, mapB}};
+            k.mapOut = mapOut;
+            if (t.lhsF8)
+              k.scalesA = buf[1];
+            if (t.swiglu) {
+              unsigned next = 1;
+              if (t.swiglu->mx)
+                k.outScales = outs[next++];
+              if (t.swiglu->keepH)
+                k.outH = outs[next++];
+              if (t.swiglu->keepF32)
+                k.outF32 = outs[next++];
+              if (t.swiglu->col)
+                k.outCol = outs[next++];
+              if (t.swiglu->grad)
+                k.inH = buf[3];
+            }
+            k.emit(launch);
+          },
+          [&](OpBuilder &b, ArrayRef<Value> buf, ArrayRef<Value> outs) {
+            KernelBuilder h{b, loc};
+            // A bf16 [rows, columns] array in boxes of 64 columns (128
+            // bytes, one swizzle row) x boxRows; f32 boxes of 32 columns;
+            // 8-bit boxes of `boxColumns` (64: one stage, unswizzled).
+            auto map = [&](Value array, int64_t columns, int64_t rows,
+                           int64_t boxRows, int64_t bytes = 2,
+                           int64_t boxColumns = 0) {
+              SmallVector<Value> args = {
+                  h.baseAddress(array), h.int64(bytes),
+                  h.int64(columns),     h.int64(rows),
+                  h.int64(bytes * columns),
+                  h.int64(boxColumns ? boxColumns : 128 / bytes),
+                  h.int64(boxRows)};
+              return func::CallOp::create(b, loc, encode, args).getResult(0);
+            };
+            // The f32 result [R, N] (weight gradient: [E * K, N]), stored
+            // in boxes of 64 rows.
+            if (stagesF32(t))
+              mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
+                           hopper::MmaM, 4);
+            if (t.wgrad) {
+              // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
+              mapA = map(buf[0], t.k, t.rows, TileK);
+              mapB = map(buf[1], t.n, t.rows, TileK);
+              return;
+            }
+            mapA = t.lhsF8 ? map(buf[0], t.k, t.rows, TileM, 1, TileK)
+                           : map(buf[0], t.k, t.rows, TileM);
+            Value rhs = buf[t.rhsArg()];
+            mapB = t.rhsTransposed ? map(rhs, t.k, t.experts * t.n, TileN)
+                                   : map(rhs, t.n, t.experts * t.k, 64);
+          }),
+      t.wgrad   ? SmallVector<unsigned>{0, 1}
+      : t.lhsF8 ? SmallVector<unsigned>{0, 1}
+                : SmallVector<unsigned>{0},
+      t.offsetsArg());
+}
+
+void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
+                       ModuleOp module, SymbolTable &symbols) {
+  const SwigluEpilogue &e = fusion.epilogue;
+  Operation *activation = fusion.activation;
+  auto valuesType = cast<RankedTensorType>(activation->getResult(0).getType());
+  MXTensorType mxType = fusion.quantize.getType();
+  SmallVector<RankedTensorType> resultTypes;
+  if (e.mx)
+    resultTypes = {cast<RankedTensorType>(mxType.getDataType()),
+                   cast<RankedTensorType>(mxType.getScalesType())};
+  else
+    resultTypes = {RankedTensorType::get(valuesType.getShape(),
+                                         BFloat16Type::get(op.getContext()))};
+  if (e.keepH)
+    resultTypes.push_back(cast<RankedTensorType>(op.getType()));
+  if (e.keepF32)
+    resultTypes.push_back(valuesType);
+  if (e.col)
+    resultTypes.push_back(RankedTensorType::get(
+        valuesType.getShape(), BFloat16Type::get(op.getContext())));
+  TmaGemm t{g.rows,         g.k,
+            g.n,            g.experts,
+            g.rhsTransposed, g.liveRowsOnly,
+            /*wgrad=*/false, e};
+  SmallVector<Value> args = {op.getLhs(), op.getRhs(), op.getOffsets()};
+  if (e.grad)
+    args.push_back(cast<SwigluGradOp>(activation).getInput());
+  func::FuncOp kernel = withGroupedArgs(
+      getOrCreateWgmmaTmaFunction(
+          module, symbols, t, g.name() + e.name(),
+          llvm::to_vector(ValueRange(args).getTypes()), resultTypes,
+          op.getLoc()),
+      e.grad ? SmallVector<unsigned>{0, 3} : SmallVector<unsigned>{0}, 2);
+  OpBuilder b(e.grad ? activation : op.getOperation());
+  auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
+  unsigned next = 1;
+  if (e.mx) {
+    // The MX value itself: its dequantizes stay, for the GEMMs reading it to
+    // take the elements and scales (f8LhsOf).
+    auto pack = MXPackOp::create(b, op.getLoc(), mxType, call.getResult(0),
+                                 call.getResult(1));
+    fusion.quantize.getResult().replaceAllUsesWith(pack.getResult());
+    fusion.quantize.erase();
+    next = 2;
+  } else {
+    for (DequantizeOp dq : fusion.roundTrips) {
+      dq.getResult().replaceAllUsesWith(call.getResult(0));
+      dq.erase();
+    }
+    if (fusion.quantize->use_empty())
+      fusion.quantize.erase();
+  }
+  if (e.keepH)
+    op.getResult().replaceUsesWithIf(call.getResult(next++), [&](OpOperand &u) {
+      return u.getOwner() != activation;
+    });
+  // The columnwise round trips before the f32 values' other users take the
+  // kept values (their quantize reads the activation).
+  if (e.col) {
+    Value colRounded = call.getResult(resultTypes.size() - 1);
+    for (DequantizeOp dq : fusion.colRoundTrips) {
+      dq.getResult().replaceAllUsesWith(colRounded);
+      dq.erase();
+    }
+    fusion.colQuantize.erase();
+  }
+  if (e.keepF32)
+    activation->getResult(0).replaceAllUsesWith(call.getResult(next++));
+  if (activation->use_empty())
+    activation->erase();
+  if (op->use_empty())
+    op.erase();
+}
+
+void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
+                    MXPackOp pack, ModuleOp module, SymbolTable &symbols) {
+  TmaGemm t{g.rows,          g.k,
+            g.n,             g.experts,
+            g.rhsTransposed, g.liveRowsOnly,
+            /*wgrad=*/false, /*swiglu=*/std::nullopt};
+  t.lhsF8 = pack.getType().getElementType();
+  SmallVector<Value> args = {pack.getData(), pack.getScales(), op.getRhs(),
+                             op.getOffsets()};
+  func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
+      module, symbols, t,
+      g.name() + "_" + elementName(t.lhsF8) + "_lhs",
+      llvm::to_vector(ValueRange(args).getTypes()), {op.getType()},
+      op.getLoc());
+  OpBuilder b(op);
+  auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+  if (dq->use_empty())
+    dq.erase();
+  if (pack->use_empty())
+    pack.erase();
+}
+
+} // namespace mlir::moe::kernels

@@ -1,0 +1,452 @@
+//===- WgmmaFp8Gemm.cpp - Hopper MXFP8 GEMM on FP8 wgmma ------------------===//
+//
+// Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with per-block promotion
+// -------------------------------------------------------------------------
+// Handles moe.grouped_matmul with MX operands lhs !moe.mx<R x K x f8,
+// axis = 1>, rhs !moe.mx<E x K x N x f8, axis = 1> (f8 = f8E4M3FN or
+// f8E5M2, blocks of 32, E8M0 scales), f32 result, no transpose_rhs, static
+// shapes, K % 64 == 0, N % 128 == 0 (R arbitrary). The function takes the
+// unpacked parts: (A data [R, K], A scales [R, K/32], B data [E, K, N],
+// B scales [E, K/32, N], offsets).
+//
+// Hopper has no block-scaled MMA, so the kernel stays exact by promotion:
+// every 32-wide K slice (one MX block of both operands) is one FP8 wgmma
+// (m64n128k32 .f32.e4m3.e4m3, or e5m2) into a fresh f32 accumulator
+// (scale-d = 0), and its partial sum P is added to the running f32
+// accumulator as
+//     acc[r][c] = fma(P[r][c] * 2^sa(r, blk), 2^sb(blk, c), acc[r][c])
+// where sa is the lhs row's scale and sb the rhs column's scale of that
+// block. Both multiplications by powers of two are exact (unless the
+// product leaves the f32 range, as it would in the reference's dequantized
+// values too); a NaN scale (0xFF) gives NaN. The tensor core sums the 32
+// products of a slice in its own order, so results match the reference to
+// f32 rounding, not bit for bit.
+//
+// Grid, CTA tile (128 x 128, two m64 halves), 128 threads = one warpgroup,
+// expert walk and masking, rows in no group, rows >= R: all as the bf16
+// wgmma kernel's (WgmmaGemm.cpp).
+//
+// K loop: stages of 64 K values (2 MX blocks), a ring of 4 shared-memory
+// buffers of 18 KiB, two stages loaded ahead, the bf16 kernel's wait /
+// fence.proxy.async / bar.sync / refill sequence. A stage slot holds
+//   0      A tile, 128 rows x 64 bytes, K-major (as bf16: LBO = 128; SBO =
+//          512 = 4 core matrices of 8 rows x 16 bytes along K)
+//   8192   B tile, 128 columns x 64 bytes, K-major, same layout (row = N)
+//   16384  A scales as f32 2^(e-127): [block j][row] (1 KiB)
+//   17408  B scales as f32: [block j][column] (1 KiB)
+// Element (r, k) of a tile is at (r/8)*512 + (k/16)*128 + (r%8)*16 + k%16;
+// wgmma slice s of half h uses A at 4096 h + 256 s and B at 8192 + 256 s.
+// Both operands K-major: the only layout FP8 wgmma accepts (NVVM layouts
+// A `row`, B `col`; the transpose bits exist only for 16-bit types).
+//   A: cp.async, 16 bytes per copy (4 per thread per stage): chunk
+//     (row 8 (4i + t/32) + t%8, K chunk (t/8)%4), so a warp fills 512
+//     contiguous bytes.
+//   B: the rhs is [K, N] with N contiguous, so it is transposed while
+//     copied (cp.async cannot transpose): thread t takes 4 x 4 byte blocks
+//     (K rows 4 (t/32) + 16 i .. +3, N columns 4 (t%32) .. +3), i = 0..3:
+//     four 32-bit global loads (a warp reads 128 contiguous bytes of each
+//     K row: coalesced), a byte transpose in registers, four 32-bit shared
+//     stores (column n + c, 4 consecutive K bytes). These are synchronous
+//     loads issued two stages ahead; the generic-proxy stores are made
+//     visible to wgmma by the fence.proxy.async + bar.sync that precede the
+//     stage's MMAs.
+//   Scales: thread t loads row m0 + t's (clamped to R-1) and column
+//     n0 + t's two E8M0 scales of the stage and stores them converted to
+//     f32 (e = 0 -> 2^-127, e = 255 -> NaN).
+//
+// Per iteration, for slice s = 0, 1 and half h = 0, 1: wgmma.fence, the
+// wgmma into a fresh accumulator, commit, wait_group 0, then the promotion
+// of its 64 registers (fragment as the bf16 kernel's: register 4 j + 2 hh +
+// c is row 16 w + l/4 + 8 hh, column 8 j + 2 (l%4) + c of the half); the
+// thread reads its 2 row scales and 32 column scales from the slot. Every
+// MMA is complete before the next barrier, so the ring discipline of the
+// bf16 kernel holds a fortiori.
+//
+// Performance: the tensor core idles while a partial is promoted (one
+// 64-register partial in flight; two would not fit the register file next
+// to the 128 running-accumulator registers). Correctness first.
+//
+// Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+#include "HopperBuilder.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::kernels {
+
+namespace fp8wgmma {
+constexpr int64_t TileK = 64;                // K per stage: 2 MX blocks
+constexpr int64_t MmaK = 32;                 // one FP8 wgmma = one block
+constexpr int64_t Blocks = TileK / MXBlock; // 2
+constexpr int64_t OffB = hopper::TileM * TileK;  // 8192
+constexpr int64_t OffSA = OffB + hopper::TileN * TileK;        // 16384
+constexpr int64_t OffSB = OffSA + Blocks * hopper::TileM * 4;  // 17408
+constexpr int64_t StageBytes = OffSB + Blocks * hopper::TileN * 4; // 18432
+constexpr int64_t Stages = 4, Ahead = 2; // ring depth, stages ahead
+constexpr int64_t SmemBytes = Stages * StageBytes;       // 73728
+constexpr int64_t LBO = 128;                 // next core matrix along K
+constexpr int64_t SBO = TileK / 16 * 128;  // next 8 rows / columns: 512
+} // namespace fp8wgmma
+
+using namespace fp8wgmma;
+
+namespace {
+
+/// One MXFP8 grouped GEMM shape the FP8 wgmma kernel handles.
+struct WgmmaMxGemm {
+  int64_t rows, k, n, experts;
+  Type lhsElt, rhsElt, offsetElt;
+  std::string name() const {
+    return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,
+                         k, n, experts, elementName(lhsElt),
+                         elementName(rhsElt),
+                         elementName(offsetElt))
+        .str();
+  }
+  static NVVM::WGMMATypes type(Type t) {
+    return isa<Float8E5M2Type>(t) ? NVVM::WGMMATypes::e5m2
+                                  : NVVM::WGMMATypes::e4m3;
+  }
+};
+
+std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
+  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
+  auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 3 ||
+      result.getRank() != 2 || offsets.getRank() != 1 ||
+      lhs.getAxis() != 1 || rhs.getAxis() != 1 ||
+      lhs.getBlockSize() != MXBlock || rhs.getBlockSize() != MXBlock ||
+      !isMXFP8(lhs.getElementType()) || !isMXFP8(rhs.getElementType()) ||
+      !result.getElementType().isF32() || !result.hasStaticShape() ||
+      !offsets.hasStaticShape() || !offsets.getElementType().isInteger() ||
+      ShapedType::isDynamicShape(lhs.getShape()) ||
+      ShapedType::isDynamicShape(rhs.getShape()))
+    return std::nullopt;
+  int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
+  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
+  if (rows < 1 || k < TileK || k % TileK || n < hopper::TileN || n % hopper::TileN ||
+      experts < 1 || rhs.getShape()[1] != k ||
+      offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
+      result.getDimSize(1) != n)
+    return std::nullopt;
+  return WgmmaMxGemm{rows,
+                     k,
+                     n,
+                     experts,
+                     lhs.getElementType(),
+                     rhs.getElementType(),
+                     offsets.getElementType()};
+}
+
+/// Emits the body of the MXFP8 wgmma grouped GEMM's gpu.launch.
+struct WgmmaMxEmitter : HopperBuilder {
+  const WgmmaMxGemm &g;
+  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
+  // [E, K/32, N], offsets [E+1], result [R, N].
+  Value a, aScales, w, wScales, offsets, out;
+  Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
+  // Per thread: byte offsets (index) of its accumulator rows' scales within
+  // a block's A scales ([hf][hh]) and of its columns' within B's ([j][c]).
+  SmallVector<Value> rowScaleOff{}, colScaleOff{};
+
+  Value shl(Value x, int64_t s) {
+    return arith::ShLIOp::create(b, loc, x, int32(s));
+  }
+  Value shr(Value x, int64_t s) {
+    return arith::ShRUIOp::create(b, loc, x, int32(s));
+  }
+  /// An E8M0 scale (i8 bits) as the f32 2^(e-127); 0 -> 2^-127
+  /// (subnormal), 255 -> NaN.
+  Value scaleToF32(Value bits) {
+    Value e = arith::ExtUIOp::create(b, loc, i32(), bits);
+    Value v = shl(e, 23);
+    v = select(cmp(P::eq, e, int32(0)), int32(0x00400000), v);
+    v = select(cmp(P::eq, e, int32(255)), int32(0x7FC00000), v);
+    return arith::BitcastOp::create(b, loc, b.getF32Type(), v);
+  }
+
+  /// Stage `kt` (K values [64 kt, 64 kt + 64)) of expert `e` into ring
+  /// buffer `slot` (layouts in the header of this section).
+  void loadStage(Value e, Value kt, Value slot) {
+    Value stageBase = mul(slot, idx(StageBytes));
+    Value k0 = mul(kt, idx(TileK));
+    Value rowsLast = idx(g.rows - 1);
+    Value warp = div(tid, 32), lane = rem(tid, 32);
+    // A: chunk (row 8 (4i + t/32) + t%8, K chunk (t/8)%4), cp.async.
+    Value lane8 = rem(tid, 8);
+    Value aChunk = rem(div(tid, 8), 4);
+    Value aDst = add(stageBase, add(mul(warp, idx(SBO)),
+                                    add(mul(aChunk, idx(LBO)),
+                                        mul(lane8, idx(16)))));
+    Value aCol = add(k0, mul(aChunk, idx(16)));
+    for (int64_t i = 0; i < hopper::TileM * TileK / 16 / hopper::Threads; ++i) {
+      Value r = add(lane8, mul(add(warp, idx(4 * i)), idx(8)));
+      Value grow = minS(add(m0, r), rowsLast);
+      Value src = add(mul(grow, idx(g.k)), aCol);
+      copy16(add(aDst, idx(4 * i * SBO)), aGlobal, src);
+    }
+    // B: 4 x 4 byte blocks (K rows 4 (t/32) + 16 i + q, N columns
+    // 4 (t%32) + c), transposed in registers.
+    Value n = mul(lane, idx(4));
+    Value kIn = mul(warp, idx(4)); // k % 16
+    Value bDst = add(stageBase,
+                     add(idx(OffB), add(mul(div(n, 8), idx(SBO)),
+                                          add(mul(rem(n, 8), idx(16)), kIn))));
+    Value bRow0 = add(mul(e, idx(g.k)), add(k0, kIn));
+    for (int64_t i = 0; i < TileK / 16; ++i) {
+      SmallVector<Value> in;
+      for (int64_t q = 0; q < 4; ++q) {
+        Value krow = add(bRow0, idx(16 * i + q));
+        Value src = add(mul(krow, idx(g.n)), add(n0, n));
+        in.push_back(LLVM::LoadOp::create(b, loc, i32(), globalPtr(wGlobal, src),
+                                          /*alignment=*/4));
+      }
+      for (int64_t c = 0; c < 4; ++c) {
+        Value word;
+        for (int64_t q = 0; q < 4; ++q) {
+          Value byte = arith::AndIOp::create(b, loc, shr(in[q], 8 * c),
+                                             int32(0xff));
+          Value placed = q ? shl(byte, 8 * q) : byte;
+          word = q ? lor(word, placed) : placed;
+        }
+        Value dst = add(bDst, idx(i * LBO + c * 16));
+        LLVM::StoreOp::create(b, loc, word, sharedPtrAt(dst), /*alignment=*/4);
+      }
+    }
+    // Scales: row m0 + t (clamped) and column n0 + t, blocks 2 kt + j.
+    Value safeRow = minS(add(m0, tid), rowsLast);
+    for (int64_t j = 0; j < Blocks; ++j) {
+      Value block = add(mul(kt, idx(Blocks)), idx(j));
+      Value sa = scaleToF32(loadBits(aScales, {safeRow, block}));
+      Value sb = scaleToF32(loadBits(wScales, {e, block, add(n0, tid)}));
+      Value at = mul(add(idx(j * hopper::TileM), tid), idx(4));
+      LLVM::StoreOp::create(b, loc, sa,
+                            sharedPtrAt(add(stageBase, add(idx(OffSA), at))),
+                            /*alignment=*/4);
+      LLVM::StoreOp::create(b, loc, sb,
+                            sharedPtrAt(add(stageBase, add(idx(OffSB), at))),
+                            /*alignment=*/4);
+    }
+  }
+
+  Value loadF32(Value byteOffset) {
+    return LLVM::LoadOp::create(b, loc, b.getF32Type(), sharedPtrAt(byteOffset),
+                                /*alignment=*/4);
+  }
+
+  SmallVector<Value> kLoop(Value e) {
+    int64_t nk = g.k / TileK;
+    for (int64_t p = 0; p < Ahead; ++p) {
+      if (p < nk)
+        loadStage(e, idx(p), idx(p));
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+    }
+    Value zero = LLVM::ZeroOp::create(b, loc, accType);
+    MLIRContext *ctx = b.getContext();
+    auto shape = NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, hopper::TileN, MmaK);
+    auto typeA = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.lhsElt));
+    auto typeB = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.rhsElt));
+    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+    // A fresh accumulator for every slice: the partial to promote.
+    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
+    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    // Both operands K-major: A `row`, B `col`.
+    auto rowLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+    auto colLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+    SmallVector<Value> acc = forLoop(
+        0, idx(nk), {zero, zero},
+        [&](Value it, ValueRange carried) -> SmallVector<Value> {
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, Ahead - 1);
+          fenceForAsyncProxy();
+          NVVM::Barrier0Op::create(b, loc);
+          Value next = add(it, idx(Ahead));
+          ifThen(cmp(P::slt, next, idx(nk)),
+                 [&] { loadStage(e, next, rem(next, Stages)); });
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+          Value slot = rem(it, Stages);
+          Value slotBase = mul(slot, idx(StageBytes));
+          Value slotUnits = toI64(mul(slot, idx(StageBytes >> 4)));
+          SmallVector<Value> d(carried.begin(), carried.end());
+          for (int64_t s = 0; s < Blocks; ++s) {
+            Value bDesc = descriptor(slotUnits, OffB + 256 * s);
+            Value sbBase = add(slotBase, idx(OffSB + 4 * hopper::TileN * s));
+            Value saBase = add(slotBase, idx(OffSA + 4 * hopper::TileM * s));
+            SmallVector<Value> colScale;
+            for (Value off : colScaleOff)
+              colScale.push_back(loadF32(add(sbBase, off)));
+            for (int64_t hf = 0; hf < hopper::TileM / hopper::MmaM; ++hf) {
+              Value aDesc =
+                  descriptor(slotUnits, hf * (hopper::MmaM / 8) * SBO + 256 * s);
+              Value fresh = LLVM::UndefOp::create(b, loc, accType);
+              NVVM::WgmmaFenceAlignedOp::create(b, loc);
+              Value part = NVVM::WgmmaMmaAsyncOp::create(
+                  b, loc, accType, fresh, aDesc, bDesc, shape, typeA, typeB,
+                  f32, scaleD, scaleIn, scaleIn, rowLayout, colLayout,
+                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
+              NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+              NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+              // Promotion: acc += (P * 2^sa(row)) * 2^sb(col).
+              Value rowScale[2];
+              for (int64_t hh = 0; hh < 2; ++hh)
+                rowScale[hh] = loadF32(add(saBase, rowScaleOff[2 * hf + hh]));
+              Value x = d[hf];
+              for (int64_t j = 0; j < hopper::TileN / 8; ++j)
+                for (int64_t hh = 0; hh < 2; ++hh)
+                  for (int64_t c = 0; c < 2; ++c) {
+                    int64_t i = 4 * j + 2 * hh + c;
+                    Value p = LLVM::ExtractValueOp::create(b, loc, part, i);
+                    Value r = LLVM::ExtractValueOp::create(b, loc, x, i);
+                    Value ps = arith::MulFOp::create(b, loc, p, rowScale[hh]);
+                    r = LLVM::FMAOp::create(b, loc, ps, colScale[2 * j + c], r);
+                    x = LLVM::InsertValueOp::create(b, loc, x, r, i);
+                  }
+              d[hf] = x;
+            }
+          }
+          return d;
+        });
+    return acc;
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    n0 = mul(launch.getBlockIds().x, idx(hopper::TileN));
+    m0 = mul(launch.getBlockIds().y, idx(hopper::TileM));
+    setUp(LBO, SBO);
+    aGlobal = baseAddress(a);
+    wGlobal = baseAddress(w);
+
+    Value warp = div(tid, 32), lane = rem(tid, 32);
+    Value rowInHalf = add(mul(warp, idx(16)), div(lane, 4));
+    Value colInTile = mul(rem(lane, 4), idx(2));
+    Value rowBase = add(m0, rowInHalf);
+    Value colBase = add(n0, colInTile);
+    SmallVector<Value> rows;
+    for (int64_t hf = 0; hf < 2; ++hf)
+      for (int64_t h = 0; h < 2; ++h) {
+        rows.push_back(add(rowBase, idx(hopper::MmaM * hf + 8 * h)));
+        rowScaleOff.push_back(
+            mul(add(rowInHalf, idx(hopper::MmaM * hf + 8 * h)), idx(4)));
+      }
+    for (int64_t j = 0; j < hopper::TileN / 8; ++j)
+      for (int64_t c = 0; c < 2; ++c)
+        colScaleOff.push_back(mul(add(colInTile, idx(8 * j + c)), idx(4)));
+
+    Value rowsEnd = idx(g.rows);
+    Value tileEnd = add(m0, idx(hopper::TileM));
+    SmallVector<Value> noneCovered(rows.size(), boolean(false));
+    SmallVector<Value> covered = forLoop(
+        0, idx(g.experts), noneCovered,
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          Value lo, hi;
+          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
+          Value meets = cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd));
+          SmallVector<Type> types(rows.size(), i1());
+          return ifElse(
+              types, meets,
+              [&]() -> SmallVector<Value> {
+                SmallVector<Value> acc = kLoop(e);
+                SmallVector<Value> result;
+                for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+                  Value r = rows[q];
+                  Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
+                  int64_t hf = q / 2, h = q % 2;
+                  ifThen(inGroup, [&] {
+                    for (int64_t j = 0; j < hopper::TileN / 8; ++j)
+                      for (int64_t c = 0; c < 2; ++c) {
+                        Value v = LLVM::ExtractValueOp::create(
+                            b, loc, acc[hf],
+                            ArrayRef<int64_t>{4 * j + 2 * h + c});
+                        memref::StoreOp::create(
+                            b, loc, v, out,
+                            ValueRange{r, add(colBase, idx(8 * j + c))});
+                      }
+                  });
+                  result.push_back(lor(carried[q], inGroup));
+                }
+                // Every warp is done with the ring before the next expert's
+                // loads overwrite it.
+                NVVM::Barrier0Op::create(b, loc);
+                return result;
+              },
+              [&]() -> SmallVector<Value> {
+                return SmallVector<Value>(carried.begin(), carried.end());
+              });
+        });
+
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+      Value uncovered =
+          land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
+               cmp(P::slt, rows[q], rowsEnd));
+      ifThen(uncovered, [&] {
+        for (int64_t j = 0; j < hopper::TileN / 8; ++j)
+          for (int64_t c = 0; c < 2; ++c)
+            memref::StoreOp::create(
+                b, loc, zero, out,
+                ValueRange{rows[q], add(colBase, idx(8 * j + c))});
+      });
+    }
+  }
+};
+
+/// The private function computing one MXFP8 grouped GEMM shape on FP8
+/// wgmma: (A data, A scales, B data, B scales, offsets) -> result.
+func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
+                                        const WgmmaMxGemm &g,
+                                        ArrayRef<Type> argTypes,
+                                        RankedTensorType resultType,
+                                        Location loc) {
+  return withGroupedArgs(getOrCreateKernelCall(
+      module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
+      resultType, loc,
+      {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1, hopper::Threads,
+       SmemBytes},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
+        WgmmaMxEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
+                         out};
+        k.emit(launch);
+      }),
+                         {0, 1}, 4);
+}
+
+} // namespace
+
+bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
+                     SymbolTable &symbols) {
+  std::optional<WgmmaMxGemm> mx = matchWgmmaMxGemm(op);
+  if (!mx)
+    return false;
+  auto lhs = cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = cast<MXTensorType>(op.getRhs().getType());
+  SmallVector<Type> argTypes = {lhs.getDataType(), lhs.getScalesType(),
+                                rhs.getDataType(), rhs.getScalesType(),
+                                op.getOffsets().getType()};
+  func::FuncOp kernel = getOrCreateWgmmaMxFunction(module, symbols, *mx,
+                                                   argTypes, op.getType(),
+                                                   op.getLoc());
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
+                                     lhs.getScalesType(), op.getLhs());
+  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
+                                     rhs.getScalesType(), op.getRhs());
+  auto call = func::CallOp::create(
+      b, loc, kernel,
+      ValueRange{lhsParts.getData(), lhsParts.getScales(),
+                 rhsParts.getData(), rhsParts.getScales(), op.getOffsets()});
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+  return true;
+}
+
+} // namespace mlir::moe::kernels
