@@ -26,82 +26,6 @@
 
 using namespace mlir;
 
-namespace {
-/// Marks every argument of a function with a body `bufferization.writable =
-/// false`: one-shot bufferization then copies instead of writing into a
-/// caller's buffer, so a compiled function never modifies its inputs.
-struct ReadOnlyArgumentsPass
-    : PassWrapper<ReadOnlyArgumentsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReadOnlyArgumentsPass)
-  StringRef getArgument() const override { return "moe-read-only-arguments"; }
-  void runOnOperation() override {
-    getOperation().walk([](func::FuncOp f) {
-      if (f.isExternal())
-        return;
-      for (unsigned i = 0; i < f.getNumArguments(); ++i)
-        if (isa<TensorType>(f.getArgument(i).getType()))
-          f.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
-                       BoolAttr::get(f.getContext(), false));
-    });
-  }
-};
-
-/// A tensor read after it was inserted into a larger one is read back from
-/// that one (`tensor.extract_slice` of the insertion). Canonicalization folds
-/// the other way (extract_slice(insert_slice(v)) -> v), and one-shot
-/// bufferization resolves a read of `v` after `v` was written in place into
-/// the larger buffer with a copy of `v`: for the live rows of an expert
-/// computation a copy sized by a count in device memory, which the host
-/// cannot size. Run last before bufferization.
-struct ReadInsertedSlicesPass
-    : PassWrapper<ReadInsertedSlicesPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ReadInsertedSlicesPass)
-  StringRef getArgument() const override { return "moe-read-inserted-slices"; }
-  void runOnOperation() override {
-    getOperation().walk([](tensor::InsertSliceOp insert) {
-      Value part = insert.getSource();
-      Block *block = insert->getBlock();
-      for (OpOperand &use : llvm::make_early_inc_range(part.getUses())) {
-        Operation *at = block->findAncestorOpInBlock(*use.getOwner());
-        if (!at || at == insert.getOperation() ||
-            !insert->isBeforeInBlock(at))
-          continue;
-        // Reads only: writing into a view of the larger tensor would make
-        // bufferization copy all of it.
-        if (auto dps = dyn_cast<DestinationStyleOpInterface>(use.getOwner()))
-          if (dps.isDpsInit(&use))
-            continue;
-        OpBuilder b(use.getOwner());
-        use.set(tensor::ExtractSliceOp::create(
-            b, insert.getLoc(), insert.getSourceType(), insert.getResult(),
-            insert.getMixedOffsets(), insert.getMixedSizes(),
-            insert.getMixedStrides()));
-      }
-    });
-  }
-};
-/// Each use of a `tensor.empty` gets its own. CSE merges identical empties
-/// (the destinations of a forward op and of its backward counterpart), and
-/// one-shot bufferization then writes both results into one buffer, which
-/// stays allocated from the first write to the last read of the second.
-/// Separate empties bufferize to separate buffers, each freed after its own
-/// last use (-moe-buffer-lifetimes). Run right before bufferization.
-struct SplitEmptyTensorsPass
-    : PassWrapper<SplitEmptyTensorsPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(SplitEmptyTensorsPass)
-  StringRef getArgument() const override { return "moe-split-empty-tensors"; }
-  void runOnOperation() override {
-    getOperation().walk([](tensor::EmptyOp empty) {
-      SmallVector<OpOperand *> uses = llvm::map_to_vector(
-          empty->getUses(), [](OpOperand &use) { return &use; });
-      OpBuilder b(empty->getContext());
-      b.setInsertionPointAfter(empty);
-      for (OpOperand *use : llvm::drop_begin(uses))
-        use->set(b.clone(*empty)->getResult(0));
-    });
-  }
-};
-} // namespace
 
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
 /// and whole-tensor ops to linalg, then buffers with deallocation.
@@ -137,9 +61,9 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm,
   if (parallel)
     pm.addNestedPass<func::FuncOp>(moe::createMoEGPUFuseElementwise());
 
-  pm.addPass(std::make_unique<ReadInsertedSlicesPass>());
-  pm.addPass(std::make_unique<SplitEmptyTensorsPass>());
-  pm.addPass(std::make_unique<ReadOnlyArgumentsPass>());
+  pm.addPass(moe::createMoEReadInsertedSlices());
+  pm.addPass(moe::createMoESplitEmptyTensors());
+  pm.addPass(moe::createMoEReadOnlyArguments());
   bufferization::OneShotBufferizePassOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
   bufferization.functionBoundaryTypeConversion =

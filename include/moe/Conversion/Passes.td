@@ -115,28 +115,6 @@ def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
   ];
 }
 
-def MoECopyToLinalg : Pass<"moe-copy-to-linalg", "func::FuncOp"> {
-  let summary = "Turn memref.copy into linalg.copy";
-  let description = [{
-    Buffer copies then lower like every other linalg op (to loops on the
-    CPU, to kernels on the GPU) instead of calling the `memrefCopy` runtime
-    function, so compiled artifacts need no MLIR runtime library.
-  }];
-  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
-}
-
-def MoEDecomposeAggregates : Pass<"moe-decompose-aggregates", "func::FuncOp"> {
-  let summary = "Decompose aggregate linalg ops (softmax, ...) into generics";
-  let description = [{
-    Ops such as `linalg.softmax` have no loop lowering of their own; their
-    `AggregatedOpInterface` decomposition into `linalg.generic`s and
-    reductions is applied on tensors, before bufferization.
-  }];
-  let dependentDialects = ["::mlir::linalg::LinalgDialect",
-                           "::mlir::arith::ArithDialect",
-                           "::mlir::math::MathDialect"];
-}
-
 def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
   let summary = "Fuse single-use elementwise producers into their consumers (GPU)";
   let description = [{

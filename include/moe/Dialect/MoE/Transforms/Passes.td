@@ -4,6 +4,66 @@
 
 include "mlir/Pass/PassBase.td"
 
+def MoECopyToLinalg : Pass<"moe-copy-to-linalg", "func::FuncOp"> {
+  let summary = "Turn memref.copy into linalg.copy";
+  let description = [{
+    Buffer copies then lower like every other linalg op (to loops on the
+    CPU, to kernels on the GPU) instead of calling the `memrefCopy` runtime
+    function, so compiled artifacts need no MLIR runtime library.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
+def MoEDecomposeAggregates : Pass<"moe-decompose-aggregates", "func::FuncOp"> {
+  let summary = "Decompose aggregate linalg ops (softmax, ...) into generics";
+  let description = [{
+    Ops such as `linalg.softmax` have no loop lowering of their own; their
+    `AggregatedOpInterface` decomposition into `linalg.generic`s and
+    reductions is applied on tensors, before bufferization.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def MoEReadOnlyArguments : Pass<"moe-read-only-arguments", "::mlir::ModuleOp"> {
+  let summary = "Mark every tensor argument of a defined function read-only";
+  let description = [{
+    Sets `bufferization.writable = false` on every tensor argument of every
+    function with a body: one-shot bufferization then copies instead of
+    writing into a caller's buffer, so a compiled function never modifies
+    its inputs. Run right before bufferization.
+  }];
+  let dependentDialects = ["::mlir::bufferization::BufferizationDialect"];
+}
+
+def MoEReadInsertedSlices : Pass<"moe-read-inserted-slices", "::mlir::ModuleOp"> {
+  let summary = "Read a tensor inserted into a larger one back from that one";
+  let description = [{
+    A tensor read after `tensor.insert_slice` put it into a larger one is
+    read back as a `tensor.extract_slice` of the insertion. Canonicalization
+    folds the other way (extract_slice(insert_slice(v)) -> v), and one-shot
+    bufferization resolves a read of `v` after `v` was written in place into
+    the larger buffer with a copy of `v`: for the live rows of an expert
+    computation a copy sized by a count in device memory, which the host
+    cannot size. Only reads are redirected (an op writing into `v` as its
+    destination keeps `v`). Run last before bufferization.
+  }];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
+def MoESplitEmptyTensors : Pass<"moe-split-empty-tensors", "::mlir::ModuleOp"> {
+  let summary = "Give each use of a tensor.empty its own";
+  let description = [{
+    CSE merges identical `tensor.empty` ops (the destinations of a forward
+    op and of its backward counterpart), and one-shot bufferization then
+    writes both results into one buffer, which stays allocated from the
+    first write to the last read of the second. Separate empties bufferize
+    to separate buffers, each freed after its own last use
+    (-moe-buffer-lifetimes). Run right before bufferization.
+  }];
+}
+
 def MoEExpandGroupedMlp : Pass<"moe-expand-grouped-mlp"> {
   let summary = "Expand moe.grouped_mlp (and its backward) into grouped matmuls, SwiGLU and quantize";
   let description = [{

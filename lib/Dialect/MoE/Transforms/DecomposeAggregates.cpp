@@ -1,6 +1,6 @@
 //===- DecomposeAggregates.cpp - linalg.softmax & co. -> generics ---------===//
 
-#include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -10,7 +10,7 @@
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEDECOMPOSEAGGREGATES
-#include "moe/Conversion/Passes.h.inc"
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
 } // namespace mlir::moe
 
 using namespace mlir;

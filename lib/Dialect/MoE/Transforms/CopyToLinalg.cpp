@@ -1,6 +1,6 @@
 //===- CopyToLinalg.cpp - memref.copy -> linalg.copy ----------------------===//
 
-#include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -9,7 +9,7 @@
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOECOPYTOLINALG
-#include "moe/Conversion/Passes.h.inc"
+#include "moe/Dialect/MoE/Transforms/Passes.h.inc"
 } // namespace mlir::moe
 
 using namespace mlir;
