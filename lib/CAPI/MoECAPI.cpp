@@ -78,8 +78,17 @@ MlirModule moeBuildLanguageModel(MlirContext context, MlirStringRef config,
 
 MlirLogicalResult moeCompile(MlirModule module, MlirStringRef target,
                              MlirStringRef output) {
+  return moeCompileWithOptions(module, target, mlirStringRefCreate("", 0),
+                               output);
+}
+
+MlirLogicalResult moeCompileWithOptions(MlirModule module,
+                                        MlirStringRef target,
+                                        MlirStringRef gpuOptions,
+                                        MlirStringRef output) {
   moe::CompileOptions options;
   options.target = unwrap(target).str();
+  options.gpuOptions = unwrap(gpuOptions).str();
   return wrap(moe::compileToSharedObject(unwrap(module), unwrap(output),
                                          options, llvm::nulls()));
 }

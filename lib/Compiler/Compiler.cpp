@@ -195,13 +195,10 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
   };
   const std::string &target = opts.target;
   bool gpu = target != "cpu";
-  static const char *chips[] = {"sm_70",   "sm_75",   "sm_80",  "sm_86",
-                                "sm_87",   "sm_89",   "sm_90",  "sm_90a",
-                                "sm_100",  "sm_100a", "sm_101", "sm_101a",
-                                "sm_103",  "sm_103a", "sm_120", "sm_120a"};
-  if (gpu && !llvm::is_contained(chips, StringRef(target)))
-    return fail("unknown target '" + target +
-                "': use cpu or a GPU chip (sm_80, sm_90a, sm_100a, ...)");
+  std::optional<GPUChip> chip;
+  if (gpu && !(chip = symbolizeGPUChip(target)))
+    return fail("unknown target '" + target + "': use cpu or a GPU chip (" +
+                gpuChipNames() + ")");
   std::string format = opts.kernelFormat;
   if (format != "auto" && format != "isa" && format != "fatbin" &&
       format != "bin")
@@ -211,6 +208,34 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     format = "isa";
   else if (format == "auto")
     format = findProgram("ptxas") ? "fatbin" : "isa";
+  // The GPU pipeline's options, checked before anything is changed.
+  auto gpuOptions = std::make_unique<moe::GPUPipelineOptions>();
+  if (gpu) {
+    for (StringRef word : llvm::split(StringRef(opts.gpuOptions), ' '))
+      if (word.starts_with("chip=") || word.starts_with("format="))
+        return fail("GPU option '" + word +
+                    "': the chip and format come from the target and the "
+                    "kernel format");
+    std::string parseErrors;
+    LogicalResult parsed = failure();
+    {
+      // The option parser's own words go into the diagnostic.
+      llvm::raw_string_ostream errs(parseErrors);
+      parsed = gpuOptions->parseFromString(opts.gpuOptions, errs);
+    }
+    if (failed(parsed)) {
+      StringRef why = StringRef(parseErrors).trim();
+      return fail("bad GPU options '" + opts.gpuOptions + "'" +
+                  (why.empty() ? "" : ": " + why));
+    }
+    gpuOptions->chip = *chip;
+    gpuOptions->format = *symbolizeKernelFormat(format);
+    if (opts.bufferReport)
+      gpuOptions->bufferReport = true;
+  } else if (!opts.gpuOptions.empty()) {
+    return fail("GPU options ('" + opts.gpuOptions +
+                "') given for target cpu");
+  }
   if (failed(checkSignatures(moduleOp)))
     return failure();
   std::string error;
@@ -236,17 +261,12 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
 
   PassManager pm(&context);
   if (gpu) {
-    moe::GPUPipelineOptions options;
-    options.chip = target;
-    options.format = format;
-    options.mxfp8FP8MMA = opts.mxfp8FP8MMA;
-    options.bufferReport = opts.bufferReport;
-    options.pairRoundTrips = opts.pairRoundTrips;
-    options.mxActivations = opts.mxActivations;
-    moe::buildGPUPipeline(pm, options);
+    moe::buildGPUPipeline(pm, *gpuOptions);
   } else {
     moe::buildCPUPipeline(pm, opts.bufferReport);
   }
+  if (opts.configurePassManager && failed(opts.configurePassManager(pm)))
+    return fail("bad pass manager options");
   if (failed(pm.run(module)))
     return fail("lowering failed");
 

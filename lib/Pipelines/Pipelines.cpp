@@ -183,13 +183,13 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(moe::createMoEGPUElideHostSyncs());
 
   gpu::GPUToNVVMPipelineOptions nvvm;
-  nvvm.cubinChip = options.chip;
+  nvvm.cubinChip = stringifyGPUChip(options.chip).str();
   std::string features = options.features;
   if (features.empty()) {
     // Blackwell (sm_100a and later) needs PTX ISA 8.6; its block-scaled
     // MMA (tcgen05.mma...block_scale, whose default scale vector ptxas 13
     // reads as `.block32`) needs 8.8.
-    StringRef chip = options.chip.getValue();
+    StringRef chip = stringifyGPUChip(options.chip);
     unsigned number = 0;
     features = chip.consume_front("sm_") && !chip.consumeInteger(10, number) &&
                        number >= 100
@@ -197,8 +197,37 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
                    : "+ptx80";
   }
   nvvm.cubinFeatures = features;
-  nvvm.cubinFormat = options.format;
+  nvvm.cubinFormat = stringifyKernelFormat(options.format).str();
   gpu::buildLowerToNVVMPassPipeline(pm, nvvm);
+}
+
+std::string
+mlir::moe::GPUPipelineOptions::flagsHelp(ArrayRef<StringRef> skip) const {
+  SmallVector<llvm::cl::Option *> options;
+  for (auto &entry : OptionsMap)
+    if (!llvm::is_contained(skip, entry.first))
+      options.push_back(entry.second);
+  llvm::sort(options, [](llvm::cl::Option *a, llvm::cl::Option *b) {
+    return a->ArgStr < b->ArgStr;
+  });
+  std::string text;
+  for (llvm::cl::Option *o : options) {
+    text += "  --" + o->ArgStr.str();
+    if (o->getValueExpectedFlag() == llvm::cl::ValueRequired)
+      text += "=<value>";
+    text += "\n";
+    // The description, wrapped at 76 columns.
+    std::string line = "     ";
+    for (StringRef word : llvm::split(o->HelpStr, ' ')) {
+      if (line.size() + word.size() + 1 > 76) {
+        text += line + "\n";
+        line = "     ";
+      }
+      line += " " + word.str();
+    }
+    text += line + "\n";
+  }
+  return text;
 }
 
 void mlir::moe::buildTrainPipeline(OpPassManager &pm,

@@ -135,9 +135,10 @@ struct Module {
     context->diagnostics.clear();
   }
 
-  void compile(const std::string &target, const std::string &output) {
-    if (mlirLogicalResultIsFailure(
-            moeCompile(module, ref(target), ref(output))))
+  void compile(const std::string &target, const std::string &output,
+               const std::string &gpuOptions) {
+    if (mlirLogicalResultIsFailure(moeCompileWithOptions(
+            module, ref(target), ref(gpuOptions), ref(output))))
       context->raise("compiling for " + target + " failed");
     context->diagnostics.clear();
   }
@@ -162,7 +163,10 @@ PYBIND11_MODULE(_mlir, m) {
            "Runs a textual pass pipeline, e.g. "
            "'builtin.module(moe-train-pipeline{ep-size=2})', in place.")
       .def("compile", &Module::compile, py::arg("target"), py::arg("output"),
+           py::arg("gpu_options") = "",
            "Compiles to a shared object ('cpu' or a GPU chip such as "
-           "'sm_90a'); the module is lowered in place.")
+           "'sm_90a'); the module is lowered in place. gpu_options: the GPU "
+           "pipeline's options as moe-compile takes them, in its option "
+           "syntax (e.g. 'pair-round-trips=always mx-activations=peak').")
       .def("__str__", &Module::str);
 }

@@ -78,6 +78,15 @@ int main(int argc, char **argv) {
   printf("compiled: %d\n", mlirLogicalResultIsSuccess(compiled));
   mlirModuleDestroy(plain);
 
+  // GPU options are checked (names and values) before anything is lowered.
+  MlirModule gpu = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
+  MlirLogicalResult badOption = moeCompileWithOptions(
+      gpu, mlirStringRefCreateFromCString("sm_90a"),
+      mlirStringRefCreateFromCString("pair-round-trips=sometimes"),
+      mlirStringRefCreateFromCString(argv[1]));
+  printf("bad GPU option failed: %d\n", mlirLogicalResultIsFailure(badOption));
+  mlirModuleDestroy(gpu);
+
   const char *config =
       "{\"hidden_size\": 32, \"moe_intermediate_size\": 16, \"num_experts\": 4,"
       " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"

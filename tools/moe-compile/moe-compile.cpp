@@ -12,9 +12,13 @@
 #include "moe/Compiler/Compiler.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Pipelines/Pipelines.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/AsmState.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
@@ -56,48 +60,50 @@ static cl::opt<bool> verifyPTX(
     cl::desc("Assemble every kernel module with ptxas for the target chip and "
              "fail if ptxas rejects one (the artifact then embeds PTX only)"),
     cl::init(false), cl::cat(moeCompileOptions));
-static cl::opt<bool> mxfp8FP8MMA(
-    "mxfp8-fp8-mma",
-    cl::desc("Hopper: run MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
-             "slice instead of the exact default (bf16 wgmma on the exactly "
-             "dequantized operands). Not exact: the tensor core sums each "
-             "slice's FP8 products at reduced precision (about 5e-5 "
-             "relative); and today slower: its kernel has no TMA pipeline"),
-    cl::init(false), cl::cat(moeCompileOptions));
 static cl::opt<bool> bufferReport(
     "buffer-report",
     cl::desc("Print each function's peak of live buffers (bytes allocated "
              "and not yet freed, in program order) and the largest of them"),
     cl::init(false), cl::cat(moeCompileOptions));
-static cl::opt<std::string> pairRoundTrips(
-    "pair-round-trips",
-    cl::desc("Hopper: when the two MX round trips of a weight or of an "
-             "expert's rows share one kernel: 'peak' (default: unless holding "
-             "the second result longer raises the step's peak memory) or "
-             "'always' (each tensor read once: faster, more memory)"),
-    cl::init("peak"), cl::cat(moeCompileOptions));
-static cl::opt<std::string> mxActivations(
-    "mx-activations",
-    cl::desc("Hopper: where the expert GEMMs read the activations their "
-             "SwiGLU epilogues quantize as 8-bit MX elements and scales "
-             "instead of bf16: 'peak' (default: where that lowers the step's "
-             "peak memory) or 'always' (the least memory; those GEMMs run "
-             "10-18% slower)"),
-    cl::init("peak"), cl::cat(moeCompileOptions));
 static cl::opt<std::string> linker("linker",
                                    cl::desc("The C compiler used to link"),
                                    cl::init("cc"), cl::cat(moeCompileOptions));
+/// Every other --name[=value] flag: an option of the GPU pipeline
+/// (GPUPipelineOptions, listed by --help), passed on to it.
+static cl::list<std::string> gpuOptions(cl::Sink);
+
+/// --help's part on the GPU pipeline's options (declared once, in
+/// GPUPipelineOptions) and MLIR's pass-manager flags.
+static std::string gpuOptionsHelp() {
+  moe::GPUPipelineOptions options;
+  return "\nGPU targets: the GPU pipeline's options, as flags "
+         "(--pair-round-trips=always; the chip\nand format come from "
+         "--target and --kernel-format):\n\n" +
+         options.flagsHelp({"chip", "format", "buffer-report"}) +
+         "\nPass manager (as in mlir-opt): --mlir-print-ir-before=<pass>,\n"
+         "  --mlir-print-ir-after=<pass>, --mlir-print-ir-after-all,\n"
+         "  --mlir-print-ir-after-change, --mlir-print-ir-after-failure,\n"
+         "  --mlir-print-ir-module-scope, --mlir-timing,\n"
+         "  --mlir-timing-display=list|tree, --mlir-pass-statistics,\n"
+         "  --mlir-disable-threading\n";
+}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerAllPasses();
   moe::registerMoEPasses();
   moe::registerMoEConversionPasses();
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  registerMLIRContextCLOptions();
+  registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions({moeCompileOptions});
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  static const std::string gpuHelp = gpuOptionsHelp();
+  static cl::extrahelp gpuHelpText(gpuHelp.c_str());
+  const char *overview =
       "moe-compile: compile a moe program to a shared object\n\n"
-      "  moe-compile model.mlir -o model.so --target=cpu|sm_90a\n");
+      "  moe-compile model.mlir -o model.so --target=cpu|sm_90a\n";
+  cl::ParseCommandLineOptions(argc, argv, overview);
 
   DialectRegistry registry;
   moe::registerCompilerDialects(registry);
@@ -118,21 +124,27 @@ int main(int argc, char **argv) {
 
   moe::CompileOptions options;
   options.target = target;
+  // The GPU pipeline's flags, in its option syntax (name=value).
+  for (const std::string &flag : gpuOptions) {
+    StringRef option = StringRef(flag).ltrim('-');
+    if (option.size() == flag.size()) {
+      llvm::errs() << "moe-compile: unexpected argument '" << flag << "'\n";
+      return 1;
+    }
+    options.gpuOptions += (options.gpuOptions.empty() ? "" : " ") + option.str();
+  }
   options.kernelFormat = kernelFormat;
   options.verifyPTX = verifyPTX;
   options.emitPTX = emitKernels;
   options.emitLLVM = emitLLVM;
   options.linker = linker;
-  options.mxfp8FP8MMA = mxfp8FP8MMA;
   options.bufferReport = bufferReport;
-  for (const cl::opt<std::string> *mode : {&pairRoundTrips, &mxActivations})
-    if (*mode != "peak" && *mode != "always") {
-      llvm::errs() << "moe-compile: --" << mode->ArgStr
-                   << " must be 'peak' or 'always', got '" << *mode << "'\n";
-      return 1;
-    }
-  options.pairRoundTrips = pairRoundTrips;
-  options.mxActivations = mxActivations;
+  options.configurePassManager = [](PassManager &pm) -> LogicalResult {
+    if (failed(applyPassManagerCLOptions(pm)))
+      return failure();
+    applyDefaultTimingPassManagerCLOptions(pm);
+    return success();
+  };
   return failed(moe::compileToSharedObject(*module, outputFile, options,
                                            llvm::outs()));
 }

@@ -24,17 +24,25 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <functional>
 
 #include <string>
 
 namespace mlir::moe {
 
 struct CompileOptions {
-  /// `cpu`, or a GPU chip such as `sm_90a` or `sm_100a`.
+  /// `cpu`, or a GPU chip such as `sm_90a` or `sm_100a` (GPUChip).
   std::string target = "cpu";
   /// GPU kernels as `auto` (a fatbin with cubin and PTX when ptxas is found,
   /// else PTX), `isa` (PTX), `bin` or `fatbin`.
   std::string kernelFormat = "auto";
+  /// GPU targets: further options of the GPU pipeline, as
+  /// `-moe-gpu-pipeline` takes them (`pair-round-trips=always
+  /// mx-activations=peak`; see GPUPipelineOptions). The chip and the format
+  /// come from `target` and `kernelFormat`.
+  std::string gpuOptions;
   /// Assemble every kernel module with ptxas (forces `isa`); fails if ptxas
   /// rejects one.
   bool verifyPTX = false;
@@ -42,20 +50,13 @@ struct CompileOptions {
   std::string emitPTX;
   /// If set, the optimized LLVM IR is written here.
   std::string emitLLVM;
-  /// Hopper: MXFP8 grouped GEMMs on FP8 wgmma (not exact; today slower than
-  /// the exact default).
-  bool mxfp8FP8MMA = false;
   /// Remark each function's peak of live buffers (-moe-buffer-report).
   bool bufferReport = false;
-  /// Hopper: when the two MX round trips of one tensor share a kernel:
-  /// "peak" (within the peak of live tensors) or "always".
-  std::string pairRoundTrips = "peak";
-  /// Hopper: where the expert GEMMs read their fused epilogues' activations
-  /// as 8-bit MX elements and scales: "peak" (where that lowers the peak of
-  /// live tensors) or "always".
-  std::string mxActivations = "peak";
   /// The C compiler driver used to link.
   std::string linker = "cc";
+  /// Called on the pass manager before it runs (a tool applies its
+  /// `--mlir-print-ir-*` and `--mlir-timing` options here).
+  std::function<LogicalResult(PassManager &)> configurePassManager;
 };
 
 /// Registers everything a module compiled by compileToSharedObject may hold:

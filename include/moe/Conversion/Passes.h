@@ -2,6 +2,7 @@
 #ifndef MOE_CONVERSION_PASSES_H
 #define MOE_CONVERSION_PASSES_H
 
+#include "moe/Conversion/MoEToGPU/GPUOptions.h"
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
 #include "mlir/Pass/Pass.h"
 

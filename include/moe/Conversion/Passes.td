@@ -344,29 +344,35 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     the pass, so deallocate in a pipeline that contains it.
   }];
   let options = [
-    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+    Option<"chip", "chip", "::mlir::moe::GPUChip",
+           /*default=*/"::mlir::moe::GPUChip::sm_90a",
            "The GPU architecture the kernels are for (sm_90a and sm_100a "
-           "have kernels; other chips change nothing)">,
+           "have kernels; other chips change nothing)",
+           "::mlir::moe::GPUChipValues()">,
     Option<"fp8Mma", "fp8-mma", "bool", /*default=*/"false",
            "Hopper: run MXFP8 grouped GEMMs on FP8 wgmma with per-32-K promotion "
            "(the tensor core sums each 32-term slice at reduced precision: "
            "about 5e-5 relative from the exact result on the H200; and "
            "today slower, its kernel has no TMA pipeline); off by default, "
            "MXFP8 then dequantizes to bf16 (exact) for the bf16 wgmma kernel">,
-    Option<"pairRoundTrips", "pair-round-trips", "std::string",
-           /*default=*/"\"peak\"",
+    Option<"pairRoundTrips", "pair-round-trips",
+           "::mlir::moe::RoundTripPairing",
+           /*default=*/"::mlir::moe::RoundTripPairing::peak",
            "When the two MX round trips of one tensor share a kernel: peak "
            "(unless holding the second result longer raises the peak of live "
            "tensors of their block; the least memory) or always (every pair; "
-           "each tensor read once, the fastest)">,
-    Option<"mxActivations", "mx-activations", "std::string",
-           /*default=*/"\"peak\"",
+           "each tensor read once, the fastest)",
+           "::mlir::moe::RoundTripPairingValues()">,
+    Option<"mxActivations", "mx-activations",
+           "::mlir::moe::MXActivations",
+           /*default=*/"::mlir::moe::MXActivations::peak",
            "Where a SwiGLU epilogue writes the MX encoding of its activation "
            "(8-bit elements and E8M0 scales, which the TMA GEMMs reading it "
            "dequantize in shared memory) instead of its bf16 rounding: peak "
            "(where that lowers the peak of live tensors of the block) or "
            "always (the least memory; the GEMMs reading 8-bit run 10-18% "
-           "slower)">
+           "slower)",
+           "::mlir::moe::MXActivationsValues()">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

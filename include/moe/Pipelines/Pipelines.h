@@ -2,6 +2,8 @@
 #ifndef MOE_PIPELINES_PIPELINES_H
 #define MOE_PIPELINES_PIPELINES_H
 
+#include "moe/Conversion/MoEToGPU/GPUOptions.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
@@ -12,21 +14,27 @@ namespace mlir::moe {
 /// calls), convert-moe-to-linalg, bufferization, loops, LLVM.
 void buildCPUPipeline(OpPassManager &pm, bool bufferReport = false);
 
-/// Options of the GPU pipeline.
+/// Options of the GPU pipeline: the one declaration of the GPU compile
+/// options. `-moe-gpu-pipeline="..."` parses them; moe-compile takes each as
+/// a flag of its own (`--pair-round-trips=always`) and the C API and the
+/// Python package as text in this syntax (`pair-round-trips=always`), which
+/// compileToSharedObject parses into this struct.
 struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
-  PassOptions::Option<std::string> chip{
-      *this, "chip", llvm::cl::desc("The GPU architecture (sm_90a: H100/H200)"),
-      llvm::cl::init("sm_90a")};
+  PassOptions::Option<GPUChip> chip{
+      *this, "chip",
+      llvm::cl::desc("The GPU architecture (sm_90a: H100/H200; sm_100a: "
+                     "B200)"),
+      llvm::cl::init(GPUChip::sm_90a), GPUChipValues()};
   PassOptions::Option<std::string> features{
       *this, "features",
       llvm::cl::desc("PTX version to target (default: +ptx80 for sm_90a, "
                      "+ptx88 for Blackwell chips sm_100a and later)"),
       llvm::cl::init("")};
-  PassOptions::Option<std::string> format{
+  PassOptions::Option<KernelFormat> format{
       *this, "format",
       llvm::cl::desc("Kernel binary format: isa (PTX text, JIT-compiled by the "
                      "driver), bin (cubin, needs ptxas) or fatbin"),
-      llvm::cl::init("isa")};
+      llvm::cl::init(KernelFormat::isa), KernelFormatValues()};
   PassOptions::Option<bool> mxfp8FP8MMA{
       *this, "mxfp8-fp8-mma",
       llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
@@ -35,28 +43,35 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "and today slower than the exact default, which "
                      "dequantizes to bf16 for the TMA wgmma kernel)"),
       llvm::cl::init(false)};
-  PassOptions::Option<std::string> pairRoundTrips{
+  PassOptions::Option<RoundTripPairing> pairRoundTrips{
       *this, "pair-round-trips",
-      llvm::cl::desc("Hopper: when the two MX round trips of one tensor share "
-                     "a kernel: peak (unless that raises the peak of live "
-                     "tensors; the least memory) or always (the fastest)"),
-      llvm::cl::init("peak")};
-  PassOptions::Option<std::string> mxActivations{
+      llvm::cl::desc("Hopper: when the two MX round trips of a weight or of "
+                     "an expert's rows share one kernel: peak (unless holding "
+                     "the second result longer raises the peak of live "
+                     "tensors; the least memory) or always (each tensor read "
+                     "once; the fastest)"),
+      llvm::cl::init(RoundTripPairing::peak), RoundTripPairingValues()};
+  PassOptions::Option<MXActivations> mxActivations{
       *this, "mx-activations",
       llvm::cl::desc("Hopper: where the expert GEMMs read their SwiGLU "
                      "epilogues' MX activations 8-bit instead of as bf16: "
                      "peak (where that lowers the peak of live tensors) or "
                      "always (the least memory; those GEMMs are 10-18% "
                      "slower)"),
-      llvm::cl::init("peak")};
+      llvm::cl::init(MXActivations::peak), MXActivationsValues()};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",
       llvm::cl::desc("Threads per block of the generic kernels"),
       llvm::cl::init(128)};
+  /// These options as a tool's flags (`--name=<value>` and the
+  /// description, sorted by name), leaving out those named in `skip`.
+  std::string flagsHelp(ArrayRef<StringRef> skip = {}) const;
+
   PassOptions::Option<bool> bufferReport{
       *this, "buffer-report",
-      llvm::cl::desc("Remark each function's peak of live buffers "
-                     "(-moe-buffer-report)"),
+      llvm::cl::desc("Print each function's peak of live buffers (bytes "
+                     "allocated and not yet freed, in program order) and the "
+                     "largest of them (-moe-buffer-report)"),
       llvm::cl::init(false)};
 };
 

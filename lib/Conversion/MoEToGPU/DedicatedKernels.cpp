@@ -102,25 +102,25 @@ enum class Family {
 /// every GEMM first (a GEMM's SwiGLU epilogue then sees the round trip of
 /// the next GEMM's operand), the round trips after.
 struct ChipFamily {
-  llvm::StringLiteral chip;
+  GPUChip chip;
   Family family;
 };
 constexpr ChipFamily kKernelTable[] = {
-    {"sm_90a", Family::WgmmaWeightGradients},
-    {"sm_90a", Family::SimtMatmuls},
-    {"sm_90a", Family::WgmmaGroupedGemms},
-    {"sm_100a", Family::Tcgen05BlockScaledGemms},
-    {"sm_90a", Family::MXRoundTripPairs},
-    {"sm_100a", Family::MXRoundTripPairs},
-    {"sm_90a", Family::MXRoundTrips},
-    {"sm_100a", Family::MXRoundTrips},
-    {"sm_90a", Family::MXDequantizes},
-    {"sm_100a", Family::MXDequantizes},
+    {GPUChip::sm_90a, Family::WgmmaWeightGradients},
+    {GPUChip::sm_90a, Family::SimtMatmuls},
+    {GPUChip::sm_90a, Family::WgmmaGroupedGemms},
+    {GPUChip::sm_100a, Family::Tcgen05BlockScaledGemms},
+    {GPUChip::sm_90a, Family::MXRoundTripPairs},
+    {GPUChip::sm_100a, Family::MXRoundTripPairs},
+    {GPUChip::sm_90a, Family::MXRoundTrips},
+    {GPUChip::sm_100a, Family::MXRoundTrips},
+    {GPUChip::sm_90a, Family::MXDequantizes},
+    {GPUChip::sm_100a, Family::MXDequantizes},
 };
 
 } // namespace
 
-bool mlir::moe::hasDedicatedGPUKernels(llvm::StringRef chip) {
+bool mlir::moe::hasDedicatedGPUKernels(GPUChip chip) {
   // The tcgen05 ops need an arch-specific data-center Blackwell target, and
   // MLIR 22's NVVM accepts all of those the kernel uses for sm_100a only
   // (tcgen05.alloc: sm_100a/sm_101a; tcgen05.mma.block_scale: sm_100a/
@@ -142,15 +142,8 @@ struct MoEGPUDedicatedKernelsPass
   }
 
   void runOnOperation() override {
-    for (auto [name, value] : {std::pair<StringRef, StringRef>{
-                                   "pair-round-trips", pairRoundTrips},
-                               {"mx-activations", mxActivations}})
-      if (value != "peak" && value != "always") {
-        getOperation().emitError()
-            << "-moe-gpu-dedicated-kernels: " << name
-            << " must be 'peak' or 'always', got '" << value << "'";
-        return signalPassFailure();
-      }
+    if (!hasDedicatedGPUKernels(chip))
+      return;
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
     SmallVector<GroupedMatmulOp> candidates;
@@ -196,7 +189,8 @@ struct MoEGPUDedicatedKernelsPass
             lowerBlockScaledGemm(op, *gemm, module, symbols);
         break;
       case Family::MXRoundTripPairs:
-        lowerRoundTripPairs(module, symbols, pairRoundTrips == "peak");
+        lowerRoundTripPairs(module, symbols,
+                            pairRoundTrips == RoundTripPairing::peak);
         break;
       case Family::MXRoundTrips:
         lowerRoundTrips(module, symbols);
@@ -253,7 +247,8 @@ struct MoEGPUDedicatedKernelsPass
         continue;
       gemm->liveRowsOnly = live;
       if (std::optional<SwigluFusion> fusion =
-              matchSwigluFusion(op, *gemm, mxActivations == "always")) {
+              matchSwigluFusion(op, *gemm,
+                                mxActivations == MXActivations::always)) {
         lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
         continue;
       }

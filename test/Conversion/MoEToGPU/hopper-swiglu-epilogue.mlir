@@ -13,7 +13,7 @@
 // RUN:   | FileCheck %s --check-prefix=ALWAYS
 // RUN: not moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a mx-activations=never" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BADOPT
-// BADOPT: error: -moe-gpu-dedicated-kernels: mx-activations must be 'peak' or 'always', got 'never'
+// BADOPT: for the --mx-activations option: Cannot find option named 'never'!
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx

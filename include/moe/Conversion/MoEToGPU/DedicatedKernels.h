@@ -2,7 +2,7 @@
 #ifndef MOE_CONVERSION_MOETOGPU_DEDICATEDKERNELS_H
 #define MOE_CONVERSION_MOETOGPU_DEDICATEDKERNELS_H
 
-#include "llvm/ADT/StringRef.h"
+#include "moe/Conversion/MoEToGPU/GPUOptions.h"
 
 namespace mlir::moe {
 
@@ -10,7 +10,7 @@ namespace mlir::moe {
 /// name): pipelines add the pass only then. Today: Blackwell's block-scaled
 /// MMA (tcgen05) for MXFP8 grouped GEMMs on sm_100a; Hopper's warpgroup MMA
 /// (wgmma) for bf16 grouped GEMMs on sm_90a.
-bool hasDedicatedGPUKernels(llvm::StringRef chip);
+bool hasDedicatedGPUKernels(GPUChip chip);
 
 } // namespace mlir::moe
 
