@@ -4,6 +4,7 @@
 #include "moert/Allocator.h"
 
 #include "CudaDriver.h"
+#include "moert/Error.h"
 
 #include <array>
 #include <cstdio>
@@ -41,8 +42,7 @@ int chooseDevice(const char **source = nullptr) {
         *source = var;
       if (*value && end && !*end && device >= 0)
         return int(device);
-      std::fprintf(stderr, "moert: %s=%s is not a device number\n", var, value);
-      std::exit(1);
+      throw Error(std::string(var) + "=" + value + " is not a device number");
     }
   }
   if (source)
@@ -61,10 +61,9 @@ CUcontext context() {
     const char *source = nullptr;
     int ordinal = chooseDevice(&source);
     if (ordinal >= count) {
-      std::fprintf(stderr, "moert: device %d requested%s%s%s, %d present\n",
-                   ordinal, source ? " (by " : "", source ? source : "",
-                   source ? ")" : "", count);
-      std::exit(1);
+      throw Error("device " + std::to_string(ordinal) + " requested" +
+                  (source ? std::string(" (by ") + source + ")" : "") + ", " +
+                  std::to_string(count) + " present");
     }
     CUdevice device;
     MOERT_CU(d.cuDeviceGet(&device, ordinal));
@@ -156,8 +155,8 @@ CUmodule load(LazyModule &m) {
     CUresult r =
         driver().cuModuleLoadDataEx(&m.module, m.data, 3, options, values);
     if (r != CUDA_SUCCESS) {
-      std::fprintf(stderr, "moert: JIT compilation of PTX failed:\n%s\n", log);
-      cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+      cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__,
+                 std::string("JIT compilation of PTX failed:\n") + log);
     }
   });
   return m.module;
@@ -178,6 +177,10 @@ extern "C" {
 // Modules are loaded lazily, on their first kernel lookup: MLIR registers
 // them from global constructors, which run inside dlopen, where initializing
 // the CUDA driver is not safe.
+//
+// Every entry point below runs guarded (moert/Error.h): an error becomes the
+// sticky error, and while it is set the calls do nothing. Loading and
+// unloading modules touch no device (or only to unload): they always run.
 void *mgpuModuleLoad(void *data, size_t size) {
   return new LazyModule(data, size, /*jit=*/false, 0);
 }
@@ -188,6 +191,7 @@ void *mgpuModuleLoadJIT(void *ptx, int optLevel) {
 
 void mgpuModuleUnload(void *handle) {
   auto *m = static_cast<LazyModule *>(handle);
+  try {
   if (m->module) {
     // At process exit the driver may already be shutting down.
     CUresult r = driver().cuCtxPushCurrent(context());
@@ -198,10 +202,14 @@ void mgpuModuleUnload(void *handle) {
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
       cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
   }
+  } catch (const std::exception &e) {
+    setStickyError(e);
+  }
   delete m;
 }
 
 void *mgpuModuleGetFunction(void *handle, const char *name) {
+  return guarded<void *>(nullptr, [&]() -> void * {
   auto &lazy = *static_cast<LazyModule *>(handle);
   {
     std::lock_guard<std::mutex> lock(lazy.mutex);
@@ -214,18 +222,20 @@ void *mgpuModuleGetFunction(void *handle, const char *name) {
   CUfunction function = nullptr;
   CUresult r = driver().cuModuleGetFunction(&function, module, name);
   if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "moert: kernel '%s' not found in its module\n", name);
-    cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__);
+    cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__,
+               std::string("kernel '") + name + "' not found in its module");
   }
   std::lock_guard<std::mutex> lock(lazy.mutex);
   lazy.functions.emplace(name, function);
   return function;
+});
 }
 
 void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
                       intptr_t gridZ, intptr_t blockX, intptr_t blockY,
                       intptr_t blockZ, int32_t sharedMemBytes, void *stream,
                       void **params, void **extra, size_t /*paramsCount*/) {
+  guarded([&] {
   Scoped scope;
   auto f = static_cast<CUfunction>(function);
   if (sharedMemBytes > 48 * 1024) {
@@ -245,56 +255,75 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
       unsigned(blockY), unsigned(blockZ), unsigned(sharedMemBytes),
       static_cast<CUstream>(stream), params, extra);
   if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr,
-                 "moert: kernel launch with grid (%ld, %ld, %ld), block (%ld, "
-                 "%ld, %ld), %d bytes of shared memory failed\n",
-                 long(gridX), long(gridY), long(gridZ), long(blockX),
-                 long(blockY), long(blockZ), int(sharedMemBytes));
-    cuda::fail(r, "cuLaunchKernel", __FILE__, __LINE__);
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "kernel launch with grid (%ld, %ld, %ld), block (%ld, %ld, "
+                  "%ld), %d bytes of shared memory failed",
+                  long(gridX), long(gridY), long(gridZ), long(blockX),
+                  long(blockY), long(blockZ), int(sharedMemBytes));
+    cuda::fail(r, "cuLaunchKernel", __FILE__, __LINE__, what);
   }
+});
 }
 
 void *mgpuStreamCreate(void) {
+  return guarded<void *>(nullptr, [&]() -> void * {
   Scoped scope;
   CUstream stream = nullptr;
   MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   return stream;
+});
 }
 
 void mgpuStreamDestroy(void *stream) {
+  guarded([&] {
   MOERT_CU(driver().cuStreamDestroy(static_cast<CUstream>(stream)));
+});
 }
 
 void mgpuStreamSynchronize(void *stream) {
+  guarded([&] {
   MOERT_CU(driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
+});
 }
 
 void mgpuStreamWaitEvent(void *stream, void *event) {
+  guarded([&] {
   MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
                                       static_cast<CUevent>(event), 0));
+});
 }
 
 void *mgpuEventCreate(void) {
+  return guarded<void *>(nullptr, [&]() -> void * {
   Scoped scope;
   CUevent event = nullptr;
   MOERT_CU(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
   return event;
+});
 }
 
 void mgpuEventDestroy(void *event) {
+  guarded([&] {
   MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event)));
+});
 }
 
 void mgpuEventSynchronize(void *event) {
+  guarded([&] {
   MOERT_CU(driver().cuEventSynchronize(static_cast<CUevent>(event)));
+});
 }
 
 void mgpuEventRecord(void *event, void *stream) {
+  guarded([&] {
   MOERT_CU(driver().cuEventRecord(static_cast<CUevent>(event),
                                   static_cast<CUstream>(stream)));
+});
 }
 
 void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
+  return guarded<void *>(nullptr, [&]() -> void * {
   Scoped scope;
   if (hostShared) {
     CUdeviceptr ptr = 0;
@@ -314,40 +343,47 @@ void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
   if (!ptr) {
     size_t freeBytes = 0, total = 0;
     driver().cuMemGetInfo(&freeBytes, &total);
-    std::fprintf(stderr,
-                 "moert: out of device memory allocating %llu bytes "
-                 "(%zu of %zu bytes free)\n",
-                 static_cast<unsigned long long>(bytes), freeBytes, total);
-    std::exit(1);
+    throw Error("out of device memory allocating " + std::to_string(bytes) +
+                " bytes (" + std::to_string(freeBytes) + " of " +
+                std::to_string(total) + " bytes free)");
   }
   return ptr;
+});
 }
 
 void mgpuMemFree(void *ptr, void *stream) {
+  guarded([&] {
   Scoped scope;
   if (!allocator().free(ptr, stream)) {
     // Not ours: a host-shared (managed) allocation.
     MOERT_CU(driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
   }
+});
 }
 
 void mgpuMemcpy(void *dst, void *src, size_t bytes, void *stream) {
+  guarded([&] {
   Scoped scope;
   MOERT_CU(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
                                   reinterpret_cast<CUdeviceptr>(src), bytes,
                                   static_cast<CUstream>(stream)));
+});
 }
 
 void mgpuMemset16(void *dst, unsigned short value, size_t count, void *stream) {
+  guarded([&] {
   Scoped scope;
   MOERT_CU(driver().cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst), value,
                                      count, static_cast<CUstream>(stream)));
+});
 }
 
 void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream) {
+  guarded([&] {
   Scoped scope;
   MOERT_CU(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst), value,
                                      count, static_cast<CUstream>(stream)));
+});
 }
 
 static std::pair<char *, size_t> hostRange(int64_t rank, void *descriptor,
@@ -362,16 +398,20 @@ static std::pair<char *, size_t> hostRange(int64_t rank, void *descriptor,
 
 void mgpuMemHostRegisterMemRef(int64_t rank, void *descriptor,
                                int64_t elementBytes) {
+  guarded([&] {
   Scoped scope;
   auto [ptr, bytes] = hostRange(rank, descriptor, elementBytes);
   MOERT_CU(driver().cuMemHostRegister(ptr, bytes, 0));
+});
 }
 
 void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
                                  int64_t elementBytes) {
+  guarded([&] {
   Scoped scope;
   MOERT_CU(driver().cuMemHostUnregister(
       hostRange(rank, descriptor, elementBytes).first));
+});
 }
 
 void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
@@ -379,14 +419,16 @@ void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
 uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                           int64_t rows, int64_t rowStrideBytes,
                           int64_t boxColumns, int64_t boxRows) {
+  return guarded<uint64_t>(0, [&]() -> uint64_t {
   auto bad = [&](const char *what) {
-    std::fprintf(stderr,
-                 "moert: tensor map of %lld x %lld elements of %lld bytes at "
-                 "%#llx (rows %lld bytes apart, boxes %lld x %lld): %s\n",
-                 (long long)rows, (long long)columns, (long long)elementBytes,
-                 (unsigned long long)base, (long long)rowStrideBytes,
-                 (long long)boxRows, (long long)boxColumns, what);
-    std::exit(1);
+    char text[512];
+    std::snprintf(text, sizeof(text),
+                  "tensor map of %lld x %lld elements of %lld bytes at %#llx "
+                  "(rows %lld bytes apart, boxes %lld x %lld): %s",
+                  (long long)rows, (long long)columns, (long long)elementBytes,
+                  (unsigned long long)base, (long long)rowStrideBytes,
+                  (long long)boxRows, (long long)boxColumns, what);
+    throw Error(text);
   };
   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   switch (elementBytes) {
@@ -458,6 +500,7 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
   MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
   maps.emplace(key, at);
   return at;
+});
 }
 
 int moert_gpu_device_count(void) {
@@ -470,9 +513,13 @@ int moert_gpu_device_count(void) {
   return count;
 }
 
-int moert_gpu_device(void) { return chooseDevice(); }
+int moert_gpu_device(void) {
+  return guarded<int>(0, [&]() -> int { return chooseDevice(); });
+}
 
-void moert_gpu_init(void) { (void)context(); }
+void moert_gpu_init(void) {
+  guarded([&] { (void)context(); });
+}
 
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
   AllocatorStats s = allocator().stats();
@@ -484,18 +531,24 @@ void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
 }
 
 void moert_gpu_empty_cache(void) {
+  guarded([&] {
   Scoped scope;
   allocator().emptyCache();
+});
 }
 
 void moert_gpu_reset_peak_memory(void) {
+  guarded([&] {
   Scoped scope;
   allocator().resetPeak();
+});
 }
 
 void moert_gpu_synchronize(void) {
+  guarded([&] {
   Scoped scope;
   MOERT_CU(driver().cuCtxSynchronize());
+});
 }
 
 } // extern "C"
