@@ -38,15 +38,15 @@ Communicator &checkedWorld(const char *op, int64_t groupSize,
       ++(isDevicePointer(b.data) ? onDevice : onHost);
   if (onDevice && onHost)
     world().fail(1, std::string(op) + ": " + std::to_string(onDevice) +
-                         " of its buffers are in device memory and " +
-                         std::to_string(onHost) +
-                         " in host memory; all must be on the same side");
+                        " of its buffers are in device memory and " +
+                        std::to_string(onHost) +
+                        " in host memory; all must be on the same side");
   Communicator &c = onDevice ? deviceWorld() : world();
   if (groupSize != c.size())
     c.fail(1, std::string(op) + ": the program was compiled for " +
-                   std::to_string(groupSize) +
-                   " ranks (its shard.grid), but " + std::to_string(c.size()) +
-                   " were launched (" + c.backend() + " backend)");
+                  std::to_string(groupSize) + " ranks (its shard.grid), but " +
+                  std::to_string(c.size()) + " were launched (" + c.backend() +
+                  " backend)");
   return c;
 }
 
@@ -58,7 +58,7 @@ void checkContiguous(Communicator &c, const char *op, const char *what,
                      const moert_memref1d *m) {
   if (m->sizes[0] > 1 && m->strides[0] != 1)
     c.fail(1, std::string(op) + ": " + what + " is not contiguous (stride " +
-                   std::to_string(m->strides[0]) + ")");
+                  std::to_string(m->strides[0]) + ")");
 }
 
 void checkRows(Communicator &c, const char *op, const char *what,
@@ -66,23 +66,24 @@ void checkRows(Communicator &c, const char *op, const char *what,
   if ((m->sizes[1] > 1 && m->strides[1] != 1) ||
       (m->sizes[0] > 1 && m->strides[0] != m->sizes[1]))
     c.fail(1, std::string(op) + ": " + what +
-                   " does not hold contiguous rows (strides " +
-                   std::to_string(m->strides[0]) + ", " +
-                   std::to_string(m->strides[1]) + ")");
+                  " does not hold contiguous rows (strides " +
+                  std::to_string(m->strides[0]) + ", " +
+                  std::to_string(m->strides[1]) + ")");
 }
 
 /// Times a collective entry point for moert_comm_stats (`count`: the call
 /// is a new collective, not the wait of a started one).
 struct Timed {
   bool allToAll, count;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();
   explicit Timed(bool allToAll, bool count = true)
       : allToAll(allToAll), count(count) {}
   ~Timed() {
-    countCall(allToAll, count,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                            start)
-                  .count());
+    countCall(
+        allToAll, count,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
   }
 };
 
@@ -112,12 +113,12 @@ AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
   auto bytesOf = [&](const moert_memref2d *m) {
     return m->sizes[0] * m->sizes[1] * int64_t(elementBytes);
   };
-  Communicator &c = checkedWorld(
-      op.c_str(), groupSize,
-      {{rowsOf(input, elementBytes), bytesOf(input)},
-       {data<int32_t>(sendCounts), sendCounts->sizes[0] * 4},
-       {rowsOf(result, elementBytes), bytesOf(result)},
-       {data<int32_t>(recvCounts), recvCounts->sizes[0] * 4}});
+  Communicator &c =
+      checkedWorld(op.c_str(), groupSize,
+                   {{rowsOf(input, elementBytes), bytesOf(input)},
+                    {data<int32_t>(sendCounts), sendCounts->sizes[0] * 4},
+                    {rowsOf(result, elementBytes), bytesOf(result)},
+                    {data<int32_t>(recvCounts), recvCounts->sizes[0] * 4}});
   checkRows(c, op.c_str(), "the input", input);
   checkRows(c, op.c_str(), "the result", result);
   checkContiguous(c, op.c_str(), "send_counts", sendCounts);
@@ -125,16 +126,16 @@ AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
   int64_t count = sendCounts->sizes[0];
   if (input->sizes[1] != result->sizes[1])
     c.fail(1, op + ": rows of " + std::to_string(input->sizes[1]) +
-                   " values in, " + std::to_string(result->sizes[1]) + " out");
+                  " values in, " + std::to_string(result->sizes[1]) + " out");
   if (recvCounts->sizes[0] != count || count % c.size() != 0)
     c.fail(1, op + ": " + std::to_string(count) + " send counts and " +
-                   std::to_string(recvCounts->sizes[0]) +
-                   " receive counts; both must be the same multiple of the " +
-                   std::to_string(c.size()) + " ranks");
+                  std::to_string(recvCounts->sizes[0]) +
+                  " receive counts; both must be the same multiple of the " +
+                  std::to_string(c.size()) + " ranks");
   if (layout < 0 || layout > 3 || padTo < 1)
     c.fail(1, op + ": layout " + std::to_string(layout) + " and pad_to " +
-                   std::to_string(padTo) +
-                   " (expected a layout of 0 to 3 and pad_to >= 1)");
+                  std::to_string(padTo) +
+                  " (expected a layout of 0 to 3 and pad_to >= 1)");
   return {&c,
           rowsOf(input, elementBytes),
           input->sizes[0],
@@ -176,13 +177,13 @@ void allToAll(const char *entry, const char *dtype, size_t elementBytes,
 }
 
 void allToAllChecked(const char *entry, const char *dtype, size_t elementBytes,
-              moert_memref2d *input, moert_memref1d *sendCounts,
-              moert_memref2d *result, moert_memref1d *recvCounts,
-              int64_t groupSize, int64_t layout, int64_t padTo) {
+                     moert_memref2d *input, moert_memref1d *sendCounts,
+                     moert_memref2d *result, moert_memref1d *recvCounts,
+                     int64_t groupSize, int64_t layout, int64_t padTo) {
   Timed timed(/*allToAll=*/true);
-  AllToAllArgs a = allToAllArgs(std::string(entry) + dtype, elementBytes,
-                                dtype, input, sendCounts, result, recvCounts,
-                                groupSize, layout, padTo);
+  AllToAllArgs a =
+      allToAllArgs(std::string(entry) + dtype, elementBytes, dtype, input,
+                   sendCounts, result, recvCounts, groupSize, layout, padTo);
   a.comm->allToAllV(a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes,
                     a.recv, a.recvCapacity, a.recvCounts, a.what.c_str(),
                     a.layout);
@@ -206,14 +207,14 @@ StartedTable &started() {
 }
 
 int64_t allToAllStartChecked(const char *entry, const char *dtype,
-                      size_t elementBytes, moert_memref2d *input,
-                      moert_memref1d *sendCounts, moert_memref2d *result,
-                      moert_memref1d *recvCounts, int64_t groupSize,
-                      int64_t layout, int64_t padTo) {
+                             size_t elementBytes, moert_memref2d *input,
+                             moert_memref1d *sendCounts, moert_memref2d *result,
+                             moert_memref1d *recvCounts, int64_t groupSize,
+                             int64_t layout, int64_t padTo) {
   Timed timed(/*allToAll=*/true);
-  AllToAllArgs a = allToAllArgs(std::string(entry) + dtype, elementBytes,
-                                dtype, input, sendCounts, result, recvCounts,
-                                groupSize, layout, padTo);
+  AllToAllArgs a =
+      allToAllArgs(std::string(entry) + dtype, elementBytes, dtype, input,
+                   sendCounts, result, recvCounts, groupSize, layout, padTo);
   // MOERT_COMM_OVERLAP=0: the base class's start, which completes the
   // exchange, whatever the backend.
   std::unique_ptr<Communicator::Pending> pending =
@@ -232,7 +233,7 @@ int64_t allToAllStartChecked(const char *entry, const char *dtype,
 }
 
 void allToAllWaitChecked(const char *dtype, size_t elementBytes, int64_t handle,
-                  moert_memref2d *input, moert_memref2d *result) {
+                         moert_memref2d *input, moert_memref2d *result) {
   Timed timed(/*allToAll=*/true, /*count=*/false);
   std::string op = std::string("moert_all_to_all_wait_") + dtype;
   Started s;
@@ -242,45 +243,46 @@ void allToAllWaitChecked(const char *dtype, size_t elementBytes, int64_t handle,
     auto it = t.live.find(handle);
     if (it == t.live.end())
       world().fail(1, op + ": no exchange was started with handle " +
-                           std::to_string(handle) + " (or it was waited for "
-                           "already)");
+                          std::to_string(handle) +
+                          " (or it was waited for "
+                          "already)");
     s = std::move(it->second);
     t.live.erase(it);
   }
   if (s.send != rowsOf(input, elementBytes) ||
       s.recv != rowsOf(result, elementBytes))
     s.comm->fail(1, op + ": handle " + std::to_string(handle) +
-                         " was started with other buffers");
+                        " was started with other buffers");
   s.pending->wait();
 }
 
 void allReduceChecked(const char *dtype, DType type, moert_memref1d *input,
-               moert_memref1d *result, int64_t groupSize) {
+                      moert_memref1d *result, int64_t groupSize) {
   Timed timed(/*allToAll=*/false);
   std::string op = std::string("moert_all_reduce_sum_") + dtype;
   size_t eb = bytes(type);
-  Communicator &c = checkedWorld(
-      op.c_str(), groupSize,
-      {{static_cast<char *>(input->aligned) + input->offset * eb,
-        input->sizes[0] * int64_t(eb)},
-       {static_cast<char *>(result->aligned) + result->offset * eb,
-        result->sizes[0] * int64_t(eb)}});
+  Communicator &c =
+      checkedWorld(op.c_str(), groupSize,
+                   {{static_cast<char *>(input->aligned) + input->offset * eb,
+                     input->sizes[0] * int64_t(eb)},
+                    {static_cast<char *>(result->aligned) + result->offset * eb,
+                     result->sizes[0] * int64_t(eb)}});
   checkContiguous(c, op.c_str(), "the input", input);
   checkContiguous(c, op.c_str(), "the result", result);
   if (input->sizes[0] != result->sizes[0])
     c.fail(1, op + ": " + std::to_string(input->sizes[0]) + " values in, " +
-                   std::to_string(result->sizes[0]) + " out");
+                  std::to_string(result->sizes[0]) + " out");
   c.allReduceSum(static_cast<char *>(input->aligned) + input->offset * eb,
                  static_cast<char *>(result->aligned) + result->offset * eb,
                  input->sizes[0], type);
 }
 
 /// A started exchange: handle 0 when it failed (its wait does nothing).
-int64_t allToAllStart(const char *entry, const char *dtype,
-                      size_t elementBytes, moert_memref2d *input,
-                      moert_memref1d *sendCounts, moert_memref2d *result,
-                      moert_memref1d *recvCounts, int64_t groupSize,
-                      int64_t layout = 0, int64_t padTo = 1) {
+int64_t allToAllStart(const char *entry, const char *dtype, size_t elementBytes,
+                      moert_memref2d *input, moert_memref1d *sendCounts,
+                      moert_memref2d *result, moert_memref1d *recvCounts,
+                      int64_t groupSize, int64_t layout = 0,
+                      int64_t padTo = 1) {
   int64_t handle = guarded(int64_t(0), [&] {
     return allToAllStartChecked(entry, dtype, elementBytes, input, sendCounts,
                                 result, recvCounts, groupSize, layout, padTo);
@@ -292,7 +294,8 @@ int64_t allToAllStart(const char *entry, const char *dtype,
 
 void allToAllWait(const char *dtype, size_t elementBytes, int64_t handle,
                   moert_memref2d *input, moert_memref2d *result) {
-  guarded([&] { allToAllWaitChecked(dtype, elementBytes, handle, input, result); });
+  guarded(
+      [&] { allToAllWaitChecked(dtype, elementBytes, handle, input, result); });
 }
 
 void allReduce(const char *dtype, DType type, moert_memref1d *input,
@@ -345,15 +348,15 @@ MOERT_DEFINE_ALL_TO_ALL_ASYNC(f8e8m0fnu, 1)
 #define MOERT_DEFINE_ALL_TO_ALL_SLOTS(T, BYTES)                                \
   void _mlir_ciface_moert_all_to_all_slots_##T(                                \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
-      moert_memref2d *result, moert_memref1d *recv_counts,                     \
-      int64_t group_size, int64_t layout, int64_t pad_to) {                    \
+      moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
+      int64_t layout, int64_t pad_to) {                                        \
     allToAll("moert_all_to_all_slots_", #T, BYTES, input, send_counts, result, \
              recv_counts, group_size, layout, pad_to);                         \
   }                                                                            \
   int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
-      moert_memref2d *result, moert_memref1d *recv_counts,                     \
-      int64_t group_size, int64_t layout, int64_t pad_to) {                    \
+      moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
+      int64_t layout, int64_t pad_to) {                                        \
     return allToAllStart("moert_all_to_all_slots_start_", #T, BYTES, input,    \
                          send_counts, result, recv_counts, group_size, layout, \
                          pad_to);                                              \

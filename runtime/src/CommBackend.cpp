@@ -47,8 +47,8 @@ public:
     std::string label = seq.enter(*this, Kind::AllToAll, what);
     checkSendCounts(*this, label, sendRows, sendCounts, slots);
     std::memmove(recvCounts, sendCounts, size_t(slots) * sizeof(int32_t));
-    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
-                            layout, sendRows, recvCapacity);
+    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots, layout,
+                            sendRows, recvCapacity);
     char *to = static_cast<char *>(recv);
     const char *from = static_cast<const char *>(send);
     // Rows moving within one buffer (send == recv, a slot-major side): read
@@ -81,17 +81,19 @@ private:
 };
 
 /// The error for ranks launched torchrun-style that no backend can join.
-std::string noLauncherMessage(const LaunchEnv &env, const std::string &ncclWhy) {
+std::string noLauncherMessage(const LaunchEnv &env,
+                              const std::string &ncclWhy) {
   std::string n = std::to_string(env.worldSize);
   std::string message =
       "WORLD_SIZE=" + n +
       " asks for several ranks, but this process was not started by an MPI "
       "launcher: the MPI backend cannot meet the other ranks through "
-      "MASTER_ADDR/MASTER_PORT; start the ranks with `mpirun -np " + n +
-      "` (-H or --hostfile for several hosts)";
+      "MASTER_ADDR/MASTER_PORT; start the ranks with `mpirun -np " +
+      n + "` (-H or --hostfile for several hosts)";
   if (!ncclWhy.empty())
     message += ". The NCCL backend, which meets them there (one GPU per "
-               "rank), cannot run here: " + ncclWhy;
+               "rank), cannot run here: " +
+               ncclWhy;
   return message;
 }
 
@@ -99,16 +101,16 @@ std::string noLauncherMessage(const LaunchEnv &env, const std::string &ncclWhy) 
 std::unique_ptr<Communicator> createHost() {
   const LaunchEnv &env = launchEnv();
   const std::string &backend = backendChoice();
-  bool wantMpi = backend == "mpi" ||
-                 (backend != "self" &&
-                  (env.mpiLauncherVar || env.worldSize > 1));
+  bool wantMpi =
+      backend == "mpi" ||
+      (backend != "self" && (env.mpiLauncherVar || env.worldSize > 1));
   if (backend == "self" && (env.worldSize > 1 || env.mpiLauncherSize > 1))
     fail("MOERT_COMM_BACKEND=self runs one rank, but " +
-          std::string(env.worldSize > 1 ? "WORLD_SIZE" : env.mpiLauncherVar) +
-          "=" +
-          std::to_string(env.worldSize > 1 ? env.worldSize
-                                           : env.mpiLauncherSize) +
-          " ranks were launched");
+         std::string(env.worldSize > 1 ? "WORLD_SIZE" : env.mpiLauncherVar) +
+         "=" +
+         std::to_string(env.worldSize > 1 ? env.worldSize
+                                          : env.mpiLauncherSize) +
+         " ranks were launched");
   if (!wantMpi)
     return std::make_unique<SelfComm>();
 #ifdef MOERT_HAVE_MPI
@@ -117,12 +119,12 @@ std::unique_ptr<Communicator> createHost() {
   return createMpiCommunicator(env);
 #else
   fail(std::string("this program needs the MPI communication backend (") +
-        (backend == "mpi" ? "MOERT_COMM_BACKEND=mpi"
-         : env.mpiLauncherVar
-             ? std::string("launched by an MPI launcher: ") + env.mpiLauncherVar
-             : "WORLD_SIZE=" + std::to_string(env.worldSize)) +
-        "), but libmoert was built without MPI: install an MPI (Debian: "
-        "libopenmpi-dev openmpi-bin) and rebuild libmoert");
+       (backend == "mpi" ? "MOERT_COMM_BACKEND=mpi"
+        : env.mpiLauncherVar
+            ? std::string("launched by an MPI launcher: ") + env.mpiLauncherVar
+            : "WORLD_SIZE=" + std::to_string(env.worldSize)) +
+       "), but libmoert was built without MPI: install an MPI (Debian: "
+       "libopenmpi-dev openmpi-bin) and rebuild libmoert");
 #endif
 }
 
@@ -144,9 +146,9 @@ Communicator &ncclWorld(const std::string &why) {
 #else
       if (env.rank < 0 || env.worldSize < 0 || !std::getenv("MASTER_ADDR"))
         fail(std::string("launched by an MPI launcher (") + env.mpiLauncherVar +
-              "), but libmoert was built without MPI, through which the NCCL "
-              "backend would meet the other ranks: rebuild libmoert with MPI, "
-              "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+             "), but libmoert was built without MPI, through which the NCCL "
+             "backend would meet the other ranks: rebuild libmoert with MPI, "
+             "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
       b.rank = env.rank;
       b.size = env.worldSize;
       b.store = storeAddress(env.worldSize);
@@ -202,7 +204,7 @@ Communicator &deviceWorld() {
     if (backend == "nccl")
       return &ncclWorld("MOERT_COMM_BACKEND=nccl");
     if (backend == "auto") {
-      int ranks = env.mpiLauncherVar ? hostWorld().size()
+      int ranks = env.mpiLauncherVar  ? hostWorld().size()
                   : env.worldSize > 1 ? env.worldSize
                                       : 1;
       if (ranks > 1)

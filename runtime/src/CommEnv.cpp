@@ -62,17 +62,17 @@ LaunchEnv readLaunchEnv() {
   // checked against it); otherwise both must be set together.
   if (env.worldSize > 0 && env.rank < 0 && !env.mpiLauncherVar)
     fail("RANK is not set, but WORLD_SIZE=" + std::to_string(env.worldSize) +
-          " is: set RANK to this process's rank (0.." +
-          std::to_string(env.worldSize - 1) + ")");
+         " is: set RANK to this process's rank (0.." +
+         std::to_string(env.worldSize - 1) + ")");
   if (env.rank >= 0 && env.worldSize < 0 && !env.mpiLauncherVar)
     fail("WORLD_SIZE is not set, but RANK=" + std::to_string(env.rank) +
-          " is: set WORLD_SIZE to the number of ranks");
+         " is: set WORLD_SIZE to the number of ranks");
   if (env.rank >= 0 && env.worldSize > 0 && env.rank >= env.worldSize)
-    fail("RANK=" + std::to_string(env.rank) + " is not below WORLD_SIZE=" +
-          std::to_string(env.worldSize));
+    fail("RANK=" + std::to_string(env.rank) +
+         " is not below WORLD_SIZE=" + std::to_string(env.worldSize));
   if (env.localRank >= 0 && env.worldSize > 0 && env.localRank >= env.worldSize)
     fail("LOCAL_RANK=" + std::to_string(env.localRank) +
-          " is not below WORLD_SIZE=" + std::to_string(env.worldSize));
+         " is not below WORLD_SIZE=" + std::to_string(env.worldSize));
   if (const char *port = std::getenv("MASTER_PORT")) {
     int p = intVar("MASTER_PORT");
     if (p < 1 || p > 65535)
@@ -91,7 +91,7 @@ double parseTimeout() {
   double t = std::strtod(value, &end);
   if (!*value || *end || !std::isfinite(t) || t <= 0)
     fail(std::string("MOERT_COMM_TIMEOUT='") + value +
-          "' is not a positive number of seconds");
+         "' is not a positive number of seconds");
   return t;
 }
 
@@ -120,7 +120,7 @@ const std::string &backendChoice() {
       b = v;
     if (b != "auto" && b != "mpi" && b != "self" && b != "nccl")
       fail("MOERT_COMM_BACKEND='" + b +
-            "' is not one of auto, mpi, self, nccl");
+           "' is not one of auto, mpi, self, nccl");
     return b;
   }();
   return backend;

@@ -71,8 +71,8 @@ uint16_t floatToHalf(float f) {
     // value * 2^24 rounded to an integer (nearest even).
     float a;
     std::memcpy(&a, &absx, 4);
-    float scaled = a * 16777216.0f; // exact: a power of two
-    float r = std::nearbyint(scaled);  // default rounding: nearest even
+    float scaled = a * 16777216.0f;   // exact: a power of two
+    float r = std::nearbyint(scaled); // default rounding: nearest even
     return uint16_t(sign | uint32_t(r));
   }
   uint32_t mant = absx & 0x7FFFFF;
@@ -163,7 +163,8 @@ std::string Sequence::enter(Communicator &comm, Kind kind, const char *what) {
                  "moert: rank %d: MOERT_TEST_STALL_RANK: sleeping %d s at %s\n",
                  rank, seconds < 0 ? 3600 : seconds, label.c_str());
     std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::seconds(seconds < 0 ? 3600 : seconds));
+    std::this_thread::sleep_for(
+        std::chrono::seconds(seconds < 0 ? 3600 : seconds));
   }
   return label;
 }
@@ -174,11 +175,11 @@ void checkHeader(Communicator &comm, const std::string &label, int peer,
     return;
   const char *theirs = h[1] >= 1 && h[1] <= 3 ? name(Kind(h[1])) : "?";
   comm.fail(1, label + ": rank " + std::to_string(peer) +
-                    " is at collective #" + std::to_string(h[0]) + " (" +
-                    theirs + "), this rank at #" + std::to_string(seqTotal) +
-                    " (" + name(kind) +
-                    "): the ranks run different programs or call collectives "
-                    "in different orders");
+                   " is at collective #" + std::to_string(h[0]) + " (" +
+                   theirs + "), this rank at #" + std::to_string(seqTotal) +
+                   " (" + name(kind) +
+                   "): the ranks run different programs or call collectives "
+                   "in different orders");
 }
 
 int64_t layoutWord(const RowLayout &layout) {
@@ -217,17 +218,17 @@ void readAllToAllHeaders(Communicator &comm, const std::string &label,
     checkHeader(comm, label, p, h, seqTotal, Kind::AllToAll);
     if (h[2] != rowBytes || h[3] != slots)
       comm.fail(1, label + ": rank " + std::to_string(p) + " sends " +
-                        std::to_string(h[3]) + " counts per rank and rows of " +
-                        std::to_string(h[2]) + " bytes, this rank expects " +
-                        std::to_string(slots) + " and " +
-                        std::to_string(rowBytes) + " (different programs?)");
+                       std::to_string(h[3]) + " counts per rank and rows of " +
+                       std::to_string(h[2]) + " bytes, this rank expects " +
+                       std::to_string(slots) + " and " +
+                       std::to_string(rowBytes) + " (different programs?)");
     if (h[4] != layoutWord(layout))
       comm.fail(1, label + ": rank " + std::to_string(p) +
-                        " orders its rows with layout word " +
-                        std::to_string(h[4]) + ", this rank with " +
-                        std::to_string(layoutWord(layout)) +
-                        " (slot-major sides or padding differ: different "
-                        "programs?)");
+                       " orders its rows with layout word " +
+                       std::to_string(h[4]) + ", this rank with " +
+                       std::to_string(layoutWord(layout)) +
+                       " (slot-major sides or padding differ: different "
+                       "programs?)");
   }
   std::vector<int64_t> recvRowsFrom(static_cast<size_t>(size), 0);
   int64_t received = 0;
@@ -237,7 +238,7 @@ void readAllToAllHeaders(Communicator &comm, const std::string &label,
       int64_t n = in[size_t(p * words + kAllToAllHeaderWords + j)];
       if (n < 0 || n > INT32_MAX)
         comm.fail(1, label + ": rank " + std::to_string(p) +
-                          " announces a count of " + std::to_string(n));
+                         " announces a count of " + std::to_string(n));
       recvCounts[p * slots + j] = int32_t(n);
       recvRowsFrom[size_t(p)] += n;
       received += n;
@@ -249,9 +250,9 @@ void readAllToAllHeaders(Communicator &comm, const std::string &label,
     for (int p = 0; p < size; ++p)
       from += (p ? ", " : "") + std::to_string(recvRowsFrom[size_t(p)]) +
               " from rank " + std::to_string(p);
-    comm.fail(1, label + ": receives " + std::to_string(received) +
-                      " rows (" + from + ") but the result holds " +
-                      std::to_string(recvCapacity) + " rows");
+    comm.fail(1, label + ": receives " + std::to_string(received) + " rows (" +
+                     from + ") but the result holds " +
+                     std::to_string(recvCapacity) + " rows");
   }
   countBytesToPeers(toPeers);
 }
@@ -301,18 +302,15 @@ RowPlan planRows(Communicator &comm, const std::string &label,
   plan.recv = rowSegments(recvCounts, size, slots, layout.slotMajorRecv,
                           layout.padTo, perSlot, recvExtent);
   if (sendExtent > sendRows)
-    comm.fail(1, label + ": the rows sent span " +
-                      std::to_string(sendExtent) +
-                      " rows (slot-major, padded to " +
-                      std::to_string(layout.padTo) + ") but the input has " +
-                      std::to_string(sendRows));
+    comm.fail(1, label + ": the rows sent span " + std::to_string(sendExtent) +
+                     " rows (slot-major, padded to " +
+                     std::to_string(layout.padTo) + ") but the input has " +
+                     std::to_string(sendRows));
   if (recvExtent > recvCapacity)
-    comm.fail(1, label + ": the rows received span " +
-                      std::to_string(recvExtent) +
-                      " rows (slot-major, padded to " +
-                      std::to_string(layout.padTo) +
-                      ") but the result holds " +
-                      std::to_string(recvCapacity));
+    comm.fail(
+        1, label + ": the rows received span " + std::to_string(recvExtent) +
+               " rows (slot-major, padded to " + std::to_string(layout.padTo) +
+               ") but the result holds " + std::to_string(recvCapacity));
   // Zeros wherever nothing is received: between slots and after the last.
   std::vector<RowSegment> covered;
   for (const auto &list : plan.recv)
@@ -339,13 +337,13 @@ int64_t checkSendCounts(Communicator &comm, const std::string &label,
   for (int64_t i = 0; i < count; ++i) {
     if (sendCounts[i] < 0)
       comm.fail(1, label + ": send count #" + std::to_string(i) + " is " +
-                        std::to_string(sendCounts[i]));
+                       std::to_string(sendCounts[i]));
     total += sendCounts[i];
   }
   if (total > sendRows)
     comm.fail(1, label + ": the send counts add up to " +
-                      std::to_string(total) + " rows but the input has " +
-                      std::to_string(sendRows));
+                     std::to_string(total) + " rows but the input has " +
+                     std::to_string(sendRows));
   return total;
 }
 

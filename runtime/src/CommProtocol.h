@@ -120,9 +120,10 @@ struct RowPlan {
 
 /// The segments of rows counted by `counts` ([size * slots], rank-major) in
 /// a peer-major or slot-major layout (RowLayout), and the rows they span.
-std::vector<std::vector<RowSegment>>
-rowSegments(const int32_t *counts, int size, int64_t slots, bool slotMajor,
-            int64_t padTo, bool perSlot, int64_t &extent);
+std::vector<std::vector<RowSegment>> rowSegments(const int32_t *counts,
+                                                 int size, int64_t slots,
+                                                 bool slotMajor, int64_t padTo,
+                                                 bool perSlot, int64_t &extent);
 
 /// The row plan of an exchange whose counts are known on both sides; the
 /// rows must fit the input (`sendRows`) and the result (`recvCapacity`),
@@ -135,7 +136,7 @@ RowPlan planRows(Communicator &comm, const std::string &label,
 /// Pairs of a's and b's elements, in order (equal lengths).
 template <typename T>
 std::vector<std::pair<T, T>> zipped(const std::vector<T> &a,
-                                     const std::vector<T> &b) {
+                                    const std::vector<T> &b) {
   std::vector<std::pair<T, T>> out;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
     out.emplace_back(a[i], b[i]);

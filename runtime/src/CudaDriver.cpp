@@ -42,10 +42,10 @@ const Driver &driver() {
       throw Error(std::string("cannot load the CUDA driver: ") + error +
                   "\nmoert: this program needs an NVIDIA GPU and its driver");
 #define MOERT_LOAD(name)                                                       \
-  table.name = reinterpret_cast<decltype(table.name)>(                         \
-      dlsym(handle, MOERT_STR(name)));                                         \
+  table.name =                                                                 \
+      reinterpret_cast<decltype(table.name)>(dlsym(handle, MOERT_STR(name)));  \
   if (!table.name)                                                             \
-    throw Error(std::string("the CUDA driver has no ") + MOERT_STR(name) +    \
+    throw Error(std::string("the CUDA driver has no ") + MOERT_STR(name) +     \
                 "; update the driver");
     MOERT_CUDA_FUNCTIONS(MOERT_LOAD)
 #undef MOERT_LOAD

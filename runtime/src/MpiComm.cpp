@@ -371,7 +371,7 @@ private:
       return it->second;
     if (rowBytes > INT_MAX)
       fail(1, label + ": rows of " + std::to_string(rowBytes) +
-                   " bytes are too large");
+                  " bytes are too large");
     MPI_Datatype t;
     check(MPI_Type_contiguous(int(rowBytes), MPI_BYTE, &t),
           "MPI_Type_contiguous", label);
@@ -463,9 +463,9 @@ private:
         : collective ? "every rank arrived but MPI did not complete the "
                        "reduction"
                      : "waiting";
-    fail(2, label + ": timed out after " + seconds + " s (MOERT_COMM_TIMEOUT) " +
-                 who + " (" + phase +
-                 "): that rank failed or stalls; aborting the job");
+    fail(2, label + ": timed out after " + seconds +
+                " s (MOERT_COMM_TIMEOUT) " + who + " (" + phase +
+                "): that rank failed or stalls; aborting the job");
   }
 
   MPI_Comm comm = MPI_COMM_NULL;

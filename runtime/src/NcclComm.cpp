@@ -606,7 +606,6 @@ protected:
     }
   }
 
-
 private:
   std::string prefix() const {
     return "moert: rank " + std::to_string(rank_) + ": ";
@@ -621,7 +620,7 @@ private:
       if (const char *last = nc.getLastError(data.comm); last && *last)
         detail += std::string(": ") + last;
     fail(1, label + ": " + call + " failed: " + detail + " (NCCL " +
-                 nc.versionText() + ")");
+                nc.versionText() + ")");
   }
 
   /// Asynchronous copy on a stream (the data stream unless given; any
@@ -645,8 +644,8 @@ private:
 
   /// Polls `on`'s stream (or, given, the event `until`) until the work is
   /// done. Past the deadline, or when NCCL reports an asynchronous error on
-  /// either communicator, fails (ncclCommAbort) naming the rank, the collective and
-  /// the phase.
+  /// either communicator, fails (ncclCommAbort) naming the rank, the collective
+  /// and the phase.
   void wait(const std::string &label, const char *phase, Channel &on,
             CUevent until) {
     double timeout = timeoutSeconds();
@@ -673,15 +672,16 @@ private:
           if (const char *last = nc.getLastError(failed); last && *last)
             detail += std::string(": ") + last;
         fail(2, label + ": NCCL failed while waiting for " + peers() + " (" +
-                     phase + "): " + detail +
-                     "; a rank failed; aborting the job (ncclCommAbort)");
+                    phase + "): " + detail +
+                    "; a rank failed; aborting the job (ncclCommAbort)");
       }
       auto now = Clock::now();
       if (now >= deadline)
         fail(2, label + ": timed out after " + secondsText(timeout) +
-                     " s (MOERT_COMM_TIMEOUT) waiting for " + peers() + " (" +
-                     phase + ", NCCL): that rank failed or stalls; aborting "
-                     "the job (ncclCommAbort)");
+                    " s (MOERT_COMM_TIMEOUT) waiting for " + peers() + " (" +
+                    phase +
+                    ", NCCL): that rank failed or stalls; aborting "
+                    "the job (ncclCommAbort)");
       // Spin for short exchanges, then back off to at most 1 ms.
       if (now - start < std::chrono::milliseconds(2))
         std::this_thread::yield();
@@ -754,10 +754,10 @@ private:
       checkHeader(*this, label, p, h, seq.total, kind);
       if (h[2] != a || h[3] != b)
         fail(1, label + ": rank " + std::to_string(p) + " sums " +
-                     std::to_string(h[2]) + " " +
-                     (h[3] >= 0 && h[3] <= 5 ? name(DType(h[3])) : "?") +
-                     " values, this rank " + std::to_string(a) + " " +
-                     name(DType(b)) + " (different programs?)");
+                    std::to_string(h[2]) + " " +
+                    (h[3] >= 0 && h[3] <= 5 ? name(DType(h[3])) : "?") +
+                    " values, this rank " + std::to_string(a) + " " +
+                    name(DType(b)) + " (different programs?)");
     }
   }
 

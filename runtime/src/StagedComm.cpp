@@ -106,7 +106,8 @@ PointerAttribute pointerAttribute() {
         break;
   if (!handle)
     return nullptr;
-  auto f = reinterpret_cast<PointerAttribute>(dlsym(handle, "cuPointerGetAttribute"));
+  auto f = reinterpret_cast<PointerAttribute>(
+      dlsym(handle, "cuPointerGetAttribute"));
   dlclose(handle); // NOLOAD took a reference; the driver stays loaded
   if (f)
     fn.store(f, std::memory_order_release);

@@ -137,8 +137,8 @@ int listenOn(const StoreAddress &a) {
     ::close(fd);
     if (err == EADDRINUSE)
       fail("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
-            a.portWhere + ") for the other ranks: " + std::strerror(err) +
-            "; choose a free port (or set MOERT_STORE_PORT)");
+           a.portWhere + ") for the other ranks: " + std::strerror(err) +
+           "; choose a free port (or set MOERT_STORE_PORT)");
   }
   fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
@@ -151,8 +151,8 @@ int listenOn(const StoreAddress &a) {
   if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
       ::listen(fd, 128) != 0)
     fail("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
-          a.portWhere + ") for the other ranks: " + std::strerror(errno) +
-          "; choose a free port (or set MOERT_STORE_PORT)");
+         a.portWhere + ") for the other ranks: " + std::strerror(errno) +
+         "; choose a free port (or set MOERT_STORE_PORT)");
   return fd;
 }
 
@@ -173,10 +173,11 @@ std::string serve(const StoreAddress &a, int size, const std::string &blob,
     if (ready <= 0) {
       ::close(listener);
       fail("rank 0: timed out after " + seconds(timeout) +
-            " s (MOERT_COMM_TIMEOUT) waiting for " + missingRanks(seen) +
-            " to connect to port " + std::to_string(a.port) + " (" +
-            a.portWhere + "): that rank did not start, or has another "
-            "MASTER_ADDR/MASTER_PORT");
+           " s (MOERT_COMM_TIMEOUT) waiting for " + missingRanks(seen) +
+           " to connect to port " + std::to_string(a.port) + " (" +
+           a.portWhere +
+           "): that rank did not start, or has another "
+           "MASTER_ADDR/MASTER_PORT");
     }
     int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0)
@@ -232,8 +233,8 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
   addrinfo *list = nullptr;
   std::string port = std::to_string(a.port);
   if (int rc = ::getaddrinfo(a.host.c_str(), port.c_str(), &hints, &list))
-    fail(me + "MASTER_ADDR='" + a.host + "' does not resolve: " +
-          ::gai_strerror(rc));
+    fail(me + "MASTER_ADDR='" + a.host +
+         "' does not resolve: " + ::gai_strerror(rc));
   std::string lastError = "no address";
   int fd = -1;
   while (fd < 0) {
@@ -271,9 +272,9 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
     if (remainingMs(deadline) == 0) {
       ::freeaddrinfo(list);
       fail(me + "timed out after " + seconds(timeout) +
-            " s (MOERT_COMM_TIMEOUT) connecting to rank 0 at " + where(a) +
-            ", last error: " + lastError +
-            ": is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?");
+           " s (MOERT_COMM_TIMEOUT) connecting to rank 0 at " + where(a) +
+           ", last error: " + lastError +
+           ": is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -289,20 +290,20 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
       !transfer(fd, head, sizeof(head), /*send=*/false, deadline)) {
     ::close(fd);
     fail(me + "rank 0 at " + where(a) +
-          " accepted the connection but did not answer within " +
-          seconds(timeout) + " s (MOERT_COMM_TIMEOUT)");
+         " accepted the connection but did not answer within " +
+         seconds(timeout) + " s (MOERT_COMM_TIMEOUT)");
   }
   uint32_t status = getInt(head), length = getInt(head + 4);
   if (length > (1u << 20)) {
     ::close(fd);
     fail(me + "the process at " + where(a) +
-          " does not speak libmoert's store protocol");
+         " does not speak libmoert's store protocol");
   }
   std::string payload(length, '\0');
   if (length && !transfer(fd, payload.data(), length, /*send=*/false, deadline)) {
     ::close(fd);
     fail(me + "the connection to rank 0 at " + where(a) +
-          " closed before its answer arrived");
+         " closed before its answer arrived");
   }
   ::close(fd);
   if (status != 0)
@@ -328,10 +329,10 @@ StoreAddress storeAddress(int worldSize) {
   const char *host = std::getenv("MASTER_ADDR");
   if (!host)
     fail(why + "MASTER_ADDR is not set: set it to rank 0's host name or "
-                "address (127.0.0.1 on one machine)");
+               "address (127.0.0.1 on one machine)");
   if (!std::getenv("MASTER_PORT") && !std::getenv("MOERT_STORE_PORT"))
     fail(why + "MASTER_PORT is not set: set it to a free TCP port on rank "
-                "0's host");
+               "0's host");
   StoreAddress a;
   a.host = host;
   if (std::getenv("MOERT_STORE_PORT")) {
@@ -345,7 +346,7 @@ StoreAddress storeAddress(int worldSize) {
       // torchrun's agent serves its own store on MASTER_PORT.
       if (a.port == 65535)
         fail("MASTER_PORT=65535 is torchrun's store; libmoert's would be "
-              "the next port: set MOERT_STORE_PORT to a free one");
+             "the next port: set MOERT_STORE_PORT to a free one");
       a.port += 1;
       a.portWhere = "MASTER_PORT+1, beside torchrun's store";
     }

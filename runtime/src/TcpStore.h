@@ -1,4 +1,5 @@
-//===- TcpStore.h - the TCP rendezvous of torchrun-style launches -*- C++ -*-===//
+//===- TcpStore.h - the TCP rendezvous of torchrun-style launches -*- C++
+//-*-===//
 #ifndef MOERT_SRC_TCPSTORE_H
 #define MOERT_SRC_TCPSTORE_H
 

@@ -17,8 +17,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/Comm.h"
-#include "moert/Tool.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include <cmath>
 #include <cstdio>

@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moert/Tool.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -17,8 +17,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moert/Tool.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include "moert/Artifact.h"
 

@@ -41,8 +41,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/Comm.h"
-#include "moert/Tool.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include "moert/Artifact.h"
 
