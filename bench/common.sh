@@ -33,8 +33,8 @@ bench_python() {
 
 bench_main() {
   case "$mode" in
-    prepare) prepare ;;
+    prepare) "$root/scripts/build-runtime.sh" --vendor-json; prepare ;;
     run) run ;;
-    all) prepare; run ;;
+    all) "$root/scripts/build-runtime.sh" --vendor-json; prepare; run ;;
   esac
 }

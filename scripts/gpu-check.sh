@@ -17,6 +17,7 @@ mode=${1:-all}
 
 prepare() {
   "$root/scripts/build.sh"
+  "$root/scripts/build-runtime.sh" --vendor-json # nlohmann/json, for the GPU machine
   mkdir -p "$artifacts"
   for src in "$root"/test/Integration/GPU/*.mlir; do
     name=$(basename "$src" .mlir)

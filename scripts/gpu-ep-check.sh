@@ -85,6 +85,7 @@ PY
 }
 
 prepare() {
+  "$root/scripts/build-runtime.sh" --vendor-json # nlohmann/json, for the GPU machine
   if [ -f "$root/build/build.ninja" ]; then
     flock /tmp/moe-build.lock ninja -C "$root/build" -j"${MOE_JOBS:-2}" >/tmp/moe-ep-ninja.log 2>&1 ||
       { grep -E "error|FAILED" -A3 /tmp/moe-ep-ninja.log | head -40; exit 1; }

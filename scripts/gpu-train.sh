@@ -21,6 +21,7 @@ pb=8 ps=128 qb=1 qs=512
 
 prepare() {
   "$root/scripts/build.sh"
+  "$root/scripts/build-runtime.sh" --vendor-json # nlohmann/json, for the GPU machine
   mkdir -p "$dir/data"
   cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$dir/data/"
   for t in cpu "$chip"; do

@@ -12,9 +12,9 @@
 - ``moe_mlir.tools``: drive the moe-opt / mlir-runner command-line tools.
 """
 
-from ._errors import MLIRError
+from ._errors import MLIRError, RuntimeCallError
 
-__all__ = ["MLIRError", "Module", "load", "layers", "models", "mx", "runtime", "tools"]
+__all__ = ["MLIRError", "RuntimeCallError", "Module", "load", "layers", "models", "mx", "runtime", "tools"]
 
 
 def __getattr__(name):

@@ -24,7 +24,7 @@ try:  # numpy dtypes for bf16 and the 8-bit floats
 except ImportError:  # only f32/f16/integer arguments then
     ml_dtypes = None
 
-from ._errors import MLIRError
+from ._errors import MLIRError, RuntimeCallError
 
 DTYPES = {
     "f32": np.float32, "f64": np.float64, "f16": np.float16,
@@ -102,8 +102,20 @@ def moert():
                                    ctypes.c_void_p]
         lib.mgpuStreamSynchronize.argtypes = [ctypes.c_void_p]
         lib.mgpuStreamDestroy.argtypes = [ctypes.c_void_p]
+        lib.moert_last_error.restype = ctypes.c_char_p
         _moert = lib
     return _moert
+
+
+def _check_runtime():
+    """Raises libmoert's sticky error, if a call set one (the C entry points
+    have no error return), and clears it."""
+    if _moert is None:
+        return
+    text = _moert.moert_last_error()
+    if text:
+        _moert.moert_clear_error()
+        raise RuntimeCallError("moert: " + text.decode(errors="replace"))
 
 
 _gpu_ready = False
@@ -115,6 +127,7 @@ def _gpu():
     lib = moert()
     if not _gpu_ready:
         lib.moert_gpu_init()
+        _check_runtime()  # no usable GPU
         _gpu_ready = True
     return lib
 
@@ -264,10 +277,12 @@ class Artifact:
             out = type("Results", (ctypes.Structure,), {"_fields_": fields})()
             fn = getattr(self._lib, "_mlir_ciface_" + name)
             fn.restype = None
+            _check_runtime()  # staging the arguments
             if results:
                 fn(ctypes.pointer(out), *pointers)
             else:
                 fn(*pointers)
+            _check_runtime()  # what the program's runtime calls reported
             values = []
             # Results may share a buffer (two results aliasing one tensor, or
             # views of it): everything is copied out first, then each
@@ -323,6 +338,7 @@ class Artifact:
                     rt.mgpuMemFree(dev, stream)
                 rt.mgpuStreamSynchronize(stream)
                 rt.mgpuStreamDestroy(stream)
+                _check_runtime()
 
 
 def load(path):

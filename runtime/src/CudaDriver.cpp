@@ -1,11 +1,13 @@
 //===- CudaDriver.cpp - the CUDA driver API, loaded at run time -----------===//
 
 #include "CudaDriver.h"
+#include "moert/Error.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+#include <string>
 
 namespace moert::cuda {
 
@@ -36,37 +38,32 @@ const Driver &driver() {
   std::call_once(once, [] {
     const char *error = "unknown error";
     void *handle = openDriver(&error);
-    if (!handle) {
-      std::fprintf(stderr,
-                   "moert: cannot load the CUDA driver: %s\n"
-                   "moert: this program needs an NVIDIA GPU and its driver\n",
-                   error);
-      std::exit(1);
-    }
+    if (!handle)
+      throw Error(std::string("cannot load the CUDA driver: ") + error +
+                  "\nmoert: this program needs an NVIDIA GPU and its driver");
 #define MOERT_LOAD(name)                                                       \
-  table.name = reinterpret_cast<decltype(table.name)>(                         \
-      dlsym(handle, MOERT_STR(name)));                                         \
-  if (!table.name) {                                                           \
-    std::fprintf(stderr,                                                       \
-                 "moert: the CUDA driver has no %s; update the driver\n",      \
-                 MOERT_STR(name));                                             \
-    std::exit(1);                                                              \
-  }
+  table.name =                                                                 \
+      reinterpret_cast<decltype(table.name)>(dlsym(handle, MOERT_STR(name)));  \
+  if (!table.name)                                                             \
+    throw Error(std::string("the CUDA driver has no ") + MOERT_STR(name) +     \
+                "; update the driver");
     MOERT_CUDA_FUNCTIONS(MOERT_LOAD)
 #undef MOERT_LOAD
   });
   return table;
 }
 
-void fail(CUresult result, const char *call, const char *file, int line) {
+void fail(CUresult result, const char *call, const char *file, int line,
+          const std::string &before) {
   const char *name = "unknown", *text = "";
   const Driver &d = driver();
   d.cuGetErrorName(result, &name);
   d.cuGetErrorString(result, &text);
-  std::fprintf(stderr, "moert: %s failed: %s (error %d: %s) [%s:%d]\n", call,
-               name, int(result), text ? text : "", file, line);
-  std::fflush(stderr);
-  std::_Exit(1);
+  char where[512];
+  std::snprintf(where, sizeof(where), "%s failed: %s (error %d: %s) [%s:%d]",
+                call, name, int(result), text ? text : "", file, line);
+  throw Error(before.empty() ? std::string(where)
+                             : before + "\nmoert: " + where);
 }
 
 } // namespace moert::cuda

@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include <string>
+
 namespace moert::cuda {
 
 #define MOERT_STR_(x) #x
@@ -74,21 +76,22 @@ const Driver &driver();
 /// True if libcuda.so.1 can be loaded (no exit when it cannot).
 bool driverAvailable();
 
-/// Reports a failed driver call: the call's text, the error's name and
-/// description and the device, then exits. Never returns.
+/// Reports a failed driver call: throws moert::Error with the call's text,
+/// the error's name and description (after `before`, a line saying what
+/// was being done, when given).
 [[noreturn]] void fail(CUresult result, const char *call, const char *file,
-                       int line);
+                       int line, const std::string &before = "");
 
 } // namespace moert::cuda
 
 namespace moert::gpu {
 /// The primary context of the device this process uses (MOERT_DEVICE,
 /// LOCAL_RANK, the MPI launcher's local rank, else 0), created on first use;
-/// exits with a message when there is no usable GPU.
+/// throws moert::Error when there is no usable GPU.
 CUcontext primaryContext();
 } // namespace moert::gpu
 
-/// Runs a driver call and exits with a message naming it on failure.
+/// Runs a driver call; a failure throws moert::Error naming it.
 #define MOERT_CU(call)                                                         \
   do {                                                                         \
     CUresult moert_result_ = (call);                                           \

@@ -4,6 +4,7 @@
 #include "moert/Allocator.h"
 
 #include "CudaDriver.h"
+#include "moert/Error.h"
 
 #include <array>
 #include <cstdio>
@@ -41,8 +42,7 @@ int chooseDevice(const char **source = nullptr) {
         *source = var;
       if (*value && end && !*end && device >= 0)
         return int(device);
-      std::fprintf(stderr, "moert: %s=%s is not a device number\n", var, value);
-      std::exit(1);
+      throw Error(std::string(var) + "=" + value + " is not a device number");
     }
   }
   if (source)
@@ -61,10 +61,9 @@ CUcontext context() {
     const char *source = nullptr;
     int ordinal = chooseDevice(&source);
     if (ordinal >= count) {
-      std::fprintf(stderr, "moert: device %d requested%s%s%s, %d present\n",
-                   ordinal, source ? " (by " : "", source ? source : "",
-                   source ? ")" : "", count);
-      std::exit(1);
+      throw Error("device " + std::to_string(ordinal) + " requested" +
+                  (source ? std::string(" (by ") + source + ")" : "") + ", " +
+                  std::to_string(count) + " present");
     }
     CUdevice device;
     MOERT_CU(d.cuDeviceGet(&device, ordinal));
@@ -156,8 +155,8 @@ CUmodule load(LazyModule &m) {
     CUresult r =
         driver().cuModuleLoadDataEx(&m.module, m.data, 3, options, values);
     if (r != CUDA_SUCCESS) {
-      std::fprintf(stderr, "moert: JIT compilation of PTX failed:\n%s\n", log);
-      cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__);
+      cuda::fail(r, "cuModuleLoadDataEx", __FILE__, __LINE__,
+                 std::string("JIT compilation of PTX failed:\n") + log);
     }
   });
   return m.module;
@@ -178,6 +177,10 @@ extern "C" {
 // Modules are loaded lazily, on their first kernel lookup: MLIR registers
 // them from global constructors, which run inside dlopen, where initializing
 // the CUDA driver is not safe.
+//
+// Every entry point below runs guarded (moert/Error.h): an error becomes the
+// sticky error, and while it is set the calls do nothing. Loading and
+// unloading modules touch no device (or only to unload): they always run.
 void *mgpuModuleLoad(void *data, size_t size) {
   return new LazyModule(data, size, /*jit=*/false, 0);
 }
@@ -188,166 +191,202 @@ void *mgpuModuleLoadJIT(void *ptx, int optLevel) {
 
 void mgpuModuleUnload(void *handle) {
   auto *m = static_cast<LazyModule *>(handle);
-  if (m->module) {
-    // At process exit the driver may already be shutting down.
-    CUresult r = driver().cuCtxPushCurrent(context());
-    if (r == CUDA_SUCCESS) {
-      r = driver().cuModuleUnload(m->module);
-      driver().cuCtxPopCurrent(nullptr);
+  try {
+    if (m->module) {
+      // At process exit the driver may already be shutting down.
+      CUresult r = driver().cuCtxPushCurrent(context());
+      if (r == CUDA_SUCCESS) {
+        r = driver().cuModuleUnload(m->module);
+        driver().cuCtxPopCurrent(nullptr);
+      }
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+        cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
     }
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
-      cuda::fail(r, "cuModuleUnload", __FILE__, __LINE__);
+  } catch (const std::exception &e) {
+    setStickyError(e);
   }
   delete m;
 }
 
 void *mgpuModuleGetFunction(void *handle, const char *name) {
-  auto &lazy = *static_cast<LazyModule *>(handle);
-  {
+  return guarded<void *>(nullptr, [&]() -> void * {
+    auto &lazy = *static_cast<LazyModule *>(handle);
+    {
+      std::lock_guard<std::mutex> lock(lazy.mutex);
+      auto it = lazy.functions.find(name);
+      if (it != lazy.functions.end())
+        return it->second;
+    }
+    Scoped scope;
+    CUmodule module = load(lazy);
+    CUfunction function = nullptr;
+    CUresult r = driver().cuModuleGetFunction(&function, module, name);
+    if (r != CUDA_SUCCESS) {
+      cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__,
+                 std::string("kernel '") + name + "' not found in its module");
+    }
     std::lock_guard<std::mutex> lock(lazy.mutex);
-    auto it = lazy.functions.find(name);
-    if (it != lazy.functions.end())
-      return it->second;
-  }
-  Scoped scope;
-  CUmodule module = load(lazy);
-  CUfunction function = nullptr;
-  CUresult r = driver().cuModuleGetFunction(&function, module, name);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "moert: kernel '%s' not found in its module\n", name);
-    cuda::fail(r, "cuModuleGetFunction", __FILE__, __LINE__);
-  }
-  std::lock_guard<std::mutex> lock(lazy.mutex);
-  lazy.functions.emplace(name, function);
-  return function;
+    lazy.functions.emplace(name, function);
+    return function;
+  });
 }
 
 void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
                       intptr_t gridZ, intptr_t blockX, intptr_t blockY,
                       intptr_t blockZ, int32_t sharedMemBytes, void *stream,
                       void **params, void **extra, size_t /*paramsCount*/) {
-  Scoped scope;
-  auto f = static_cast<CUfunction>(function);
-  if (sharedMemBytes > 48 * 1024) {
-    // Raised once per kernel (to the most any of its launches asked).
-    static std::mutex mutex;
-    static std::unordered_map<CUfunction, int32_t> raised;
-    std::lock_guard<std::mutex> lock(mutex);
-    int32_t &limit = raised[f];
-    if (limit < sharedMemBytes) {
-      MOERT_CU(driver().cuFuncSetAttribute(
-          f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
-      limit = sharedMemBytes;
+  guarded([&] {
+    Scoped scope;
+    auto f = static_cast<CUfunction>(function);
+    if (sharedMemBytes > 48 * 1024) {
+      // Raised once per kernel (to the most any of its launches asked).
+      static std::mutex mutex;
+      static std::unordered_map<CUfunction, int32_t> raised;
+      std::lock_guard<std::mutex> lock(mutex);
+      int32_t &limit = raised[f];
+      if (limit < sharedMemBytes) {
+        MOERT_CU(driver().cuFuncSetAttribute(
+            f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            sharedMemBytes));
+        limit = sharedMemBytes;
+      }
     }
-  }
-  CUresult r = driver().cuLaunchKernel(
-      f, unsigned(gridX), unsigned(gridY), unsigned(gridZ), unsigned(blockX),
-      unsigned(blockY), unsigned(blockZ), unsigned(sharedMemBytes),
-      static_cast<CUstream>(stream), params, extra);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr,
-                 "moert: kernel launch with grid (%ld, %ld, %ld), block (%ld, "
-                 "%ld, %ld), %d bytes of shared memory failed\n",
-                 long(gridX), long(gridY), long(gridZ), long(blockX),
-                 long(blockY), long(blockZ), int(sharedMemBytes));
-    cuda::fail(r, "cuLaunchKernel", __FILE__, __LINE__);
-  }
+    CUresult r = driver().cuLaunchKernel(
+        f, unsigned(gridX), unsigned(gridY), unsigned(gridZ), unsigned(blockX),
+        unsigned(blockY), unsigned(blockZ), unsigned(sharedMemBytes),
+        static_cast<CUstream>(stream), params, extra);
+    if (r != CUDA_SUCCESS) {
+      char what[160];
+      std::snprintf(what, sizeof(what),
+                    "kernel launch with grid (%ld, %ld, %ld), block (%ld, %ld, "
+                    "%ld), %d bytes of shared memory failed",
+                    long(gridX), long(gridY), long(gridZ), long(blockX),
+                    long(blockY), long(blockZ), int(sharedMemBytes));
+      cuda::fail(r, "cuLaunchKernel", __FILE__, __LINE__, what);
+    }
+  });
 }
 
 void *mgpuStreamCreate(void) {
-  Scoped scope;
-  CUstream stream = nullptr;
-  MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  return stream;
+  return guarded<void *>(nullptr, [&]() -> void * {
+    Scoped scope;
+    CUstream stream = nullptr;
+    MOERT_CU(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    return stream;
+  });
 }
 
 void mgpuStreamDestroy(void *stream) {
-  MOERT_CU(driver().cuStreamDestroy(static_cast<CUstream>(stream)));
+  guarded([&] {
+    MOERT_CU(driver().cuStreamDestroy(static_cast<CUstream>(stream)));
+  });
 }
 
 void mgpuStreamSynchronize(void *stream) {
-  MOERT_CU(driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
+  guarded([&] {
+    MOERT_CU(driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
+  });
 }
 
 void mgpuStreamWaitEvent(void *stream, void *event) {
-  MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
-                                      static_cast<CUevent>(event), 0));
+  guarded([&] {
+    MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
+                                        static_cast<CUevent>(event), 0));
+  });
 }
 
 void *mgpuEventCreate(void) {
-  Scoped scope;
-  CUevent event = nullptr;
-  MOERT_CU(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
-  return event;
+  return guarded<void *>(nullptr, [&]() -> void * {
+    Scoped scope;
+    CUevent event = nullptr;
+    MOERT_CU(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+    return event;
+  });
 }
 
 void mgpuEventDestroy(void *event) {
-  MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event)));
+  guarded(
+      [&] { MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event))); });
 }
 
 void mgpuEventSynchronize(void *event) {
-  MOERT_CU(driver().cuEventSynchronize(static_cast<CUevent>(event)));
+  guarded([&] {
+    MOERT_CU(driver().cuEventSynchronize(static_cast<CUevent>(event)));
+  });
 }
 
 void mgpuEventRecord(void *event, void *stream) {
-  MOERT_CU(driver().cuEventRecord(static_cast<CUevent>(event),
-                                  static_cast<CUstream>(stream)));
+  guarded([&] {
+    MOERT_CU(driver().cuEventRecord(static_cast<CUevent>(event),
+                                    static_cast<CUstream>(stream)));
+  });
 }
 
 void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
-  Scoped scope;
-  if (hostShared) {
-    CUdeviceptr ptr = 0;
-    MOERT_CU(driver().cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL));
-    return reinterpret_cast<void *>(ptr);
-  }
-  void *ptr = allocator().allocate(bytes, stream);
-  // MOERT_POISON=1: fill new buffers with 0xFF bytes (NaN in every float
-  // format) so results a kernel forgot to write cannot pass as right.
-  static const bool poison = [] {
-    const char *v = std::getenv("MOERT_POISON");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  if (ptr && poison)
-    MOERT_CU(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr), 0xFF,
-                                      bytes, static_cast<CUstream>(stream)));
-  if (!ptr) {
-    size_t freeBytes = 0, total = 0;
-    driver().cuMemGetInfo(&freeBytes, &total);
-    std::fprintf(stderr,
-                 "moert: out of device memory allocating %llu bytes "
-                 "(%zu of %zu bytes free)\n",
-                 static_cast<unsigned long long>(bytes), freeBytes, total);
-    std::exit(1);
-  }
-  return ptr;
+  return guarded<void *>(nullptr, [&]() -> void * {
+    Scoped scope;
+    if (hostShared) {
+      CUdeviceptr ptr = 0;
+      MOERT_CU(driver().cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL));
+      return reinterpret_cast<void *>(ptr);
+    }
+    void *ptr = allocator().allocate(bytes, stream);
+    // MOERT_POISON=1: fill new buffers with 0xFF bytes (NaN in every float
+    // format) so results a kernel forgot to write cannot pass as right.
+    static const bool poison = [] {
+      const char *v = std::getenv("MOERT_POISON");
+      return v && *v && std::strcmp(v, "0") != 0;
+    }();
+    if (ptr && poison)
+      MOERT_CU(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr),
+                                        0xFF, bytes,
+                                        static_cast<CUstream>(stream)));
+    if (!ptr) {
+      size_t freeBytes = 0, total = 0;
+      driver().cuMemGetInfo(&freeBytes, &total);
+      throw Error("out of device memory allocating " + std::to_string(bytes) +
+                  " bytes (" + std::to_string(freeBytes) + " of " +
+                  std::to_string(total) + " bytes free)");
+    }
+    return ptr;
+  });
 }
 
 void mgpuMemFree(void *ptr, void *stream) {
-  Scoped scope;
-  if (!allocator().free(ptr, stream)) {
-    // Not ours: a host-shared (managed) allocation.
-    MOERT_CU(driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
-  }
+  guarded([&] {
+    Scoped scope;
+    if (!allocator().free(ptr, stream)) {
+      // Not ours: a host-shared (managed) allocation.
+      MOERT_CU(driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+    }
+  });
 }
 
 void mgpuMemcpy(void *dst, void *src, size_t bytes, void *stream) {
-  Scoped scope;
-  MOERT_CU(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
-                                  reinterpret_cast<CUdeviceptr>(src), bytes,
-                                  static_cast<CUstream>(stream)));
+  guarded([&] {
+    Scoped scope;
+    MOERT_CU(driver().cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                    reinterpret_cast<CUdeviceptr>(src), bytes,
+                                    static_cast<CUstream>(stream)));
+  });
 }
 
 void mgpuMemset16(void *dst, unsigned short value, size_t count, void *stream) {
-  Scoped scope;
-  MOERT_CU(driver().cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst), value,
-                                     count, static_cast<CUstream>(stream)));
+  guarded([&] {
+    Scoped scope;
+    MOERT_CU(driver().cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst),
+                                       value, count,
+                                       static_cast<CUstream>(stream)));
+  });
 }
 
 void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream) {
-  Scoped scope;
-  MOERT_CU(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst), value,
-                                     count, static_cast<CUstream>(stream)));
+  guarded([&] {
+    Scoped scope;
+    MOERT_CU(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst),
+                                       value, count,
+                                       static_cast<CUstream>(stream)));
+  });
 }
 
 static std::pair<char *, size_t> hostRange(int64_t rank, void *descriptor,
@@ -362,16 +401,20 @@ static std::pair<char *, size_t> hostRange(int64_t rank, void *descriptor,
 
 void mgpuMemHostRegisterMemRef(int64_t rank, void *descriptor,
                                int64_t elementBytes) {
-  Scoped scope;
-  auto [ptr, bytes] = hostRange(rank, descriptor, elementBytes);
-  MOERT_CU(driver().cuMemHostRegister(ptr, bytes, 0));
+  guarded([&] {
+    Scoped scope;
+    auto [ptr, bytes] = hostRange(rank, descriptor, elementBytes);
+    MOERT_CU(driver().cuMemHostRegister(ptr, bytes, 0));
+  });
 }
 
 void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
                                  int64_t elementBytes) {
-  Scoped scope;
-  MOERT_CU(driver().cuMemHostUnregister(
-      hostRange(rank, descriptor, elementBytes).first));
+  guarded([&] {
+    Scoped scope;
+    MOERT_CU(driver().cuMemHostUnregister(
+        hostRange(rank, descriptor, elementBytes).first));
+  });
 }
 
 void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
@@ -379,85 +422,88 @@ void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
 uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                           int64_t rows, int64_t rowStrideBytes,
                           int64_t boxColumns, int64_t boxRows) {
-  auto bad = [&](const char *what) {
-    std::fprintf(stderr,
-                 "moert: tensor map of %lld x %lld elements of %lld bytes at "
-                 "%#llx (rows %lld bytes apart, boxes %lld x %lld): %s\n",
-                 (long long)rows, (long long)columns, (long long)elementBytes,
-                 (unsigned long long)base, (long long)rowStrideBytes,
-                 (long long)boxRows, (long long)boxColumns, what);
-    std::exit(1);
-  };
-  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  switch (elementBytes) {
-  case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
-  case 2: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-  case 4: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-  default: bad("elements must be 1, 2 or 4 bytes");
-  }
-  if (base % 16 || rowStrideBytes % 16 || columns < 1 || rows < 1 ||
-      rowStrideBytes < columns * elementBytes)
-    bad("the base and the row stride must be multiples of 16 bytes, the rows "
-        "no longer than their stride");
-  if (boxColumns < 1 || boxRows < 1 || boxRows > 256 ||
-      boxColumns * elementBytes > 128 || (boxColumns * elementBytes) % 16)
-    bad("a box row must be 16 to 128 bytes (a multiple of 16), at most 256 "
-        "rows");
-  // Maps live in slabs of device memory, keyed by their arguments: a
-  // training loop asks for the same few maps (most of its buffers come back
-  // from the caching allocator at the same addresses), and each is encoded
-  // and copied over once. The cache holds at most `capacity` maps; when
-  // full, the device is drained (kernels queued earlier may still read any
-  // map) and the slabs reused.
-  using Key = std::array<int64_t, 7>;
-  struct KeyHash {
-    size_t operator()(const Key &k) const {
-      size_t h = 0;
-      for (int64_t v : k)
-        h = h * 1000003u ^ std::hash<int64_t>()(v);
-      return h;
+  return guarded<uint64_t>(0, [&]() -> uint64_t {
+    auto bad = [&](const char *what) {
+      char text[512];
+      std::snprintf(text, sizeof(text),
+                    "tensor map of %lld x %lld elements of %lld bytes at %#llx "
+                    "(rows %lld bytes apart, boxes %lld x %lld): %s",
+                    (long long)rows, (long long)columns,
+                    (long long)elementBytes, (unsigned long long)base,
+                    (long long)rowStrideBytes, (long long)boxRows,
+                    (long long)boxColumns, what);
+      throw Error(text);
+    };
+    CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    switch (elementBytes) {
+    case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+    case 2: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case 4: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    default: bad("elements must be 1, 2 or 4 bytes");
     }
-  };
-  static std::mutex mutex;
-  static std::unordered_map<Key, CUdeviceptr, KeyHash> maps;
-  static std::vector<CUdeviceptr> slabs;
-  static size_t used = 0; // maps placed in the slabs
-  constexpr size_t perSlab = 512, capacity = 8 * perSlab;
-  Key key = {int64_t(base), elementBytes, columns,  rows,
-             rowStrideBytes, boxColumns,  boxRows};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = maps.find(key);
-  if (it != maps.end())
-    return it->second;
-  Scoped scope;
-  CUtensorMap map;
-  cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-  cuuint64_t strides[1] = {cuuint64_t(rowStrideBytes)};
-  cuuint32_t box[2] = {cuuint32_t(boxColumns), cuuint32_t(boxRows)};
-  cuuint32_t elementStrides[2] = {1, 1};
-  MOERT_CU(driver().cuTensorMapEncodeTiled(
-      &map, type, 2, reinterpret_cast<void *>(base), dims, strides, box,
-      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      boxColumns * elementBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                       : CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-  if (used == capacity) {
-    MOERT_CU(driver().cuCtxSynchronize());
-    maps.clear();
-    used = 0;
-  }
-  if (used == slabs.size() * perSlab) {
-    CUdeviceptr slab = 0;
-    MOERT_CU(driver().cuMemAlloc(&slab, perSlab * sizeof(map)));
-    slabs.push_back(slab);
-  }
-  CUdeviceptr at = slabs[used / perSlab] + (used % perSlab) * sizeof(map);
-  ++used;
-  // Synchronous: the map is in place before any kernel that reads it runs.
-  MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
-  maps.emplace(key, at);
-  return at;
+    if (base % 16 || rowStrideBytes % 16 || columns < 1 || rows < 1 ||
+        rowStrideBytes < columns * elementBytes)
+      bad("the base and the row stride must be multiples of 16 bytes, the rows "
+          "no longer than their stride");
+    if (boxColumns < 1 || boxRows < 1 || boxRows > 256 ||
+        boxColumns * elementBytes > 128 || (boxColumns * elementBytes) % 16)
+      bad("a box row must be 16 to 128 bytes (a multiple of 16), at most 256 "
+          "rows");
+    // Maps live in slabs of device memory, keyed by their arguments: a
+    // training loop asks for the same few maps (most of its buffers come back
+    // from the caching allocator at the same addresses), and each is encoded
+    // and copied over once. The cache holds at most `capacity` maps; when
+    // full, the device is drained (kernels queued earlier may still read any
+    // map) and the slabs reused.
+    using Key = std::array<int64_t, 7>;
+    struct KeyHash {
+      size_t operator()(const Key &k) const {
+        size_t h = 0;
+        for (int64_t v : k)
+          h = h * 1000003u ^ std::hash<int64_t>()(v);
+        return h;
+      }
+    };
+    static std::mutex mutex;
+    static std::unordered_map<Key, CUdeviceptr, KeyHash> maps;
+    static std::vector<CUdeviceptr> slabs;
+    static size_t used = 0; // maps placed in the slabs
+    constexpr size_t perSlab = 512, capacity = 8 * perSlab;
+    Key key = {int64_t(base),  elementBytes, columns, rows,
+               rowStrideBytes, boxColumns,   boxRows};
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = maps.find(key);
+    if (it != maps.end())
+      return it->second;
+    Scoped scope;
+    CUtensorMap map;
+    cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
+    cuuint64_t strides[1] = {cuuint64_t(rowStrideBytes)};
+    cuuint32_t box[2] = {cuuint32_t(boxColumns), cuuint32_t(boxRows)};
+    cuuint32_t elementStrides[2] = {1, 1};
+    MOERT_CU(driver().cuTensorMapEncodeTiled(
+        &map, type, 2, reinterpret_cast<void *>(base), dims, strides, box,
+        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        boxColumns * elementBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                         : CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    if (used == capacity) {
+      MOERT_CU(driver().cuCtxSynchronize());
+      maps.clear();
+      used = 0;
+    }
+    if (used == slabs.size() * perSlab) {
+      CUdeviceptr slab = 0;
+      MOERT_CU(driver().cuMemAlloc(&slab, perSlab * sizeof(map)));
+      slabs.push_back(slab);
+    }
+    CUdeviceptr at = slabs[used / perSlab] + (used % perSlab) * sizeof(map);
+    ++used;
+    // Synchronous: the map is in place before any kernel that reads it runs.
+    MOERT_CU(driver().cuMemcpyHtoD(at, &map, sizeof(map)));
+    maps.emplace(key, at);
+    return at;
+  });
 }
 
 int moert_gpu_device_count(void) {
@@ -470,9 +516,13 @@ int moert_gpu_device_count(void) {
   return count;
 }
 
-int moert_gpu_device(void) { return chooseDevice(); }
+int moert_gpu_device(void) {
+  return guarded<int>(0, [&]() -> int { return chooseDevice(); });
+}
 
-void moert_gpu_init(void) { (void)context(); }
+void moert_gpu_init(void) {
+  guarded([&] { (void)context(); });
+}
 
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
   AllocatorStats s = allocator().stats();
@@ -484,18 +534,24 @@ void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
 }
 
 void moert_gpu_empty_cache(void) {
-  Scoped scope;
-  allocator().emptyCache();
+  guarded([&] {
+    Scoped scope;
+    allocator().emptyCache();
+  });
 }
 
 void moert_gpu_reset_peak_memory(void) {
-  Scoped scope;
-  allocator().resetPeak();
+  guarded([&] {
+    Scoped scope;
+    allocator().resetPeak();
+  });
 }
 
 void moert_gpu_synchronize(void) {
-  Scoped scope;
-  MOERT_CU(driver().cuCtxSynchronize());
+  guarded([&] {
+    Scoped scope;
+    MOERT_CU(driver().cuCtxSynchronize());
+  });
 }
 
 } // extern "C"

@@ -3,7 +3,8 @@
 // Every collective is built from non-blocking MPI calls that are polled
 // against a deadline (MOERT_COMM_TIMEOUT): a rank that crashed or stalls is
 // noticed by the others, named in the message with the collective, and the
-// job is ended with MPI_Abort. MPI errors are returned (MPI_ERRORS_RETURN on
+// collective fails (the tool then ends the job: abortJob, MPI_Abort). MPI
+// errors are returned (MPI_ERRORS_RETURN on
 // the communicator) and reported by name.
 //
 // all_to_all: each pair of ranks exchanges a small header (the collective's
@@ -19,7 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "CommBackends.h"
 
 // The C API only (no MPI-2 C++ bindings, which need libmpi_cxx).
 #define OMPI_SKIP_MPICXX 1
@@ -88,7 +89,7 @@ public:
       int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED,
                                &provided);
       if (rc != MPI_SUCCESS)
-        fatal("MPI_Init_thread failed: " + mpiError(rc));
+        moert::fail("MPI_Init_thread failed: " + mpiError(rc));
       initializedHere = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -96,9 +97,6 @@ public:
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", "setup");
     check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", "setup");
-    if (initializedHere)
-      std::atexit(finalizeAtExit);
-    self = this;
     // A torchrun-style environment, if any, must describe the same job.
     std::string problem;
     if (env.worldSize >= 0 && env.worldSize != size_)
@@ -114,17 +112,24 @@ public:
       problem = "LOCAL_RANK=" + std::to_string(env.localRank) +
                 " disagrees with the MPI launcher's local rank " + ompi;
     // Every rank learns whether any rank's environment disagrees, after each
-    // such rank has said why, and then the job stops: no rank goes on alone,
-    // and none is killed before its message is out.
+    // such rank has said why, and then every rank fails (the tool's
+    // abortJob stops the job): no rank goes on alone, and none is killed
+    // before its message is out.
     if (!problem.empty())
       say(problem);
     int bad = !problem.empty(), anyBad = bad;
     check(MPI_Allreduce(&bad, &anyBad, 1, MPI_INT, MPI_MAX, comm),
           "MPI_Allreduce", "setup");
     if (anyBad) {
-      MPI_Abort(comm, 1);
-      std::_Exit(1);
+      MPI_Comm_free(&comm);
+      throw Error("rank " + std::to_string(rank_) + ": " +
+                  (bad ? "the launch environment disagrees with MPI (see above)"
+                       : "another rank's launch environment disagrees with "
+                         "MPI"));
     }
+    if (initializedHere)
+      std::atexit(finalizeAtExit);
+    self = this;
   }
 
   const char *backend() const override { return "mpi"; }
@@ -176,7 +181,7 @@ public:
                      int64_t rowBytes, void *recv, int64_t recvCapacity,
                      int32_t *recvCounts, const char *what,
                      const RowLayout &layout, Rows &rows) {
-    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    std::string label = seq.enter(*this, Kind::AllToAll, what);
     rows.label = label;
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
     // 1. Headers and counts: [Header, counts for that peer (int64)].
@@ -262,7 +267,7 @@ public:
     std::lock_guard<std::mutex> lock(mu);
     std::string what =
         std::string(name(type)) + ", " + std::to_string(count) + " values";
-    std::string label = seq.enter(rank_, Kind::AllReduce, what.c_str());
+    std::string label = seq.enter(*this, Kind::AllReduce, what.c_str());
     std::vector<Header> headers;
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
@@ -311,7 +316,7 @@ public:
 
   void barrier() override {
     std::lock_guard<std::mutex> lock(mu);
-    std::string label = seq.enter(rank_, Kind::Barrier, "");
+    std::string label = seq.enter(*this, Kind::Barrier, "");
     std::vector<Header> headers;
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
@@ -324,10 +329,8 @@ public:
                     Kind::Barrier);
   }
 
-  [[noreturn]] void abort(int code, const std::string &message) override {
-    say(message);
+  void abort(int code) override {
     MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
-    std::_Exit(code); // MPI_Abort does not return; in case it does
   }
 
 private:
@@ -343,6 +346,11 @@ private:
     MPI_Finalized(&finalized);
     if (finalized)
       return;
+    // After a failed collective MPI_Finalize would wait for the rank that
+    // failed (or requests that never complete): the job is aborted instead,
+    // which also stops the other ranks.
+    if (self && !self->failure().empty())
+      MPI_Abort(self->comm, 2);
     if (self && self->comm != MPI_COMM_NULL) {
       for (auto &[bytes, type] : self->rowTypes)
         MPI_Type_free(&type);
@@ -354,7 +362,7 @@ private:
   void check(int rc, const char *call, const std::string &label) {
     if (rc == MPI_SUCCESS)
       return;
-    abort(1, label + ": " + call + " failed: " + mpiError(rc));
+    fail(1, label + ": " + call + " failed: " + mpiError(rc));
   }
 
   MPI_Datatype rowType(int64_t rowBytes, const std::string &label) {
@@ -362,8 +370,8 @@ private:
     if (it != rowTypes.end())
       return it->second;
     if (rowBytes > INT_MAX)
-      abort(1, label + ": rows of " + std::to_string(rowBytes) +
-                   " bytes are too large");
+      fail(1, label + ": rows of " + std::to_string(rowBytes) +
+                  " bytes are too large");
     MPI_Datatype t;
     check(MPI_Type_contiguous(int(rowBytes), MPI_BYTE, &t),
           "MPI_Type_contiguous", label);
@@ -397,7 +405,7 @@ private:
   }
 
   /// Polls the requests until all complete or the deadline passes; then
-  /// names the ranks not heard from and aborts the job.
+  /// names the ranks not heard from and fails the collective.
   void wait(std::vector<MPI_Request> &reqs, const std::vector<int> &peers,
             const std::vector<bool> &isRecv, const std::string &label,
             const char *phase) {
@@ -414,7 +422,7 @@ private:
       int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done,
                            MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS)
-        abort(1, label + ": waiting for " + phase + " failed: " + mpiError(rc));
+        fail(1, label + ": waiting for " + phase + " failed: " + mpiError(rc));
       if (done)
         return;
       if (clock::now() >= deadline)
@@ -455,9 +463,9 @@ private:
         : collective ? "every rank arrived but MPI did not complete the "
                        "reduction"
                      : "waiting";
-    abort(2, label + ": timed out after " + seconds + " s (MOERT_COMM_TIMEOUT) " +
-                 who + " (" + phase +
-                 "): that rank failed or stalls; aborting the job");
+    fail(2, label + ": timed out after " + seconds +
+                " s (MOERT_COMM_TIMEOUT) " + who + " (" + phase +
+                "): that rank failed or stalls; aborting the job");
   }
 
   MPI_Comm comm = MPI_COMM_NULL;
@@ -475,6 +483,14 @@ MpiComm *MpiComm::self = nullptr;
 
 std::unique_ptr<Communicator> createMpiCommunicator(const LaunchEnv &env) {
   return std::make_unique<MpiComm>(env);
+}
+
+void abortMpiJob(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized)
+    MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 } // namespace moert::comm

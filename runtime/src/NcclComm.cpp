@@ -40,16 +40,18 @@
 // barrier: the header exchange alone.
 //
 // Faults: the host polls the stream and ncclCommGetAsyncError; past
-// MOERT_COMM_TIMEOUT seconds, or on an asynchronous NCCL error, it prints
-// the rank, the collective and the phase, calls ncclCommAbort and ends the
-// job (MPI_Abort when launched by MPI, else exit status 2). Calls that block
-// inside NCCL (ncclCommInitRank, connection setup in ncclGroupEnd) are
-// guarded by a watchdog thread that ends the process a little after the
-// same deadline.
+// MOERT_COMM_TIMEOUT seconds, or on an asynchronous NCCL error, it calls
+// ncclCommAbort and the collective fails (moert::Error, status 2) naming the
+// rank, the collective and the phase; the tool then ends the job (abortJob:
+// MPI_Abort when launched by MPI). Calls that block inside NCCL
+// (ncclCommInitRank, connection setup in ncclGroupEnd) cannot return an
+// error: they are guarded by a watchdog thread that ends the process
+// (status 2) a little after the same deadline, the library's one exit on a
+// fault, so that a dead peer never hangs the job.
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "CommBackends.h"
 #include "CudaDriver.h"
 #include "moert/Gpu.h"
 
@@ -255,6 +257,9 @@ private:
         cv.wait_until(lock, deadline);
         continue;
       }
+      // The thread that armed the watchdog is blocked inside NCCL and will
+      // not return: no error can reach a caller, and waiting longer would
+      // hang the job. Ending the process is the only way out.
       std::fflush(stdout);
       std::fprintf(stderr, "%s\n", text.c_str());
       std::fflush(stderr);
@@ -439,9 +444,9 @@ public:
         std::string blob(reinterpret_cast<const char *>(ids), sizeof(ids));
         blob = storeBroadcast(b.store, rank_, size_, blob, timeout);
         if (blob.size() != sizeof(ids))
-          fatal("rank " + std::to_string(rank_) + ": the NCCL ids from rank "
-                "0 have " + std::to_string(blob.size()) + " bytes, not " +
-                std::to_string(sizeof(ids)));
+          fail(1, "setup: the NCCL ids from rank 0 have " +
+                      std::to_string(blob.size()) + " bytes, not " +
+                      std::to_string(sizeof(ids)));
         std::memcpy(ids, blob.data(), sizeof(ids));
       }
     }
@@ -468,7 +473,7 @@ public:
                  const RowLayout &layout) override {
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
-    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    std::string label = seq.enter(*this, Kind::AllToAll, what);
     drainRows(label);
     int64_t count = slots * size_;
     if (isDevicePointer(sendCounts)) {
@@ -526,7 +531,7 @@ public:
                                           recvCounts, what, layout);
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
-    std::string label = seq.enter(rank_, Kind::AllToAll, what);
+    std::string label = seq.enter(*this, Kind::AllToAll, what);
     // No context synchronization: it would wait for the rows in flight. The
     // caller has written the inputs (see the file comment).
     exchange(label, control, dev(send), sendRows, dev(sendCounts), slots,
@@ -543,7 +548,7 @@ public:
     ContextScope scope;
     std::string what =
         std::string(name(type)) + ", " + std::to_string(count) + " values";
-    std::string label = seq.enter(rank_, Kind::AllReduce, what.c_str());
+    std::string label = seq.enter(*this, Kind::AllReduce, what.c_str());
     drainRows(label);
     size_t n = size_t(count) * bytes(type);
     if (isDevicePointer(in) || isDevicePointer(out)) {
@@ -561,7 +566,7 @@ public:
   void barrier() override {
     std::lock_guard<std::mutex> lock(mu);
     ContextScope scope;
-    std::string label = seq.enter(rank_, Kind::Barrier, "");
+    std::string label = seq.enter(*this, Kind::Barrier, "");
     drainRows(label);
     headers(label, Kind::Barrier, 0, 0, "arrival");
   }
@@ -581,23 +586,24 @@ public:
     Scratch meta; ///< device memory for exchanged words
   };
 
-  [[noreturn]] void abort(int code, const std::string &message) override {
-    std::fflush(stdout);
-    std::fprintf(stderr, "moert: rank %d: %s\n", rank_, message.c_str());
-    std::fflush(stderr);
+  void abort(int code) override {
+    abortCommunicator();
+    if (mpi)
+      mpi->abort(code); // MPI_Abort: ends the job
+  }
+
+protected:
+  void abortCommunicator() override {
     if (data.comm || control.comm) {
       // If even the abort hangs (a wedged device), end the process anyway.
-      Watchdog::get().arm(prefix() + "ncclCommAbort did not return; exiting",
-                          std::min(30.0, timeoutSeconds() + kWatchdogGrace));
+      Guard guard(prefix() + "ncclCommAbort did not return; exiting",
+                  std::min(30.0, timeoutSeconds() + kWatchdogGrace));
       for (Channel *c : {&data, &control})
         if (c->comm) {
           nc.commAbort(c->comm);
           c->comm = nullptr;
         }
     }
-    if (mpi)
-      mpi->abort(code, "ending the job (NCCL communicator aborted)");
-    std::_Exit(code);
   }
 
 private:
@@ -613,8 +619,8 @@ private:
     if (nc.getLastError && data.comm)
       if (const char *last = nc.getLastError(data.comm); last && *last)
         detail += std::string(": ") + last;
-    abort(1, label + ": " + call + " failed: " + detail + " (NCCL " +
-                 nc.versionText() + ")");
+    fail(1, label + ": " + call + " failed: " + detail + " (NCCL " +
+                nc.versionText() + ")");
   }
 
   /// Asynchronous copy on a stream (the data stream unless given; any
@@ -638,8 +644,8 @@ private:
 
   /// Polls `on`'s stream (or, given, the event `until`) until the work is
   /// done. Past the deadline, or when NCCL reports an asynchronous error on
-  /// either communicator, aborts the job naming the rank, the collective and
-  /// the phase.
+  /// either communicator, fails (ncclCommAbort) naming the rank, the collective
+  /// and the phase.
   void wait(const std::string &label, const char *phase, Channel &on,
             CUevent until) {
     double timeout = timeoutSeconds();
@@ -665,16 +671,17 @@ private:
         if (nc.getLastError)
           if (const char *last = nc.getLastError(failed); last && *last)
             detail += std::string(": ") + last;
-        abort(2, label + ": NCCL failed while waiting for " + peers() + " (" +
-                     phase + "): " + detail +
-                     "; a rank failed; aborting the job (ncclCommAbort)");
+        fail(2, label + ": NCCL failed while waiting for " + peers() + " (" +
+                    phase + "): " + detail +
+                    "; a rank failed; aborting the job (ncclCommAbort)");
       }
       auto now = Clock::now();
       if (now >= deadline)
-        abort(2, label + ": timed out after " + secondsText(timeout) +
-                     " s (MOERT_COMM_TIMEOUT) waiting for " + peers() + " (" +
-                     phase + ", NCCL): that rank failed or stalls; aborting "
-                     "the job (ncclCommAbort)");
+        fail(2, label + ": timed out after " + secondsText(timeout) +
+                    " s (MOERT_COMM_TIMEOUT) waiting for " + peers() + " (" +
+                    phase +
+                    ", NCCL): that rank failed or stalls; aborting "
+                    "the job (ncclCommAbort)");
       // Spin for short exchanges, then back off to at most 1 ms.
       if (now - start < std::chrono::milliseconds(2))
         std::this_thread::yield();
@@ -746,11 +753,11 @@ private:
       const int64_t *h = &in[size_t(4 * p)];
       checkHeader(*this, label, p, h, seq.total, kind);
       if (h[2] != a || h[3] != b)
-        abort(1, label + ": rank " + std::to_string(p) + " sums " +
-                     std::to_string(h[2]) + " " +
-                     (h[3] >= 0 && h[3] <= 5 ? name(DType(h[3])) : "?") +
-                     " values, this rank " + std::to_string(a) + " " +
-                     name(DType(b)) + " (different programs?)");
+        fail(1, label + ": rank " + std::to_string(p) + " sums " +
+                    std::to_string(h[2]) + " " +
+                    (h[3] >= 0 && h[3] <= 5 ? name(DType(h[3])) : "?") +
+                    " values, this rank " + std::to_string(a) + " " +
+                    name(DType(b)) + " (different programs?)");
     }
   }
 
@@ -985,107 +992,7 @@ private:
   Scratch stageIn, stageOut, stageCounts, stageWide;
 };
 
-//===----------------------------------------------------------------------===//
-// Device buffers through host memory, over a host communicator
-//===----------------------------------------------------------------------===//
-
-class StagedComm final : public Communicator {
-public:
-  explicit StagedComm(Communicator &host) : host(host) {}
-  const char *backend() const override { return host.backend(); }
-  int rank() const override { return host.rank(); }
-  int size() const override { return host.size(); }
-
-  void allToAllV(const void *send, int64_t sendRows, const int32_t *sendCounts,
-                 int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
-                 const RowLayout &layout) override {
-    if (!isDevicePointer(sendCounts))
-      return host.allToAllV(send, sendRows, sendCounts, slots, rowBytes, recv,
-                            recvCapacity, recvCounts, what, layout);
-    ContextScope scope;
-    MOERT_CU(driver().cuCtxSynchronize());
-    size_t count = size_t(slots * size());
-    std::vector<char> in(size_t(sendRows * rowBytes)),
-        out(size_t(recvCapacity * rowBytes));
-    std::vector<int32_t> sc(count), rc(count);
-    if (!in.empty())
-      MOERT_CU(driver().cuMemcpyDtoH(in.data(), dev(send), in.size()));
-    MOERT_CU(driver().cuMemcpyDtoH(sc.data(), dev(sendCounts),
-                                   count * sizeof(int32_t)));
-    host.allToAllV(in.data(), sendRows, sc.data(), slots, rowBytes, out.data(),
-                   recvCapacity, rc.data(), what, layout);
-    if (!out.empty())
-      MOERT_CU(driver().cuMemcpyHtoD(dev(recv), out.data(), out.size()));
-    MOERT_CU(driver().cuMemcpyHtoD(dev(recvCounts), rc.data(),
-                                   count * sizeof(int32_t)));
-    MOERT_CU(driver().cuCtxSynchronize());
-  }
-
-  void allReduceSum(const void *in, void *out, int64_t count,
-                    DType type) override {
-    if (!isDevicePointer(in) && !isDevicePointer(out))
-      return host.allReduceSum(in, out, count, type);
-    ContextScope scope;
-    MOERT_CU(driver().cuCtxSynchronize());
-    std::vector<char> buffer(size_t(count) * bytes(type));
-    if (!buffer.empty())
-      MOERT_CU(driver().cuMemcpyDtoH(buffer.data(), dev(in), buffer.size()));
-    host.allReduceSum(buffer.data(), buffer.data(), count, type);
-    if (!buffer.empty())
-      MOERT_CU(driver().cuMemcpyHtoD(dev(out), buffer.data(), buffer.size()));
-    MOERT_CU(driver().cuCtxSynchronize());
-  }
-
-  void barrier() override { host.barrier(); }
-  [[noreturn]] void abort(int code, const std::string &message) override {
-    host.abort(code, message);
-    std::_Exit(code); // (host.abort does not return)
-  }
-
-private:
-  Communicator &host;
-};
-
-/// cuPointerGetAttribute, once libcuda is in the process.
-using PointerAttribute = CUresult (*)(void *, CUpointer_attribute, CUdeviceptr);
-
-PointerAttribute pointerAttribute() {
-  static std::atomic<PointerAttribute> fn{nullptr};
-  if (PointerAttribute f = fn.load(std::memory_order_acquire))
-    return f;
-  // Only a driver that is loaded already: no driver, no device memory.
-  const char *path = std::getenv("MOERT_CUDA_DRIVER");
-  void *handle = nullptr;
-  if (path && *path)
-    handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
-  else
-    for (const char *name : {"libcuda.so.1", "libcuda.so"})
-      if ((handle = dlopen(name, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL)))
-        break;
-  if (!handle)
-    return nullptr;
-  auto f = reinterpret_cast<PointerAttribute>(dlsym(handle, "cuPointerGetAttribute"));
-  dlclose(handle); // NOLOAD took a reference; the driver stays loaded
-  if (f)
-    fn.store(f, std::memory_order_release);
-  return f;
-}
-
 } // namespace
-
-bool isDevicePointer(const void *p) {
-  if (!p)
-    return false;
-  PointerAttribute f = pointerAttribute();
-  if (!f)
-    return false;
-  CUmemorytype type = CUmemorytype(0);
-  CUresult r = f(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev(p));
-  // Host memory the driver does not know is CUDA_ERROR_INVALID_VALUE; a
-  // driver nobody initialized, CUDA_ERROR_NOT_INITIALIZED: host either way.
-  return r == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
-}
 
 std::string ncclLibraryError() {
   std::string error;
@@ -1107,12 +1014,8 @@ std::unique_ptr<Communicator> createNcclCommunicator(const NcclBootstrap &b) {
   std::string error;
   const NcclApi *api = loadNccl(error);
   if (!api)
-    fatal("the NCCL backend: " + error);
+    fail("the NCCL backend: " + error);
   return std::make_unique<NcclComm>(*api, b);
-}
-
-std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host) {
-  return std::make_unique<StagedComm>(host);
 }
 
 } // namespace moert::comm

@@ -15,7 +15,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "TcpStore.h"
+
+#include "moert/Error.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -134,13 +136,13 @@ int listenOn(const StoreAddress &a) {
     int err = errno;
     ::close(fd);
     if (err == EADDRINUSE)
-      fatal("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
-            a.portWhere + ") for the other ranks: " + std::strerror(err) +
-            "; choose a free port (or set MOERT_STORE_PORT)");
+      fail("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
+           a.portWhere + ") for the other ranks: " + std::strerror(err) +
+           "; choose a free port (or set MOERT_STORE_PORT)");
   }
   fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    fatal(std::string("rank 0: socket() failed: ") + std::strerror(errno));
+    fail(std::string("rank 0: socket() failed: ") + std::strerror(errno));
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -148,9 +150,9 @@ int listenOn(const StoreAddress &a) {
   addr.sin_port = htons(uint16_t(a.port));
   if (::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
       ::listen(fd, 128) != 0)
-    fatal("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
-          a.portWhere + ") for the other ranks: " + std::strerror(errno) +
-          "; choose a free port (or set MOERT_STORE_PORT)");
+    fail("rank 0: cannot listen on port " + std::to_string(a.port) + " (" +
+         a.portWhere + ") for the other ranks: " + std::strerror(errno) +
+         "; choose a free port (or set MOERT_STORE_PORT)");
   return fd;
 }
 
@@ -170,11 +172,12 @@ std::string serve(const StoreAddress &a, int size, const std::string &blob,
       continue;
     if (ready <= 0) {
       ::close(listener);
-      fatal("rank 0: timed out after " + seconds(timeout) +
-            " s (MOERT_COMM_TIMEOUT) waiting for " + missingRanks(seen) +
-            " to connect to port " + std::to_string(a.port) + " (" +
-            a.portWhere + "): that rank did not start, or has another "
-            "MASTER_ADDR/MASTER_PORT");
+      fail("rank 0: timed out after " + seconds(timeout) +
+           " s (MOERT_COMM_TIMEOUT) waiting for " + missingRanks(seen) +
+           " to connect to port " + std::to_string(a.port) + " (" +
+           a.portWhere +
+           "): that rank did not start, or has another "
+           "MASTER_ADDR/MASTER_PORT");
     }
     int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0)
@@ -204,7 +207,7 @@ std::string serve(const StoreAddress &a, int size, const std::string &blob,
       reply(fd, 1, refusal, greet);
       ::close(fd);
       ::close(listener);
-      fatal("rank 0: " + refusal);
+      fail("rank 0: " + refusal);
     }
     if (!reply(fd, 0, blob, greet)) {
       // It went away before it had the blob; it may come back.
@@ -230,8 +233,8 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
   addrinfo *list = nullptr;
   std::string port = std::to_string(a.port);
   if (int rc = ::getaddrinfo(a.host.c_str(), port.c_str(), &hints, &list))
-    fatal(me + "MASTER_ADDR='" + a.host + "' does not resolve: " +
-          ::gai_strerror(rc));
+    fail(me + "MASTER_ADDR='" + a.host +
+         "' does not resolve: " + ::gai_strerror(rc));
   std::string lastError = "no address";
   int fd = -1;
   while (fd < 0) {
@@ -268,10 +271,10 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
       break;
     if (remainingMs(deadline) == 0) {
       ::freeaddrinfo(list);
-      fatal(me + "timed out after " + seconds(timeout) +
-            " s (MOERT_COMM_TIMEOUT) connecting to rank 0 at " + where(a) +
-            ", last error: " + lastError +
-            ": is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?");
+      fail(me + "timed out after " + seconds(timeout) +
+           " s (MOERT_COMM_TIMEOUT) connecting to rank 0 at " + where(a) +
+           ", last error: " + lastError +
+           ": is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -286,25 +289,25 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
   if (!transfer(fd, hello, sizeof(hello), /*send=*/true, deadline) ||
       !transfer(fd, head, sizeof(head), /*send=*/false, deadline)) {
     ::close(fd);
-    fatal(me + "rank 0 at " + where(a) +
-          " accepted the connection but did not answer within " +
-          seconds(timeout) + " s (MOERT_COMM_TIMEOUT)");
+    fail(me + "rank 0 at " + where(a) +
+         " accepted the connection but did not answer within " +
+         seconds(timeout) + " s (MOERT_COMM_TIMEOUT)");
   }
   uint32_t status = getInt(head), length = getInt(head + 4);
   if (length > (1u << 20)) {
     ::close(fd);
-    fatal(me + "the process at " + where(a) +
-          " does not speak libmoert's store protocol");
+    fail(me + "the process at " + where(a) +
+         " does not speak libmoert's store protocol");
   }
   std::string payload(length, '\0');
   if (length && !transfer(fd, payload.data(), length, /*send=*/false, deadline)) {
     ::close(fd);
-    fatal(me + "the connection to rank 0 at " + where(a) +
-          " closed before its answer arrived");
+    fail(me + "the connection to rank 0 at " + where(a) +
+         " closed before its answer arrived");
   }
   ::close(fd);
   if (status != 0)
-    fatal(me + "rank 0 refused this rank: " + payload);
+    fail(me + "rank 0 refused this rank: " + payload);
   return payload;
 }
 
@@ -313,7 +316,7 @@ int portVar(const char *var) {
   char *end = nullptr;
   long p = std::strtol(value, &end, 10);
   if (!*value || *end || p < 1 || p > 65535)
-    fatal(std::string(var) + "='" + value + "' is not a port (1..65535)");
+    fail(std::string(var) + "='" + value + "' is not a port (1..65535)");
   return int(p);
 }
 
@@ -325,11 +328,11 @@ StoreAddress storeAddress(int worldSize) {
                     "MASTER_ADDR:MASTER_PORT (rank 0 listens), but ";
   const char *host = std::getenv("MASTER_ADDR");
   if (!host)
-    fatal(why + "MASTER_ADDR is not set: set it to rank 0's host name or "
-                "address (127.0.0.1 on one machine)");
+    fail(why + "MASTER_ADDR is not set: set it to rank 0's host name or "
+               "address (127.0.0.1 on one machine)");
   if (!std::getenv("MASTER_PORT") && !std::getenv("MOERT_STORE_PORT"))
-    fatal(why + "MASTER_PORT is not set: set it to a free TCP port on rank "
-                "0's host");
+    fail(why + "MASTER_PORT is not set: set it to a free TCP port on rank "
+               "0's host");
   StoreAddress a;
   a.host = host;
   if (std::getenv("MOERT_STORE_PORT")) {
@@ -342,8 +345,8 @@ StoreAddress storeAddress(int worldSize) {
     if (agent && std::strcmp(agent, "True") == 0) {
       // torchrun's agent serves its own store on MASTER_PORT.
       if (a.port == 65535)
-        fatal("MASTER_PORT=65535 is torchrun's store; libmoert's would be "
-              "the next port: set MOERT_STORE_PORT to a free one");
+        fail("MASTER_PORT=65535 is torchrun's store; libmoert's would be "
+             "the next port: set MOERT_STORE_PORT to a free one");
       a.port += 1;
       a.portWhere = "MASTER_PORT+1, beside torchrun's store";
     }

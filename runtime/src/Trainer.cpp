@@ -3,6 +3,7 @@
 #include "moert/Trainer.h"
 
 #include "moert/Artifact.h"
+#include "moert/Error.h"
 #include "moert/Gpu.h"
 #include "moert/Sequences.h"
 #include "moert/Train.h"
@@ -17,6 +18,7 @@
 #include <dlfcn.h>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -232,6 +234,12 @@ struct Param {
   }
 };
 
+/// Why training stops early (Loop::die): a message for the user, printed
+/// after the tool's name.
+struct Stop {
+  std::string message;
+};
+
 struct Loop {
   const TrainOptions &o;
   const char *tool;
@@ -241,10 +249,8 @@ struct Loop {
   Memory memory;
   Entry lossGrad = nullptr, lossOnly = nullptr;
 
-  [[noreturn]] void die(const std::string &message) {
-    std::fprintf(stderr, "%s: %s\n", tool, message.c_str());
-    std::exit(1);
-  }
+  /// Stops training: train() reports `message` and returns 1.
+  [[noreturn]] void die(const std::string &message) { throw Stop{message}; }
 
   /// Calls `entry` with the parameters and one batch; returns the loss and,
   /// for the train step, fills `grads`.
@@ -316,10 +322,8 @@ std::string readFile(const std::string &path) {
   return s;
 }
 
-} // namespace
-
-int train(const TrainOptions &o, const std::string &artifactPath,
-          const char *tool) {
+int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
+                 const char *tool) {
   Loop t{o, tool, {}, {}, {}, {}, 0, 0, 0, {}, nullptr, nullptr};
   if (o.data.empty())
     t.die("no --data: give one or more FASTA or Stockholm files");
@@ -476,6 +480,7 @@ int train(const TrainOptions &o, const std::string &artifactPath,
   if (t.memory.gpu) {
     moert_gpu_init();
     t.memory.stream = mgpuStreamCreate();
+    throwStickyError(); // no usable GPU
   }
 
   // --- data order: a seeded permutation of the training rows per epoch ---
@@ -539,6 +544,8 @@ int train(const TrainOptions &o, const std::string &artifactPath,
       t.die("cannot write " + metricsPath);
   }
   FILE *metrics = std::fopen(metricsPath.c_str(), o.resume ? "a" : "w");
+  // Closed on every way out, an error included.
+  std::unique_ptr<FILE, int (*)(FILE *)> closeMetrics(metrics, std::fclose);
   if (!metrics)
     t.die("cannot write " + metricsPath);
 
@@ -651,7 +658,7 @@ int train(const TrainOptions &o, const std::string &artifactPath,
     if (stop)
       break;
   }
-  std::fclose(metrics);
+  closeMetrics.reset();
   if (t.step == o.steps && std::isfinite(lastEval))
     std::fprintf(stderr,
                  "%s: held-out loss %.4f vs unigram %.4f; wrote %s, %s, "
@@ -661,6 +668,25 @@ int train(const TrainOptions &o, const std::string &artifactPath,
   if (t.memory.gpu)
     mgpuStreamDestroy(t.memory.stream);
   return 0;
+}
+
+} // namespace
+
+int train(const TrainOptions &o, const std::string &artifactPath,
+          const char *tool) {
+  try {
+    int status = trainOrThrow(o, artifactPath, tool);
+    throwStickyError();
+    return status;
+  } catch (const Stop &stop) {
+    std::fprintf(stderr, "%s: %s\n", tool, stop.message.c_str());
+    return 1;
+  } catch (const Error &e) {
+    // What the runtime reported (a failed GPU call, a collective).
+    std::fflush(stdout);
+    std::fprintf(stderr, "moert: %s\n", e.what());
+    return e.status();
+  }
 }
 
 } // namespace moert

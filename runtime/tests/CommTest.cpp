@@ -18,6 +18,7 @@
 
 #include "moert/Comm.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include <cmath>
 #include <cstdio>
@@ -58,6 +59,7 @@ template <typename T> T *place(std::vector<T> &v) {
 
 /// Copies the device buffers back to their vectors and frees them.
 void fetch() {
+  moert::throwStickyError(); // what the collective before reported
   if (!onDevice)
     return;
   for (Placed &p : placed) {
@@ -317,7 +319,7 @@ void allReduceCases() {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "all";
   Communicator &comm = world();
   rank = comm.rank();
@@ -331,6 +333,7 @@ int main(int argc, char **argv) {
     std::vector<float> v(4);
     auto a = vec(v);
     _mlir_ciface_moert_all_reduce_sum_f32(&a, &a, g);
+    moert::throwStickyError();
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
@@ -344,6 +347,7 @@ int main(int argc, char **argv) {
     moert_memref2d a = mat(in, 4), r = mat(out, 4);
     moert_memref1d b = vec(send), rc = vec(recv);
     _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+    moert::throwStickyError();
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
@@ -358,6 +362,7 @@ int main(int argc, char **argv) {
     } else {
       _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &other.r);
     }
+    moert::throwStickyError();
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
@@ -389,4 +394,8 @@ int main(int argc, char **argv) {
   int32_t total = failed;
   comm.allReduceSum(&total, &total, 1, DType::I32);
   return total ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  return moert::runTool([&] { return run(argc, argv); });
 }

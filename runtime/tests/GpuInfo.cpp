@@ -10,12 +10,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   if (argc == 1) {
     std::printf("gpus: %d\n", moert_gpu_device_count());
     return 0;
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     mgpuStreamDestroy(stream);
     moert_gpu_memory_stats stats;
     moert_gpu_get_memory_stats(&stats);
+    moert::throwStickyError();
     std::printf("device allocations: %llu, reuses: %llu, cached bytes: %zu\n",
                 (unsigned long long)stats.device_allocations,
                 (unsigned long long)stats.cache_reuses, stats.bytes_cached);
@@ -45,6 +47,7 @@ int main(int argc, char **argv) {
     uint64_t base = 0x10000;
     uint64_t a = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
     uint64_t b = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
+    moert::throwStickyError();
     std::printf("tensor map: %s, 64-byte aligned: %s\n",
                 a == b ? "cached" : "encoded twice", a % 64 ? "no" : "yes");
     return 0;
@@ -53,4 +56,8 @@ int main(int argc, char **argv) {
                        "ELEMENT_BYTES COLUMNS ROWS ROW_STRIDE_BYTES "
                        "BOX_COLUMNS BOX_ROWS]\n");
   return 2;
+}
+
+int main(int argc, char **argv) {
+  return moert::runTool([&] { return run(argc, argv); });
 }

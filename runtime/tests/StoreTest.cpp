@@ -16,7 +16,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CommImpl.h"
+#include "CommProtocol.h"
+#include "TcpStore.h"
+#include "moert/Tool.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -171,5 +173,5 @@ int main(int argc, char **argv) {
                          "VAR=VALUE]...\n");
     return 2;
   }
-  return oneRank();
+  return moert::runTool(oneRank);
 }

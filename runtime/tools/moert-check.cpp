@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include "moert/Artifact.h"
 
@@ -113,7 +114,7 @@ void *open(const char *path, const char **manifest) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   bool gpuOnly = argc > 1 && !std::strcmp(argv[1], "--gpu-only");
   if (gpuOnly) {
     ++argv;
@@ -285,4 +286,8 @@ int main(int argc, char **argv) {
   }
   std::printf("%d results checked, %d mismatching\n", checked, failed);
   return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  return moert::runTool([&] { return run(argc, argv); });
 }

@@ -42,6 +42,7 @@
 
 #include "moert/Comm.h"
 #include "moert/Gpu.h"
+#include "moert/Tool.h"
 
 #include "moert/Artifact.h"
 
@@ -61,6 +62,13 @@
 using moert::comm::Communicator;
 
 namespace {
+
+/// Stops this rank with `message`; runTool reports it and ends the job.
+[[noreturn]] void stop(Communicator &comm, const std::string &message) {
+  throw moert::Error("rank " + std::to_string(comm.rank()) +
+                         ": moert-ep-check: " + message,
+                     2);
+}
 
 using moert::artifact::bf16ToFloat;
 using moert::artifact::descriptor;
@@ -173,7 +181,7 @@ Run run(void *handle, const Function &f,
   std::string sym = moert::artifact::packedSymbol(f.name);
   void *fn = dlsym(handle, sym.c_str());
   if (!fn)
-    comm.abort(2, "moert-ep-check: no " + sym);
+    stop(comm, "no " + sym);
   void *stream = gpu ? mgpuStreamCreate() : nullptr;
   std::vector<void *> deviceIn;
   std::vector<std::vector<int64_t>> descs;
@@ -265,13 +273,12 @@ Run run(void *handle, const Function &f,
 void *load(const char *path, const char **manifest) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h)
-    moert::comm::world().abort(
-        2, std::string("moert-ep-check: cannot load ") + path + ": " + dlerror());
+    stop(moert::comm::world(),
+         std::string("cannot load ") + path + ": " + dlerror());
   *manifest = static_cast<const char *>(dlsym(h, "moe_manifest"));
   if (!*manifest)
-    moert::comm::world().abort(2, std::string("moert-ep-check: ") + path +
-                                      " has no moe_manifest (not from "
-                                      "moe-compile?)");
+    stop(moert::comm::world(),
+         std::string(path) + " has no moe_manifest (not from moe-compile?)");
   return h;
 }
 
@@ -295,7 +302,7 @@ std::string fmt(double v) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: mpirun -np N moert-ep-check single.so ep.so [--seed S] "
@@ -340,7 +347,7 @@ int main(int argc, char **argv) {
 
   Communicator &comm = moert::comm::world();
   const int rank = comm.rank(), ranks = comm.size();
-  auto fail = [&](const std::string &m) { comm.abort(2, "moert-ep-check: " + m); };
+  auto fail = [&](const std::string &m) { stop(comm, m); };
 
   const char *singleManifest, *epManifest;
   void *single = load(argv[1], &singleManifest);
@@ -642,4 +649,8 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
   }
   return total ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  return moert::runTool([&] { return run(argc, argv); });
 }

@@ -10,6 +10,8 @@
 #ifndef MOERT_ARTIFACT_H
 #define MOERT_ARTIFACT_H
 
+#include "moert/Error.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -186,6 +188,8 @@ inline std::string packedSymbol(const std::string &name) {
 
 /// Calls a packed entry point `_mlir_packed_<name>(void **)`: the results
 /// buffer (if the function has results) then each argument's descriptor.
+/// An error of the runtime calls the program made (the sticky error of
+/// moert/Error.h) is thrown as moert::Error, and cleared.
 inline void call(void *packed, void *results,
                  std::vector<std::vector<int64_t>> &args) {
   std::vector<void *> p;
@@ -194,6 +198,7 @@ inline void call(void *packed, void *results,
   for (auto &a : args)
     p.push_back(a.data());
   reinterpret_cast<void (*)(void **)>(packed)(p.data());
+  throwStickyError();
 }
 
 inline float bf16ToFloat(uint16_t b) {

@@ -28,16 +28,27 @@
 // mpi: MPI, device buffers copied through host memory (no NCCL needed);
 // self: one rank; nccl: NCCL for every buffer.
 //
+// Errors (moert/Error.h): nothing here ends the process on an error. A
+// collective that fails throws moert::Error naming the rank, the collective
+// and what went wrong (exit status 2 for a peer that failed or timed out, 1
+// otherwise) after aborting its communicator (Communicator::fail); the C
+// entry points turn it into the sticky error. The tool that catches it
+// prints it and calls abortJob, which under MPI ends every rank with
+// MPI_Abort, and exits non-zero.
+//
 // Faults: every collective is non-blocking underneath and polled against a
 // deadline, MOERT_COMM_TIMEOUT seconds (default 300). A rank that does not
 // arrive in time is named with the collective (`all_to_all #3 (f32 rows):
-// timed out after 300 s waiting for rank 1`) and the whole job is aborted
-// (MPI_Abort; with NCCL, ncclCommAbort first): no rank hangs forever. MPI
-// and NCCL errors are returned, not fatal inside them, and reported by
-// name. For tests, MOERT_TEST_FAIL_RANK=r makes rank r exit (status 3, no
-// finalization, as if it crashed) and MOERT_TEST_STALL_RANK=r makes rank r
-// sleep (MOERT_TEST_STALL_SECONDS, default 3600) at collective
-// MOERT_TEST_FAULT_AT (default 1).
+// timed out after 300 s waiting for rank 1`) and the collective fails (with
+// NCCL, ncclCommAbort first), so that every rank stops within the deadline:
+// no rank hangs forever. MPI and NCCL errors are returned, not fatal inside
+// them, and reported by name. A process whose MPI communicator failed is not
+// finalized at exit (MPI_Finalize would wait for the failed rank): MPI_Abort
+// ends it and the job. For tests, MOERT_TEST_FAIL_RANK=r makes rank r exit
+// (status 3, no finalization, as if it crashed: the one deliberate exit in
+// the library, a test hook selected by that variable) and
+// MOERT_TEST_STALL_RANK=r makes rank r sleep (MOERT_TEST_STALL_SECONDS,
+// default 3600) at collective MOERT_TEST_FAULT_AT (default 1).
 //
 // The communicator is created on first use (MPI_Init_thread unless MPI is
 // already initialized) and finalized at exit.
@@ -77,10 +88,11 @@
 //     ncclAllReduce (bf16/f16 on more than 2 ranks summed in f32 on the
 //     host: one rounding); barrier: the header exchange;
 //   - faults: the host polls the stream and ncclCommGetAsyncError against
-//     MOERT_COMM_TIMEOUT, then ncclCommAbort and the job ends (MPI_Abort
-//     under mpirun, else exit status 2) naming the rank, the collective and
-//     the phase; calls that block inside NCCL (ncclCommInitRank, connection
-//     setup) are guarded by a watchdog a few seconds past the deadline.
+//     MOERT_COMM_TIMEOUT, then ncclCommAbort and the collective fails
+//     (status 2) naming the rank, the collective and the phase; calls that
+//     block inside NCCL (ncclCommInitRank, connection setup) cannot return
+//     an error: a watchdog a few seconds past the deadline ends the process
+//     (status 2) so that the job does not hang.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_COMM_H
@@ -141,8 +153,8 @@ public:
   public:
     virtual ~Pending() = default;
     /// Returns once the rows are in `recv` and `send` is no longer read. A
-    /// rank that does not take part within MOERT_COMM_TIMEOUT ends the job
-    /// (as for the blocking collectives).
+    /// rank that does not take part within MOERT_COMM_TIMEOUT fails the
+    /// exchange (as for the blocking collectives).
     virtual void wait() = 0;
   };
 
@@ -166,13 +178,39 @@ public:
 
   virtual void barrier() = 0;
 
-  /// Prints `message` (prefixed with the rank) and ends every rank of the
-  /// job with `code`. Never returns.
-  [[noreturn]] virtual void abort(int code, const std::string &message) = 0;
+  /// Reports an error of a collective on this rank: aborts the communicator
+  /// (abortCommunicator: NCCL's ncclCommAbort, so that peers blocked on
+  /// this rank fail instead of waiting), remembers `message` and throws
+  /// moert::Error("rank R: <message>", status). Every later collective on
+  /// this communicator fails too, naming this failure.
+  [[noreturn]] void fail(int status, const std::string &message);
+
+  /// The first failure of this communicator (fail), empty while it works.
+  const std::string &failure() const { return failure_; }
+
+  /// For a tool's error path, after it has said why it stops: makes sure
+  /// no other rank waits for this one. Under MPI, MPI_Abort ends the whole
+  /// job with `code` and does not return; otherwise the communicator is
+  /// aborted and this returns (the tool then exits with `code`).
+  virtual void abort(int code) = 0;
+
+protected:
+  /// Tears the communicator down after a failure so that no collective
+  /// waits on it any more (NCCL: ncclCommAbort); nothing by default.
+  virtual void abortCommunicator() {}
+
+private:
+  std::string failure_;
 };
 
+/// abort(code) on every communicator made so far, and MPI_Abort if MPI was
+/// initialized without one (a launch that failed half way). For tools'
+/// error paths: under MPI this ends the job; otherwise it returns.
+void abortJob(int code);
+
 /// The world communicator, created on first use. Launch errors (bad
-/// environment, a backend that is not built) print a message and exit 1.
+/// environment, a backend that is not built) throw moert::Error; the next
+/// call tries again.
 Communicator &world();
 
 /// The communicator for device buffers (the C entry points use it when
@@ -305,7 +343,9 @@ int32_t moert_comm_rank(void);
 /// The number of ranks launched.
 int32_t moert_comm_size(void);
 void moert_comm_barrier(void);
-/// Ends every rank with `code` after printing `message`.
+/// For a program's error path: prints `message` and stops the other ranks
+/// (abortJob): under MPI the job ends with `code`; otherwise this returns
+/// and the caller exits.
 void moert_comm_abort(int32_t code, const char *message);
 
 /// What the collective entry points above did in this process: calls, the

@@ -4,8 +4,10 @@
 // - the host ABI that MLIR's gpu-to-llvm lowering calls (mgpu*): modules,
 //   kernel launches, streams, events, device memory;
 // - moert_gpu_*: what tools and tests ask the runtime directly.
-// Every CUDA driver call is checked; a failure prints the call, the error and
-// exits with status 1.
+// Every CUDA driver call is checked. None of these functions has an error
+// return: a failure (naming the call and the error) becomes the sticky error
+// of moert/Error.h, which the caller reads with moert_last_error(); while it
+// is set the calls do nothing (allocations return NULL).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_GPU_H
@@ -56,8 +58,8 @@ void mgpuSetDefaultDevice(int32_t device);
 /// bytes, else unswizzled (rows packed); reads outside the
 /// array give zeros. Maps are encoded once and cached (the same arguments
 /// give the same address while cached; 4096 are kept, then the device is
-/// drained and the cache starts over); a bad argument prints what is wrong
-/// and exits with status 1.
+/// drained and the cache starts over); a bad argument is the sticky error,
+/// saying what is wrong (and the address returned is 0).
 uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                           int64_t rows, int64_t rowStrideBytes,
                           int64_t boxColumns, int64_t boxRows);
@@ -72,7 +74,7 @@ struct moert_gpu_memory_stats {
 };
 
 /// Initializes the driver and the device's context now (otherwise the first
-/// GPU call does). Exits with a message when there is no usable GPU.
+/// GPU call does). No usable GPU is the sticky error, saying why.
 void moert_gpu_init(void);
 /// Number of GPUs, 0 when there is no driver or no device (never exits).
 int moert_gpu_device_count(void);

@@ -43,8 +43,8 @@ bool parseTrainOptions(const std::vector<std::string> &args,
                        std::string &error);
 
 /// Trains with the artifact at `artifact`; messages start with `tool`.
-/// Returns the process exit code (0 on success, 1 on an error, reported on
-/// stderr).
+/// Returns the process exit code (0 on success, else that of the error,
+/// reported on stderr); never exits.
 int train(const TrainOptions &options, const std::string &artifact,
           const char *tool);
 

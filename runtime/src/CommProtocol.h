@@ -1,8 +1,23 @@
-//===- CommImpl.h - what the communication backends share -------*- C++ -*-===//
-#ifndef MOERT_SRC_COMMIMPL_H
-#define MOERT_SRC_COMMIMPL_H
+//===- CommProtocol.h - what the communication backends share ---*- C++ -*-===//
+//
+// The small internal interface every backend (SelfComm, MpiComm, NcclComm,
+// StagedComm) depends on, and nothing else of the communication layer:
+// the launch settings (CommEnv.cpp) and the exchange protocol
+// (CommProtocol.cpp): collective numbering and the test faults, the
+// all_to_all header with its checks, the row plan, the element conversions
+// and the statistics of moert_comm_stats. Which backend runs is chosen
+// in CommBackend.cpp (CommBackends.h); the C entry points are CommApi.cpp.
+//
+// Errors are thrown (moert::Error): before a communicator exists with
+// moert::fail, inside a collective with Communicator::fail, which also
+// aborts the communicator.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_SRC_COMMPROTOCOL_H
+#define MOERT_SRC_COMMPROTOCOL_H
 
 #include "moert/Comm.h"
+#include "moert/Error.h"
 
 #include <cstdint>
 #include <memory>
@@ -10,6 +25,10 @@
 #include <vector>
 
 namespace moert::comm {
+
+//===----------------------------------------------------------------------===//
+// Launch settings (CommEnv.cpp)
+//===----------------------------------------------------------------------===//
 
 /// The launch environment, read and checked once.
 struct LaunchEnv {
@@ -20,11 +39,19 @@ struct LaunchEnv {
   const char *mpiLauncherVar = nullptr;
   int mpiLauncherSize = -1; ///< the size that launcher announces, if any
 };
+/// Throws moert::Error naming a malformed or inconsistent variable.
 const LaunchEnv &launchEnv();
 
-/// Prints "moert: error: <message>" and exits 1 (before a communicator
-/// exists, or where there is nothing to abort).
-[[noreturn]] void fatal(const std::string &message);
+/// MOERT_COMM_BACKEND, checked: "auto", "mpi", "self" or "nccl".
+const std::string &backendChoice();
+
+/// A non-negative integer variable; -1 when unset or empty. Anything else
+/// is an error naming the variable.
+int envInt(const char *var);
+
+//===----------------------------------------------------------------------===//
+// The exchange protocol (CommProtocol.cpp)
+//===----------------------------------------------------------------------===//
 
 /// Collective kinds, for messages and the consistency check between ranks.
 enum class Kind : int64_t { AllToAll = 1, AllReduce = 2, Barrier = 3 };
@@ -32,11 +59,12 @@ const char *name(Kind kind);
 
 /// Counts collectives and injects the test faults (MOERT_TEST_FAIL_RANK,
 /// MOERT_TEST_STALL_RANK at collective MOERT_TEST_FAULT_AT). Returns the
-/// collective's label, e.g. "all_to_all #2 (f32 rows)".
+/// collective's label, e.g. "all_to_all #2 (f32 rows)". A communicator that
+/// failed earlier fails again here, naming the first failure.
 struct Sequence {
   uint64_t total = 0;
   uint64_t perKind[4] = {0, 0, 0, 0};
-  std::string enter(int rank, Kind kind, const char *what);
+  std::string enter(Communicator &comm, Kind kind, const char *what);
 };
 
 /// Checks send counts against the rows there are (an error names the sizes)
@@ -45,11 +73,8 @@ int64_t checkSendCounts(Communicator &comm, const std::string &label,
                         int64_t sendRows, const int32_t *sendCounts,
                         int64_t count);
 
-/// Adds bytes of rows an all_to_all sent to other ranks (moert_comm_stats).
-void countBytesToPeers(uint64_t bytes);
-
 /// Peers must be at the same collective of the same kind: `h` starts with a
-/// peer's [sequence number, kind]; aborts naming both ranks' collectives.
+/// peer's [sequence number, kind]; fails naming both ranks' collectives.
 void checkHeader(Communicator &comm, const std::string &label, int peer,
                  const int64_t *h, uint64_t seqTotal, Kind kind);
 
@@ -68,10 +93,10 @@ std::vector<int64_t> allToAllHeaders(int size, uint64_t seqTotal,
                                      const int32_t *sendCounts);
 
 /// Reads every rank's all_to_all header (allToAllHeaders). Checks that
-/// the ranks agree and that the rows fit recvCapacity (aborting with a message
-/// naming the rank otherwise), writes the received counts to recvCounts
-/// (size * slots, rank-major) and counts the bytes sent to peers. Where the
-/// rows lie is planRows' part.
+/// the ranks agree and that the rows fit recvCapacity (failing with a
+/// message naming the rank otherwise), writes the received counts to
+/// recvCounts (size * slots, rank-major) and counts the bytes sent to peers.
+/// Where the rows lie is planRows' part.
 void readAllToAllHeaders(Communicator &comm, const std::string &label,
                          const std::vector<int64_t> &in, uint64_t seqTotal,
                          int64_t rowBytes, int64_t slots,
@@ -95,13 +120,14 @@ struct RowPlan {
 
 /// The segments of rows counted by `counts` ([size * slots], rank-major) in
 /// a peer-major or slot-major layout (RowLayout), and the rows they span.
-std::vector<std::vector<RowSegment>>
-rowSegments(const int32_t *counts, int size, int64_t slots, bool slotMajor,
-            int64_t padTo, bool perSlot, int64_t &extent);
+std::vector<std::vector<RowSegment>> rowSegments(const int32_t *counts,
+                                                 int size, int64_t slots,
+                                                 bool slotMajor, int64_t padTo,
+                                                 bool perSlot, int64_t &extent);
 
 /// The row plan of an exchange whose counts are known on both sides; the
-/// rows must fit the input (`sendRows`) and the result (`recvCapacity`), else
-/// the job ends with a message naming the sizes.
+/// rows must fit the input (`sendRows`) and the result (`recvCapacity`),
+/// else the collective fails with a message naming the sizes.
 RowPlan planRows(Communicator &comm, const std::string &label,
                  const int32_t *sendCounts, const int32_t *recvCounts,
                  int64_t slots, const RowLayout &layout, int64_t sendRows,
@@ -110,7 +136,7 @@ RowPlan planRows(Communicator &comm, const std::string &label,
 /// Pairs of a's and b's elements, in order (equal lengths).
 template <typename T>
 std::vector<std::pair<T, T>> zipped(const std::vector<T> &a,
-                                     const std::vector<T> &b) {
+                                    const std::vector<T> &b) {
   std::vector<std::pair<T, T>> out;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
     out.emplace_back(a[i], b[i]);
@@ -121,69 +147,22 @@ std::vector<std::pair<T, T>> zipped(const std::vector<T> &a,
 float toFloat(const void *p, DType type, int64_t i);
 void fromFloat(void *p, DType type, int64_t i, float value);
 
-#ifdef MOERT_HAVE_MPI
-std::unique_ptr<Communicator> createMpiCommunicator(const LaunchEnv &env);
-#endif
+/// Adds bytes of rows an all_to_all sent to other ranks (moert_comm_stats).
+void countBytesToPeers(uint64_t bytes);
+/// Adds a call of a collective entry point and the seconds it took
+/// (`newCall`: a new collective, not the wait of a started one).
+void countCall(bool allToAll, bool newCall, double seconds);
+moert_comm_stats statsSnapshot();
+void resetStats();
 
-/// MOERT_COMM_BACKEND, checked: "auto", "mpi", "self" or "nccl".
-const std::string &backendChoice();
-
-/// The host communicator: MPI or one rank (never NCCL). Buffers in host
-/// memory, and the MPI bootstrap of NCCL.
-Communicator &hostWorld();
+//===----------------------------------------------------------------------===//
+// Device memory (StagedComm.cpp)
+//===----------------------------------------------------------------------===//
 
 /// Whether `p` points to device memory. Asks the CUDA driver only when this
 /// process has loaded it already (no driver, no device memory), so CPU
 /// programs never load or initialize CUDA.
 bool isDevicePointer(const void *p);
-
-/// Empty if libnccl loads (MOERT_NCCL_LIBRARY, else libnccl.so.2), else
-/// why not; never exits.
-std::string ncclLibraryError();
-
-/// Empty if the NCCL backend can run here (libnccl loads, a GPU is there),
-/// else why not; never exits.
-std::string ncclUnavailable();
-
-/// How an NCCL communicator meets its peers.
-struct StoreAddress {
-  std::string host;      ///< MASTER_ADDR
-  int port = 0;          ///< MASTER_PORT, or what replaces it
-  std::string portWhere; ///< where the port came from, for messages
-};
-
-struct NcclBootstrap {
-  int rank = 0, size = 1;
-  /// The MPI communicator when launched by MPI (the id goes through it, and
-  /// an abort ends the job with MPI_Abort); else the TCP store.
-  Communicator *mpi = nullptr;
-  StoreAddress store;
-};
-
-/// The NCCL communicator: libnccl opened at run time (MOERT_NCCL_LIBRARY
-/// overrides its path), the primary context of this process's GPU, the
-/// ncclUniqueId shared by MPI or the TCP store. Failures are fatal with a
-/// message naming what is missing.
-std::unique_ptr<Communicator> createNcclCommunicator(const NcclBootstrap &b);
-
-/// Device buffers over a host communicator (MPI, one rank): every exchange
-/// copies them to host memory and back.
-std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host);
-
-/// MASTER_ADDR and the port the store listens on: MOERT_STORE_PORT, else
-/// MASTER_PORT, or MASTER_PORT + 1 under torchrun's agent store
-/// (TORCHELASTIC_USE_AGENT_STORE=True: the agent holds MASTER_PORT).
-/// Missing variables are fatal, naming them.
-StoreAddress storeAddress(int worldSize);
-
-/// The TCP store's one operation: rank 0 listens on `address.port`, every
-/// other rank connects to `address.host` and receives `blob` from rank 0
-/// (its own argument is ignored). Rank 0 returns once all `size - 1` ranks
-/// have it, so this is also a rendezvous. A rank that does not show up
-/// within `timeout` seconds, disagreeing sizes or a rank number used twice
-/// are fatal, naming the ranks and the address.
-std::string storeBroadcast(const StoreAddress &address, int rank, int size,
-                           const std::string &blob, double timeout);
 
 } // namespace moert::comm
 

@@ -1,0 +1,240 @@
+//===- Safetensors.cpp - checkpoints in the safetensors format ------------===//
+//
+// The format: an 8-byte little-endian header length, a JSON header (an
+// object of tensors by name, each {"dtype", "shape", "data_offsets"}, and
+// "__metadata__" with string values), then the data. The header goes
+// through nlohmann/json; writes are atomic (a temporary file, fsync, rename,
+// fsync of the directory), reads check every field against the file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Train.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace moert {
+namespace {
+
+/// Members in the order they were written or read.
+using Json = nlohmann::ordered_json;
+
+/// A non-negative integer JSON number that a double holds exactly.
+bool asIndex(const Json &v, int64_t &out) {
+  constexpr double kMax = 9007199254740992.0; // 2^53
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (double(u) > kMax)
+      return false;
+    out = int64_t(u);
+    return true;
+  }
+  if (!v.is_number())
+    return false;
+  double d = v.get<double>();
+  if (d < 0 || d > kMax || d != std::floor(d))
+    return false;
+  out = int64_t(d);
+  return true;
+}
+
+bool writeAll(int fd, const void *data, size_t size) {
+  const char *p = static_cast<const char *>(data);
+  while (size) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return false;
+    }
+    p += n;
+    size -= size_t(n);
+  }
+  return true;
+}
+
+std::string directoryOf(const std::string &path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+} // namespace
+
+bool writeSafetensors(const std::string &path,
+                      const std::vector<NamedTensor> &tensors,
+                      const std::map<std::string, std::string> &metadata,
+                      std::string &error) {
+  // Metadata first, then the tensors in their order (ordered_json keeps it).
+  Json root = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (auto &[k, v] : metadata)
+      meta[k] = v;
+    root["__metadata__"] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const NamedTensor &x : tensors) {
+    int64_t n = 1;
+    for (int64_t d : x.shape)
+      n *= d;
+    if (uint64_t(n) != x.data.size()) {
+      error = path + ": tensor '" + x.name + "' holds " +
+              std::to_string(x.data.size()) + " values for a shape of " +
+              std::to_string(n);
+      return false;
+    }
+    uint64_t bytes = uint64_t(n) * 4;
+    root[x.name] = Json{{"dtype", "F32"},
+                        {"shape", x.shape},
+                        {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  // Compact, and names or values that are not UTF-8 written with U+FFFD
+  // (the format's header is UTF-8 JSON).
+  std::string header =
+      root.dump(-1, ' ', false, Json::error_handler_t::replace);
+  while (header.size() % 8)
+    header += ' ';
+
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write '" + tmp + "': " + std::strerror(errno);
+    return false;
+  }
+  uint64_t length = header.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i)
+    le[i] = (length >> (8 * i)) & 0xFF;
+  bool ok = writeAll(fd, le, 8) && writeAll(fd, header.data(), header.size());
+  for (const NamedTensor &x : tensors)
+    ok = ok && writeAll(fd, x.data.data(), x.data.size() * 4);
+  ok = ok && ::fsync(fd) == 0;
+  int saved = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (ok)
+      saved = errno;
+    error = "cannot write '" + path + "': " + std::strerror(saved);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  // The rename itself reaches the disk with the directory.
+  int dir = ::open(directoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return true;
+}
+
+bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
+                     std::map<std::string, std::string> &metadata,
+                     std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = path + ": " + what;
+    return false;
+  };
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return fail(std::string("cannot open: ") + std::strerror(errno));
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  std::vector<char> bytes(size_t(std::max(size, 0L)));
+  bool read =
+      size >= 0 && std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  std::fclose(f);
+  if (!read)
+    return fail("cannot read the file");
+  if (bytes.size() < 8)
+    return fail("truncated: " + std::to_string(bytes.size()) +
+                " bytes, not even the header length");
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i)
+    length = (length << 8) | (unsigned char)bytes[size_t(i)];
+  if (length > bytes.size() - 8)
+    return fail("truncated or corrupt: the header claims " +
+                std::to_string(length) + " bytes, the file has " +
+                std::to_string(bytes.size() - 8) + " after the length");
+  Json root;
+  try {
+    root = Json::parse(bytes.data() + 8, bytes.data() + 8 + length);
+  } catch (const Json::parse_error &e) {
+    return fail(std::string("corrupt header: ") + e.what());
+  }
+  if (!root.is_object())
+    return fail("corrupt header: not a JSON object");
+  uint64_t dataSize = bytes.size() - 8 - length;
+  const char *data = bytes.data() + 8 + length;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  tensors.clear();
+  metadata.clear();
+  for (auto &[name, v] : root.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        return fail("corrupt header: __metadata__ is not an object");
+      for (auto &[k, m] : v.items()) {
+        if (!m.is_string())
+          return fail("corrupt header: metadata '" + k + "' is not a string");
+        metadata[k] = m.get<std::string>();
+      }
+      continue;
+    }
+    auto member = [&](const char *key) -> const Json * {
+      auto it = v.is_object() ? v.find(key) : v.end();
+      return it == v.end() ? nullptr : &*it;
+    };
+    const Json *dtype = member("dtype"), *shape = member("shape"),
+               *offsets = member("data_offsets");
+    if (!v.is_object() || !dtype || !shape || !offsets || !dtype->is_string() ||
+        !shape->is_array() || !offsets->is_array() || offsets->size() != 2)
+      return fail("corrupt header: tensor '" + name +
+                  "' lacks dtype, shape or data_offsets");
+    if (dtype->get<std::string>() != "F32")
+      return fail("tensor '" + name + "' is " + dtype->get<std::string>() +
+                  ", expected F32");
+    NamedTensor t;
+    t.name = name;
+    int64_t n = 1;
+    for (const Json &d : *shape) {
+      int64_t dim;
+      if (!asIndex(d, dim) || (dim && n > (int64_t(1) << 40) / dim))
+        return fail("corrupt header: tensor '" + name + "' has a bad shape");
+      t.shape.push_back(dim);
+      n *= dim;
+    }
+    int64_t begin, end;
+    if (!asIndex((*offsets)[0], begin) || !asIndex((*offsets)[1], end) ||
+        end < begin || uint64_t(end) > dataSize)
+      return fail("truncated or corrupt: tensor '" + name +
+                  "' lies outside "
+                  "the file's " +
+                  std::to_string(dataSize) + " data bytes");
+    if (end - begin != n * 4)
+      return fail("corrupt header: tensor '" + name + "' has " +
+                  std::to_string(end - begin) + " bytes for " +
+                  std::to_string(n) + " f32 values");
+    ranges.push_back({begin, end});
+    t.data.resize(size_t(n));
+    std::memcpy(t.data.data(), data + begin, size_t(n) * 4);
+    tensors.push_back(std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return fail("corrupt header: tensors overlap in the data");
+  return true;
+}
+
+} // namespace moert
