@@ -16,7 +16,7 @@ dir="$root/gpu-artifacts/train"
 chip=${MOE_GPU_CHIP:-sm_90a}
 mode=${1:-all}
 protein="$root/examples/protein-moe/config.json"
-qwen="$root/test/models/Inputs/qwen3-30b-a3b-2layers.json"
+qwen="$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json"
 pb=8 ps=128 qb=1 qs=512
 
 prepare() {

@@ -4,7 +4,7 @@
 // RUN: moe-opt %t.ep2.mlir --moe-gpu-pipeline="chip=sm_90a format=isa" | FileCheck %s
 // RUN: moe-opt %s --moe-expert-parallel="ep-size=2 chunks=2" --moe-gpu-pipeline="chip=sm_90a format=isa" | FileCheck %s --check-prefix=CHUNKS
 // The whole training pipeline (moe.experts grouped, MXFP8, fused, 2 ranks):
-// RUN: moe-opt %S/../../Transforms/train-pipeline.mlir --moe-train-pipeline="ep-size=2 recipe=mxfp8" -o %t.train.mlir
+// RUN: moe-opt %S/../../Pipelines/train-pipeline.mlir --moe-train-pipeline="ep-size=2 recipe=mxfp8" -o %t.train.mlir
 // RUN: moe-compile %t.train.mlir --target=sm_90a --verify-ptx -o %t.train.so | FileCheck %s --check-prefix=PTX
 // RUN: llvm-nm -D %t.train.so | FileCheck %s --check-prefix=TRAIN
 

@@ -202,37 +202,6 @@ func.func @backward_col_unaligned(%g: tensor<80x256xbf16>, %idx: tensor<80x4xi32
   return %dx, %r0 : tensor<416x128xf32>, tensor<416x512xbf16>
 }
 
-// Aligned groups, but the block's peak is elsewhere (a wide value after the
-// GEMMs): the columnwise pass, which slows the epilogue, is not used; dh
-// is a result in f32 for its round trip, and nothing is computed twice.
-// CHECK-LABEL: func.func @backward_col_peak_elsewhere(
-// CHECK: %[[R:.*]]:2 = call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh(
-// CHECK-NOT: moe.swiglu_grad
-// CHECK-NOT: moe.grouped_matmul
-// CHECK: call @moe_mx_round_trip_416x512_a0_e5m2_floor_f32_to_bf16{{(_live_i32)?}}(%[[R]]#1
-func.func @backward_col_peak_elsewhere(%g: tensor<80x256xbf16>, %idx: tensor<80x4xi32>, %w1: tensor<3x128x512xbf16>,
-                                       %w2: tensor<3x256x256xbf16>, %h: tensor<416x512xf32>)
-    -> (tensor<416x128x64xf32>, tensor<416x512xbf16>) {
-  %dy, %off, %c, %p = moe.dispatch %g, %idx experts(3) pad_to(32)
-      : tensor<80x256xbf16>, tensor<80x4xi32> -> tensor<416x256xbf16>, tensor<4xi32>, tensor<3xi32>, tensor<80x4xi32>
-  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
-      : tensor<416x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<416x256xf32>
-  %dh = moe.swiglu_grad %h, %da : tensor<416x512xf32>, tensor<416x256xf32> -> tensor<416x512xf32>
-  %q = moe.quantize %dh : tensor<416x512xf32> -> !moe.mx<416x512xf8E4M3FN, axis = 1>
-  %dx = moe.grouped_matmul %q, %w1, %off transpose_rhs
-      : !moe.mx<416x512xf8E4M3FN, axis = 1>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<416x128xf32>
-  %q0 = moe.quantize %dh scale(floor) : tensor<416x512xf32> -> !moe.mx<416x512xf8E5M2, axis = 0>
-  %r0 = moe.dequantize %q0 : !moe.mx<416x512xf8E5M2, axis = 0> -> tensor<416x512xbf16>
-  %e = tensor.empty() : tensor<416x128x64xf32>
-  %wide = linalg.generic {indexing_maps = [affine_map<(r, k, j) -> (r, k)>, affine_map<(r, k, j) -> (r, k, j)>],
-                          iterator_types = ["parallel", "parallel", "parallel"]}
-      ins(%dx : tensor<416x128xf32>) outs(%e : tensor<416x128x64xf32>) {
-  ^bb0(%v: f32, %o: f32):
-    linalg.yield %v : f32
-  } -> tensor<416x128x64xf32>
-  return %wide, %r0 : tensor<416x128x64xf32>, tensor<416x512xbf16>
-}
-
 // Not fused: da read by something else too.
 // CHECK-LABEL: func.func @backward_da_used(
 // CHECK: call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma(

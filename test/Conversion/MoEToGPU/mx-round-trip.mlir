@@ -5,7 +5,6 @@
 // CPU on a GPU machine (bit-identical).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefixes=BOTH,CHECK
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_100a | FileCheck %s --check-prefix=BOTH
-// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a pair-round-trips=always" | FileCheck %s --check-prefix=ALWAYS
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
@@ -85,36 +84,6 @@ func.func @both_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96xbf16>, ten
   %qn = moe.quantize %x scale(floor) : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E5M2, axis = 2>
   %yn = moe.dequantize %qn : !moe.mx<4x64x96xf8E5M2, axis = 2> -> tensor<4x64x96xf32>
   return %yk, %yn : tensor<4x64x96xbf16>, tensor<4x64x96xf32>
-}
-
-// Split to hold less: paired, the second blocking would be held through
-// the block's widest point (the [4, 64, 96, 8] f32 between the two readers);
-// each round trip stays at its reader and reads x again.
-// CHECK-LABEL: func.func @split_blockings
-// CHECK: call @moe_mx_round_trip_4x64x96_a1_e4m3_rceil_f32_to_bf16(%arg0)
-// CHECK: linalg.generic
-// CHECK: call @moe_mx_round_trip_4x64x96_a2_e4m3_rceil_f32_to_bf16(%arg0)
-// CHECK-NOT: moe_mx_round_trip_pair
-// With pair-round-trips=always they share one kernel anyway (x read once).
-// ALWAYS-LABEL: func.func @split_blockings
-// ALWAYS: call @moe_mx_round_trip_pair_4x64x96_e4m3_rceil_e4m3_rceil_f32_to_bf16_bf16(%arg0)
-// ALWAYS: linalg.generic
-// ALWAYS-NOT: call @moe_mx_round_trip
-// ALWAYS: return
-func.func @split_blockings(%x: tensor<4x64x96xf32>) -> (tensor<4x64x96x8xf32>, tensor<4x64x96xbf16>) {
-  %qk = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 1>
-  %yk = moe.dequantize %qk : !moe.mx<4x64x96xf8E4M3FN, axis = 1> -> tensor<4x64x96xbf16>
-  %e = tensor.empty() : tensor<4x64x96x8xf32>
-  %wide = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c)>, affine_map<(a, b, c, d) -> (a, b, c, d)>],
-                          iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
-      ins(%yk : tensor<4x64x96xbf16>) outs(%e : tensor<4x64x96x8xf32>) {
-  ^bb0(%v: bf16, %o: f32):
-    %f = arith.extf %v : bf16 to f32
-    linalg.yield %f : f32
-  } -> tensor<4x64x96x8xf32>
-  %qn = moe.quantize %x : tensor<4x64x96xf32> -> !moe.mx<4x64x96xf8E4M3FN, axis = 2>
-  %yn = moe.dequantize %qn : !moe.mx<4x64x96xf8E4M3FN, axis = 2> -> tensor<4x64x96xbf16>
-  return %wide, %yn : tensor<4x64x96x8xf32>, tensor<4x64x96xbf16>
 }
 
 // A dequantize of another MX tensor is no round trip (it takes the

@@ -225,7 +225,7 @@ case("backward-chunked", loss(T=16, H=32, E=8, F=32, K=2, fused=False), extra=("
 # CHECK: train-pipeline ep=2: ok (2 ranks ok)
 # CHECK: train-pipeline ep=4: ok (4 ranks ok)
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "../../Transforms/train-pipeline.mlir")) as f:
+                       "../../Pipelines/train-pipeline.mlir")) as f:
     train = "\n".join(l for l in f.read().splitlines() if not l.startswith("//"))
 case("train-pipeline", train,
      single_passes=["--moe-train-pipeline=ep-size=1 recipe=mxfp8"],

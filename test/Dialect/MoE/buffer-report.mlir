@@ -1,6 +1,6 @@
 // RUN: moe-opt %s -split-input-file -moe-buffer-report -o /dev/null 2>&1 | FileCheck %s
 // The pipelines run it after -moe-buffer-lifetimes with `buffer-report`:
-// RUN: moe-compile %S/../Integration/CPU/grouped_matmul.mlir --target=cpu \
+// RUN: moe-compile %S/../../Integration/CPU/grouped_matmul.mlir --target=cpu \
 // RUN:   --buffer-report -o %t.so 2>&1 | FileCheck %s --check-prefix=COMPILE
 // COMPILE: remark: buffers of @{{.*}}: peak {{[0-9.]+}} {{B|KiB|MiB}} ({{[0-9]+}} live)
 
