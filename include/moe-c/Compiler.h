@@ -21,9 +21,9 @@ MLIR_CAPI_EXPORTED MlirLogicalResult moeCompile(MlirModule module,
 /// `-moe-gpu-pipeline` and moe-compile take them (`gpuOptions`: for example
 /// "pair-round-trips=always mx-activations=peak"; empty for the defaults).
 /// Unknown options or values are diagnostics.
-MLIR_CAPI_EXPORTED MlirLogicalResult moeCompileWithOptions(
-    MlirModule module, MlirStringRef target, MlirStringRef gpuOptions,
-    MlirStringRef output);
+MLIR_CAPI_EXPORTED MlirLogicalResult
+moeCompileWithOptions(MlirModule module, MlirStringRef target,
+                      MlirStringRef gpuOptions, MlirStringRef output);
 
 #ifdef __cplusplus
 }

@@ -20,8 +20,7 @@ extern "C" {
 MLIR_CAPI_EXPORTED MlirModule moeBuildLanguageModel(MlirContext context,
                                                     MlirStringRef config,
                                                     MlirStringRef source,
-                                                    int64_t batch,
-                                                    int64_t seq);
+                                                    int64_t batch, int64_t seq);
 
 #ifdef __cplusplus
 }

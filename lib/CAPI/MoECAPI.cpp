@@ -1,15 +1,15 @@
 //===- MoECAPI.cpp - the C API --------------------------------------------===//
 
 #include "moe-c/Compiler.h"
-#include "moe-c/Models.h"
 #include "moe-c/Dialects.h"
+#include "moe-c/Models.h"
 #include "moe-c/Passes.h"
 
 #include "moe/Compiler/Compiler.h"
-#include "moe/Models/LanguageModel.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Models/LanguageModel.h"
 #include "moe/Pipelines/Pipelines.h"
 
 #include "mlir/CAPI/IR.h"
@@ -82,8 +82,7 @@ MlirLogicalResult moeCompile(MlirModule module, MlirStringRef target,
                                output);
 }
 
-MlirLogicalResult moeCompileWithOptions(MlirModule module,
-                                        MlirStringRef target,
+MlirLogicalResult moeCompileWithOptions(MlirModule module, MlirStringRef target,
                                         MlirStringRef gpuOptions,
                                         MlirStringRef output) {
   moe::CompileOptions options;

@@ -10,12 +10,12 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
@@ -38,7 +38,6 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
-
 
 using namespace mlir;
 
@@ -66,7 +65,8 @@ static std::string describe(Type type) {
 ///       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
 ///   result <dtype> <rank> <dims...> [gradient_of <arg>]
 ///   meta <key> <value> (the string entries of moe.meta)
-///   tolerance <atol> <rtol> [<norm>] (moe.test_tolerance = [atol, rtol(, norm)])
+///   tolerance <atol> <rtol> [<norm>] (moe.test_tolerance = [atol, rtol(,
+///   norm)])
 static std::string manifest(ModuleOp module, StringRef targetName) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -83,7 +83,8 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
           os << " range " << cast<IntegerAttr>(range[0]).getInt() << " "
              << cast<IntegerAttr>(range[1]).getInt();
       // This rank's slice of stacked expert weights (-moe-expert-parallel).
-      if (auto shard = func.getArgAttrOfType<DictionaryAttr>(i, "moe.expert_shard"))
+      if (auto shard =
+              func.getArgAttrOfType<DictionaryAttr>(i, "moe.expert_shard"))
         if (auto e = shard.getAs<IntegerAttr>("experts"))
           if (auto l = shard.getAs<IntegerAttr>("local_experts"))
             os << " shard " << e.getInt() << " " << l.getInt();
@@ -147,7 +148,8 @@ static void addPackedEntryPoints(llvm::Module &m) {
     for (auto [i, param] : llvm::enumerate(f->args())) {
       llvm::Value *slot = b.CreateConstGEP1_64(ptr, packed->getArg(0), i);
       llvm::Value *v = b.CreateLoad(ptr, slot);
-      args.push_back(param.getType() == ptr ? v : b.CreateBitCast(v, param.getType()));
+      args.push_back(
+          param.getType() == ptr ? v : b.CreateBitCast(v, param.getType()));
     }
     b.CreateCall(f, args);
     b.CreateRetVoid();
@@ -233,8 +235,7 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     if (opts.bufferReport)
       gpuOptions->bufferReport = true;
   } else if (!opts.gpuOptions.empty()) {
-    return fail("GPU options ('" + opts.gpuOptions +
-                "') given for target cpu");
+    return fail("GPU options ('" + opts.gpuOptions + "') given for target cpu");
   }
   if (failed(checkSignatures(moduleOp)))
     return failure();
@@ -275,8 +276,8 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
   module.walk([&](gpu::BinaryOp binary) {
     for (Attribute object : binary.getObjects())
       if (auto o = dyn_cast<gpu::ObjectAttr>(object))
-        ptxModules.push_back({binary.getSymName().str(),
-                              o.getObject().getValue().str()});
+        ptxModules.push_back(
+            {binary.getSymName().str(), o.getObject().getValue().str()});
   });
   if (!opts.emitPTX.empty()) {
     auto out = openOutputFile(opts.emitPTX, &error);
@@ -310,16 +311,16 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
         return fail("ptxas rejected kernel module " + name +
                     (message.empty() ? "" : ": " + message));
     }
-    log << "ptxas accepted " << ptxModules.size()
-                 << " kernel modules for " << target << "\n";
+    log << "ptxas accepted " << ptxModules.size() << " kernel modules for "
+        << target << "\n";
   }
 
   // Our argument and result attributes (moe.*) went into the manifest; the
   // LLVM IR translation does not know them.
   module.walk([](FunctionOpInterface f) {
     auto strip = [](ArrayRef<NamedAttribute> attrs) {
-      return llvm::to_vector(llvm::make_filter_range(
-          attrs, [](NamedAttribute a) {
+      return llvm::to_vector(
+          llvm::make_filter_range(attrs, [](NamedAttribute a) {
             return !a.getName().getValue().starts_with("moe.");
           }));
     };
@@ -382,7 +383,8 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
 
   llvm::SmallString<128> object;
   int fd;
-  if (auto ec = llvm::sys::fs::createTemporaryFile("moe-compile", "o", fd, object))
+  if (auto ec =
+          llvm::sys::fs::createTemporaryFile("moe-compile", "o", fd, object))
     return fail("cannot create a temporary object file: " + ec.message());
   llvm::FileRemover removeObject(object);
   {
@@ -401,11 +403,11 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
   // Write to a temporary next to the output, then rename: a failed link
   // leaves any previous artifact untouched.
   std::string partial = outputFile + ".partial";
-  llvm::SmallVector<llvm::StringRef> args = {*cc, "-shared", "-o", partial,
-                                             object.str(), "-lm"};
+  llvm::SmallVector<llvm::StringRef> args = {*cc,     "-shared",    "-o",
+                                             partial, object.str(), "-lm"};
   std::string linkError;
-  int rc = llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0,
-                                     &linkError);
+  int rc =
+      llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0, &linkError);
   if (rc != 0) {
     llvm::sys::fs::remove(partial);
     return fail("linking " + outputFile + " failed" +

@@ -127,8 +127,8 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
     if (value > limit)
       return make(llvm::Twine("'") + key + "' is " + llvm::Twine(value) +
                   ", more than " + llvm::Twine(limit) + " is not supported");
-  c.headDim = r.positive("head_dim", std::max<int64_t>(
-                                         1, c.hiddenSize / c.numAttentionHeads));
+  c.headDim = r.positive(
+      "head_dim", std::max<int64_t>(1, c.hiddenSize / c.numAttentionHeads));
   c.decoderSparseStep = r.positive("decoder_sparse_step", 1);
   c.sharedExpertIntermediateSize = 0;
   if (object->get("shared_expert_intermediate_size") &&
@@ -138,7 +138,8 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
     std::optional<int64_t> i = v->getAsInteger();
     if (!i || *i < 0 || *i > (int64_t(1) << 31))
       r.fail("'shared_expert_intermediate_size' must be a non-negative "
-             "integer, got " + FieldReader::show(*v));
+             "integer, got " +
+             FieldReader::show(*v));
     else
       c.sharedExpertIntermediateSize = *i;
   }
@@ -409,7 +410,8 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
       b.getDictionaryAttr({
           b.getNamedAttr("config", str(c.fingerprint())),
           b.getNamedAttr("vocab_size", str(llvm::Twine(c.vocabSize))),
-          b.getNamedAttr("init_std", str(llvm::formatv("{0}", c.initializerRange))),
+          b.getNamedAttr("init_std",
+                         str(llvm::formatv("{0}", c.initializerRange))),
           b.getNamedAttr("step_flops",
                          str(llvm::formatv("{0:e}", c.stepFlops(batch, seq)))),
       }));
@@ -480,23 +482,22 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
               f = c.moeIntermediateSize, rows = tokens * k;
       Value logits = g.matmul(a, arg(pre + "mlp.gate.weight"));
       auto router = RouterOp::create(
-          b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}),
-          logits, b.getI64IntegerAttr(k),
+          b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits,
+          b.getI64IntegerAttr(k),
           ScoreFunctionAttr::get(context, ScoreFunction::softmax), UnitAttr(),
           c.normTopkProb ? b.getUnitAttr() : UnitAttr());
       auto dispatch = DispatchOp::create(
           b, g.loc, g.t({rows, h}), g.t({e + 1}, i32), g.t({e}, i32),
-          g.t({tokens, k}, i32), a, router.getIndices(),
-          b.getI64IntegerAttr(e), FloatAttr(), b.getI64IntegerAttr(1));
+          g.t({tokens, k}, i32), a, router.getIndices(), b.getI64IntegerAttr(e),
+          FloatAttr(), b.getI64IntegerAttr(1));
       Value w1 = arg(pre + "mlp.experts.gate_up_proj");
       Value w2 = arg(pre + "mlp.experts.down_proj");
       (void)f;
-      Value ye = GroupedMlpOp::create(b, g.loc, g.t({rows, h}),
-                                      dispatch.getSorted(), w1, w2,
-                                      dispatch.getOffsets(),
-                                      SwigluLayout::split, ScaleMode::rceil);
-      y = CombineOp::create(b, g.loc, g.t({tokens, h}), ye,
-                            router.getWeights(), dispatch.getPositions());
+      Value ye = GroupedMlpOp::create(
+          b, g.loc, g.t({rows, h}), dispatch.getSorted(), w1, w2,
+          dispatch.getOffsets(), SwigluLayout::split, ScaleMode::rceil);
+      y = CombineOp::create(b, g.loc, g.t({tokens, h}), ye, router.getWeights(),
+                            dispatch.getPositions());
       if (c.sharedExpertIntermediateSize) {
         Value sg = g.matmul(a, arg(pre + "mlp.shared_expert.gate_proj.weight"));
         Value su = g.matmul(a, arg(pre + "mlp.shared_expert.up_proj.weight"));

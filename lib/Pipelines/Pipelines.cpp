@@ -1,8 +1,8 @@
 //===- Pipelines.cpp - named moe-mlir pipelines ---------------------------===//
 
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Conversion/Passes.h"
 #include "moe/Conversion/MoEToGPU/DedicatedKernels.h"
+#include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -26,11 +26,9 @@
 
 using namespace mlir;
 
-
 /// Both pipelines' common part: moe ops (reference or data-parallel form)
 /// and whole-tensor ops to linalg, then buffers with deallocation.
-static void addTensorLoweringAndBufferization(OpPassManager &pm,
-                                              bool parallel,
+static void addTensorLoweringAndBufferization(OpPassManager &pm, bool parallel,
                                               bool bufferReport) {
   moe::ConvertMoEToLinalgOptions lowering;
   lowering.parallel = parallel;

@@ -71,10 +71,9 @@ struct Context {
     for (auto &d : diagnostics)
       message += "\n" + d;
     diagnostics.clear();
-    PyErr_SetString(py::module_::import("moe_mlir._errors")
-                        .attr("MLIRError")
-                        .ptr(),
-                    message.c_str());
+    PyErr_SetString(
+        py::module_::import("moe_mlir._errors").attr("MLIRError").ptr(),
+        message.c_str());
     throw py::error_already_set();
   }
 };

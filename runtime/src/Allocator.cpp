@@ -9,7 +9,8 @@ using namespace moert;
 CachingAllocator::~CachingAllocator() { emptyCache(); }
 
 size_t CachingAllocator::roundSize(size_t bytes) {
-  constexpr size_t small = 512, large = size_t(2) << 20, limit = size_t(1) << 20;
+  constexpr size_t small = 512, large = size_t(2) << 20,
+                   limit = size_t(1) << 20;
   if (bytes == 0)
     bytes = 1;
   size_t granule = bytes < limit ? small : large;
@@ -59,7 +60,8 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
   }
   live[ptr] = Block{size, stream, nullptr};
   counters.bytesInUse += size;
-  counters.peakBytesInUse = std::max(counters.peakBytesInUse, counters.bytesInUse);
+  counters.peakBytesInUse =
+      std::max(counters.peakBytesInUse, counters.bytesInUse);
   return ptr;
 }
 

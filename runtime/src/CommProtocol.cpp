@@ -22,12 +22,18 @@ namespace moert::comm {
 
 const char *name(DType type) {
   switch (type) {
-  case DType::F32: return "f32";
-  case DType::F64: return "f64";
-  case DType::BF16: return "bf16";
-  case DType::F16: return "f16";
-  case DType::I32: return "i32";
-  case DType::I64: return "i64";
+  case DType::F32:
+    return "f32";
+  case DType::F64:
+    return "f64";
+  case DType::BF16:
+    return "bf16";
+  case DType::F16:
+    return "f16";
+  case DType::I32:
+    return "i32";
+  case DType::I64:
+    return "i64";
   }
   return "?";
 }
@@ -35,18 +41,24 @@ const char *name(DType type) {
 size_t bytes(DType type) {
   switch (type) {
   case DType::F64:
-  case DType::I64: return 8;
+  case DType::I64:
+    return 8;
   case DType::BF16:
-  case DType::F16: return 2;
-  default: return 4;
+  case DType::F16:
+    return 2;
+  default:
+    return 4;
   }
 }
 
 const char *name(Kind kind) {
   switch (kind) {
-  case Kind::AllToAll: return "all_to_all";
-  case Kind::AllReduce: return "all_reduce_sum";
-  case Kind::Barrier: return "barrier";
+  case Kind::AllToAll:
+    return "all_to_all";
+  case Kind::AllReduce:
+    return "all_reduce_sum";
+  case Kind::Barrier:
+    return "barrier";
   }
   return "?";
 }

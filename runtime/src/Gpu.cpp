@@ -148,7 +148,8 @@ CUmodule load(LazyModule &m) {
       return;
     }
     char log[8192] = {0};
-    CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_ERROR_LOG_BUFFER,
+    CUjit_option options[] = {CU_JIT_OPTIMIZATION_LEVEL,
+                              CU_JIT_ERROR_LOG_BUFFER,
                               CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *values[] = {reinterpret_cast<void *>(intptr_t(m.optLevel)), log,
                       reinterpret_cast<void *>(sizeof(log))};
@@ -436,10 +437,17 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
     };
     CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
     switch (elementBytes) {
-    case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
-    case 2: type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-    case 4: type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-    default: bad("elements must be 1, 2 or 4 bytes");
+    case 1:
+      type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+      break;
+    case 2:
+      type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+      break;
+    case 4:
+      type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+      break;
+    default:
+      bad("elements must be 1, 2 or 4 bytes");
     }
     if (base % 16 || rowStrideBytes % 16 || columns < 1 || rows < 1 ||
         rowStrideBytes < columns * elementBytes)

@@ -60,19 +60,26 @@ std::string mpiError(int rc) {
   int cls = 0;
   MPI_Error_class(rc, &cls);
   static const std::map<int, const char *> classes = {
-      {MPI_ERR_BUFFER, "MPI_ERR_BUFFER"},   {MPI_ERR_COUNT, "MPI_ERR_COUNT"},
-      {MPI_ERR_TYPE, "MPI_ERR_TYPE"},       {MPI_ERR_TAG, "MPI_ERR_TAG"},
-      {MPI_ERR_COMM, "MPI_ERR_COMM"},       {MPI_ERR_RANK, "MPI_ERR_RANK"},
-      {MPI_ERR_REQUEST, "MPI_ERR_REQUEST"}, {MPI_ERR_ROOT, "MPI_ERR_ROOT"},
-      {MPI_ERR_OP, "MPI_ERR_OP"},           {MPI_ERR_ARG, "MPI_ERR_ARG"},
+      {MPI_ERR_BUFFER, "MPI_ERR_BUFFER"},
+      {MPI_ERR_COUNT, "MPI_ERR_COUNT"},
+      {MPI_ERR_TYPE, "MPI_ERR_TYPE"},
+      {MPI_ERR_TAG, "MPI_ERR_TAG"},
+      {MPI_ERR_COMM, "MPI_ERR_COMM"},
+      {MPI_ERR_RANK, "MPI_ERR_RANK"},
+      {MPI_ERR_REQUEST, "MPI_ERR_REQUEST"},
+      {MPI_ERR_ROOT, "MPI_ERR_ROOT"},
+      {MPI_ERR_OP, "MPI_ERR_OP"},
+      {MPI_ERR_ARG, "MPI_ERR_ARG"},
       {MPI_ERR_TRUNCATE, "MPI_ERR_TRUNCATE"},
-      {MPI_ERR_OTHER, "MPI_ERR_OTHER"},     {MPI_ERR_INTERN, "MPI_ERR_INTERN"},
+      {MPI_ERR_OTHER, "MPI_ERR_OTHER"},
+      {MPI_ERR_INTERN, "MPI_ERR_INTERN"},
       {MPI_ERR_PENDING, "MPI_ERR_PENDING"},
       {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS"},
       {MPI_ERR_NO_MEM, "MPI_ERR_NO_MEM"}};
   auto it = classes.find(cls);
-  std::string s = it != classes.end() ? it->second
-                                      : "MPI error class " + std::to_string(cls);
+  std::string s = it != classes.end()
+                      ? it->second
+                      : "MPI error class " + std::to_string(cls);
   // Open MPI's strings start with the class name already.
   if (std::strncmp(text, s.c_str(), s.size()) == 0)
     return text;
@@ -86,8 +93,8 @@ public:
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED,
-                               &provided);
+      int rc =
+          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       if (rc != MPI_SUCCESS)
         moert::fail("MPI_Init_thread failed: " + mpiError(rc));
       initializedHere = true;
@@ -147,11 +154,12 @@ public:
     wait(rows.reqs, rows.peers, rows.isRecv, rows.label, "rows");
   }
 
-  std::unique_ptr<Pending>
-  allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
-                 int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
-                 const RowLayout &layout) override {
+  std::unique_ptr<Pending> allToAllVStart(const void *send, int64_t sendRows,
+                                          const int32_t *sendCounts,
+                                          int64_t slots, int64_t rowBytes,
+                                          void *recv, int64_t recvCapacity,
+                                          int32_t *recvCounts, const char *what,
+                                          const RowLayout &layout) override {
     std::lock_guard<std::mutex> lock(mu);
     auto rows = std::make_unique<Rows>(*this);
     startAllToAll(send, sendRows, sendCounts, slots, rowBytes, recv,
@@ -177,10 +185,9 @@ public:
   /// checked), recvCounts written, own rows copied, zeros written, the rows'
   /// sends and receives posted into `rows`.
   void startAllToAll(const void *send, int64_t sendRows,
-                     const int32_t *sendCounts, int64_t slots,
-                     int64_t rowBytes, void *recv, int64_t recvCapacity,
-                     int32_t *recvCounts, const char *what,
-                     const RowLayout &layout, Rows &rows) {
+                     const int32_t *sendCounts, int64_t slots, int64_t rowBytes,
+                     void *recv, int64_t recvCapacity, int32_t *recvCounts,
+                     const char *what, const RowLayout &layout, Rows &rows) {
     std::string label = seq.enter(*this, Kind::AllToAll, what);
     rows.label = label;
     checkSendCounts(*this, label, sendRows, sendCounts, slots * size_);
@@ -217,8 +224,8 @@ public:
     // 2. Where the rows go and come from.
     readAllToAllHeaders(*this, label, in, seq.total, rowBytes, slots, layout,
                         sendCounts, recvCounts, recvCapacity);
-    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots,
-                            layout, sendRows, recvCapacity);
+    RowPlan plan = planRows(*this, label, sendCounts, recvCounts, slots, layout,
+                            sendRows, recvCapacity);
     // 3. The rows, segment by segment (both sides of a pair list the same
     // segments), as rows of a contiguous type (counts stay small).
     MPI_Datatype row = rowType(rowBytes, label);
@@ -232,12 +239,12 @@ public:
         int n = int(std::min<int64_t>(s.rows - done, INT_MAX));
         reqs.emplace_back();
         if (receive)
-          check(MPI_Irecv(dst + (s.row + done) * rowBytes, n, row, p,
-                          kRowsTag, comm, &reqs.back()),
+          check(MPI_Irecv(dst + (s.row + done) * rowBytes, n, row, p, kRowsTag,
+                          comm, &reqs.back()),
                 "MPI_Irecv", label);
         else
-          check(MPI_Isend(src + (s.row + done) * rowBytes, n, row, p,
-                          kRowsTag, comm, &reqs.back()),
+          check(MPI_Isend(src + (s.row + done) * rowBytes, n, row, p, kRowsTag,
+                          comm, &reqs.back()),
                 "MPI_Isend", label);
         peers.push_back(p);
         isRecv.push_back(receive);
@@ -252,7 +259,8 @@ public:
       if (p != rank_)
         for (RowSegment s : plan.send[size_t(p)])
           post(/*receive=*/false, p, s);
-    for (auto [s, r] : zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
+    for (auto [s, r] :
+         zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
       std::memcpy(dst + r.row * rowBytes, src + s.row * rowBytes,
                   size_t(r.rows * rowBytes));
     for (RowSegment z : plan.zero)
@@ -279,10 +287,18 @@ public:
     void *buffer = out;
     MPI_Datatype mpiType;
     switch (type) {
-    case DType::F32: mpiType = MPI_FLOAT; break;
-    case DType::F64: mpiType = MPI_DOUBLE; break;
-    case DType::I32: mpiType = MPI_INT32_T; break;
-    case DType::I64: mpiType = MPI_INT64_T; break;
+    case DType::F32:
+      mpiType = MPI_FLOAT;
+      break;
+    case DType::F64:
+      mpiType = MPI_DOUBLE;
+      break;
+    case DType::I32:
+      mpiType = MPI_INT32_T;
+      break;
+    case DType::I64:
+      mpiType = MPI_INT64_T;
+      break;
     default:
       mpiType = MPI_FLOAT;
       wide.resize(size_t(count));
@@ -297,8 +313,9 @@ public:
     for (int64_t done = 0; done < count;) {
       int n = int(std::min<int64_t>(count - done, INT_MAX));
       reqs.emplace_back();
-      check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(buffer) + done * eb,
-                           n, mpiType, MPI_SUM, comm, &reqs.back()),
+      check(MPI_Iallreduce(MPI_IN_PLACE,
+                           static_cast<char *>(buffer) + done * eb, n, mpiType,
+                           MPI_SUM, comm, &reqs.back()),
             "MPI_Iallreduce", label);
       peers.push_back(-1);
       isRecv.push_back(true);
@@ -429,8 +446,8 @@ private:
         break;
       // Spin briefly (short exchanges), then sleep up to 1 ms between polls.
       if (++spins > 64)
-        std::this_thread::sleep_for(std::chrono::microseconds(
-            std::min(1000, 10 * (spins - 64))));
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(std::min(1000, 10 * (spins - 64))));
     }
     // Who has not answered? Receives first: a missing peer never sends.
     std::vector<int> missing, notReceiving;

@@ -149,12 +149,12 @@ const NcclApi *loadNccl(std::string &error) {
     }
     if (!handle) {
       const char *why = dlerror();
-      failure = "cannot load the NCCL library (" + tried +
-                "): " + (why ? why : "unknown error") +
-                (override && *override
-                     ? ""
-                     : "; install NCCL (Ubuntu: libnccl2) or set "
-                       "MOERT_NCCL_LIBRARY to libnccl.so.2's path");
+      failure =
+          "cannot load the NCCL library (" + tried +
+          "): " + (why ? why : "unknown error") +
+          (override && *override ? ""
+                                 : "; install NCCL (Ubuntu: libnccl2) or set "
+                                   "MOERT_NCCL_LIBRARY to libnccl.so.2's path");
       return;
     }
     api.path = override && *override ? override : tried;
@@ -168,13 +168,15 @@ const NcclApi *loadNccl(std::string &error) {
     } symbols[] = {
         {"ncclGetVersion", reinterpret_cast<void **>(&api.getVersion), true},
         {"ncclGetUniqueId", reinterpret_cast<void **>(&api.getUniqueId), true},
-        {"ncclCommInitRank", reinterpret_cast<void **>(&api.commInitRank), true},
+        {"ncclCommInitRank", reinterpret_cast<void **>(&api.commInitRank),
+         true},
         {"ncclCommAbort", reinterpret_cast<void **>(&api.commAbort), true},
         {"ncclCommGetAsyncError",
          reinterpret_cast<void **>(&api.commGetAsyncError), true},
         {"ncclGetErrorString", reinterpret_cast<void **>(&api.getErrorString),
          true},
-        {"ncclGetLastError", reinterpret_cast<void **>(&api.getLastError), false},
+        {"ncclGetLastError", reinterpret_cast<void **>(&api.getLastError),
+         false},
         {"ncclAllReduce", reinterpret_cast<void **>(&api.allReduce), true},
         {"ncclSend", reinterpret_cast<void **>(&api.send), true},
         {"ncclRecv", reinterpret_cast<void **>(&api.recv), true},
@@ -394,12 +396,18 @@ static_assert(sizeof(Piece) == 24, "the kernel reads 24-byte pieces");
 
 int ncclType(DType type) {
   switch (type) {
-  case DType::F32: return nccl::Float32;
-  case DType::F64: return nccl::Float64;
-  case DType::BF16: return nccl::Bfloat16;
-  case DType::F16: return nccl::Float16;
-  case DType::I32: return nccl::Int32;
-  case DType::I64: return nccl::Int64;
+  case DType::F32:
+    return nccl::Float32;
+  case DType::F64:
+    return nccl::Float64;
+  case DType::BF16:
+    return nccl::Bfloat16;
+  case DType::F16:
+    return nccl::Float16;
+  case DType::I32:
+    return nccl::Int32;
+  case DType::I64:
+    return nccl::Int64;
   }
   return nccl::Float32;
 }
@@ -519,11 +527,12 @@ public:
     CUevent done;
   };
 
-  std::unique_ptr<Pending>
-  allToAllVStart(const void *send, int64_t sendRows, const int32_t *sendCounts,
-                 int64_t slots, int64_t rowBytes, void *recv,
-                 int64_t recvCapacity, int32_t *recvCounts, const char *what,
-                 const RowLayout &layout) override {
+  std::unique_ptr<Pending> allToAllVStart(const void *send, int64_t sendRows,
+                                          const int32_t *sendCounts,
+                                          int64_t slots, int64_t rowBytes,
+                                          void *recv, int64_t recvCapacity,
+                                          int32_t *recvCounts, const char *what,
+                                          const RowLayout &layout) override {
     // Host buffers are staged through device memory: nothing to overlap.
     if (!isDevicePointer(sendCounts))
       return Communicator::allToAllVStart(send, sendRows, sendCounts, slots,
@@ -625,8 +634,7 @@ private:
 
   /// Asynchronous copy on a stream (the data stream unless given; any
   /// direction: unified addressing tells host from device).
-  void copy(CUdeviceptr to, CUdeviceptr from, size_t n,
-            CUstream on = nullptr) {
+  void copy(CUdeviceptr to, CUdeviceptr from, size_t n, CUstream on = nullptr) {
     if (n)
       MOERT_CU(driver().cuMemcpyAsync(to, from, n, on ? on : data.stream));
   }
@@ -694,9 +702,9 @@ private:
   /// Sends `out[p * words ...]` to every peer p and receives theirs into
   /// `in`, `words` int64 each; this rank's own part is copied. The group
   /// (connection setup included) is guarded by the watchdog.
-  void exchangeWords(const std::string &label, const char *phase,
-                     Channel &on, const std::vector<int64_t> &out,
-                     std::vector<int64_t> &in, int64_t words) {
+  void exchangeWords(const std::string &label, const char *phase, Channel &on,
+                     const std::vector<int64_t> &out, std::vector<int64_t> &in,
+                     int64_t words) {
     size_t part = size_t(words) * sizeof(int64_t);
     // Growing the scratch frees the old one, which waits for the device.
     if (on.meta.bytes < 2 * part * size_t(size_))
@@ -783,12 +791,11 @@ private:
         largest = std::max(largest, table[i].bytes);
       }
       // Columns of blocks sized to the largest piece (256 KiB a block).
-      unsigned columns = unsigned(
-          std::clamp<uint64_t>(largest / (256 << 10), 1, 32));
+      unsigned columns =
+          unsigned(std::clamp<uint64_t>(largest / (256 << 10), 1, 32));
       void *args[] = {&count, table};
-      MOERT_CU(driver().cuLaunchKernel(copyKernel, unsigned(count), columns,
-                                       1, 256, 1, 1, 0, stream, args,
-                                       nullptr));
+      MOERT_CU(driver().cuLaunchKernel(copyKernel, unsigned(count), columns, 1,
+                                       256, 1, 1, 0, stream, args, nullptr));
     }
   }
 
@@ -880,28 +887,30 @@ private:
     // engines while NCCL moves the others (the buffers are written, and
     // nothing else writes these rows); the data stream waits for it.
     std::vector<Piece> own;
-    for (auto [s, r] : zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
+    for (auto [s, r] :
+         zipped(plan.send[size_t(rank_)], plan.recv[size_t(rank_)]))
       own.push_back({recv + CUdeviceptr(r.row * rowBytes),
                      send + CUdeviceptr(s.row * rowBytes),
                      uint64_t(r.rows * rowBytes)});
     copyPieces(std::move(own), local);
     for (RowSegment z : plan.zero)
-      MOERT_CU(driver().cuMemsetD8Async(recv + CUdeviceptr(z.row * rowBytes),
-                                        0, size_t(z.rows * rowBytes), local));
+      MOERT_CU(driver().cuMemsetD8Async(recv + CUdeviceptr(z.row * rowBytes), 0,
+                                        size_t(z.rows * rowBytes), local));
     MOERT_CU(driver().cuEventRecord(localDone, local));
     // One message per peer and direction, contiguous: a slot-major side
     // goes through a staging buffer, its segments gathered before the sends
     // or scattered after the receives (all on the data stream).
     // (NCCL runs one message per segment far below its bandwidth.)
-    Staged sending =
-        stage(label, sendStage, plan.send, layout.slotMajorSend, send, rowBytes);
+    Staged sending = stage(label, sendStage, plan.send, layout.slotMajorSend,
+                           send, rowBytes);
     Staged receiving = stage(label, recvStage, plan.recv, layout.slotMajorRecv,
                              recv, rowBytes);
     if (sending.buffer) {
       std::vector<Piece> gather;
       for (int p = 0; p < size_; ++p)
         if (p != rank_)
-          for (auto [s, at] : zipped(plan.send[size_t(p)], sending.at[size_t(p)]))
+          for (auto [s, at] :
+               zipped(plan.send[size_t(p)], sending.at[size_t(p)]))
             gather.push_back({sending.buffer + CUdeviceptr(at.row * rowBytes),
                               send + CUdeviceptr(s.row * rowBytes),
                               uint64_t(s.rows * rowBytes)});
@@ -914,14 +923,14 @@ private:
       for (int p = 0; p < size_; ++p)
         if (p != rank_ && receiving.rows[size_t(p)] > 0)
           check(nc.recv(reinterpret_cast<void *>(receiving.base[size_t(p)]),
-                        size_t(receiving.rows[size_t(p)] * rowBytes), nccl::Uint8, p,
-                        data.comm, data.stream),
+                        size_t(receiving.rows[size_t(p)] * rowBytes),
+                        nccl::Uint8, p, data.comm, data.stream),
                 "ncclRecv", label);
       for (int p = 0; p < size_; ++p)
         if (p != rank_ && sending.rows[size_t(p)] > 0)
           check(nc.send(reinterpret_cast<void *>(sending.base[size_t(p)]),
-                        size_t(sending.rows[size_t(p)] * rowBytes), nccl::Uint8, p,
-                        data.comm, data.stream),
+                        size_t(sending.rows[size_t(p)] * rowBytes), nccl::Uint8,
+                        p, data.comm, data.stream),
                 "ncclSend", label);
       check(nc.groupEnd(), "ncclGroupEnd", label);
     }
@@ -929,10 +938,12 @@ private:
       std::vector<Piece> scatter;
       for (int p = 0; p < size_; ++p)
         if (p != rank_)
-          for (auto [r, at] : zipped(plan.recv[size_t(p)], receiving.at[size_t(p)]))
-            scatter.push_back({recv + CUdeviceptr(r.row * rowBytes),
-                               receiving.buffer + CUdeviceptr(at.row * rowBytes),
-                               uint64_t(r.rows * rowBytes)});
+          for (auto [r, at] :
+               zipped(plan.recv[size_t(p)], receiving.at[size_t(p)]))
+            scatter.push_back(
+                {recv + CUdeviceptr(r.row * rowBytes),
+                 receiving.buffer + CUdeviceptr(at.row * rowBytes),
+                 uint64_t(r.rows * rowBytes)});
       copyPieces(std::move(scatter), data.stream);
     }
     MOERT_CU(driver().cuStreamWaitEvent(data.stream, localDone, 0));
@@ -968,7 +979,8 @@ private:
                        data.stream),
           "ncclAllReduce", label);
     wait(label, "values", data, nullptr);
-    MOERT_CU(driver().cuMemcpyDtoH(wide.data(), w, wide.size() * sizeof(float)));
+    MOERT_CU(
+        driver().cuMemcpyDtoH(wide.data(), w, wide.size() * sizeof(float)));
     for (int64_t i = 0; i < count; ++i)
       fromFloat(narrow.data(), type, i, wide[size_t(i)]);
     copy(out, dev(narrow.data()), narrow.size() * 2);

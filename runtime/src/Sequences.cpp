@@ -64,10 +64,10 @@ bool addResidues(const std::string &text, const Tokenizer &tok,
       std::string shown = std::isprint(static_cast<unsigned char>(c))
                               ? std::string(1, c)
                               : "\\x" + std::to_string(int(uint8_t(c)));
-      error.message = where + ": '" + shown + "' is not a " +
-                      (tok.alphabet == Alphabet::Protein ? "protein"
-                                                         : "nucleotide") +
-                      " residue";
+      error.message =
+          where + ": '" + shown + "' is not a " +
+          (tok.alphabet == Alphabet::Protein ? "protein" : "nucleotide") +
+          " residue";
       return false;
     }
     out.push_back(mapped);
@@ -168,7 +168,8 @@ bool moert::readSequences(const std::string &path, Alphabet alphabet,
         it = index.emplace(name, seqs.size()).first;
         seqs.push_back({name, ""});
       }
-      if (!addResidues(residues, tok, seqs[it->second].residues, where(), error))
+      if (!addResidues(residues, tok, seqs[it->second].residues, where(),
+                       error))
         return false;
     }
     if (!ended) {
@@ -196,8 +197,8 @@ bool moert::readSequences(const std::string &path, Alphabet alphabet,
         return false;
     }
     if (seqs.back().residues.empty()) {
-      error.message = path + ": the last record '" + seqs.back().name +
-                      "' has no residues";
+      error.message =
+          path + ": the last record '" + seqs.back().name + "' has no residues";
       return false;
     }
   } else {

@@ -158,9 +158,8 @@ int listenOn(const StoreAddress &a) {
 
 std::string serve(const StoreAddress &a, int size, const std::string &blob,
                   double timeout) {
-  auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(timeout));
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout));
   int listener = listenOn(a);
   std::vector<bool> seen(size_t(size), false);
   seen[0] = true;
@@ -194,9 +193,10 @@ std::string serve(const StoreAddress &a, int size, const std::string &blob,
     int rank = int(getInt(hello + 8)), theirSize = int(getInt(hello + 12));
     std::string refusal;
     if (theirSize != size)
-      refusal = "rank " + std::to_string(rank) + " has WORLD_SIZE=" +
-                std::to_string(theirSize) + ", rank 0 WORLD_SIZE=" +
-                std::to_string(size) + ": every rank must be given the same";
+      refusal = "rank " + std::to_string(rank) +
+                " has WORLD_SIZE=" + std::to_string(theirSize) +
+                ", rank 0 WORLD_SIZE=" + std::to_string(size) +
+                ": every rank must be given the same";
     else if (rank <= 0 || rank >= size)
       refusal = "a rank connected as rank " + std::to_string(rank) +
                 ", which is not in 1.." + std::to_string(size - 1);
@@ -223,9 +223,8 @@ std::string serve(const StoreAddress &a, int size, const std::string &blob,
 }
 
 std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
-  auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(timeout));
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(timeout));
   std::string me = "rank " + std::to_string(rank) + ": ";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -300,7 +299,8 @@ std::string fetch(const StoreAddress &a, int rank, int size, double timeout) {
          " does not speak libmoert's store protocol");
   }
   std::string payload(length, '\0');
-  if (length && !transfer(fd, payload.data(), length, /*send=*/false, deadline)) {
+  if (length &&
+      !transfer(fd, payload.data(), length, /*send=*/false, deadline)) {
     ::close(fd);
     fail(me + "the connection to rank 0 at " + where(a) +
          " closed before its answer arrived");

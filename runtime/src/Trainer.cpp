@@ -31,23 +31,32 @@ namespace moert {
 //===----------------------------------------------------------------------===//
 
 std::string trainOptionsHelp() {
-  return "  --data FILE            sequences, FASTA or Stockholm (repeatable; required)\n"
+  return "  --data FILE            sequences, FASTA or Stockholm (repeatable; "
+         "required)\n"
          "  --alphabet NAME        protein (default) or dna\n"
-         "  --out DIR              checkpoint, metrics.jsonl, loss.png (default moe-train-out)\n"
+         "  --out DIR              checkpoint, metrics.jsonl, loss.png "
+         "(default moe-train-out)\n"
          "  --resume               continue the checkpoint in --out\n"
          "  --steps N              optimizer steps in all (default 300)\n"
          "  --lr X                 peak learning rate (default 3e-3)\n"
          "  --min-lr-ratio X       final learning rate / peak (default 0.1)\n"
          "  --warmup N             linear warmup steps (default 30)\n"
-         "  --weight-decay X       AdamW decoupled weight decay of matrices (default 0.1)\n"
+         "  --weight-decay X       AdamW decoupled weight decay of matrices "
+         "(default 0.1)\n"
          "  --beta1 X, --beta2 X   AdamW betas (default 0.9, 0.95)\n"
-         "  --clip X               clip gradients to this global norm; 0 = off (default 1)\n"
-         "  --eval-every N         held-out loss every N steps (default 50; always at the end)\n"
-         "  --eval-batches N       held-out batches per evaluation (default 8; 0 = all)\n"
-         "  --checkpoint-every N   checkpoint every N steps (default 100; always at the end)\n"
-         "  --stop-after-steps N   stop (with a checkpoint) after N steps of this run\n"
+         "  --clip X               clip gradients to this global norm; 0 = off "
+         "(default 1)\n"
+         "  --eval-every N         held-out loss every N steps (default 50; "
+         "always at the end)\n"
+         "  --eval-batches N       held-out batches per evaluation (default 8; "
+         "0 = all)\n"
+         "  --checkpoint-every N   checkpoint every N steps (default 100; "
+         "always at the end)\n"
+         "  --stop-after-steps N   stop (with a checkpoint) after N steps of "
+         "this run\n"
          "  --seed N               initialization and data order (default 0)\n"
-         "  --progress MODE        auto (a bar on a terminal), bar, lines or none\n";
+         "  --progress MODE        auto (a bar on a terminal), bar, lines or "
+         "none\n";
 }
 
 bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
@@ -82,7 +91,8 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i], value;
     bool hasValue = false;
-    if (size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+    if (size_t eq = name.find('=');
+        name.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
       hasValue = true;
@@ -104,11 +114,13 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
       if (!next())
         return false;
       o.data.push_back(value);
-    } else if (name == "--alphabet" || name == "--out" || name == "--progress") {
+    } else if (name == "--alphabet" || name == "--out" ||
+               name == "--progress") {
       if (!next())
         return false;
       (name == "--alphabet" ? o.alphabet
-                            : name == "--out" ? o.out : o.progress) = value;
+       : name == "--out"    ? o.out
+                            : o.progress) = value;
     } else if (name == "--steps") {
       if (!next() || !integer(name, value, o.steps, 1))
         return false;
@@ -157,7 +169,8 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
   }
   if (o.progress != "auto" && o.progress != "bar" && o.progress != "lines" &&
       o.progress != "none") {
-    error = "--progress must be auto, bar, lines or none, got '" + o.progress + "'";
+    error =
+        "--progress must be auto, bar, lines or none, got '" + o.progress + "'";
     return false;
   }
   return true;
@@ -214,7 +227,7 @@ struct Memory {
       moert_gpu_get_memory_stats(&stats);
       return double(stats.peak_bytes_in_use) / (1 << 20);
     }
-    struct rusage usage {};
+    struct rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     return double(usage.ru_maxrss) / 1024.0;
   }
@@ -377,7 +390,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     return it->second;
   };
   std::string configText = meta("config");
-  std::string recipe = step->meta.count("recipe") ? step->meta.at("recipe") : "none";
+  std::string recipe =
+      step->meta.count("recipe") ? step->meta.at("recipe") : "none";
   int64_t vocab = std::atoll(meta("vocab_size").c_str());
   double initStd = std::atof(meta("init_std").c_str());
   double flops = std::atof(meta("step_flops").c_str());
@@ -410,7 +424,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   std::string checkpoint = o.out + "/checkpoint.safetensors";
   if (::mkdir(o.out.c_str(), 0755) != 0 && errno != EEXIST)
     t.die("cannot create '" + o.out + "': " + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   bool exists = ::stat(checkpoint.c_str(), &st) == 0;
   if (exists && !o.resume)
     t.die(checkpoint + " exists: pass --resume to continue it, or choose "
@@ -423,9 +437,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   t.adamM.resize(np);
   t.adamV.resize(np);
   std::map<std::string, std::string> runMeta = {
-      {"format", "moe-train/1"},       {"config", configText},
-      {"batch", std::to_string(t.batch)}, {"seq", std::to_string(t.seq)},
-      {"seed", std::to_string(o.seed)}, {"alphabet", o.alphabet},
+      {"format", "moe-train/1"},
+      {"config", configText},
+      {"batch", std::to_string(t.batch)},
+      {"seq", std::to_string(t.seq)},
+      {"seed", std::to_string(o.seed)},
+      {"alphabet", o.alphabet},
       {"recipe", recipe}};
   if (o.resume) {
     std::vector<NamedTensor> tensors;
@@ -528,7 +545,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     size_t pos = 0;
     while (pos < text.size()) {
       size_t nl = text.find('\n', pos);
-      std::string line = text.substr(pos, nl == std::string::npos ? nl : nl - pos);
+      std::string line =
+          text.substr(pos, nl == std::string::npos ? nl : nl - pos);
       pos = nl == std::string::npos ? text.size() : nl + 1;
       long long s = -1;
       if (std::sscanf(line.c_str(), "{\"step\": %lld", &s) != 1 || s > t.step)
@@ -578,7 +596,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                "of %lld tokens; unigram held-out loss %.4f; %s%s\n",
                tool, np, (long long)rows, (long long)data.heldOutRows(),
                (long long)t.seq, unigram, target.c_str(),
-               recipe == "none" ? "" : (", " + recipe + " expert GEMMs").c_str());
+               recipe == "none" ? ""
+                                : (", " + recipe + " expert GEMMs").c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
   std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
   std::vector<std::vector<float>> grads;
@@ -610,9 +629,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                 t.adamV[i].data(), t.params[i].elements(), t.step + 1, lr,
                 t.params[i].shape.size() >= 2, adam);
     ++t.step;
-    double seconds = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     double tokensPerS = double(t.batch * t.seq) / seconds;
     trainCurve.push_back({t.step, loss});
     std::fprintf(metrics,

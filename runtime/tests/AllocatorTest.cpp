@@ -54,12 +54,14 @@ struct FakeBackend : Backend {
     log.push_back("release");
   }
   void *recordEvent(void *stream) override {
-    log.push_back("record s" + std::to_string(reinterpret_cast<uintptr_t>(stream)));
+    log.push_back("record s" +
+                  std::to_string(reinterpret_cast<uintptr_t>(stream)));
     return reinterpret_cast<void *>(uintptr_t(nextEvent++));
   }
   void waitEvent(void *stream, void *event) override {
-    log.push_back("wait s" + std::to_string(reinterpret_cast<uintptr_t>(stream)) +
-                  " e" + std::to_string(reinterpret_cast<uintptr_t>(event)));
+    log.push_back("wait s" +
+                  std::to_string(reinterpret_cast<uintptr_t>(stream)) + " e" +
+                  std::to_string(reinterpret_cast<uintptr_t>(event)));
   }
   void destroyEvent(void *) override { log.push_back("destroy"); }
   void synchronize() override { log.push_back("sync"); }
@@ -70,29 +72,36 @@ void *S(int i) { return reinterpret_cast<void *>(uintptr_t(i)); }
 } // namespace
 
 int main() {
-  check(CachingAllocator::roundSize(0) == 512, "0 bytes reserve one 512-byte granule");
+  check(CachingAllocator::roundSize(0) == 512,
+        "0 bytes reserve one 512-byte granule");
   check(CachingAllocator::roundSize(1000) == 1024, "1000 bytes round to 1024");
-  check(CachingAllocator::roundSize(3 << 20) == (4u << 20), "3 MiB round to 4 MiB (2 MiB granules)");
+  check(CachingAllocator::roundSize(3 << 20) == (4u << 20),
+        "3 MiB round to 4 MiB (2 MiB granules)");
 
   {
     FakeBackend dev;
     CachingAllocator alloc(dev);
     void *a = alloc.allocate(1000, S(1));
-    check(a != nullptr && dev.live.size() == 1, "first allocation reaches the device");
+    check(a != nullptr && dev.live.size() == 1,
+          "first allocation reaches the device");
     check(alloc.free(a, S(1)), "free of a known block");
     void *b = alloc.allocate(900, S(1));
     check(b == a, "same size class on the same stream reuses the block");
     check(dev.log.back() == "destroy", "same-stream reuse needs no wait");
     AllocatorStats st = alloc.stats();
-    check(st.deviceAllocations == 1 && st.reuses == 1, "stats count one device allocation and one reuse");
-    check(st.bytesInUse == 1024 && st.bytesCached == 0, "stats: 1024 bytes in use, nothing cached");
+    check(st.deviceAllocations == 1 && st.reuses == 1,
+          "stats count one device allocation and one reuse");
+    check(st.bytesInUse == 1024 && st.bytesCached == 0,
+          "stats: 1024 bytes in use, nothing cached");
 
     alloc.free(b, S(1));
     void *c = alloc.allocate(1024, S(2));
     check(c == a, "a block freed on stream 1 is reused on stream 2");
-    check(dev.log.back().rfind("wait s2", 0) == 0, "... after stream 2 waits for the free on stream 1");
+    check(dev.log.back().rfind("wait s2", 0) == 0,
+          "... after stream 2 waits for the free on stream 1");
 
-    check(!alloc.free(reinterpret_cast<void *>(0xdead), S(1)), "freeing an unknown pointer is reported");
+    check(!alloc.free(reinterpret_cast<void *>(0xdead), S(1)),
+          "freeing an unknown pointer is reported");
     check(alloc.free(nullptr, S(1)), "freeing null is a no-op");
     alloc.free(c, S(2));
     check(alloc.stats().peakBytesInUse == 1024, "peak bytes in use");
@@ -108,13 +117,15 @@ int main() {
     bool synced = false;
     for (auto &l : dev.log)
       synced |= l == "sync";
-    check(b != nullptr && synced && alloc.stats().bytesCached == 0,
-          "out of memory gives the cache back (after a device sync) and retries");
+    check(
+        b != nullptr && synced && alloc.stats().bytesCached == 0,
+        "out of memory gives the cache back (after a device sync) and retries");
     void *c = alloc.allocate(6 << 20, S(1));
     check(c == nullptr, "a request that cannot fit returns null");
     alloc.free(b, S(1));
     alloc.emptyCache();
-    check(dev.live.empty(), "emptyCache returns every cached block to the device");
+    check(dev.live.empty(),
+          "emptyCache returns every cached block to the device");
   }
 
   std::printf("%d checks, %d failed\n", checks, failures);

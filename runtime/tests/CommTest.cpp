@@ -1,10 +1,11 @@
 //===- CommTest.cpp - libmoert's collectives on any number of ranks -------===//
 //
-//   mpirun -np N moert-comm-test               every check; "rank r: K checks, 0 failed"
-//   moert-comm-test overflow                   more rows arrive than fit (error)
-//   moert-comm-test bad-counts                 counts beyond the input (error)
-//   moert-comm-test group G                    a program compiled for G ranks
-//   moert-comm-test wait-twice|wait-other      a started exchange waited for
+//   mpirun -np N moert-comm-test               every check; "rank r: K checks,
+//   0 failed" moert-comm-test overflow                   more rows arrive than
+//   fit (error) moert-comm-test bad-counts                 counts beyond the
+//   input (error) moert-comm-test group G                    a program compiled
+//   for G ranks moert-comm-test wait-twice|wait-other      a started exchange
+//   waited for
 //                                              twice / with other buffers
 //   moert-comm-test info                       "rank r of N (backend)"
 //   mpirun -np N moert-comm-test device        every check on device buffers
@@ -181,8 +182,8 @@ void slotCase(int slots, int cols, int pad, bool started) {
     int64_t h = _mlir_ciface_moert_all_to_all_slots_start_f32(
         &e.a, &e.b, &g, &gc, ranks, /*layout=*/2, pad);
     _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &g);
-    h = _mlir_ciface_moert_all_to_all_slots_start_f32(&g, &gc, &bk, &bc,
-                                                      ranks, /*layout=*/1, pad);
+    h = _mlir_ciface_moert_all_to_all_slots_start_f32(&g, &gc, &bk, &bc, ranks,
+                                                      /*layout=*/1, pad);
     _mlir_ciface_moert_all_to_all_wait_f32(h, &g, &bk);
   } else {
     _mlir_ciface_moert_all_to_all_slots_f32(&e.a, &e.b, &g, &gc, ranks,
@@ -354,8 +355,8 @@ int run(int argc, char **argv) {
   if (mode == "wait-twice" || mode == "wait-other") {
     // A wait for a handle already waited for, or with another result buffer.
     Exchange e(1, 2, 1), other(1, 2, 1);
-    int64_t h = _mlir_ciface_moert_all_to_all_start_f32(&e.a, &e.b, &e.r,
-                                                         &e.rc, ranks);
+    int64_t h =
+        _mlir_ciface_moert_all_to_all_start_f32(&e.a, &e.b, &e.r, &e.rc, ranks);
     if (mode == "wait-twice") {
       _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
       _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
@@ -370,8 +371,9 @@ int run(int argc, char **argv) {
     onDevice = true;
     moert_gpu_init();
   } else if (mode != "all") {
-    std::fprintf(stderr, "usage: moert-comm-test [info|device|overflow|bad-counts|"
-                         "wait-twice|wait-other|group G]\n");
+    std::fprintf(stderr,
+                 "usage: moert-comm-test [info|device|overflow|bad-counts|"
+                 "wait-twice|wait-other|group G]\n");
     return 2;
   }
   allToAllCase(1, 3, 0);

@@ -4,8 +4,9 @@
 // allocates and frees N bytes on the device through the mgpu ABI and prints
 // the allocator's statistics. Without a driver the first prints 0 and the
 // second fails with the runtime's message and exit status 1.
-// `moert-gpu-info --tensor-map ...` encodes a TMA tensor map twice (moertTensorMap2D) and says whether the cache answered the
-// second time; bad arguments fail with the runtime's message.
+// `moert-gpu-info --tensor-map ...` encodes a TMA tensor map twice
+// (moertTensorMap2D) and says whether the cache answered the second time; bad
+// arguments fail with the runtime's message.
 //
 //===----------------------------------------------------------------------===//
 

@@ -16,12 +16,14 @@
 #include <cstring>
 
 int main(int argc, char **argv) {
-  if (argc < 3 || (std::strcmp(argv[2], "protein") && std::strcmp(argv[2], "dna"))) {
+  if (argc < 3 ||
+      (std::strcmp(argv[2], "protein") && std::strcmp(argv[2], "dna"))) {
     std::fprintf(stderr, "usage: moert-seq-info FILE (protein|dna) [LENGTH]\n");
     return 2;
   }
-  moert::Alphabet alphabet =
-      std::strcmp(argv[2], "dna") ? moert::Alphabet::Protein : moert::Alphabet::DNA;
+  moert::Alphabet alphabet = std::strcmp(argv[2], "dna")
+                                 ? moert::Alphabet::Protein
+                                 : moert::Alphabet::DNA;
   long length = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 128;
   if (length < 2) {
     std::fprintf(stderr, "moert-seq-info: LENGTH must be at least 2\n");

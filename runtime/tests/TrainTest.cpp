@@ -12,8 +12,8 @@
 #include "moert/Train.h"
 
 #include <cmath>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,23 +49,26 @@ int main(int argc, char **argv) {
     lrs.push_back(float(moert::learningRate(s, 3, 10, 1.0, 0.1)));
   printArray("lr", lrs);
   std::vector<float> a = {3, 0, 0}, b = {0, 4};
-  std::vector<std::pair<float *, int64_t>> grads = {{a.data(), 3}, {b.data(), 2}};
+  std::vector<std::pair<float *, int64_t>> grads = {{a.data(), 3},
+                                                    {b.data(), 2}};
   double norm = moert::clipGradients(grads, 1.0);
   std::printf("\"norm\": %.9g,\n", norm);
   printArray("clipped", {a[0], b[1]});
 
-  std::vector<moert::NamedTensor> tensors = {
-      {"w", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"b", {3}, {-1, 0.5f, 1e-3f}}};
+  std::vector<moert::NamedTensor> tensors = {{"w", {2, 3}, {1, 2, 3, 4, 5, 6}},
+                                             {"b", {3}, {-1, 0.5f, 1e-3f}}};
   std::string error;
-  bool ok = moert::writeSafetensors(dir + "/t.safetensors", tensors,
-                                    {{"step", "7"}, {"q\"uote", "a\\b"}}, error);
+  bool ok =
+      moert::writeSafetensors(dir + "/t.safetensors", tensors,
+                              {{"step", "7"}, {"q\"uote", "a\\b"}}, error);
   std::vector<moert::NamedTensor> back;
   std::map<std::string, std::string> meta;
   ok = ok && moert::readSafetensors(dir + "/t.safetensors", back, meta, error);
   ok = ok && back.size() == 2 && back[0].data == tensors[0].data &&
        back[1].shape == tensors[1].shape && meta["q\"uote"] == "a\\b";
-  ok = ok && moert::writeLossPlot(dir + "/plot.png", {{1, 3.0}, {2, 2.5}, {3, 2.0}},
-                                  {{2, 2.6}}, 2.8, error);
+  ok = ok &&
+       moert::writeLossPlot(dir + "/plot.png", {{1, 3.0}, {2, 2.5}, {3, 2.0}},
+                            {{2, 2.6}}, 2.8, error);
   std::printf("\"roundtrip\": %s\n}\n", ok ? "true" : "false");
   if (!ok)
     std::fprintf(stderr, "%s\n", error.c_str());

@@ -5,10 +5,11 @@
 //
 // Both artifacts come from the same source (moe-compile --target=cpu and
 // --target=sm_90a). For every function of the manifest: random inputs (ints,
-// or the bits of 8-bit floats, in the range the function declares), the CPU result as the reference, the
-// GPU result on device buffers (new device buffers are poisoned first:
-// MOERT_POISON), then a comparison: integer and 8-bit float results must be
-// bit-identical, other floats within the function's declared tolerance
+// or the bits of 8-bit floats, in the range the function declares), the CPU
+// result as the reference, the GPU result on device buffers (new device buffers
+// are poisoned first: MOERT_POISON), then a comparison: integer and 8-bit float
+// results must be bit-identical, other floats within the function's declared
+// tolerance
 // (|gpu - cpu| <= atol + rtol * |cpu|; exact when none is declared; with a
 // third value, ||gpu - cpu|| / ||cpu|| <= norm instead, for results where a
 // rare rounding flip of a quantized intermediate moves single elements). Prints
@@ -76,7 +77,8 @@ double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
   return buf[i];
 }
 
-void fillRandom(const Tensor &t, std::vector<uint8_t> &buf, std::mt19937_64 &rng) {
+void fillRandom(const Tensor &t, std::vector<uint8_t> &buf,
+                std::mt19937_64 &rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < t.elements(); ++i) {
     if (t.hasRange) {
@@ -106,7 +108,9 @@ void *open(const char *path, const char **manifest) {
   }
   *manifest = static_cast<const char *>(dlsym(h, "moe_manifest"));
   if (!*manifest) {
-    std::fprintf(stderr, "moert-check: %s has no moe_manifest (not from moe-compile?)\n", path);
+    std::fprintf(
+        stderr, "moert-check: %s has no moe_manifest (not from moe-compile?)\n",
+        path);
     std::exit(2);
   }
   return h;
@@ -121,8 +125,11 @@ int run(int argc, char **argv) {
     --argc;
   }
   if (argc < (gpuOnly ? 2 : 3)) {
-    std::fprintf(stderr, "usage: moert-check cpu.so gpu.so [--seed N] [--repeat N] [--only NAME]\n"
-                         "       moert-check --gpu-only gpu.so --repeat N [--only NAME]\n");
+    std::fprintf(
+        stderr,
+        "usage: moert-check cpu.so gpu.so [--seed N] [--repeat N] [--only "
+        "NAME]\n"
+        "       moert-check --gpu-only gpu.so --repeat N [--only NAME]\n");
     return 2;
   }
   uint64_t seed = 1;
@@ -140,7 +147,8 @@ int run(int argc, char **argv) {
   const char *cpuManifest = nullptr, *gpuManifest;
   void *cpu = gpuOnly ? nullptr : open(argv[1], &cpuManifest);
   void *gpu = open(argv[gpuOnly ? 1 : 2], &gpuManifest);
-  std::vector<Function> fns = parseManifest(gpuOnly ? gpuManifest : cpuManifest);
+  std::vector<Function> fns =
+      parseManifest(gpuOnly ? gpuManifest : cpuManifest);
   int checked = 0, failed = 0;
   std::mt19937_64 rng(seed);
   for (const Function &f : fns) {
@@ -150,7 +158,8 @@ int run(int argc, char **argv) {
     void *cf = cpu ? dlsym(cpu, sym.c_str()) : nullptr;
     void *gf = dlsym(gpu, sym.c_str());
     if ((!cf && !gpuOnly) || !gf) {
-      std::fprintf(stderr, "moert-check: %s missing from an artifact\n", sym.c_str());
+      std::fprintf(stderr, "moert-check: %s missing from an artifact\n",
+                   sym.c_str());
       return 2;
     }
     // Inputs.
@@ -254,7 +263,8 @@ int run(int argc, char **argv) {
             firstBad = e;
         }
       }
-      double normErr = refSq > 0 ? std::sqrt(diffSq / refSq) : std::sqrt(diffSq);
+      double normErr =
+          refSq > 0 ? std::sqrt(diffSq / refSq) : std::sqrt(diffSq);
       if (!exact && f.norm > 0)
         bad = normErr <= f.norm ? 0 : std::max<int64_t>(bad, 1);
       ++checked;
@@ -265,8 +275,9 @@ int run(int argc, char **argv) {
       if (exact)
         std::printf("  bit-identical%s", bad ? "" : "");
       else
-        std::printf(f.norm > 0 ? "  rel norm %.3g (bound %.3g), max abs %.3g"
-                               : "  max abs %.3g, max rel %.3g (atol %.3g, rtol %.3g)",
+        std::printf(f.norm > 0
+                        ? "  rel norm %.3g (bound %.3g), max abs %.3g"
+                        : "  max abs %.3g, max rel %.3g (atol %.3g, rtol %.3g)",
                     f.norm > 0 ? normErr : maxAbs, f.norm > 0 ? f.norm : maxRel,
                     f.norm > 0 ? maxAbs : f.atol, f.rtol);
       if (bad && firstBad >= 0)

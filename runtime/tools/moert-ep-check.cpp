@@ -76,8 +76,8 @@ using moert::artifact::floatToBf16;
 using moert::artifact::Function;
 using moert::artifact::parseManifest;
 using moert::artifact::resultOffset;
-using moert::artifact::Tensor;
 using moert::artifact::targetOf;
+using moert::artifact::Tensor;
 
 using moert::artifact::call;
 
@@ -110,7 +110,6 @@ double valueAt(const Tensor &t, const uint8_t *buf, int64_t i) {
   return buf[i];
 }
 
-
 void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
                 std::mt19937_64 &rng) {
   buf.assign(size_t(elements) * t.elementBytes(), 0);
@@ -124,8 +123,8 @@ void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       z ^= z >> 31;
-      float f = (float(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) *
-                1.7320508f;
+      float f =
+          (float(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * 1.7320508f;
       if (t.dtype == "f32") {
         std::memcpy(&buf[size_t(i) * 4], &f, 4);
       } else {
@@ -167,7 +166,7 @@ void fillRandom(const Tensor &t, int64_t elements, std::vector<uint8_t> &buf,
 struct Run {
   std::vector<std::vector<uint8_t>> results;
   double medianMs = 0;
-  size_t deviceBytes = 0; ///< device memory the inputs took (GPU)
+  size_t deviceBytes = 0;  ///< device memory the inputs took (GPU)
   moert_comm_stats comm{}; ///< the collectives of the timed calls
 };
 
@@ -220,7 +219,8 @@ Run run(void *handle, const Function &f,
   if (gpu)
     moert_gpu_synchronize();
   for (size_t i = 0; i < f.results.size(); ++i) {
-    int64_t *d = reinterpret_cast<int64_t *>(results.data() + resultOffset(f, i));
+    int64_t *d =
+        reinterpret_cast<int64_t *>(results.data() + resultOffset(f, i));
     const Tensor &t = f.results[i];
     size_t n = size_t(t.elements()) * t.elementBytes();
     auto *aligned = reinterpret_cast<uint8_t *>(intptr_t(d[1]));
@@ -284,13 +284,20 @@ void *load(const char *path, const char **manifest) {
 
 bool dtypeOf(const std::string &s, moert::comm::DType &type) {
   using moert::comm::DType;
-  if (s == "f32") type = DType::F32;
-  else if (s == "f64") type = DType::F64;
-  else if (s == "bf16") type = DType::BF16;
-  else if (s == "f16") type = DType::F16;
-  else if (s == "i32") type = DType::I32;
-  else if (s == "i64") type = DType::I64;
-  else return false;
+  if (s == "f32")
+    type = DType::F32;
+  else if (s == "f64")
+    type = DType::F64;
+  else if (s == "bf16")
+    type = DType::BF16;
+  else if (s == "f16")
+    type = DType::F16;
+  else if (s == "i32")
+    type = DType::I32;
+  else if (s == "i64")
+    type = DType::I64;
+  else
+    return false;
   return true;
 }
 
@@ -304,9 +311,9 @@ std::string fmt(double v) {
 
 int run(int argc, char **argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: mpirun -np N moert-ep-check single.so ep.so [--seed S] "
-                 "[--function F] [--replicate I,J] [--atol A] [--rtol R]\n");
+    std::fprintf(
+        stderr, "usage: mpirun -np N moert-ep-check single.so ep.so [--seed S] "
+                "[--function F] [--replicate I,J] [--atol A] [--rtol R]\n");
     return 2;
   }
   uint64_t seed = 1;
@@ -442,14 +449,15 @@ int run(int argc, char **argv) {
         singleWeights += double(singleIn[i].size());
         epWeights += double(epIn[i].size());
       }
-    Run singleRun = run(single, *fs, singleIn, fs->args, singleGpu, warmup,
-                        repeat, comm);
+    Run singleRun =
+        run(single, *fs, singleIn, fs->args, singleGpu, warmup, repeat, comm);
     singleIn.clear();
     singleIn.shrink_to_fit();
     Run epRun = run(ep, fe, epIn, fe.args, epGpu, warmup, repeat, comm);
     std::vector<std::vector<uint8_t>> &ref = singleRun.results;
     std::vector<std::vector<uint8_t>> &got = epRun.results;
-    if (repeat > 0 && epRun.comm.all_to_all_calls + epRun.comm.all_reduce_calls) {
+    if (repeat > 0 &&
+        epRun.comm.all_to_all_calls + epRun.comm.all_reduce_calls) {
       const moert_comm_stats &c = epRun.comm;
       double perCall = 1.0 / repeat;
       std::string line = "rank " + std::to_string(rank) + ": @" + fe.name +
@@ -462,7 +470,8 @@ int run(int argc, char **argv) {
                       "ranks (%.1f GB/s over the time in all_to_all)",
                       double(c.all_to_all_calls) * perCall, 1e3 * s * perCall,
                       double(c.all_to_all_bytes_to_peers) * perCall / 1048576.0,
-                      s > 0 ? double(c.all_to_all_bytes_to_peers) / s / 1e9 : 0.0);
+                      s > 0 ? double(c.all_to_all_bytes_to_peers) / s / 1e9
+                            : 0.0);
         line += buf;
       }
       if (c.all_reduce_calls) {
@@ -498,8 +507,8 @@ int run(int argc, char **argv) {
           ts.gradientOf == t.gradientOf) {
         moert::comm::DType type;
         if (!dtypeOf(ts.dtype, type))
-          fail("@" + fe.name + " result #" + std::to_string(k) + ": cannot sum " +
-               ts.dtype + " gradients");
+          fail("@" + fe.name + " result #" + std::to_string(k) +
+               ": cannot sum " + ts.dtype + " gradients");
         // The whole batch's gradient: the sum of every rank's.
         comm.allReduceSum(ref[k].data(), ref[k].data(), ts.elements(), type);
         const Tensor &arg = fe.args[size_t(t.gradientOf)];
@@ -507,8 +516,9 @@ int run(int argc, char **argv) {
           // An expert shard's gradient: this rank's experts' rows, summed
           // over every rank's tokens in another order than the reference.
           size_t per = ref[k].size() / size_t(ranks);
-          ref[k] = std::vector<uint8_t>(ref[k].begin() + long(per * size_t(rank)),
-                                        ref[k].begin() + long(per * size_t(rank + 1)));
+          ref[k] = std::vector<uint8_t>(
+              ref[k].begin() + long(per * size_t(rank)),
+              ref[k].begin() + long(per * size_t(rank + 1)));
           // Every element is a sum over the tokens of all ranks, in another
           // order than the reference's: elements that cancel to near zero
           // differ by more than their own size allows, so the shard is
@@ -558,7 +568,8 @@ int run(int argc, char **argv) {
         continue;
       }
       for (int64_t i = 0; i < t.elements(); ++i) {
-        double a = valueAt(t, ref[k].data(), i), b = valueAt(t, got[k].data(), i);
+        double a = valueAt(t, ref[k].data(), i),
+               b = valueAt(t, got[k].data(), i);
         bool same;
         if (t.isFloat() && resultAtol == 0 && resultRtol == 0)
           same = a == b || (std::isnan(a) && std::isnan(b)); // +0 == -0
@@ -625,8 +636,10 @@ int run(int argc, char **argv) {
     for (size_t k = 0; k < nf; ++k) {
       double worstSingle = 0, worstEp = 0;
       for (int r = 0; r < ranks; ++r) {
-        worstSingle = std::max(worstSingle, all[(k * 2) * size_t(ranks) + size_t(r)]);
-        worstEp = std::max(worstEp, all[(k * 2 + 1) * size_t(ranks) + size_t(r)]);
+        worstSingle =
+            std::max(worstSingle, all[(k * 2) * size_t(ranks) + size_t(r)]);
+        worstEp =
+            std::max(worstEp, all[(k * 2 + 1) * size_t(ranks) + size_t(r)]);
       }
       // Each rank handles its own tokens in both: EP=N takes N times the
       // tokens of one device in the slowest rank's time.

@@ -18,9 +18,10 @@ int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc), rest;
   for (const std::string &a : args)
     if (a == "--help" || a == "-h") {
-      std::printf("moert-train: trains the model of a compiled train step\n\n"
-                  "usage: moert-train TRAIN_STEP.so --data FILE [options]\n\n%s",
-                  moert::trainOptionsHelp().c_str());
+      std::printf(
+          "moert-train: trains the model of a compiled train step\n\n"
+          "usage: moert-train TRAIN_STEP.so --data FILE [options]\n\n%s",
+          moert::trainOptionsHelp().c_str());
       return 0;
     }
   moert::TrainOptions options;

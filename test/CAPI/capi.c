@@ -29,13 +29,17 @@ static MlirLogicalResult onDiagnostic(MlirDiagnostic d, void *user) {
 }
 
 static const char *layer =
-    "func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: tensor<4x32x32xf32>)\n"
+    "func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: "
+    "tensor<4x32x32xf32>)\n"
     "    -> tensor<8x32xf32> {\n"
     "  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)\n"
-    "      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x1xi32>\n"
-    "  %y = moe.grouped_matmul %s, %w, %o : tensor<8x32xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<8x32xf32>\n"
+    "      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, "
+    "tensor<5xi32>, tensor<4xi32>, tensor<8x1xi32>\n"
+    "  %y = moe.grouped_matmul %s, %w, %o : tensor<8x32xf32>, "
+    "tensor<4x32x32xf32>, tensor<5xi32> -> tensor<8x32xf32>\n"
     "  %ones = arith.constant dense<1.0> : tensor<8x1xf32>\n"
-    "  %out = moe.combine %y, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>\n"
+    "  %out = moe.combine %y, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, "
+    "tensor<8x1xi32> -> tensor<8x32xf32>\n"
     "  return %out : tensor<8x32xf32>\n"
     "}\n";
 
@@ -51,35 +55,44 @@ int main(int argc, char **argv) {
   mlirContextAttachDiagnosticHandler(ctx, onDiagnostic, NULL, NULL);
   moeRegisterPasses();
 
-  MlirDialect moe = mlirContextGetOrLoadDialect(ctx, mlirStringRefCreateFromCString("moe"));
+  MlirDialect moe =
+      mlirContextGetOrLoadDialect(ctx, mlirStringRefCreateFromCString("moe"));
   printf("moe dialect loaded: %d\n", !mlirDialectIsNull(moe));
 
-  MlirModule module = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
+  MlirModule module =
+      mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
   if (mlirModuleIsNull(module))
     return 1;
   MlirOperation op = mlirModuleGetOperation(module);
   printf("verified: %d\n", mlirOperationVerify(op));
 
-  MlirLogicalResult bad = moeRunPipeline(module, mlirStringRefCreateFromCString("builtin.module(no-such-pass)"));
+  MlirLogicalResult bad = moeRunPipeline(
+      module, mlirStringRefCreateFromCString("builtin.module(no-such-pass)"));
   printf("bad pipeline failed: %d\n", mlirLogicalResultIsFailure(bad));
 
   MlirLogicalResult ok = moeRunPipeline(
-      module, mlirStringRefCreateFromCString("builtin.module(moe-train-pipeline{ep-size=2 recipe=mxfp8})"));
+      module,
+      mlirStringRefCreateFromCString(
+          "builtin.module(moe-train-pipeline{ep-size=2 recipe=mxfp8})"));
   printf("train pipeline: %d\n", mlirLogicalResultIsSuccess(ok));
   mlirOperationPrint(op, print, NULL);
   printf("\n");
 
-  MlirModule broken = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString("func.func @f( {"));
+  MlirModule broken = mlirModuleCreateParse(
+      ctx, mlirStringRefCreateFromCString("func.func @f( {"));
   printf("broken module rejected: %d\n", mlirModuleIsNull(broken));
 
-  MlirModule plain = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
-  MlirLogicalResult compiled = moeCompile(plain, mlirStringRefCreateFromCString("cpu"),
-                                          mlirStringRefCreateFromCString(argv[1]));
+  MlirModule plain =
+      mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
+  MlirLogicalResult compiled =
+      moeCompile(plain, mlirStringRefCreateFromCString("cpu"),
+                 mlirStringRefCreateFromCString(argv[1]));
   printf("compiled: %d\n", mlirLogicalResultIsSuccess(compiled));
   mlirModuleDestroy(plain);
 
   // GPU options are checked (names and values) before anything is lowered.
-  MlirModule gpu = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
+  MlirModule gpu =
+      mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
   MlirLogicalResult badOption = moeCompileWithOptions(
       gpu, mlirStringRefCreateFromCString("sm_90a"),
       mlirStringRefCreateFromCString("pair-round-trips=sometimes"),
@@ -89,13 +102,17 @@ int main(int argc, char **argv) {
 
   const char *config =
       "{\"hidden_size\": 32, \"moe_intermediate_size\": 16, \"num_experts\": 4,"
-      " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+      " \"num_experts_per_tok\": 2, \"num_hidden_layers\": 1, "
+      "\"num_attention_heads\": 4,"
       " \"num_key_value_heads\": 2, \"vocab_size\": 24}";
-  MlirModule lm = moeBuildLanguageModel(ctx, mlirStringRefCreateFromCString(config),
-                                        mlirStringRefCreateFromCString("config.json"), 2, 16);
-  printf("language model: %d\n", !mlirModuleIsNull(lm) &&
-                                     mlirOperationVerify(mlirModuleGetOperation(lm)));
-  MlirLogicalResult step = moeRunPipeline(lm, mlirStringRefCreateFromCString("builtin.module(moe-autodiff)"));
+  MlirModule lm = moeBuildLanguageModel(
+      ctx, mlirStringRefCreateFromCString(config),
+      mlirStringRefCreateFromCString("config.json"), 2, 16);
+  printf("language model: %d\n",
+         !mlirModuleIsNull(lm) &&
+             mlirOperationVerify(mlirModuleGetOperation(lm)));
+  MlirLogicalResult step = moeRunPipeline(
+      lm, mlirStringRefCreateFromCString("builtin.module(moe-autodiff)"));
   printf("train step: %d\n", mlirLogicalResultIsSuccess(step));
   mlirModuleDestroy(lm);
   MlirModule badModel = moeBuildLanguageModel(

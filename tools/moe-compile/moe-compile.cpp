@@ -14,13 +14,13 @@
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
 
-#include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllPasses.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Support/Timing.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
       llvm::errs() << "moe-compile: unexpected argument '" << flag << "'\n";
       return 1;
     }
-    options.gpuOptions += (options.gpuOptions.empty() ? "" : " ") + option.str();
+    options.gpuOptions +=
+        (options.gpuOptions.empty() ? "" : " ") + option.str();
   }
   options.kernelFormat = kernelFormat;
   options.verifyPTX = verifyPTX;
@@ -145,6 +146,6 @@ int main(int argc, char **argv) {
     applyDefaultTimingPassManagerCLOptions(pm);
     return success();
   };
-  return failed(moe::compileToSharedObject(*module, outputFile, options,
-                                           llvm::outs()));
+  return failed(
+      moe::compileToSharedObject(*module, outputFile, options, llvm::outs()));
 }

@@ -61,8 +61,8 @@ int main(int argc, char **argv) {
       argc, argv,
       "moe-model: the MoE language model of a Hugging Face config.json "
       "(Qwen3-MoE family) as MLIR\n");
-  for (auto [name, v] : {std::pair<const char *, int64_t>{"--batch", batch},
-                         {"--seq", seq}})
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"--batch", batch}, {"--seq", seq}})
     if (v < 1 || v > (int64_t(1) << 31)) {
       llvm::errs() << "moe-model: " << name
                    << " must be a positive integer below 2^31, got " << v

@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
   registry.insert<mlir::moe::MoEDialect>();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "moe-mlir optimizer: the moe dialect, its passes and pipelines\n",
+      argc, argv,
+      "moe-mlir optimizer: the moe dialect, its passes and pipelines\n",
       registry));
 }

@@ -37,14 +37,19 @@ static const char *kUsage =
     "config.json) on protein or DNA sequences, on the CPU or a GPU\n\n"
     "usage: moe-train --config FILE --data FILE [options]\n\n"
     "model and compilation:\n"
-    "  --config FILE          Hugging Face config.json (Qwen3-MoE family; required)\n"
+    "  --config FILE          Hugging Face config.json (Qwen3-MoE family; "
+    "required)\n"
     "  --batch N              rows per step (default 8)\n"
     "  --seq N                tokens per row (default 128)\n"
     "  --target NAME          cpu (default), or a GPU chip such as sm_90a\n"
-    "  --recipe NAME          expert GEMM precision: none (f32, default), bf16\n"
-    "                         or mxfp8 (MXFP8 forward and backward, f32 master\n"
-    "                         weights; hidden and expert FFN sizes multiples of 32)\n"
-    "  --compile-only         write DIR/train_step-<target>.so and stop (train\n"
+    "  --recipe NAME          expert GEMM precision: none (f32, default), "
+    "bf16\n"
+    "                         or mxfp8 (MXFP8 forward and backward, f32 "
+    "master\n"
+    "                         weights; hidden and expert FFN sizes multiples "
+    "of 32)\n"
+    "  --compile-only         write DIR/train_step-<target>.so and stop "
+    "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
     "training:\n";
 
@@ -137,8 +142,7 @@ int main(int argc, char **argv) {
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +
-          (recipe == "none" ? std::string()
-                            : " with --recipe " + recipe));
+          (recipe == "none" ? std::string() : " with --recipe " + recipe));
     // The recipe is part of the run: a checkpoint resumes only under it.
     module->walk([&](func::FuncOp f) {
       if (auto meta = f->getAttrOfType<DictionaryAttr>("moe.meta")) {

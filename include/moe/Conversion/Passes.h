@@ -2,9 +2,9 @@
 #ifndef MOE_CONVERSION_PASSES_H
 #define MOE_CONVERSION_PASSES_H
 
+#include "mlir/Pass/Pass.h"
 #include "moe/Conversion/MoEToGPU/GPUOptions.h"
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
-#include "mlir/Pass/Pass.h"
 
 namespace mlir::moe {
 

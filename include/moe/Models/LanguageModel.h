@@ -79,10 +79,10 @@ struct ModelConfig {
 
 /// One parameter of the model, in argument order.
 struct ModelParameter {
-  std::string name;             ///< the Hugging Face name
-  std::vector<int64_t> shape;   ///< our layout
-  bool ones = false;            ///< initialized to ones (norm weights)
-  bool hfTransposed = false;    ///< last two dims swapped vs Hugging Face
+  std::string name;           ///< the Hugging Face name
+  std::vector<int64_t> shape; ///< our layout
+  bool ones = false;          ///< initialized to ones (norm weights)
+  bool hfTransposed = false;  ///< last two dims swapped vs Hugging Face
 };
 
 /// The parameters of `config`'s model, in the order of @loss's arguments.

@@ -95,7 +95,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::init(1)};
   PassOptions::Option<std::string> recipe{
       *this, "recipe",
-      llvm::cl::desc("Expert GEMM precision: mxfp8, bf16, or none (as written)"),
+      llvm::cl::desc(
+          "Expert GEMM precision: mxfp8, bf16, or none (as written)"),
       llvm::cl::init("mxfp8")};
   PassOptions::Option<std::string> scale{
       *this, "scale", llvm::cl::desc("MX scale choice: rceil or floor"),

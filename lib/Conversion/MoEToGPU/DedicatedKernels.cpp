@@ -19,9 +19,9 @@
 // keeps the kernel's name): a program's launches then share one stream.
 // A function whose host code needs values computed before the launch (the
 // TMA kernels' tensor maps, encoded by libmoert's moertTensorMap2D, a
-// `moe.host_only` function) builds them in front of it. Ops without a kernel are left
-// exactly as they are (no diagnostic): they take the generic data-parallel
-// path of -convert-moe-to-linalg=parallel=true.
+// `moe.host_only` function) builds them in front of it. Ops without a kernel
+// are left exactly as they are (no diagnostic): they take the generic
+// data-parallel path of -convert-moe-to-linalg=parallel=true.
 //
 // Kernels today
 // -------------
@@ -246,9 +246,8 @@ struct MoEGPUDedicatedKernelsPass
       if (!gemm)
         continue;
       gemm->liveRowsOnly = live;
-      if (std::optional<SwigluFusion> fusion =
-              matchSwigluFusion(op, *gemm,
-                                mxActivations == MXActivations::always)) {
+      if (std::optional<SwigluFusion> fusion = matchSwigluFusion(
+              op, *gemm, mxActivations == MXActivations::always)) {
         lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
         continue;
       }

@@ -145,8 +145,9 @@ struct MoEGPUDeviceBuffersPass
         }
         // Host calls (libmoert's collectives, which take device buffers)
         // cannot move into a kernel with the loop around them.
-        if (op->walk([](func::CallOp) { return WalkResult::interrupt(); })
-                .wasInterrupted()) {
+        if (op->walk([](func::CallOp) {
+                return WalkResult::interrupt();
+              }).wasInterrupted()) {
           op->emitError("calls a host function inside a host loop that reads "
                         "or writes device buffers; the loop would have to run "
                         "in a GPU kernel, the call cannot");
@@ -169,8 +170,8 @@ struct MoEGPUDeviceBuffersPass
               auto load = dyn_cast<memref::LoadOp>(op);
               return load && !isHostBuffer(load.getMemRef(), host);
             });
-            if (!readsDevice || (v.getDefiningOp() &&
-                                 !slice.contains(v.getDefiningOp())))
+            if (!readsDevice ||
+                (v.getDefiningOp() && !slice.contains(v.getDefiningOp())))
               continue;
             Value inside = moe::detail::recomputeInside(
                 rewriter, v, launch, &launch.getBody().front());
@@ -215,8 +216,8 @@ struct MoEGPUDeviceBuffersPass
           // Constants: a device copy of the host global.
           rewriter.setInsertionPointAfter(global);
           auto device = gpu::AllocOp::create(
-              rewriter, global.getLoc(), global.getType(), Type(),
-              ValueRange{}, ValueRange{}, ValueRange{}, false);
+              rewriter, global.getLoc(), global.getType(), Type(), ValueRange{},
+              ValueRange{}, ValueRange{}, false);
           auto copy = gpu::MemcpyOp::create(rewriter, global.getLoc(), Type(),
                                             ValueRange{}, device.getMemref(),
                                             global.getResult());

@@ -16,10 +16,10 @@
 
 #include "moe/Conversion/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
-#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -109,8 +109,8 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
       source = collapse.getSrc();
     }
     auto producer = source.getDefiningOp<linalg::GenericOp>();
-    if (!producer || producer->getNumResults() != 1 ||
-        !producer->hasOneUse() || !staticShapes(producer) ||
+    if (!producer || producer->getNumResults() != 1 || !producer->hasOneUse() ||
+        !staticShapes(producer) ||
         producer->getParentRegion() != consumer->getParentRegion() ||
         producer.getNumParallelLoops() != producer.getNumLoops() ||
         producer.getNumDpsInputs() > 2 ||
@@ -127,10 +127,12 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
           type.getNumElements() > resultType.getNumElements())
         return failure();
     }
-    if (producer.getBody()->walk([](Operation *op) {
-          return op->getNumRegions() ? WalkResult::interrupt()
-                                     : WalkResult::advance();
-        }).wasInterrupted())
+    if (producer.getBody()
+            ->walk([](Operation *op) {
+              return op->getNumRegions() ? WalkResult::interrupt()
+                                         : WalkResult::advance();
+            })
+            .wasInterrupted())
       return failure();
 
     rewriter.setInsertionPoint(extract);
@@ -148,8 +150,8 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
             parts[i] = rest;
             break;
           }
-          Value size = arith::ConstantIndexOp::create(rewriter, loc,
-                                                      sizes[group[i]]);
+          Value size =
+              arith::ConstantIndexOp::create(rewriter, loc, sizes[group[i]]);
           parts[i] = arith::RemUIOp::create(rewriter, loc, rest, size);
           rest = arith::DivUIOp::create(rewriter, loc, rest, size);
         }

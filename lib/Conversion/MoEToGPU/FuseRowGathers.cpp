@@ -64,8 +64,8 @@ std::optional<ScaledCopies> matchScaledCopies(Value producer, Value tokens) {
   bindDims(ctx, t, k, h);
   SmallVector<AffineMap> maps = generic.getIndexingMapsArray();
   if (maps[0] != AffineMap::get(3, 0, {t, k}, ctx) ||
-      maps[1] != AffineMap::get(3, 0, {t, h}, ctx) ||
-      !maps[2].isIdentity() || generic.getNumParallelLoops() != 3)
+      maps[1] != AffineMap::get(3, 0, {t, h}, ctx) || !maps[2].isIdentity() ||
+      generic.getNumParallelLoops() != 3)
     return std::nullopt;
   Block *body = generic.getBody();
   if (body->getOperations().size() != 2)
@@ -73,8 +73,7 @@ std::optional<ScaledCopies> matchScaledCopies(Value producer, Value tokens) {
   auto mul = dyn_cast<arith::MulFOp>(body->front());
   auto yield = dyn_cast<linalg::YieldOp>(body->back());
   if (!mul || !yield || yield.getValues() != ValueRange{mul.getResult()} ||
-      !mul.getType().isF32() ||
-      mul.getFastmath() != arith::FastMathFlags::none)
+      !mul.getType().isF32() || mul.getFastmath() != arith::FastMathFlags::none)
     return std::nullopt;
   Value a = body->getArgument(0), r = body->getArgument(1);
   bool scaleFirst = mul.getLhs() == a && mul.getRhs() == r;
@@ -85,8 +84,7 @@ std::optional<ScaledCopies> matchScaledCopies(Value producer, Value tokens) {
   auto scaleType = cast<RankedTensorType>(scale.getType());
   auto rowsType = cast<RankedTensorType>(rows.getType());
   if (!scaleType.hasStaticShape() || !rowsType.hasStaticShape() ||
-      !scaleType.getElementType().isF32() ||
-      !rowsType.getElementType().isF32())
+      !scaleType.getElementType().isF32() || !rowsType.getElementType().isF32())
     return std::nullopt;
   return ScaledCopies{rows, scale, scaleType.getDimSize(1), scaleFirst};
 }
@@ -120,9 +118,9 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   // written in full first. The one such producer the kernel computes
   // itself: scaled copies of rows (a combine's gradient, w[t, k] * g[t]).
   Value producer = tokens;
-  while (producer && isa_and_nonnull<tensor::CollapseShapeOp,
-                                     tensor::ExpandShapeOp>(
-                         producer.getDefiningOp()))
+  while (producer &&
+         isa_and_nonnull<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(
+             producer.getDefiningOp()))
     producer = producer.getDefiningOp()->getOperand(0);
   std::optional<ScaledCopies> scaled;
   if (producer && producer.getDefiningOp<linalg::GenericOp>() &&

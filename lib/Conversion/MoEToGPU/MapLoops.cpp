@@ -17,10 +17,10 @@
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
-#include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -89,8 +89,8 @@ Range rangeOf(Value v, int depth = 0) {
       return {};
     bool ceil = isa<arith::CeilDivSIOp, arith::CeilDivUIOp>(def);
     auto div = [&](int64_t x) { return ceil ? (x + *c - 1) / *c : x / *c; };
-    return {div(*a.lo), a.hi ? std::optional<int64_t>(div(*a.hi))
-                             : std::nullopt};
+    return {div(*a.lo),
+            a.hi ? std::optional<int64_t>(div(*a.hi)) : std::nullopt};
   }
   if (auto op = dyn_cast<arith::MulIOp>(def)) {
     Range a = sub(op.getLhs()), b = sub(op.getRhs());
@@ -247,8 +247,7 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
   Value lb = loop.getLowerBound()[0], ub = loop.getUpperBound()[0],
         step = loop.getStep()[0];
   std::optional<int64_t> lbC = getConstantIntValue(lb),
-                         stepC = getConstantIntValue(step),
-                         hi = rangeOf(ub).hi;
+                         stepC = getConstantIntValue(step), hi = rangeOf(ub).hi;
   if (!lbC || !stepC || *stepC <= 0 || !hi || loop.getNumResults() != 0) {
     // The bound is computed on the host: it must not read memory there.
     if (llvm::any_of(moe::detail::computationOf(ub, loop, /*clonable=*/false),
@@ -270,18 +269,19 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
   auto grid = scf::ParallelOp::create(rewriter, loc, ValueRange{c(0)},
                                       ValueRange{c(blocks)}, ValueRange{c(1)});
   rewriter.setInsertionPointToStart(grid.getBody());
-  auto block = scf::ParallelOp::create(rewriter, loc, ValueRange{c(0)},
-                                       ValueRange{c(threads)},
-                                       ValueRange{c(1)});
+  auto block =
+      scf::ParallelOp::create(rewriter, loc, ValueRange{c(0)},
+                              ValueRange{c(threads)}, ValueRange{c(1)});
   rewriter.setInsertionPointToStart(block.getBody());
   Value end = moe::detail::recomputeInside(rewriter, ub, loop, block.getBody());
   Value b = grid.getInductionVars()[0], t = block.getInductionVars()[0];
   Value linear = arith::AddIOp::create(
       rewriter, loc, arith::MulIOp::create(rewriter, loc, b, c(threads)), t);
   Value first = arith::AddIOp::create(
-      rewriter, loc, c(*lbC), arith::MulIOp::create(rewriter, loc, linear, c(*stepC)));
-  auto strided =
-      scf::ForOp::create(rewriter, loc, first, end, c(blocks * threads * *stepC));
+      rewriter, loc, c(*lbC),
+      arith::MulIOp::create(rewriter, loc, linear, c(*stepC)));
+  auto strided = scf::ForOp::create(rewriter, loc, first, end,
+                                    c(blocks * threads * *stepC));
   // The loop's body, on the strided iterations.
   Block *body = loop.getBody();
   Block *into = strided.getBody();
@@ -298,8 +298,7 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
   return success();
 }
 
-struct MoEGPUMapLoopsPass
-    : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
+struct MoEGPUMapLoopsPass : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
   using MoEGPUMapLoopsBase::MoEGPUMapLoopsBase;
 
   void runOnOperation() override {

@@ -34,7 +34,6 @@ static SmallVector<DequantizeOp> bf16RoundTripsOf(QuantizeOp q) {
   return trips;
 }
 
-
 /// Whether the backward epilogue's columnwise rounding of dh lowers the
 /// block's peak of live tensors. Either way dh's roundings (bf16) live from
 /// the kernel on; without it the kernel also writes dh in f32, which the
@@ -45,7 +44,7 @@ static SmallVector<DequantizeOp> bf16RoundTripsOf(QuantizeOp q) {
 /// The position of the first of `dqs` in `block` (the dequantizes a fused
 /// kernel at position `at` replaces, where they stand now), after `at`.
 static unsigned firstDequantize(const BlockLiveness &live, Block &block,
-                         ArrayRef<DequantizeOp> dqs, unsigned at) {
+                                ArrayRef<DequantizeOp> dqs, unsigned at) {
   unsigned first = std::numeric_limits<unsigned>::max();
   for (DequantizeOp dq : dqs)
     if (Operation *anc = block.findAncestorOpInBlock(*dq))
@@ -55,7 +54,8 @@ static unsigned firstDequantize(const BlockLiveness &live, Block &block,
              : std::max(first, at + 1);
 }
 
-static bool colRoundingLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
+static bool colRoundingLowersPeak(GroupedMatmulOp op,
+                                  const SwigluFusion &fusion) {
   Operation *act = fusion.activation;
   Value da = op.getResult(), dh = act->getResult(0);
   Block *block = act->getBlock();
@@ -84,8 +84,8 @@ static bool takesF8Lhs(GroupedMatmulOp op) {
 /// The bf16 dequantize a TMA GEMM's lhs is and the moe.mx_pack it reads (an
 /// epilogue's MX result, blocks of 32 along K), when the kernel can read
 /// the elements and scales instead.
-std::optional<std::pair<DequantizeOp, MXPackOp>>
-f8LhsOf(GroupedMatmulOp op, const WgmmaGemm &g) {
+std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
+                                                         const WgmmaGemm &g) {
   auto dq = op.getLhs().getDefiningOp<DequantizeOp>();
   if (!g.tma || !dq)
     return std::nullopt;
@@ -134,9 +134,8 @@ static bool mxLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   return lowered < live.peak();
 }
 
-std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
-                                              const WgmmaGemm &g,
-                                              bool mxAlways) {
+std::optional<SwigluFusion>
+matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways) {
   if (!g.tma || g.n % tma::TileN)
     return std::nullopt;
   Value result = op.getResult();
@@ -153,8 +152,7 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
         s && g.rhsTransposed && use.getOperandNumber() == 1 &&
         s.getLayout() == SwigluLayout::split &&
         s.getType().getElementType().isF32() &&
-        s.getInput().getType().getElementType().isF32() &&
-        result.hasOneUse())
+        s.getInput().getType().getElementType().isF32() && result.hasOneUse())
       activation = s;
   }
   if (!activation)
@@ -220,10 +218,10 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   // h (forward) and the f32 values stay results for any other user (a
   // train step's backward reads h; the weight gradients quantize a and dh
   // along the rows).
-  fusion.epilogue.keepH =
-      !fusion.epilogue.grad && llvm::any_of(result.getUsers(), [&](Operation *u) {
-        return u != activation;
-      });
+  fusion.epilogue.keepH = !fusion.epilogue.grad &&
+                          llvm::any_of(result.getUsers(), [&](Operation *u) {
+                            return u != activation;
+                          });
   fusion.epilogue.keepF32 = f32Read(fusion.colQuantize);
   // The MX encoding itself when only GEMMs read the rowwise rounding, as
   // their lhs, and each can read it 8-bit (half the bytes of the bf16
@@ -234,12 +232,14 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                    [&](Operation *u) {
                      return llvm::is_contained(fusion.roundTrips, u);
                    }) &&
-      llvm::all_of(fusion.roundTrips, [](DequantizeOp dq) {
-        return llvm::all_of(dq->getUses(), [](OpOperand &use) {
-          auto gemm = dyn_cast<GroupedMatmulOp>(use.getOwner());
-          return gemm && use.getOperandNumber() == 0 && takesF8Lhs(gemm);
-        });
-      }) &&
+      llvm::all_of(fusion.roundTrips,
+                   [](DequantizeOp dq) {
+                     return llvm::all_of(dq->getUses(), [](OpOperand &use) {
+                       auto gemm = dyn_cast<GroupedMatmulOp>(use.getOwner());
+                       return gemm && use.getOperandNumber() == 0 &&
+                              takesF8Lhs(gemm);
+                     });
+                   }) &&
       (mxAlways || mxLowersPeak(op, fusion));
   return fusion;
 }
@@ -255,8 +255,7 @@ bool readFromTokens(Value rows) {
   if (auto d = rows.getDefiningOp<DispatchOp>()) {
     auto type = dyn_cast<RankedTensorType>(rows.getType());
     return rows == d.getSorted() && type && type.getRank() == 2 &&
-           !rows.use_empty() &&
-           llvm::all_of(rows.getUsers(), [](Operation *u) {
+           !rows.use_empty() && llvm::all_of(rows.getUsers(), [](Operation *u) {
              return isa<QuantizeOp>(u) &&
                     llvm::all_of(u->getUsers(), [](Operation *v) {
                       return isa<DequantizeOp>(v);
@@ -269,8 +268,7 @@ bool readFromTokens(Value rows) {
     return false;
   Operation *user = *rows.getUsers().begin();
   if (auto d = dyn_cast<DispatchOp>(user))
-    return d.getTokens() == rows &&
-           rows.getDefiningOp<linalg::GenericOp>() &&
+    return d.getTokens() == rows && rows.getDefiningOp<linalg::GenericOp>() &&
            readFromTokens(d.getSorted());
   if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(user) &&
       (rows.getDefiningOp<linalg::GenericOp>() ||

@@ -19,15 +19,14 @@ namespace mlir::moe::kernels {
 /// epilogue, with the epilogue chosen for memory (`mxAlways`: the MX
 /// encoding wherever the readers can take it, else only where it lowers the
 /// block's peak).
-std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
-                                              const WgmmaGemm &g,
-                                              bool mxAlways);
+std::optional<SwigluFusion>
+matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways);
 
 /// The bf16 dequantize a TMA GEMM's lhs is and the moe.mx_pack it reads (an
 /// epilogue's MX result, blocks of 32 along K), when the kernel can read
 /// the elements and scales instead.
-std::optional<std::pair<DequantizeOp, MXPackOp>>
-f8LhsOf(GroupedMatmulOp op, const WgmmaGemm &g);
+std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
+                                                         const WgmmaGemm &g);
 
 /// Whether `rows` is never materialized because the paired round trips of a
 /// dispatch read the dispatched rows from the tokens

@@ -24,7 +24,7 @@ namespace mlir::moe::detail {
 /// through ops that can be computed again anywhere (pure ops and loads,
 /// without regions).
 inline SetVector<Operation *> computationOf(Value v, Operation *loop,
-                                           bool clonable) {
+                                            bool clonable) {
   BackwardSliceOptions options;
   options.omitBlockArguments = true;
   options.inclusive = true;

@@ -67,19 +67,17 @@ struct MoEGPUSplitReductionsPass
       // The partial sums go last in the intermediate tensor: the final
       // reduction's loop is then innermost, inside the parallel ones (an
       // outer reduction loop around parallel ones would stay host code).
-      unsigned last =
-          cast<ShapedType>(op.getDpsInits()[0].getType()).getRank();
+      unsigned last = cast<ShapedType>(op.getDpsInits()[0].getType()).getRank();
       rewriter.setInsertionPoint(op);
       // Ops whose combiner splitReduction does not recognize stay as they
       // are (it fails without changing anything).
-      (void)linalg::splitReduction(
-          rewriter, op, [&](linalg::LinalgOp) {
-            linalg::SplitReductionOptions options;
-            options.ratio = ratio;
-            options.index = last;
-            options.innerParallel = false;
-            return options;
-          });
+      (void)linalg::splitReduction(rewriter, op, [&](linalg::LinalgOp) {
+        linalg::SplitReductionOptions options;
+        options.ratio = ratio;
+        options.index = last;
+        options.innerParallel = false;
+        return options;
+      });
     }
   }
 };

@@ -56,8 +56,9 @@ struct Emitter {
     if (auto f = dyn_cast<FloatType>(t);
         f && !APFloat::semanticsHasZero(f.getFloatSemantics()))
       return arith::ConstantOp::create(
-          b, loc, FloatAttr::get(f, APFloat(f.getFloatSemantics(),
-                                            APInt(f.getWidth(), 0))));
+          b, loc,
+          FloatAttr::get(
+              f, APFloat(f.getFloatSemantics(), APInt(f.getWidth(), 0))));
     return arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
   }
   Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }
@@ -128,8 +129,8 @@ struct Emitter {
         c && c.getReassociationIndices()[0].size() == 1) {
       SmallVector<int64_t> shape(c.getSrcType().getShape());
       shape[0] = full.getDimSize(0);
-      Value src = fullRows(
-          c.getSrc(), RankedTensorType::get(shape, full.getElementType()));
+      Value src = fullRows(c.getSrc(),
+                           RankedTensorType::get(shape, full.getElementType()));
       return tensor::CollapseShapeOp::create(b, loc, full, src,
                                              c.getReassociationIndices());
     }
@@ -199,9 +200,9 @@ struct Emitter {
     return tensor::InsertOp::create(b, loc, v, t, at);
   }
   Value insertIndex(Value v, Value t, ValueRange at) {
-    return insert(fromIndex(v, cast<RankedTensorType>(t.getType())
-                                   .getElementType()),
-                  t, at);
+    return insert(
+        fromIndex(v, cast<RankedTensorType>(t.getType()).getElementType()), t,
+        at);
   }
   Value minI(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
   Value maxI(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
@@ -222,11 +223,11 @@ struct Emitter {
 
   /// A linalg.generic with one result per `outs` and a body that returns the
   /// values to yield.
-  ValueRange generic(
-      ValueRange ins, ValueRange outs, ArrayRef<AffineMap> maps,
-      ArrayRef<IteratorType> iterators,
-      function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>
-          body) {
+  ValueRange
+  generic(ValueRange ins, ValueRange outs, ArrayRef<AffineMap> maps,
+          ArrayRef<IteratorType> iterators,
+          function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>
+              body) {
     SmallVector<Type> types;
     for (Value o : outs)
       types.push_back(o.getType());
@@ -248,7 +249,8 @@ struct Emitter {
     Value n = dim(rows, 0);
     Value gathered = generic(
         source, empty({count, sizes(rows)[1]}, elt),
-        {AffineMap::get(2, 0, {r}, ctx), AffineMap::getMultiDimIdentityMap(2, ctx)},
+        {AffineMap::get(2, 0, {r}, ctx),
+         AffineMap::getMultiDimIdentityMap(2, ctx)},
         {IteratorType::parallel, IteratorType::parallel},
         [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter m{nb, nl};
@@ -268,15 +270,13 @@ struct Emitter {
             function_ref<Value(Emitter &, ValueRange)> body) {
     Value init = empty(sizes(ins[0]), elt);
     int64_t rank = cast<RankedTensorType>(init.getType()).getRank();
-    SmallVector<AffineMap> maps(ins.size() + 1,
-                                b.getMultiDimIdentityMap(rank));
+    SmallVector<AffineMap> maps(ins.size() + 1, b.getMultiDimIdentityMap(rank));
     SmallVector<IteratorType> its(rank, IteratorType::parallel);
-    return generic(ins, init, maps, its,
-                   [&](OpBuilder &nb, Location nl, ValueRange args) {
-                     Emitter e{nb, nl};
-                     return SmallVector<Value>{
-                         body(e, args.take_front(ins.size()))};
-                   })[0];
+    return generic(
+        ins, init, maps, its, [&](OpBuilder &nb, Location nl, ValueRange args) {
+          Emitter e{nb, nl};
+          return SmallVector<Value>{body(e, args.take_front(ins.size()))};
+        })[0];
   }
 
   /// Converts every element of `t` to `elt` (f32 in between).
@@ -289,10 +289,9 @@ struct Emitter {
   }
 
   /// A counted loop with tensors carried through it.
-  ValueRange forLoop(Value lb, Value ub, ValueRange inits,
-                     function_ref<SmallVector<Value>(Emitter &, Value,
-                                                     ValueRange)>
-                         body) {
+  ValueRange
+  forLoop(Value lb, Value ub, ValueRange inits,
+          function_ref<SmallVector<Value>(Emitter &, Value, ValueRange)> body) {
     auto loop = scf::ForOp::create(
         b, loc, lb, ub, idx(1), inits,
         [&](OpBuilder &nb, Location nl, Value iv, ValueRange iter) {
@@ -315,8 +314,8 @@ struct Emitter {
   /// Rows [lo, lo + size) of a 2-d tensor.
   Value rowSlice(Value t, Value lo, Value size) {
     auto type = cast<RankedTensorType>(t.getType());
-    auto result = RankedTensorType::get({ShapedType::kDynamic, type.getDimSize(1)},
-                                        type.getElementType());
+    auto result = RankedTensorType::get(
+        {ShapedType::kDynamic, type.getDimSize(1)}, type.getElementType());
     return tensor::ExtractSliceOp::create(
         b, loc, result, t, ArrayRef<OpFoldResult>{lo, b.getIndexAttr(0)},
         ArrayRef<OpFoldResult>{size, sizes(t)[1]},
@@ -328,8 +327,8 @@ struct Emitter {
   Value expertSlice(Value t, Value e) {
     auto type = cast<RankedTensorType>(t.getType());
     int64_t rank = type.getRank();
-    SmallVector<OpFoldResult> offs(rank, b.getIndexAttr(0)), sz = sizes(t),
-        strides(rank, b.getIndexAttr(1));
+    SmallVector<OpFoldResult> offs(rank, b.getIndexAttr(0)),
+        sz = sizes(t), strides(rank, b.getIndexAttr(1));
     offs[0] = e;
     sz[0] = b.getIndexAttr(1);
     auto result = RankedTensorType::get(type.getShape().drop_front(),
@@ -353,20 +352,21 @@ struct Emitter {
     AffineExpr m, n, k;
     bindDims(ctx, m, n, k);
     auto mapA = AffineMap::get(3, 0, {m, k}, ctx);
-    auto mapB = AffineMap::get(3, 0, transposeB ? ArrayRef<AffineExpr>{n, k}
-                                                : ArrayRef<AffineExpr>{k, n},
+    auto mapB = AffineMap::get(3, 0,
+                               transposeB ? ArrayRef<AffineExpr>{n, k}
+                                          : ArrayRef<AffineExpr>{k, n},
                                ctx);
     auto mapC = AffineMap::get(3, 0, {m, n}, ctx);
-    return generic({a, bm}, c, {mapA, mapB, mapC},
-                   {IteratorType::parallel, IteratorType::parallel,
-                    IteratorType::reduction},
-                   [&](OpBuilder &nb, Location nl, ValueRange args) {
-                     Emitter e{nb, nl};
-                     Value p = arith::MulFOp::create(nb, nl, e.toF32(args[0]),
-                                                     e.toF32(args[1]));
-                     return SmallVector<Value>{
-                         arith::AddFOp::create(nb, nl, args[2], p)};
-                   })[0];
+    return generic(
+        {a, bm}, c, {mapA, mapB, mapC},
+        {IteratorType::parallel, IteratorType::parallel,
+         IteratorType::reduction},
+        [&](OpBuilder &nb, Location nl, ValueRange args) {
+          Emitter e{nb, nl};
+          Value p =
+              arith::MulFOp::create(nb, nl, e.toF32(args[0]), e.toF32(args[1]));
+          return SmallVector<Value>{arith::AddFOp::create(nb, nl, args[2], p)};
+        })[0];
   }
 
   Value sigmoid(Value x) { return buildSigmoid(b, loc, x); }

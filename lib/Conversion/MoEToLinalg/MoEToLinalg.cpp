@@ -9,11 +9,11 @@
 #include "Emitter.h"
 
 #include "moe/Conversion/MoEToLinalg/MoEToLinalg.h"
-#include "moe/Dialect/MoE/Utils/Activations.h"
-#include "moe/Dialect/MoE/Utils/LiveRows.h"
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Utils/Activations.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 #include "moe/Dialect/MoE/Utils/MXNumerics.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -72,20 +72,20 @@ std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
   red = par;
   red.back() = IteratorType::reduction;
   Value amaxInit = e.zeros(view.scaleSizes(e, x), f32);
-  Value amax = e.generic(xe, amaxInit, {blocksIn, blocksOut},
-                         red,
-                         [&](OpBuilder &nb, Location nl, ValueRange a) {
-                           Emitter n{nb, nl};
-                           Value mag = math::AbsFOp::create(nb, nl, n.toF32(a[0]));
-                           return SmallVector<Value>{
-                               arith::MaximumFOp::create(nb, nl, a[1], mag)};
-                         })[0];
+  Value amax = e.generic(
+      xe, amaxInit, {blocksIn, blocksOut}, red,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter n{nb, nl};
+        Value mag = math::AbsFOp::create(nb, nl, n.toF32(a[0]));
+        return SmallVector<Value>{arith::MaximumFOp::create(nb, nl, a[1], mag)};
+      })[0];
   // 2. the scale byte per block.
-  Value scales = e.map(amax, type.getScaleType(), [&](Emitter &n, ValueRange a) {
-    Value byte = buildScaleByte(n.b, n.loc, a[0], fmt, mode);
-    return arith::BitcastOp::create(n.b, n.loc, type.getScaleType(), byte)
-        .getResult();
-  });
+  Value scales =
+      e.map(amax, type.getScaleType(), [&](Emitter &n, ValueRange a) {
+        Value byte = buildScaleByte(n.b, n.loc, a[0], fmt, mode);
+        return arith::BitcastOp::create(n.b, n.loc, type.getScaleType(), byte)
+            .getResult();
+      });
   // 3. the elements.
   Value dataInit = e.empty(view.expandedSizes(e, x), type.getElementType());
   Value data = e.generic(
@@ -97,8 +97,8 @@ std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
         Value v = arith::MulFOp::create(nb, nl, n.toF32(a[0]),
                                         buildInverseScale(nb, nl, byte));
         Value code = buildEncode(nb, nl, v, fmt);
-        return SmallVector<Value>{arith::BitcastOp::create(
-            nb, nl, type.getElementType(), code)};
+        return SmallVector<Value>{
+            arith::BitcastOp::create(nb, nl, type.getElementType(), code)};
       })[0];
   return {view.collapse(e, data, type.getElementType()), scales};
 }
@@ -118,10 +118,10 @@ Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
       {view.identity(ctx), view.toScales(ctx), view.identity(ctx)}, par,
       [&](OpBuilder &nb, Location nl, ValueRange a) {
         Emitter n{nb, nl};
-        Value q = buildDecode(nb, nl, arith::BitcastOp::create(nb, nl, i8, a[0]),
-                              fmt);
-        Value s = buildScaleValue(nb, nl,
-                                  arith::BitcastOp::create(nb, nl, i8, a[1]));
+        Value q = buildDecode(nb, nl,
+                              arith::BitcastOp::create(nb, nl, i8, a[0]), fmt);
+        Value s =
+            buildScaleValue(nb, nl, arith::BitcastOp::create(nb, nl, i8, a[1]));
         return SmallVector<Value>{
             n.fromF32(arith::MulFOp::create(nb, nl, q, s), elt)};
       })[0];
@@ -141,28 +141,28 @@ bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
     // The last offset.
     Value offsets = rewriter.getRemappedValue(bound.offsets);
     auto type = dyn_cast_or_null<RankedTensorType>(offsets ? offsets.getType()
-                                                            : Type());
+                                                           : Type());
     if (!type || type.getRank() != 1 || type.isDynamicDim(0))
       return false;
     n = e.extractIndex(offsets, e.idx(type.getDimSize(0) - 1));
   } else {
     // The sum of the counts (a reduction to a 0-d tensor, read back).
     Value counts = rewriter.getRemappedValue(bound.counts);
-    auto type = dyn_cast_or_null<RankedTensorType>(counts ? counts.getType()
-                                                          : Type());
+    auto type =
+        dyn_cast_or_null<RankedTensorType>(counts ? counts.getType() : Type());
     if (!type || type.getRank() != 1)
       return false;
     MLIRContext *ctx = rewriter.getContext();
     Type elt = type.getElementType();
     Value init = e.zeros({}, elt);
-    Value sum = e.generic(
-        counts, init,
-        {AffineMap::getMultiDimIdentityMap(1, ctx),
-         AffineMap::get(1, 0, ArrayRef<AffineExpr>{}, ctx)},
-        {IteratorType::reduction},
-        [&](OpBuilder &nb, Location nl, ValueRange a) {
-          return SmallVector<Value>{arith::AddIOp::create(nb, nl, a[1], a[0])};
-        })[0];
+    Value sum = e.generic(counts, init,
+                          {AffineMap::getMultiDimIdentityMap(1, ctx),
+                           AffineMap::get(1, 0, ArrayRef<AffineExpr>{}, ctx)},
+                          {IteratorType::reduction},
+                          [&](OpBuilder &nb, Location nl, ValueRange a) {
+                            return SmallVector<Value>{
+                                arith::AddIOp::create(nb, nl, a[1], a[0])};
+                          })[0];
     n = e.extractIndex(sum, {});
   }
   e.bindLiveRows(n, rows);
@@ -198,8 +198,7 @@ namespace {
 
 /// A lowering that computes only the rows that matter of the ops `live`
 /// bounds (see LiveRows.h).
-template <typename Op>
-struct RowwiseLowering : OpConversionPattern<Op> {
+template <typename Op> struct RowwiseLowering : OpConversionPattern<Op> {
   RowwiseLowering(const TypeConverter &converter, MLIRContext *ctx,
                   const LiveRowBounds *live)
       : OpConversionPattern<Op>(converter, ctx), live(live) {}
@@ -342,20 +341,19 @@ struct GroupedMatmulWgradLowering : OpConversionPattern<GroupedMatmulWgradOp> {
           Value as = em.rowSlice(a, lo, size);
           Value gs = em.rowSlice(g, lo, size);
           Value c = em.zeros({kSize, nSize}, f32);
-          Value mm = em.generic(
-              {as, gs}, c, maps,
-              {IteratorType::parallel, IteratorType::parallel,
-               IteratorType::reduction},
-              [&](OpBuilder &nb, Location nl, ValueRange args) {
-                Emitter q{nb, nl};
-                Value p = arith::MulFOp::create(nb, nl, q.toF32(args[0]),
-                                                q.toF32(args[1]));
-                return SmallVector<Value>{
-                    arith::AddFOp::create(nb, nl, args[2], p)};
-              })[0];
+          Value mm =
+              em.generic({as, gs}, c, maps,
+                         {IteratorType::parallel, IteratorType::parallel,
+                          IteratorType::reduction},
+                         [&](OpBuilder &nb, Location nl, ValueRange args) {
+                           Emitter q{nb, nl};
+                           Value p = arith::MulFOp::create(
+                               nb, nl, q.toF32(args[0]), q.toF32(args[1]));
+                           return SmallVector<Value>{
+                               arith::AddFOp::create(nb, nl, args[2], p)};
+                         })[0];
           return SmallVector<Value>{em.insertAt(
-              mm, iter[0],
-              {ex, em.b.getIndexAttr(0), em.b.getIndexAttr(0)},
+              mm, iter[0], {ex, em.b.getIndexAttr(0), em.b.getIndexAttr(0)},
               {em.b.getIndexAttr(1), kSize, nSize})};
         })[0];
     rewriter.replaceOp(op, e.castElements(out, resultType.getElementType()));
@@ -409,10 +407,15 @@ struct SwigluLowering : RowwiseLowering<SwigluOp> {
     Value gate = gluHalf(e, in, op.getLayout(), false);
     Value up = gluHalf(e, in, op.getLayout(), true);
     Type elt = op.getType().getElementType();
-    rewriter.replaceOp(op, e.fullRows(e.map({gate, up}, elt, [&](Emitter &n, ValueRange a) {
-      return n.fromF32(buildSwiglu(n.b, n.loc, n.toF32(a[0]), n.toF32(a[1])),
-                       elt);
-    }), op.getType()));
+    rewriter.replaceOp(op, e.fullRows(e.map({gate, up}, elt,
+                                            [&](Emitter &n, ValueRange a) {
+                                              return n.fromF32(
+                                                  buildSwiglu(n.b, n.loc,
+                                                              n.toF32(a[0]),
+                                                              n.toF32(a[1])),
+                                                  elt);
+                                            }),
+                                      op.getType()));
     return success();
   }
 };
@@ -437,14 +440,15 @@ struct SwigluGradLowering : RowwiseLowering<SwigluGradOp> {
     auto type = op.getType();
     int64_t rank = type.getRank(), half = type.getShape().back() / 2;
     SmallVector<OpFoldResult> hs = halfSizes(e, in, half);
-    SmallVector<AffineMap> maps(5, AffineMap::getMultiDimIdentityMap(rank, ctx));
+    SmallVector<AffineMap> maps(5,
+                                AffineMap::getMultiDimIdentityMap(rank, ctx));
     SmallVector<IteratorType> par(rank, IteratorType::parallel);
     ValueRange grads = e.generic(
         {gate, up, dy}, {e.empty(hs, elt), e.empty(hs, elt)}, maps, par,
         [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter n{nb, nl};
-          auto [dg, du] = buildSwigluGrad(nb, nl, n.toF32(a[0]),
-                                          n.toF32(a[1]), n.toF32(a[2]));
+          auto [dg, du] = buildSwigluGrad(nb, nl, n.toF32(a[0]), n.toF32(a[1]),
+                                          n.toF32(a[2]));
           return SmallVector<Value>{n.fromF32(dg, elt), n.fromF32(du, elt)};
         });
     Value out = e.empty(e.sizes(in), elt);
@@ -487,14 +491,13 @@ std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v) {
                              return SmallVector<Value>{
                                  arith::MaximumFOp::create(nb, nl, a[1], a[0])};
                            })[0];
-  Value sum = e.generic({v, rowMax}, e.zeros({rows}, f32),
-                        {mapTE, mapT, mapT}, rowReduce,
-                        [&](OpBuilder &nb, Location nl, ValueRange a) {
-                          Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
-                          Value ex = math::ExpOp::create(nb, nl, d);
-                          return SmallVector<Value>{
-                              arith::AddFOp::create(nb, nl, a[2], ex)};
-                        })[0];
+  Value sum = e.generic(
+      {v, rowMax}, e.zeros({rows}, f32), {mapTE, mapT, mapT}, rowReduce,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Value d = arith::SubFOp::create(nb, nl, a[0], a[1]);
+        Value ex = math::ExpOp::create(nb, nl, d);
+        return SmallVector<Value>{arith::AddFOp::create(nb, nl, a[2], ex)};
+      })[0];
   return {rowMax, sum};
 }
 
@@ -526,8 +529,7 @@ Value rowNormalize(Emitter &e, Value v) {
                           return SmallVector<Value>{
                               arith::AddFOp::create(nb, nl, a[1], a[0])};
                         })[0];
-  return e.generic({v, sum}, e.empty(e.sizes(v), f32),
-                   {mapTE, mapT, mapTE},
+  return e.generic({v, sum}, e.empty(e.sizes(v), f32), {mapTE, mapT, mapTE},
                    {IteratorType::parallel, IteratorType::parallel},
                    [&](OpBuilder &nb, Location nl, ValueRange a) {
                      return SmallVector<Value>{
@@ -580,8 +582,7 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
     Value taken = e.fill(e.empty(e.sizes(logits), e.b.getI1Type()),
                          arith::ConstantIntOp::create(e.b, e.loc, 0, 1));
     ValueRange sel = e.forLoop(
-        e.idx(0), tokensDim,
-        {e.zeros(tk, idxElt), e.zeros(tk, f32), taken},
+        e.idx(0), tokensDim, {e.zeros(tk, idxElt), e.zeros(tk, f32), taken},
         [&](Emitter &n, Value tok, ValueRange it) {
           return llvm::to_vector(n.forLoop(
               n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange it2) {
@@ -601,8 +602,8 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
                       Value free = arith::XOrIOp::create(
                           q.b, q.loc, q.extract(it2[2], {tok, ex}),
                           arith::ConstantIntOp::create(q.b, q.loc, 1, 1));
-                      Value none = q.cmpI(arith::CmpIPredicate::slt, cur[0],
-                                          q.idx(0));
+                      Value none =
+                          q.cmpI(arith::CmpIPredicate::slt, cur[0], q.idx(0));
                       Value greater = arith::CmpFOp::create(
                           q.b, q.loc, arith::CmpFPredicate::OGT, v, cur[1]);
                       Value replacesNaN =
@@ -656,14 +657,15 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
     /// The expert of copy (t, j), whether it is in range, and a safe index.
     auto expertOf = [&](Emitter &n, Value t, Value j) {
       Value ex = n.extractIndex(indices, {t, j});
-      Value ok = arith::AndIOp::create(
-          n.b, n.loc, n.cmpI(P::sge, ex, n.idx(0)), n.cmpI(P::slt, ex, eMax));
+      Value ok = arith::AndIOp::create(n.b, n.loc, n.cmpI(P::sge, ex, n.idx(0)),
+                                       n.cmpI(P::slt, ex, eMax));
       return std::make_pair(n.sel(ok, ex, n.idx(0)), ok);
     };
 
     // 1. raw counts.
     Value counts = e.forLoop(
-        e.idx(0), numTok, e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType()),
+        e.idx(0), numTok,
+        e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType()),
         [&](Emitter &n, Value t, ValueRange it) {
           return llvm::to_vector(n.forLoop(
               n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange c) {
@@ -677,35 +679,34 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
     ValueRange ko = e.forLoop(
         e.idx(0), eMax,
         {e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType()),
-         e.zeros({e.b.getIndexAttr(numExperts + 1)}, offsetsType.getElementType())},
+         e.zeros({e.b.getIndexAttr(numExperts + 1)},
+                 offsetsType.getElementType())},
         [&](Emitter &n, Value ex, ValueRange it) {
           Value kept = n.extractIndex(counts, ex);
           if (capacity >= 0)
             kept = n.minI(kept, n.idx(capacity));
           Value padded = n.roundUp(kept, padTo);
           Value start = n.extractIndex(it[1], ex);
-          return SmallVector<Value>{
-              n.insertIndex(kept, it[0], ex),
-              n.insertIndex(n.addI(start, padded), it[1],
-                            n.addI(ex, n.idx(1)))};
+          return SmallVector<Value>{n.insertIndex(kept, it[0], ex),
+                                    n.insertIndex(n.addI(start, padded), it[1],
+                                                  n.addI(ex, n.idx(1)))};
         });
     Value kept = ko[0], offsets = ko[1];
     // 3. place every copy.
-    Value posInit = e.fill(e.empty(e.sizes(indices), posType.getElementType()),
-                           arith::ConstantOp::create(
-                               e.b, e.loc,
-                               e.b.getIntegerAttr(posType.getElementType(), -1)));
+    Value posInit = e.fill(
+        e.empty(e.sizes(indices), posType.getElementType()),
+        arith::ConstantOp::create(
+            e.b, e.loc, e.b.getIntegerAttr(posType.getElementType(), -1)));
     Value cursorInit =
         e.zeros({e.b.getIndexAttr(numExperts)}, countsType.getElementType());
     // Loop-carried: pos, cursor, then the sorted parts.
     SmallVector<Value> inits = {posInit, cursorInit};
     for (auto [part, type] : llvm::zip(tokens, sortedTypes))
-      inits.push_back(e.zeros({e.b.getIndexAttr(type.getDimSize(0)),
-                               e.sizes(part)[1]},
-                              type.getElementType()));
+      inits.push_back(
+          e.zeros({e.b.getIndexAttr(type.getDimSize(0)), e.sizes(part)[1]},
+                  type.getElementType()));
     ValueRange placed = e.forLoop(
-        e.idx(0), numTok, inits,
-        [&](Emitter &n, Value t, ValueRange it) {
+        e.idx(0), numTok, inits, [&](Emitter &n, Value t, ValueRange it) {
           return llvm::to_vector(n.forLoop(
               n.idx(0), n.idx(k), it, [&](Emitter &m, Value j, ValueRange s) {
                 auto [ex, ok] = expertOf(m, t, j);
@@ -714,8 +715,8 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                     m.b, m.loc, ok,
                     m.cmpI(P::slt, cur, m.extractIndex(kept, ex)));
                 Value row = m.addI(m.extractIndex(offsets, ex), cur);
-                Value pos = m.insertIndex(m.sel(keep, row, m.idx(-1)), s[0],
-                                          {t, j});
+                Value pos =
+                    m.insertIndex(m.sel(keep, row, m.idx(-1)), s[0], {t, j});
                 Value cursor = m.insertIndex(
                     m.sel(keep, m.addI(cur, m.idx(1)), cur), s[1], ex);
                 ValueRange sorted = s.drop_front(2);
@@ -729,10 +730,9 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                       Value one = q.idx(1);
                       SmallVector<Value> upd;
                       for (auto [part, dest] : llvm::zip(tokens, sorted))
-                        upd.push_back(q.insertAt(
-                            q.rowSlice(part, t, one), dest,
-                            {row, ib.getIndexAttr(0)},
-                            {one, q.sizes(part)[1]}));
+                        upd.push_back(q.insertAt(q.rowSlice(part, t, one), dest,
+                                                 {row, ib.getIndexAttr(0)},
+                                                 {one, q.sizes(part)[1]}));
                       scf::YieldOp::create(ib, il, upd);
                     },
                     [&](OpBuilder &ib, Location il) {
@@ -743,9 +743,9 @@ struct DispatchLowering : OpConversionPattern<DispatchOp> {
                 return next;
               }));
         });
-    rewriter.replaceOpWithMultiple(
-        op, {ValueRange(placed.drop_front(2)), ValueRange(offsets),
-             ValueRange(kept), ValueRange(placed[0])});
+    rewriter.replaceOpWithMultiple(op, {ValueRange(placed.drop_front(2)),
+                                        ValueRange(offsets), ValueRange(kept),
+                                        ValueRange(placed[0])});
     return success();
   }
 };
@@ -859,15 +859,14 @@ struct AllToAllLowering : OpConversionPattern<AllToAllOp> {
     SmallVector<Value> outs;
     for (auto [in, rt] : llvm::zip(adaptor.getInput(),
                                    loweredTypes(op.getResult().getType()))) {
-      SmallVector<OpFoldResult> outSizes = {
-          e.b.getIndexAttr(rt.getDimSize(0)), e.sizes(in)[1]};
+      SmallVector<OpFoldResult> outSizes = {e.b.getIndexAttr(rt.getDimSize(0)),
+                                            e.sizes(in)[1]};
       if (rt.isDynamicDim(0))
         outSizes[0] = e.sizes(in)[0];
       Value out = e.zeros(outSizes, rt.getElementType());
       Value n = e.minI(e.dim(in, 0), e.dim(out, 0));
       Value rowsIn = e.rowSlice(in, e.idx(0), n);
-      out = e.insertAt(rowsIn, out,
-                       {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
+      out = e.insertAt(rowsIn, out, {e.b.getIndexAttr(0), e.b.getIndexAttr(0)},
                        {n, outSizes[1]});
       outs.push_back(tensor::CastOp::create(rewriter, op.getLoc(), rt, out));
     }
@@ -1029,8 +1028,8 @@ void mlir::moe::populateMoEToLinalgConversionPatterns(
                AllToAllLowering, SlotOffsetsLowering>(converter,
                                                       patterns.getContext());
   patterns.add<QuantizeLowering, DequantizeLowering, SwigluLowering,
-               SwigluGradLowering, CombineLowering>(converter,
-                                                    patterns.getContext(), live);
+               SwigluGradLowering, CombineLowering>(
+      converter, patterns.getContext(), live);
   populateModelOpLoweringPatterns(converter, patterns);
 }
 
@@ -1042,8 +1041,8 @@ LogicalResult mlir::moe::lowerExpertsToLoops(Operation *root) {
     Emitter e{b, op.getLoc()};
     Value tokens = op.getTokens(), offsets = op.getOffsets();
     auto resultType = op.getResult().getType();
-    SmallVector<OpFoldResult> outSizes = {e.sizes(tokens)[0],
-                                          b.getIndexAttr(resultType.getDimSize(1))};
+    SmallVector<OpFoldResult> outSizes = {
+        e.sizes(tokens)[0], b.getIndexAttr(resultType.getDimSize(1))};
     Value rows = e.dim(tokens, 0);
     Block &body = op.getBody().front();
     auto yield = cast<YieldOp>(body.getTerminator());
@@ -1059,9 +1058,8 @@ LogicalResult mlir::moe::lowerExpertsToLoops(Operation *root) {
           for (Operation &inner : body.without_terminator())
             n.b.clone(inner, mapping);
           Value y = mapping.lookup(yield.getValue());
-          return SmallVector<Value>{
-              n.insertAt(y, it[0], {lo, n.b.getIndexAttr(0)},
-                         {size, outSizes[1]})};
+          return SmallVector<Value>{n.insertAt(
+              y, it[0], {lo, n.b.getIndexAttr(0)}, {size, outSizes[1]})};
         })[0];
     op.getResult().replaceAllUsesWith(out);
     op.erase();

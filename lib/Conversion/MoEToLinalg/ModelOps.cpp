@@ -79,8 +79,7 @@ Value sumOfProducts(Emitter &e, Value a, Value bv, Value init, AffineMap mapA,
 
 /// Sum of a tensor's last dimension: [..., n] -> [...] (f32, in order), of
 /// f(x) for each element.
-Value lastDimSum(Emitter &e, Value v,
-                 function_ref<Value(Emitter &, Value)> f) {
+Value lastDimSum(Emitter &e, Value v, function_ref<Value(Emitter &, Value)> f) {
   MLIRContext *ctx = e.b.getContext();
   auto type = cast<RankedTensorType>(v.getType());
   unsigned r = type.getRank();
@@ -109,8 +108,7 @@ Value lastDimSoftmax(Emitter &e, Value v) {
   assoc[1].push_back(type.getRank() - 1);
   Value rows = tensor::CollapseShapeOp::create(e.b, e.loc, v, assoc);
   Value p = rowSoftmax(e, rows);
-  return tensor::ExpandShapeOp::create(e.b, e.loc, type, p, assoc,
-                                       e.sizes(v));
+  return tensor::ExpandShapeOp::create(e.b, e.loc, type, p, assoc, e.sizes(v));
 }
 
 //===----------------------------------------------------------------------===//
@@ -165,19 +163,19 @@ struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
     SmallVector<IteratorType> its(r + 2, kRed);
     its[0] = its[1] = kPar;
     auto type = op.getType();
-    SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(type.getDimSize(0)),
-                                       e.sizes(grad)[r]};
-    Value out = e.generic(
-        {ids, grad}, e.zeros(sizes, f32Of(e)),
-        {dims(ctx, r + 2, pos), dims(ctx, r + 2, posH),
-         dims(ctx, r + 2, {d[0], d[1]})},
-        its, [&](OpBuilder &nb, Location nl, ValueRange x) {
-          Emitter n{nb, nl};
-          Value hit = n.cmpI(arith::CmpIPredicate::eq, n.toIndex(x[0]),
-                             loopIndex(n, 0));
-          return SmallVector<Value>{
-              n.sel(hit, add(n, x[2], n.toF32(x[1])), x[2])};
-        })[0];
+    SmallVector<OpFoldResult> sizes = {
+        rewriter.getIndexAttr(type.getDimSize(0)), e.sizes(grad)[r]};
+    Value out = e.generic({ids, grad}, e.zeros(sizes, f32Of(e)),
+                          {dims(ctx, r + 2, pos), dims(ctx, r + 2, posH),
+                           dims(ctx, r + 2, {d[0], d[1]})},
+                          its, [&](OpBuilder &nb, Location nl, ValueRange x) {
+                            Emitter n{nb, nl};
+                            Value hit =
+                                n.cmpI(arith::CmpIPredicate::eq,
+                                       n.toIndex(x[0]), loopIndex(n, 0));
+                            return SmallVector<Value>{
+                                n.sel(hit, add(n, x[2], n.toF32(x[1])), x[2])};
+                          })[0];
     rewriter.replaceOp(op, e.castElements(out, type.getElementType()));
     return success();
   }
@@ -190,9 +188,8 @@ struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
 /// 1 / sqrt(mean(x^2) + eps) for every row of `x` (f32 [...]).
 Value rmsInverse(Emitter &e, Value x, double eps) {
   int64_t h = cast<RankedTensorType>(x.getType()).getShape().back();
-  Value sumSq = lastDimSum(e, x, [](Emitter &n, Value v) {
-    return mul(n, v, v);
-  });
+  Value sumSq =
+      lastDimSum(e, x, [](Emitter &n, Value v) { return mul(n, v, v); });
   return e.map(sumSq, f32Of(e), [&](Emitter &n, ValueRange a) {
     Value mean = div(n, a[0], n.f32(double(h)));
     Value s = math::SqrtOp::create(n.b, n.loc, add(n, mean, n.f32(eps)));
@@ -253,14 +250,13 @@ struct RMSNormGradLowering : OpConversionPattern<RMSNormGradOp> {
     rowRed.back() = kRed;
     SmallVector<OpFoldResult> rowSizes = e.sizes(x);
     rowSizes.pop_back();
-    Value c = e.generic({g, w, x}, e.zeros(rowSizes, f32Of(e)),
-                        {m.full, m.last, m.full, m.row}, rowRed,
-                        [&](OpBuilder &nb, Location nl, ValueRange a) {
-                          Emitter n{nb, nl};
-                          Value p = mul(n, mul(n, n.toF32(a[0]), n.toF32(a[1])),
-                                        n.toF32(a[2]));
-                          return SmallVector<Value>{add(n, a[3], p)};
-                        })[0];
+    Value c = e.generic(
+        {g, w, x}, e.zeros(rowSizes, f32Of(e)), {m.full, m.last, m.full, m.row},
+        rowRed, [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter n{nb, nl};
+          Value p = mul(n, mul(n, n.toF32(a[0]), n.toF32(a[1])), n.toF32(a[2]));
+          return SmallVector<Value>{add(n, a[3], p)};
+        })[0];
     Type dxElt = op.getInputGrad().getType().getElementType();
     Value dx = e.generic(
         {g, w, x, inv, c}, e.empty(e.sizes(x), dxElt),
@@ -270,8 +266,8 @@ struct RMSNormGradLowering : OpConversionPattern<RMSNormGradOp> {
           Value ri = a[3];
           Value first = mul(n, mul(n, n.toF32(a[0]), n.toF32(a[1])), ri);
           Value r3 = mul(n, mul(n, ri, ri), ri);
-          Value second = div(n, mul(n, mul(n, n.toF32(a[2]), r3), a[4]),
-                             n.f32(double(h)));
+          Value second =
+              div(n, mul(n, mul(n, n.toF32(a[2]), r3), a[4]), n.f32(double(h)));
           return SmallVector<Value>{n.fromF32(sub(n, first, second), dxElt)};
         })[0];
     // d_weight[h] = sum over rows of grad * x * r: loops (h, rows...).
@@ -280,18 +276,19 @@ struct RMSNormGradLowering : OpConversionPattern<RMSNormGradOp> {
     rowsH.push_back(d[0]);
     SmallVector<IteratorType> its(r, kRed);
     its[0] = kPar;
-    Value dw = e.generic({g, x, inv},
-                         e.zeros({rewriter.getIndexAttr(h)}, f32Of(e)),
-                         {dims(ctx, r, rowsH), dims(ctx, r, rowsH),
-                          dims(ctx, r, rows), dims(ctx, r, d[0])},
-                         its, [&](OpBuilder &nb, Location nl, ValueRange a) {
-                           Emitter n{nb, nl};
-                           Value p = mul(n, mul(n, n.toF32(a[0]), n.toF32(a[1])),
-                                         a[2]);
-                           return SmallVector<Value>{add(n, a[3], p)};
-                         })[0];
+    Value dw =
+        e.generic({g, x, inv}, e.zeros({rewriter.getIndexAttr(h)}, f32Of(e)),
+                  {dims(ctx, r, rowsH), dims(ctx, r, rowsH), dims(ctx, r, rows),
+                   dims(ctx, r, d[0])},
+                  its, [&](OpBuilder &nb, Location nl, ValueRange a) {
+                    Emitter n{nb, nl};
+                    Value p =
+                        mul(n, mul(n, n.toF32(a[0]), n.toF32(a[1])), a[2]);
+                    return SmallVector<Value>{add(n, a[3], p)};
+                  })[0];
     rewriter.replaceOp(
-        op, {dx, e.castElements(dw, op.getWeightGrad().getType().getElementType())});
+        op, {dx, e.castElements(
+                     dw, op.getWeightGrad().getType().getElementType())});
     return success();
   }
 };
@@ -314,7 +311,8 @@ struct RotaryLowering : OpConversionPattern<RotaryOp> {
     Type elt = op.getType().getElementType();
     AffineMap id = AffineMap::getMultiDimIdentityMap(4, ctx);
     Value out = e.generic(
-        x, e.empty(e.sizes(x), elt), {id, id}, SmallVector<IteratorType>(4, kPar),
+        x, e.empty(e.sizes(x), elt), {id, id},
+        SmallVector<IteratorType>(4, kPar),
         [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter n{nb, nl};
           Value b = loopIndex(n, 0), s = loopIndex(n, 1), h = loopIndex(n, 2),
@@ -326,15 +324,14 @@ struct RotaryLowering : OpConversionPattern<RotaryOp> {
           Value xv = n.toF32(a[0]);
           Value xp = n.toF32(n.extract(x, {b, s, h, partner}));
           auto toF = [&](Value index) {
-            Value i64 = arith::IndexCastOp::create(nb, nl, nb.getI64Type(),
-                                                   index);
+            Value i64 =
+                arith::IndexCastOp::create(nb, nl, nb.getI64Type(), index);
             return arith::SIToFPOp::create(nb, nl, nb.getF32Type(), i64);
           };
           // f_i = 1 / theta^(2i / D); angle = s * f_i (as Hugging Face
           // computes them, in f32).
-          Value expo =
-              div(n, toF(arith::MulIOp::create(nb, nl, i, n.idx(2))),
-                  n.f32(double(dim)));
+          Value expo = div(n, toF(arith::MulIOp::create(nb, nl, i, n.idx(2))),
+                           n.f32(double(dim)));
           Value freq = div(n, n.f32(1.0),
                            math::PowFOp::create(nb, nl, n.f32(theta), expo));
           Value angle = mul(n, toF(s), freq);
@@ -377,8 +374,8 @@ Value attentionProbs(Emitter &e, Value q, Value k, int64_t group, bool causal,
     if (!causal)
       return v;
     // linalg.map-style body of a generic: the loop indices are available.
-    Value future = m.cmpI(arith::CmpIPredicate::sgt, loopIndex(m, 3),
-                          loopIndex(m, 2));
+    Value future =
+        m.cmpI(arith::CmpIPredicate::sgt, loopIndex(m, 3), loopIndex(m, 2));
     return m.sel(future, m.f32(-inf), v);
   });
   return lastDimSoftmax(e, masked);
@@ -394,8 +391,8 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
     Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
     int64_t group = op.getQuery().getType().getDimSize(2) /
                     op.getKey().getType().getDimSize(2);
-    Value p = attentionProbs(e, q, k, group, op.getCausal(),
-                             op.getScaleOrDefault());
+    Value p =
+        attentionProbs(e, q, k, group, op.getCausal(), op.getScaleOrDefault());
     // out[b, i, n, d] = sum_j p[b, n, i, j] * v[b, j, n / G, d]
     SmallVector<AffineExpr> d = loopDims(ctx, 5); // b i n d j
     AffineExpr b = d[0], i = d[1], n = d[2], dd = d[3], j = d[4];
@@ -448,16 +445,15 @@ struct AttentionGradLowering : OpConversionPattern<AttentionGradOp> {
     SmallVector<AffineExpr> d4 = loopDims(ctx, 4);
     AffineMap full4 = dims(ctx, 4, d4);
     AffineMap row4 = dims(ctx, 4, ArrayRef(d4).drop_back());
-    Value rowDot = e.generic({dp, p}, e.zeros({qs[0], qs[2], qs[1]}, f32Of(e)),
-                             {full4, full4, row4}, {kPar, kPar, kPar, kRed},
-                             [&](OpBuilder &nb, Location nl, ValueRange a) {
-                               Emitter m{nb, nl};
-                               return SmallVector<Value>{
-                                   add(m, a[2], mul(m, a[0], a[1]))};
-                             })[0];
+    Value rowDot =
+        e.generic({dp, p}, e.zeros({qs[0], qs[2], qs[1]}, f32Of(e)),
+                  {full4, full4, row4}, {kPar, kPar, kPar, kRed},
+                  [&](OpBuilder &nb, Location nl, ValueRange a) {
+                    Emitter m{nb, nl};
+                    return SmallVector<Value>{add(m, a[2], mul(m, a[0], a[1]))};
+                  })[0];
     Value ds = e.generic({p, dp, rowDot}, e.empty(probSizes, f32Of(e)),
-                         {full4, full4, row4, full4},
-                         {kPar, kPar, kPar, kPar},
+                         {full4, full4, row4, full4}, {kPar, kPar, kPar, kPar},
                          [&](OpBuilder &nb, Location nl, ValueRange a) {
                            Emitter m{nb, nl};
                            Value t = mul(m, a[0], sub(m, a[1], a[2]));
@@ -477,10 +473,9 @@ struct AttentionGradLowering : OpConversionPattern<AttentionGradOp> {
     {
       b = d[0], j = d[1], n = d[2], dd = d[3], i = d[4];
     }
-    Value dkFull = sumOfProducts(e, ds, q, e.zeros(perQueryHead, f32Of(e)),
-                                 dims(ctx, 5, {b, n, i, j}),
-                                 dims(ctx, 5, {b, i, n, dd}),
-                                 dims(ctx, 5, {b, j, n, dd}), red5);
+    Value dkFull = sumOfProducts(
+        e, ds, q, e.zeros(perQueryHead, f32Of(e)), dims(ctx, 5, {b, n, i, j}),
+        dims(ctx, 5, {b, i, n, dd}), dims(ctx, 5, {b, j, n, dd}), red5);
     // Key/value heads: sum the query heads of each group: heads split into
     // [M, G] (head m * G + g), then loops (b, j, m, d, g).
     auto groupSum = [&](Value full) {
@@ -488,26 +483,25 @@ struct AttentionGradLowering : OpConversionPattern<AttentionGradOp> {
         return full;
       AffineExpr b = d[0], j = d[1], m = d[2], dd = d[3], g = d[4];
       auto fullType = cast<RankedTensorType>(full.getType());
-      auto splitType = RankedTensorType::get(
-          {fullType.getDimSize(0), fullType.getDimSize(1), kvHeads, group,
-           fullType.getDimSize(3)},
-          fullType.getElementType());
+      auto splitType =
+          RankedTensorType::get({fullType.getDimSize(0), fullType.getDimSize(1),
+                                 kvHeads, group, fullType.getDimSize(3)},
+                                fullType.getElementType());
       SmallVector<OpFoldResult> splitSizes = {
           qs[0], qs[1], rewriter.getIndexAttr(kvHeads),
           rewriter.getIndexAttr(group), qs[3]};
       Value split = tensor::ExpandShapeOp::create(
           rewriter, e.loc, splitType, full,
-          SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}, {4}},
-          splitSizes);
-      SmallVector<OpFoldResult> kvSizes = {qs[0], qs[1],
-                                           rewriter.getIndexAttr(kvHeads), qs[3]};
-      return e.generic(split, e.zeros(kvSizes, f32Of(e)),
-                       {dims(ctx, 5, {b, j, m, g, dd}),
-                        dims(ctx, 5, {b, j, m, dd})},
-                       red5, [&](OpBuilder &nb, Location nl, ValueRange a) {
-                         Emitter x{nb, nl};
-                         return SmallVector<Value>{add(x, a[1], a[0])};
-                       })[0];
+          SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}, {4}}, splitSizes);
+      SmallVector<OpFoldResult> kvSizes = {
+          qs[0], qs[1], rewriter.getIndexAttr(kvHeads), qs[3]};
+      return e.generic(
+          split, e.zeros(kvSizes, f32Of(e)),
+          {dims(ctx, 5, {b, j, m, g, dd}), dims(ctx, 5, {b, j, m, dd})}, red5,
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter x{nb, nl};
+            return SmallVector<Value>{add(x, a[1], a[0])};
+          })[0];
     };
     rewriter.replaceOp(
         op, {e.castElements(dq, op.getQueryGrad().getType().getElementType()),
@@ -559,32 +553,31 @@ struct CrossEntropyLowering : OpConversionPattern<CrossEntropyOp> {
     AffineMap r1 = dims(ctx, 1, getAffineDimExpr(0, ctx)),
               scalar = dims(ctx, 1, {});
     Value total = e.generic(
-        {labels, rowMax, sumExp}, e.zeros({}, f32Of(e)),
-        {r1, r1, r1, scalar}, {kRed},
-        [&](OpBuilder &nb, Location nl, ValueRange a) {
+        {labels, rowMax, sumExp}, e.zeros({}, f32Of(e)), {r1, r1, r1, scalar},
+        {kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter m{nb, nl};
           auto [ok, l] = labelOf(m, a[0], vocab);
           Value x = m.extract(logits, {loopIndex(m, 0), l});
           Value lse = add(m, a[1], math::LogOp::create(nb, nl, a[2]));
-          return SmallVector<Value>{m.sel(ok, add(m, a[3], sub(m, lse, x)), a[3])};
+          return SmallVector<Value>{
+              m.sel(ok, add(m, a[3], sub(m, lse, x)), a[3])};
         })[0];
     Value count = countedRows(e, labels, vocab);
     // total / count in a one-iteration loop (not a 0-d generic: that would
     // be host code, and on the GPU these tensors live in device memory).
     AffineMap none = dims(ctx, 1, {});
-    Value one = e.generic({total, count}, e.empty({rewriter.getIndexAttr(1)},
-                                                  f32Of(e)),
-                          {none, none, r1}, {kPar},
-                          [&](OpBuilder &nb, Location nl, ValueRange a) {
-                            Emitter m{nb, nl};
-                            Value any = arith::CmpFOp::create(
-                                nb, nl, arith::CmpFPredicate::OGT, a[1],
-                                m.f32(0));
-                            return SmallVector<Value>{
-                                m.sel(any, div(m, a[0], a[1]), m.f32(0))};
-                          })[0];
-    Value loss = tensor::CollapseShapeOp::create(
-        rewriter, e.loc, op.getType(), one, SmallVector<ReassociationIndices>{});
+    Value one = e.generic(
+        {total, count}, e.empty({rewriter.getIndexAttr(1)}, f32Of(e)),
+        {none, none, r1}, {kPar},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter m{nb, nl};
+          Value any = arith::CmpFOp::create(nb, nl, arith::CmpFPredicate::OGT,
+                                            a[1], m.f32(0));
+          return SmallVector<Value>{m.sel(any, div(m, a[0], a[1]), m.f32(0))};
+        })[0];
+    Value loss =
+        tensor::CollapseShapeOp::create(rewriter, e.loc, op.getType(), one,
+                                        SmallVector<ReassociationIndices>{});
     rewriter.replaceOp(op, loss);
     return success();
   }
@@ -613,8 +606,7 @@ struct CrossEntropyGradLowering : OpConversionPattern<CrossEntropyGradOp> {
           Emitter m{nb, nl};
           auto [ok, l] = labelOf(m, a[1], vocab);
           Value hit = arith::AndIOp::create(
-              nb, nl, ok,
-              m.cmpI(arith::CmpIPredicate::eq, l, loopIndex(m, 1)));
+              nb, nl, ok, m.cmpI(arith::CmpIPredicate::eq, l, loopIndex(m, 1)));
           Value t = sub(m, a[0], m.sel(hit, m.f32(1.0), m.f32(0)));
           Value gv = div(m, mul(m, t, a[2]), a[3]);
           return SmallVector<Value>{m.fromF32(m.sel(ok, gv, m.f32(0)), elt)};
@@ -645,28 +637,25 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
     AffineExpr t = getAffineDimExpr(0, ctx), j = getAffineDimExpr(1, ctx);
     AffineMap tj = dims(ctx, 2, {t, j}), tRow = dims(ctx, 2, t);
     SmallVector<OpFoldResult> tk = e.sizes(grad);
-    Value picked = e.generic(idx, e.empty(tk, f32Of(e)), {tj, tj},
-                             {kPar, kPar},
-                             [&](OpBuilder &nb, Location nl, ValueRange a) {
-                               Emitter m{nb, nl};
-                               Value ex = m.toIndex(a[0]);
-                               Value ok = inRange(m, ex, experts);
-                               Value v = m.extract(
-                                   scores, {loopIndex(m, 0),
-                                            m.sel(ok, ex, m.idx(0))});
-                               return SmallVector<Value>{
-                                   m.sel(ok, v, m.f32(0))};
-                             })[0];
+    Value picked =
+        e.generic(idx, e.empty(tk, f32Of(e)), {tj, tj}, {kPar, kPar},
+                  [&](OpBuilder &nb, Location nl, ValueRange a) {
+                    Emitter m{nb, nl};
+                    Value ex = m.toIndex(a[0]);
+                    Value ok = inRange(m, ex, experts);
+                    Value v = m.extract(
+                        scores, {loopIndex(m, 0), m.sel(ok, ex, m.idx(0))});
+                    return SmallVector<Value>{m.sel(ok, v, m.f32(0))};
+                  })[0];
     SmallVector<OpFoldResult> rows = {tk[0]};
     // sum_k grad_k w_k per token.
     auto gradDotWeights = [&](Value w) {
-      return e.generic({grad, w}, e.zeros(rows, f32Of(e)), {tj, tj, tRow},
-                       {kPar, kRed},
-                       [&](OpBuilder &nb, Location nl, ValueRange a) {
-                         Emitter m{nb, nl};
-                         return SmallVector<Value>{
-                             add(m, a[2], mul(m, a[0], a[1]))};
-                       })[0];
+      return e.generic(
+          {grad, w}, e.zeros(rows, f32Of(e)), {tj, tj, tRow}, {kPar, kRed},
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{add(m, a[2], mul(m, a[0], a[1]))};
+          })[0];
     };
     // g: the gradient of the picked values (the picked scores, or for
     // softmax after top-k the picked logits).
@@ -674,29 +663,27 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
     if (after) {
       Value w = rowSoftmax(e, picked);
       Value dot = gradDotWeights(w);
-      g = e.generic({w, grad, dot}, e.empty(tk, f32Of(e)), {tj, tj, tRow, tj},
-                    {kPar, kPar},
+      g = e.generic(
+          {w, grad, dot}, e.empty(tk, f32Of(e)), {tj, tj, tRow, tj},
+          {kPar, kPar}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{mul(m, a[0], sub(m, a[1], a[2]))};
+          })[0];
+    } else if (op.getNormTopkProb()) {
+      Value sum =
+          e.generic(picked, e.zeros(rows, f32Of(e)), {tj, tRow}, {kPar, kRed},
                     [&](OpBuilder &nb, Location nl, ValueRange a) {
                       Emitter m{nb, nl};
-                      return SmallVector<Value>{
-                          mul(m, a[0], sub(m, a[1], a[2]))};
+                      return SmallVector<Value>{add(m, a[1], a[0])};
                     })[0];
-    } else if (op.getNormTopkProb()) {
-      Value sum = e.generic(picked, e.zeros(rows, f32Of(e)), {tj, tRow},
-                            {kPar, kRed},
-                            [&](OpBuilder &nb, Location nl, ValueRange a) {
-                              Emitter m{nb, nl};
-                              return SmallVector<Value>{add(m, a[1], a[0])};
-                            })[0];
       Value w = rowNormalize(e, picked);
       Value dot = gradDotWeights(w);
-      g = e.generic({grad, dot, sum}, e.empty(tk, f32Of(e)),
-                    {tj, tRow, tRow, tj}, {kPar, kPar},
-                    [&](OpBuilder &nb, Location nl, ValueRange a) {
-                      Emitter m{nb, nl};
-                      return SmallVector<Value>{
-                          div(m, sub(m, a[0], a[1]), a[2])};
-                    })[0];
+      g = e.generic(
+          {grad, dot, sum}, e.empty(tk, f32Of(e)), {tj, tRow, tRow, tj},
+          {kPar, kPar}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{div(m, sub(m, a[0], a[1]), a[2])};
+          })[0];
     }
     // G[t, e]: g scattered to the selected experts (loops (t, e, j)).
     AffineExpr t3 = getAffineDimExpr(0, ctx), e3 = getAffineDimExpr(1, ctx),
@@ -704,7 +691,8 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
     AffineMap te = dims(ctx, 2, {t, j}); // (t, e) of a 2-loop space
     Value scattered = e.generic(
         {idx, g}, e.zeros(e.sizes(logits), f32Of(e)),
-        {dims(ctx, 3, {t3, j3}), dims(ctx, 3, {t3, j3}), dims(ctx, 3, {t3, e3})},
+        {dims(ctx, 3, {t3, j3}), dims(ctx, 3, {t3, j3}),
+         dims(ctx, 3, {t3, e3})},
         {kPar, kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
           Emitter m{nb, nl};
           Value hit = m.cmpI(arith::CmpIPredicate::eq, m.toIndex(a[0]),
@@ -721,20 +709,19 @@ struct RouterGradLowering : OpConversionPattern<RouterGradOp> {
       });
     } else {
       // d_logits = p * (G - <G, p>).
-      Value dot = e.generic({scattered, scores}, e.zeros(rows, f32Of(e)),
-                            {te, te, tRow}, {kPar, kRed},
-                            [&](OpBuilder &nb, Location nl, ValueRange a) {
-                              Emitter m{nb, nl};
-                              return SmallVector<Value>{
-                                  add(m, a[2], mul(m, a[0], a[1]))};
-                            })[0];
-      out = e.generic({scattered, scores, dot}, e.empty(e.sizes(logits), f32Of(e)),
-                      {te, te, tRow, te}, {kPar, kPar},
-                      [&](OpBuilder &nb, Location nl, ValueRange a) {
-                        Emitter m{nb, nl};
-                        return SmallVector<Value>{
-                            mul(m, a[1], sub(m, a[0], a[2]))};
-                      })[0];
+      Value dot = e.generic(
+          {scattered, scores}, e.zeros(rows, f32Of(e)), {te, te, tRow},
+          {kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{add(m, a[2], mul(m, a[0], a[1]))};
+          })[0];
+      out = e.generic(
+          {scattered, scores, dot}, e.empty(e.sizes(logits), f32Of(e)),
+          {te, te, tRow, te}, {kPar, kPar},
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{mul(m, a[1], sub(m, a[0], a[2]))};
+          })[0];
     }
     rewriter.replaceOp(op, e.castElements(out, elt));
     return success();
@@ -769,9 +756,9 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
       SmallVector<OpFoldResult> gradSizes = e.sizes(grad);
       Value lanes = tensor::ExpandShapeOp::create(
           rewriter, e.loc,
-          RankedTensorType::get({gradType.getDimSize(0), hidden / kLanes,
-                                 kLanes},
-                                gradType.getElementType()),
+          RankedTensorType::get(
+              {gradType.getDimSize(0), hidden / kLanes, kLanes},
+              gradType.getElementType()),
           grad, SmallVector<ReassociationIndices>{{0}, {1, 2}},
           SmallVector<OpFoldResult>{gradSizes[0],
                                     rewriter.getIndexAttr(hidden / kLanes),
@@ -788,8 +775,7 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
             Value ok = inRange(m, p, rows);
             Value hIdx = arith::AddIOp::create(
                 nb, nl,
-                arith::MulIOp::create(nb, nl, loopIndex(m, 3),
-                                      m.idx(kLanes)),
+                arith::MulIOp::create(nb, nl, loopIndex(m, 3), m.idx(kLanes)),
                 loopIndex(m, 2));
             Value v = m.toF32(m.extract(y, {m.sel(ok, p, m.idx(0)), hIdx}));
             // Dropped copies add 0.
@@ -798,14 +784,14 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
           })[0];
       AffineExpr t3 = getAffineDimExpr(0, ctx), j3 = getAffineDimExpr(1, ctx),
                  l3 = getAffineDimExpr(2, ctx);
-      Value out = e.generic(
-          {partial}, e.zeros(e.sizes(pos), f32Of(e)),
-          {AffineMap::get(3, 0, {t3, j3, l3}, ctx),
-           AffineMap::get(3, 0, {t3, j3}, ctx)},
-          {kPar, kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
-            Emitter m{nb, nl};
-            return SmallVector<Value>{add(m, a[1], a[0])};
-          })[0];
+      Value out = e.generic({partial}, e.zeros(e.sizes(pos), f32Of(e)),
+                            {AffineMap::get(3, 0, {t3, j3, l3}, ctx),
+                             AffineMap::get(3, 0, {t3, j3}, ctx)},
+                            {kPar, kPar, kRed},
+                            [&](OpBuilder &nb, Location nl, ValueRange a) {
+                              Emitter m{nb, nl};
+                              return SmallVector<Value>{add(m, a[1], a[0])};
+                            })[0];
       rewriter.replaceOp(op, out);
       return success();
     }
@@ -818,8 +804,8 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
           Emitter m{nb, nl};
           Value p = m.toIndex(a[0]);
           Value ok = inRange(m, p, rows);
-          Value v = m.toF32(
-              m.extract(y, {m.sel(ok, p, m.idx(0)), loopIndex(m, 2)}));
+          Value v =
+              m.toF32(m.extract(y, {m.sel(ok, p, m.idx(0)), loopIndex(m, 2)}));
           Value s = add(m, a[2], mul(m, m.toF32(a[1]), v));
           return SmallVector<Value>{m.sel(ok, s, a[2])};
         })[0];
@@ -832,9 +818,10 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
 
 void mlir::moe::detail::populateModelOpLoweringPatterns(
     const TypeConverter &converter, RewritePatternSet &patterns) {
-  patterns.add<EmbeddingLowering, EmbeddingGradLowering, RMSNormLowering,
-               RMSNormGradLowering, RotaryLowering, AttentionLowering,
-               AttentionGradLowering, CrossEntropyLowering,
-               CrossEntropyGradLowering, RouterGradLowering,
-               CombineGradLowering>(converter, patterns.getContext());
+  patterns
+      .add<EmbeddingLowering, EmbeddingGradLowering, RMSNormLowering,
+           RMSNormGradLowering, RotaryLowering, AttentionLowering,
+           AttentionGradLowering, CrossEntropyLowering,
+           CrossEntropyGradLowering, RouterGradLowering, CombineGradLowering>(
+          converter, patterns.getContext());
 }

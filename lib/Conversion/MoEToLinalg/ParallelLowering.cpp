@@ -43,22 +43,21 @@ Value groupOfRows(Emitter &e, Value offsets, int64_t numExperts, Value rows,
   MLIRContext *ctx = e.b.getContext();
   Value init = e.empty({rowSize}, e.b.getIndexType());
   auto id = AffineMap::getMultiDimIdentityMap(1, ctx);
-  return e.generic(
-      ValueRange{}, init, {id}, {IteratorType::parallel},
-      [&](OpBuilder &nb, Location nl, ValueRange) {
-        Emitter n{nb, nl};
-        Value r = linalg::IndexOp::create(nb, nl, 0);
-        Value found = n.forLoop(
-            n.idx(0), n.idx(numExperts), n.idx(numExperts),
-            [&](Emitter &m, Value ex, ValueRange cur) {
-              auto [lo, hi] = clampedBounds(m, offsets, ex, rows);
-              Value in = arith::AndIOp::create(m.b, m.loc,
-                                               m.cmpI(P::sge, r, lo),
-                                               m.cmpI(P::slt, r, hi));
-              return SmallVector<Value>{m.sel(in, ex, cur[0])};
-            })[0];
-        return SmallVector<Value>{found};
-      })[0];
+  return e.generic(ValueRange{}, init, {id}, {IteratorType::parallel},
+                   [&](OpBuilder &nb, Location nl, ValueRange) {
+                     Emitter n{nb, nl};
+                     Value r = linalg::IndexOp::create(nb, nl, 0);
+                     Value found = n.forLoop(
+                         n.idx(0), n.idx(numExperts), n.idx(numExperts),
+                         [&](Emitter &m, Value ex, ValueRange cur) {
+                           auto [lo, hi] = clampedBounds(m, offsets, ex, rows);
+                           Value in = arith::AndIOp::create(
+                               m.b, m.loc, m.cmpI(P::sge, r, lo),
+                               m.cmpI(P::slt, r, hi));
+                           return SmallVector<Value>{m.sel(in, ex, cur[0])};
+                         })[0];
+                     return SmallVector<Value>{found};
+                   })[0];
 }
 
 /// out[r, n] = sum_k lhs[r, k] * rhs[group(r), k, n] in f32 (k ascending,
@@ -99,12 +98,15 @@ struct ParallelGroupedMatmul : OpConversionPattern<GroupedMatmulOp> {
           Value ni = linalg::IndexOp::create(nb, nl, 1);
           Value kEnd = q.sel(valid, kSize, q.idx(0));
           Value acc = q.forLoop(
-              q.idx(0), kEnd, q.f32(0.0), [&](Emitter &m, Value ki, ValueRange it) {
+              q.idx(0), kEnd, q.f32(0.0),
+              [&](Emitter &m, Value ki, ValueRange it) {
                 Value av = m.extract(a, {ri, ki});
                 Value bv = m.extract(w, transpose ? ValueRange{g, ni, ki}
                                                   : ValueRange{g, ki, ni});
-                Value p = arith::MulFOp::create(m.b, m.loc, m.toF32(av), m.toF32(bv));
-                return SmallVector<Value>{arith::AddFOp::create(m.b, m.loc, it[0], p)};
+                Value p =
+                    arith::MulFOp::create(m.b, m.loc, m.toF32(av), m.toF32(bv));
+                return SmallVector<Value>{
+                    arith::AddFOp::create(m.b, m.loc, it[0], p)};
               })[0];
           return SmallVector<Value>{acc};
         })[0];
@@ -141,14 +143,14 @@ struct ParallelGroupedMatmulWgrad : OpConversionPattern<GroupedMatmulWgradOp> {
           Value ki = linalg::IndexOp::create(nb, nl, 1);
           Value ni = linalg::IndexOp::create(nb, nl, 2);
           auto [lo, hi] = clampedBounds(q, offsets, ex, rows);
-          Value acc = q.forLoop(lo, hi, q.f32(0.0),
-                                [&](Emitter &m, Value r, ValueRange it) {
-                                  Value p = arith::MulFOp::create(
-                                      m.b, m.loc, m.toF32(m.extract(a, {r, ki})),
-                                      m.toF32(m.extract(g, {r, ni})));
-                                  return SmallVector<Value>{arith::AddFOp::create(
-                                      m.b, m.loc, it[0], p)};
-                                })[0];
+          Value acc = q.forLoop(
+              lo, hi, q.f32(0.0), [&](Emitter &m, Value r, ValueRange it) {
+                Value p = arith::MulFOp::create(m.b, m.loc,
+                                                m.toF32(m.extract(a, {r, ki})),
+                                                m.toF32(m.extract(g, {r, ni})));
+                return SmallVector<Value>{
+                    arith::AddFOp::create(m.b, m.loc, it[0], p)};
+              })[0];
           return SmallVector<Value>{acc};
         })[0];
     rewriter.replaceOp(op, e.castElements(out, resultType.getElementType()));
@@ -196,7 +198,8 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
     Value scores =
         routerScores(e, op.getScore(), op.getSoftmaxAfterTopk(), logits);
     Type idxElt = op.getIndices().getType().getElementType();
-    SmallVector<OpFoldResult> tk = {e.sizes(logits)[0], rewriter.getIndexAttr(k)};
+    SmallVector<OpFoldResult> tk = {e.sizes(logits)[0],
+                                    rewriter.getIndexAttr(k)};
     auto id = AffineMap::getMultiDimIdentityMap(2, ctx);
     ValueRange picked = e.generic(
         ValueRange{}, {e.empty(tk, idxElt), e.empty(tk, f32)}, {id, id},
@@ -222,7 +225,8 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
                       Value beats = arith::OrIOp::create(
                           q.b, q.loc, none,
                           ranksBefore(q, v, ex, best[1], best[0]));
-                      Value take = arith::AndIOp::create(q.b, q.loc, after, beats);
+                      Value take =
+                          arith::AndIOp::create(q.b, q.loc, after, beats);
                       return SmallVector<Value>{q.sel(take, ex, best[0]),
                                                 q.sel(take, v, best[1])};
                     }));
@@ -278,10 +282,11 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
     };
     /// The number of copies c in [from, to) with expert ex.
     auto countIn = [&](Emitter &n, Value from, Value to, Value ex) {
-      return n.forLoop(from, to, n.idx(0), [&](Emitter &m, Value c, ValueRange s) {
-        Value hit = m.cmpI(P::eq, expertOf(m, c), ex);
-        return SmallVector<Value>{m.sel(hit, m.addI(s[0], m.idx(1)), s[0])};
-      })[0];
+      return n.forLoop(
+          from, to, n.idx(0), [&](Emitter &m, Value c, ValueRange s) {
+            Value hit = m.cmpI(P::eq, expertOf(m, c), ex);
+            return SmallVector<Value>{m.sel(hit, m.addI(s[0], m.idx(1)), s[0])};
+          })[0];
     };
     auto blockEnd = [&](Emitter &n, Value b) {
       return n.minI(n.addI(arith::MulIOp::create(n.b, n.loc, b, n.idx(kBlock)),
@@ -321,20 +326,19 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
       return capacity >= 0 ? n.minI(total, n.idx(capacity)) : total;
     };
     auto padded = [&](Emitter &n, Value x) { return n.roundUp(x, padTo); };
-    Value counts = e.generic(
-        ValueRange{}, e.empty({eSize}, countElt), {id(1)}, par(1),
-        [&](OpBuilder &b, Location l, ValueRange) {
-          Emitter n{b, l};
-          Value ex = linalg::IndexOp::create(b, l, 0);
-          return SmallVector<Value>{n.fromIndex(keptOf(n, ex), countElt)};
-        })[0];
+    Value counts = e.generic(ValueRange{}, e.empty({eSize}, countElt), {id(1)},
+                             par(1), [&](OpBuilder &b, Location l, ValueRange) {
+                               Emitter n{b, l};
+                               Value ex = linalg::IndexOp::create(b, l, 0);
+                               return SmallVector<Value>{
+                                   n.fromIndex(keptOf(n, ex), countElt)};
+                             })[0];
     /// offsets[e] = sum of padded kept counts of experts before e.
     auto offsetOf = [&](Emitter &n, Value ex) {
-      return n.forLoop(n.idx(0), ex, n.idx(0),
-                       [&](Emitter &m, Value x, ValueRange s) {
-                         return SmallVector<Value>{
-                             m.addI(s[0], padded(m, keptOf(m, x)))};
-                       })[0];
+      return n.forLoop(
+          n.idx(0), ex, n.idx(0), [&](Emitter &m, Value x, ValueRange s) {
+            return SmallVector<Value>{m.addI(s[0], padded(m, keptOf(m, x)))};
+          })[0];
     };
     Value offsets = e.generic(
         ValueRange{}, e.empty({rewriter.getIndexAttr(numExperts + 1)}, offElt),
@@ -346,7 +350,8 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
     // 4. positions: rank of the copy among its expert's copies.
     Value positions = e.generic(
         ValueRange{},
-        e.empty({rewriter.getIndexAttr(numTok), rewriter.getIndexAttr(k)}, posElt),
+        e.empty({rewriter.getIndexAttr(numTok), rewriter.getIndexAttr(k)},
+                posElt),
         {id(2)}, par(2), [&](OpBuilder &b, Location l, ValueRange) {
           Emitter n{b, l};
           Value t = linalg::IndexOp::create(b, l, 0);
@@ -359,8 +364,8 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
           Value from = arith::MulIOp::create(b, l, blk, n.idx(kBlock));
           Value rank = n.addI(n.extract(blockStart, {blk, exs}),
                               countIn(n, from, c, exs));
-          Value keep = arith::AndIOp::create(b, l, ok,
-                                             n.cmpI(P::slt, rank, keptOf(n, exs)));
+          Value keep = arith::AndIOp::create(
+              b, l, ok, n.cmpI(P::slt, rank, keptOf(n, exs)));
           Value row = n.addI(offsetOf(n, exs), rank);
           return SmallVector<Value>{
               n.fromIndex(n.sel(keep, row, n.idx(-1)), posElt)};
@@ -374,8 +379,8 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
       rowCount = e.liveCount;
     }
     Value source = e.generic(
-        ValueRange{}, e.empty({rowCount}, idxT), {id(1)},
-        par(1), [&](OpBuilder &b, Location l, ValueRange) {
+        ValueRange{}, e.empty({rowCount}, idxT), {id(1)}, par(1),
+        [&](OpBuilder &b, Location l, ValueRange) {
           Emitter n{b, l};
           Value r = linalg::IndexOp::create(b, l, 0);
           // The expert whose kept rows hold r, and r's rank there.
@@ -387,43 +392,46 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
                 Value in = arith::AndIOp::create(
                     m.b, m.loc, m.cmpI(P::sge, r, start),
                     m.cmpI(P::slt, r, m.addI(start, kept)));
-                return SmallVector<Value>{
-                    m.sel(in, ex, s[0]), m.sel(in, m.subI(r, start), s[1]),
-                    m.addI(start, padded(m, kept))};
+                return SmallVector<Value>{m.sel(in, ex, s[0]),
+                                          m.sel(in, m.subI(r, start), s[1]),
+                                          m.addI(start, padded(m, kept))};
               });
           Value ex = owner[0], rank = owner[1];
           Value exs = n.maxI(ex, n.idx(0));
           // The block holding the rank-th copy, then the copy itself.
-          Value blk = n.forLoop(
-              n.idx(0), n.idx(nb), n.idx(0), [&](Emitter &m, Value bb, ValueRange s) {
-                Value reached = m.cmpI(P::sle, m.extract(blockStart, {bb, exs}), rank);
-                return SmallVector<Value>{m.sel(reached, bb, s[0])};
-              })[0];
+          Value blk =
+              n.forLoop(n.idx(0), n.idx(nb), n.idx(0),
+                        [&](Emitter &m, Value bb, ValueRange s) {
+                          Value reached = m.cmpI(
+                              P::sle, m.extract(blockStart, {bb, exs}), rank);
+                          return SmallVector<Value>{m.sel(reached, bb, s[0])};
+                        })[0];
           Value from = arith::MulIOp::create(b, l, blk, n.idx(kBlock));
           Value need = n.subI(rank, n.extract(blockStart, {blk, exs}));
-          ValueRange found = n.forLoop(
-              from, blockEnd(n, blk), {n.idx(0), n.idx(-1)},
-              [&](Emitter &m, Value c, ValueRange s) {
-                Value hit = m.cmpI(P::eq, expertOf(m, c), exs);
-                Value isIt = arith::AndIOp::create(m.b, m.loc, hit,
-                                                   m.cmpI(P::eq, s[0], need));
-                return SmallVector<Value>{m.sel(hit, m.addI(s[0], m.idx(1)), s[0]),
-                                          m.sel(isIt, c, s[1])};
-              });
+          ValueRange found =
+              n.forLoop(from, blockEnd(n, blk), {n.idx(0), n.idx(-1)},
+                        [&](Emitter &m, Value c, ValueRange s) {
+                          Value hit = m.cmpI(P::eq, expertOf(m, c), exs);
+                          Value isIt = arith::AndIOp::create(
+                              m.b, m.loc, hit, m.cmpI(P::eq, s[0], need));
+                          return SmallVector<Value>{
+                              m.sel(hit, m.addI(s[0], m.idx(1)), s[0]),
+                              m.sel(isIt, c, s[1])};
+                        });
           Value copy = found[1];
           Value token = arith::DivSIOp::create(b, l, copy, n.idx(k));
-          Value valid = arith::AndIOp::create(b, l, n.cmpI(P::sge, ex, n.idx(0)),
-                                              n.cmpI(P::sge, copy, n.idx(0)));
+          Value valid =
+              arith::AndIOp::create(b, l, n.cmpI(P::sge, ex, n.idx(0)),
+                                    n.cmpI(P::sge, copy, n.idx(0)));
           return SmallVector<Value>{n.sel(valid, token, n.idx(-1))};
         })[0];
     // 6. gather the rows (of each part).
     SmallVector<Value> sorted;
     for (auto [part, type] : llvm::zip(tokens, sortedTypes))
-      sorted.push_back(
-          e.fullRows(e.gatherRows(part, source, rowCount), type));
-    rewriter.replaceOpWithMultiple(
-        op, {ValueRange(sorted), ValueRange(offsets), ValueRange(counts),
-             ValueRange(positions)});
+      sorted.push_back(e.fullRows(e.gatherRows(part, source, rowCount), type));
+    rewriter.replaceOpWithMultiple(op,
+                                   {ValueRange(sorted), ValueRange(offsets),
+                                    ValueRange(counts), ValueRange(positions)});
     return success();
   }
 };
@@ -433,8 +441,9 @@ struct ParallelDispatch : OpConversionPattern<DispatchOp> {
 void mlir::moe::populateMoEToParallelLinalgPatterns(
     const TypeConverter &converter, RewritePatternSet &patterns,
     const LiveRowBounds *live) {
-  patterns.add<ParallelGroupedMatmul, ParallelGroupedMatmulWgrad,
-               ParallelRouter>(converter, patterns.getContext(),
-                               /*benefit=*/2);
+  patterns
+      .add<ParallelGroupedMatmul, ParallelGroupedMatmulWgrad, ParallelRouter>(
+          converter, patterns.getContext(),
+          /*benefit=*/2);
   patterns.add<ParallelDispatch>(converter, patterns.getContext(), live);
 }

@@ -120,8 +120,9 @@ struct ConvertMoEToRuntimePass
     }
     if (symbols.lookup(name))
       return module.emitError("@")
-             << name << " names something other than a function; it is the "
-                        "communication runtime's entry point";
+             << name
+             << " names something other than a function; it is the "
+                "communication runtime's entry point";
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     auto f = func::FuncOp::create(b, loc, name, type);
     f.setPrivate();
@@ -198,17 +199,17 @@ struct ConvertMoEToRuntimePass
                                      in.getScalesType(), op.getInput());
     b.setInsertionPoint(op);
     Type counts = op.getRecvCounts().getType();
-    auto data = AllToAllOp::create(
-        b, loc, TypeRange{out.getDataType(), counts},
-        ValueRange{unpack.getData(), op.getSendCounts()},
-        op->getAttrDictionary().getValue());
-    auto scales = AllToAllOp::create(
-        b, loc, TypeRange{out.getScalesType(), counts},
-        ValueRange{unpack.getScales(), op.getSendCounts()},
-        op->getAttrDictionary().getValue());
+    auto data =
+        AllToAllOp::create(b, loc, TypeRange{out.getDataType(), counts},
+                           ValueRange{unpack.getData(), op.getSendCounts()},
+                           op->getAttrDictionary().getValue());
+    auto scales =
+        AllToAllOp::create(b, loc, TypeRange{out.getScalesType(), counts},
+                           ValueRange{unpack.getScales(), op.getSendCounts()},
+                           op->getAttrDictionary().getValue());
     b.setInsertionPoint(firstReaderInBlock(op.getResult(), op->getBlock()));
-    Value rows = MXPackOp::create(b, loc, out, data.getResult(),
-                                  scales.getResult());
+    Value rows =
+        MXPackOp::create(b, loc, out, data.getResult(), scales.getResult());
     op.getResult().replaceAllUsesWith(rows);
     op.getRecvCounts().replaceAllUsesWith(data.getRecvCounts());
     op.erase();
@@ -261,8 +262,8 @@ struct ConvertMoEToRuntimePass
       startResults = TypeRange(i64);
     // A slot-major side: the `slots` entry points, which take the layout
     // (bit 0: input, bit 1: result) and the slots' padding.
-    int64_t layout = (op.getSlotMajorInput() ? 1 : 0) |
-                     (op.getSlotMajorResult() ? 2 : 0);
+    int64_t layout =
+        (op.getSlotMajorInput() ? 1 : 0) | (op.getSlotMajorResult() ? 2 : 0);
     SmallVector<Type> argTypes = {rowsDyn, countsDyn, rowsDyn, countsDyn, i64};
     if (layout)
       argTypes.append({i64, i64});
@@ -280,10 +281,11 @@ struct ConvertMoEToRuntimePass
     (*fn).setArgAttr(0, kRowsCountedByAttr, b.getI64IntegerAttr(1));
     FailureOr<func::FuncOp> waitFn;
     if (overlap) {
-      waitFn = declare(module, "moert_all_to_all_wait_" + dtype,
-                       FunctionType::get(&getContext(),
-                                         {i64, anyLayout(rowsDyn), rowsDyn}, {}),
-                       /*cInterface=*/true, loc);
+      waitFn =
+          declare(module, "moert_all_to_all_wait_" + dtype,
+                  FunctionType::get(&getContext(),
+                                    {i64, anyLayout(rowsDyn), rowsDyn}, {}),
+                  /*cInterface=*/true, loc);
       if (failed(waitFn))
         return failure();
       // The wait only checks the input's address.
@@ -339,10 +341,12 @@ struct ConvertMoEToRuntimePass
       // merge it into the start's.
       b.setInsertionPoint(firstReaderInBlock(op.getResult(), block));
       Value again = bufferization::ToBufferOp::create(
-          b, loc, anyLayout(MemRefType::get(inType.getShape(),
-                                            inType.getElementType())),
+          b, loc,
+          anyLayout(
+              MemRefType::get(inType.getShape(), inType.getElementType())),
           op.getInput(), /*read_only=*/true);
-      Value againDyn = memref::CastOp::create(b, loc, anyLayout(rowsDyn), again);
+      Value againDyn =
+          memref::CastOp::create(b, loc, anyLayout(rowsDyn), again);
       func::CallOp::create(b, loc, *waitFn,
                            ValueRange{call.getResult(0), againDyn, outDyn});
     }
@@ -398,8 +402,8 @@ struct ConvertMoEToRuntimePass
              << inType.getElementType() << " to " << resType.getElementType()
              << "; only float widening/narrowing, int to float and int "
                 "widening/narrowing are supported";
-    auto flatDyn = MemRefType::get({ShapedType::kDynamic},
-                                   resType.getElementType());
+    auto flatDyn =
+        MemRefType::get({ShapedType::kDynamic}, resType.getElementType());
     auto fnType = FunctionType::get(&getContext(),
                                     {flatDyn, flatDyn, b.getI64Type()}, {});
     auto fn = declare(module, "moert_all_reduce_sum_" + dtype, fnType,
@@ -407,7 +411,8 @@ struct ConvertMoEToRuntimePass
     if (failed(fn))
       return failure();
 
-    auto bufType = MemRefType::get(resType.getShape(), resType.getElementType());
+    auto bufType =
+        MemRefType::get(resType.getShape(), resType.getElementType());
     Value inBuf = bufferization::ToBufferOp::create(b, loc, bufType, *input,
                                                     /*read_only=*/true);
     Value outBuf = newBuffer(b, loc, resType, inBuf);
@@ -418,12 +423,12 @@ struct ConvertMoEToRuntimePass
       if (rank == 0) {
         v = memref::ExpandShapeOp::create(
             b, loc, MemRefType::get({1}, resType.getElementType()), v,
-            ArrayRef<ReassociationIndices>{}, ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+            ArrayRef<ReassociationIndices>{},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
       } else if (rank > 1) {
-        ReassociationIndices all =
-            llvm::to_vector(llvm::seq<int64_t>(0, rank));
-        v = memref::CollapseShapeOp::create(b, loc, v,
-                                            ArrayRef<ReassociationIndices>{all});
+        ReassociationIndices all = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+        v = memref::CollapseShapeOp::create(
+            b, loc, v, ArrayRef<ReassociationIndices>{all});
       }
       return memref::CastOp::create(b, loc, flatDyn, v);
     };
@@ -435,7 +440,8 @@ struct ConvertMoEToRuntimePass
     return success();
   }
 
-  LogicalResult lowerProcessIndex(ModuleOp module, shard::ProcessLinearIndexOp op) {
+  LogicalResult lowerProcessIndex(ModuleOp module,
+                                  shard::ProcessLinearIndexOp op) {
     Location loc = op.getLoc();
     OpBuilder b(op);
     auto fn = declare(module, "moert_comm_rank",

@@ -38,8 +38,8 @@ public:
 };
 
 struct AllocatorStats {
-  size_t bytesInUse = 0;    ///< handed out and not freed
-  size_t bytesCached = 0;   ///< freed, kept for reuse
+  size_t bytesInUse = 0;  ///< handed out and not freed
+  size_t bytesCached = 0; ///< freed, kept for reuse
   size_t peakBytesInUse = 0;
   uint64_t deviceAllocations = 0; ///< calls that reached the backend
   uint64_t reuses = 0;            ///< allocations served from the cache
@@ -78,8 +78,8 @@ private:
 
   Backend &backend;
   mutable std::mutex mutex;
-  std::unordered_map<void *, Block> live;   ///< handed out
-  std::multimap<size_t, void *> cached;     ///< size -> freed block
+  std::unordered_map<void *, Block> live; ///< handed out
+  std::multimap<size_t, void *> cached;   ///< size -> freed block
   std::unordered_map<void *, Block> cachedBlocks;
   AllocatorStats counters;
 };

@@ -27,10 +27,10 @@ namespace moert::artifact {
 ///              [param NAME init normal|ones [hf_transposed]] [input ROLE]
 struct Tensor {
   std::string dtype;
-  std::string param;        ///< `param NAME`: a model parameter's name
-  std::string init;         ///< its initialization (normal or ones)
-  bool hfTransposed = false;///< last two dims swapped vs Hugging Face
-  std::string input;        ///< `input ROLE`: a data input (ids, labels)
+  std::string param;         ///< `param NAME`: a model parameter's name
+  std::string init;          ///< its initialization (normal or ones)
+  bool hfTransposed = false; ///< last two dims swapped vs Hugging Face
+  std::string input;         ///< `input ROLE`: a data input (ids, labels)
   std::vector<int64_t> shape;
   int64_t lo = 0, hi = 0; ///< `range LO HI`: integers drawn from [lo, hi)
   bool hasRange = false;

@@ -265,7 +265,7 @@ struct moert_memref2d {
 #define MOERT_DECLARE_ALL_TO_ALL(T)                                            \
   void _mlir_ciface_moert_all_to_all_##T(                                      \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
-      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
       int64_t group_size);
 MOERT_DECLARE_ALL_TO_ALL(f32)
 MOERT_DECLARE_ALL_TO_ALL(bf16)
@@ -288,7 +288,7 @@ MOERT_DECLARE_ALL_TO_ALL(f8e8m0fnu)
 #define MOERT_DECLARE_ALL_TO_ALL_ASYNC(T)                                      \
   int64_t _mlir_ciface_moert_all_to_all_start_##T(                             \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
-      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
       int64_t group_size);                                                     \
   void _mlir_ciface_moert_all_to_all_wait_##T(int64_t handle,                  \
                                               struct moert_memref2d *input,    \
@@ -310,11 +310,11 @@ MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e8m0fnu)
 #define MOERT_DECLARE_ALL_TO_ALL_SLOTS(T)                                      \
   void _mlir_ciface_moert_all_to_all_slots_##T(                                \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
-      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
       int64_t group_size, int64_t layout, int64_t pad_to);                     \
   int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
-      struct moert_memref2d *result, struct moert_memref1d *recv_counts,      \
+      struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
       int64_t group_size, int64_t layout, int64_t pad_to);
 MOERT_DECLARE_ALL_TO_ALL_SLOTS(f32)
 MOERT_DECLARE_ALL_TO_ALL_SLOTS(bf16)
@@ -327,8 +327,8 @@ MOERT_DECLARE_ALL_TO_ALL_SLOTS(f8e8m0fnu)
 
 /// shard.all_reduce (sum), on the flattened tensor: result = sum of input.
 #define MOERT_DECLARE_ALL_REDUCE(T)                                            \
-  void _mlir_ciface_moert_all_reduce_sum_##T(struct moert_memref1d *input,    \
-                                             struct moert_memref1d *result,   \
+  void _mlir_ciface_moert_all_reduce_sum_##T(struct moert_memref1d *input,     \
+                                             struct moert_memref1d *result,    \
                                              int64_t group_size);
 MOERT_DECLARE_ALL_REDUCE(f32)
 MOERT_DECLARE_ALL_REDUCE(f64)

@@ -22,8 +22,8 @@ struct AdamWOptions {
 
 /// One AdamW step (PyTorch's torch.optim.AdamW semantics) on `n` values:
 /// p -= lr * (wd * p) when `decay`; m = b1 m + (1 - b1) g;
-/// v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
-/// `t` is the 1-based step count.
+/// v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t))
+/// + eps). `t` is the 1-based step count.
 void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
                int64_t t, double lr, bool decay, const AdamWOptions &options);
 

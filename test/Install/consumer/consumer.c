@@ -1,7 +1,7 @@
 /* The C API from an installed package. */
+#include "mlir-c/IR.h"
 #include "moe-c/Dialects.h"
 #include "moe-c/Passes.h"
-#include "mlir-c/IR.h"
 #include <stdio.h>
 
 int main(void) {
@@ -16,7 +16,8 @@ int main(void) {
                "  return %a : tensor<2x4xf32>\n}\n"));
   printf("parsed: %d\n", !mlirModuleIsNull(m));
   MlirLogicalResult r = moeRunPipeline(
-      m, mlirStringRefCreateFromCString("builtin.module(convert-moe-to-linalg)"));
+      m,
+      mlirStringRefCreateFromCString("builtin.module(convert-moe-to-linalg)"));
   printf("lowered: %d\n", mlirLogicalResultIsSuccess(r));
   mlirModuleDestroy(m);
   mlirContextDestroy(ctx);

@@ -1,8 +1,8 @@
 // Parses a moe program, runs the training pipeline, prints the result.
+#include "moe/Compiler/Compiler.h"
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Compiler/Compiler.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -18,7 +18,8 @@ int main() {
       %q = moe.quantize %x : tensor<4x64xbf16> -> !moe.mx<4x64xf8E4M3FN, axis = 1>
       %y = moe.dequantize %q : !moe.mx<4x64xf8E4M3FN, axis = 1> -> tensor<4x64xf32>
       return %y : tensor<4x64xf32>
-    })mlir", &context);
+    })mlir",
+                                                        &context);
   if (!module)
     return 1;
   mlir::PassManager pm(&context);

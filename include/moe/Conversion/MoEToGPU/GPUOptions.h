@@ -25,14 +25,14 @@ namespace mlir::moe {
 /// TableGen enum `EnumT`: the option accepts those names and no others.
 template <typename EnumT, std::optional<EnumT> (*Symbolize)(uint32_t)>
 struct EnumOptionValues {
-  template <class Opt>
-  void apply(Opt &o) const {
+  template <class Opt> void apply(Opt &o) const {
     for (uint32_t i = 0; std::optional<EnumT> e = Symbolize(i); ++i)
       o.getParser().addLiteralOption(stringifyEnum(*e), *e, "");
   }
 };
 using GPUChipValues = EnumOptionValues<GPUChip, symbolizeGPUChip>;
-using KernelFormatValues = EnumOptionValues<KernelFormat, symbolizeKernelFormat>;
+using KernelFormatValues =
+    EnumOptionValues<KernelFormat, symbolizeKernelFormat>;
 using RoundTripPairingValues =
     EnumOptionValues<RoundTripPairing, symbolizeRoundTripPairing>;
 using MXActivationsValues =

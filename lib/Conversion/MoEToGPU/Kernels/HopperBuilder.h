@@ -17,11 +17,11 @@ namespace mlir::moe::kernels {
 
 /// The wgmma kernels' tiles, their cp.async ring and its shared memory.
 namespace hopper {
-constexpr int64_t TileM = 128;     // rows per CTA: two m64 MMAs
-constexpr int64_t TileN = 128;     // columns per CTA = MMA N
-constexpr int64_t TileK = 64;      // K per stage
+constexpr int64_t TileM = 128; // rows per CTA: two m64 MMAs
+constexpr int64_t TileN = 128; // columns per CTA = MMA N
+constexpr int64_t TileK = 64;  // K per stage
 constexpr int64_t MmaM = 64, MmaK = 16;
-constexpr int64_t Stages = 3;      // shared-memory ring (2 CTAs an SM)
+constexpr int64_t Stages = 3;         // shared-memory ring (2 CTAs an SM)
 constexpr int64_t Ahead = Stages - 1; // stages loaded ahead
 // MMA groups left in flight at the end of an iteration: the buffer refilled
 // at iteration it, (it + Ahead) % Stages, was read by the MMAs of
@@ -29,15 +29,15 @@ constexpr int64_t Ahead = Stages - 1; // stages loaded ahead
 // it-1's wait (the barrier): Ahead + MmaInFlight <= Stages - 1.
 constexpr int64_t MmaInFlight = Stages - 1 - Ahead;
 static_assert(Ahead >= 1 && MmaInFlight >= 0, "the ring's schedule");
-constexpr int64_t Threads = 128;   // one warpgroup
-constexpr int64_t TileABytes = TileM * TileK * 2;  // 16384
-constexpr int64_t TileBBytes = TileK * TileN * 2;  // 16384
+constexpr int64_t Threads = 128;                  // one warpgroup
+constexpr int64_t TileABytes = TileM * TileK * 2; // 16384
+constexpr int64_t TileBBytes = TileK * TileN * 2; // 16384
 constexpr int64_t StageBytes = TileABytes + TileBBytes;
 // The ring and 1 KiB of slack to start it on a 1 KiB boundary (swizzle atoms).
 constexpr int64_t SmemBytes = Stages * StageBytes + 1024; // 99328
-constexpr int64_t LBO = 8192; // next 64 MN values (MN-major, swizzled)
-constexpr int64_t SBO = 1024; // next 8 rows (one swizzle atom)
-constexpr int64_t AccRegs = TileN / 2;     // f32 per thread per MMA half
+constexpr int64_t LBO = 8192;          // next 64 MN values (MN-major, swizzled)
+constexpr int64_t SBO = 1024;          // next 8 rows (one swizzle atom)
+constexpr int64_t AccRegs = TileN / 2; // f32 per thread per MMA half
 
 /// What the Hopper wgmma emitters share: global and shared addresses,
 } // namespace hopper
@@ -62,9 +62,9 @@ struct HopperBuilder : KernelBuilder {
   /// `tileBase`, in the 128-byte swizzled layout (see "Hopper (sm_90a): bf16
   /// grouped GEMM").
   Value swizzledChunk(Value tileBase, Value row, Value c) {
-    return add(tileBase,
-               add(mul(row, idx(128)),
-                   mul(arith::XOrIOp::create(b, loc, c, rem(row, 8)), idx(16))));
+    return add(tileBase, add(mul(row, idx(128)),
+                             mul(arith::XOrIOp::create(b, loc, c, rem(row, 8)),
+                                 idx(16))));
   }
   /// Copies a K-major 128 x 64 bf16 tile (128 rows of 128 bytes) into the
   /// swizzled layout at `tileBase`: thread `tid` copies chunk tid % 8 of rows
@@ -73,7 +73,8 @@ struct HopperBuilder : KernelBuilder {
   void copyKMajorTile(Value tid, Value tileBase, Value global,
                       function_ref<Value(Value, Value)> source) {
     Value c = rem(tid, 8), k = mul(c, idx(8));
-    for (int64_t i = 0; i < hopper::TileM * hopper::TileK / 8 / hopper::Threads; ++i) {
+    for (int64_t i = 0; i < hopper::TileM * hopper::TileK / 8 / hopper::Threads;
+         ++i) {
       Value r = add(div(tid, 8), idx(16 * i));
       copy16(swizzledChunk(tileBase, r, c), global, source(r, k));
     }
@@ -85,9 +86,9 @@ struct HopperBuilder : KernelBuilder {
   /// is the global byte offset of the row's 8 values from tile column
   /// `column` and the bytes to read (the rest of the 16 zero-filled; null:
   /// all 16).
-  void copyMNMajorTile(
-      Value tid, Value tileBase, Value global,
-      function_ref<std::pair<Value, Value>(Value, Value)> source) {
+  void
+  copyMNMajorTile(Value tid, Value tileBase, Value global,
+                  function_ref<std::pair<Value, Value>(Value, Value)> source) {
     Value cc = rem(tid, 16);
     Value half = add(tileBase, mul(div(cc, 8), idx(8192)));
     for (int64_t i = 0; i < hopper::TileK / 8; ++i) {
@@ -123,8 +124,8 @@ struct HopperBuilder : KernelBuilder {
   /// The bf16 MMA main loop over `nk` (index) stages of 64 reduction
   /// values through the 3-buffer ring (see "Hopper (sm_90a): bf16 grouped
   /// GEMM" for the schedule): `load(kt, slot)` issues stage kt's cp.asyncs
-  /// into ring buffer `slot` (A tile first, then B at hopper::TileABytes, both in
-  /// the 128-byte swizzled layouts: setUp(hopper::LBO, hopper::SBO, true));
+  /// into ring buffer `slot` (A tile first, then B at hopper::TileABytes, both
+  /// in the 128-byte swizzled layouts: setUp(hopper::LBO, hopper::SBO, true));
   /// `layoutA` is `row` for a K-major A tile, `col` for an MN-major one;
   /// `layoutB` `col` for a K-major B tile, `row` for an MN-major one.
   /// Returns the two m64n128 accumulators (zeros when nk is 0).
@@ -164,8 +165,8 @@ struct HopperBuilder : KernelBuilder {
               int64_t aAt = layoutA == NVVM::MMALayout::row
                                 ? h * hopper::MmaM * 128 + 32 * j
                                 : h * 8192 + 2048 * j;
-              d[h] = bf16Mma(d[h], descriptor(slotUnits, aAt), bDesc,
-                             layoutA, layoutB);
+              d[h] = bf16Mma(d[h], descriptor(slotUnits, aAt), bDesc, layoutA,
+                             layoutB);
             }
           }
           NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -241,7 +242,6 @@ struct HopperBuilder : KernelBuilder {
   }
 };
 
-
 /// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
 /// blocks along `axis` (the contraction), which dequantizes exactly.
 bool bf16OrMXAlong(Value v, unsigned axis);
@@ -259,8 +259,7 @@ struct Bf16GemmTypes {
 };
 std::optional<Bf16GemmTypes> bf16GemmTypes(Operation *op, Value lhsValue,
                                            Value rhsValue, Value offsetsValue,
-                                           int64_t rhsRank,
-                                           int64_t resultRank);
+                                           int64_t rhsRank, int64_t resultRank);
 
 /// The declaration of libmoert's moertTensorMap2D (moert/Gpu.h), which the
 /// TMA kernels' host code calls to encode their tensor maps.

@@ -82,8 +82,7 @@ func::FuncOp getOrCreateKernelCall(
         b, loc, MemRefType::get(t.getShape(), t.getElementType())));
   if (host)
     host(b, buffers, outs);
-  auto launch =
-      createNamedLaunch(b, loc, shape, (name + "_kernel").str());
+  auto launch = createNamedLaunch(b, loc, shape, (name + "_kernel").str());
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(launch.getBody().front().getTerminator());
@@ -102,8 +101,7 @@ func::FuncOp getOrCreateKernelCall(
     ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
     ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
     LaunchShape shape,
-    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
-        emit,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)> emit,
     function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host) {
   return getOrCreateKernelCall(
       module, symbols, name, what, argTypes, ArrayRef(resultType), loc, shape,
@@ -133,9 +131,9 @@ namespace {
 // and barrier ops. The ownership-based buffer deallocation, which runs over
 // the generated functions (gpu.launch and all), rejects ops with unknown
 // effects; these models declare what the ops do (they read and write shared
-// or tensor memory; the descriptor and conversion ops compute values only). Attached
-// through this pass's dependent-dialect registry, only where upstream has no
-// interface of its own.
+// or tensor memory; the descriptor and conversion ops compute values only).
+// Attached through this pass's dependent-dialect registry, only where upstream
+// has no interface of its own.
 template <typename OpTy>
 struct ReadsAndWritesMemory
     : MemoryEffectOpInterface::ExternalModel<ReadsAndWritesMemory<OpTy>, OpTy> {
@@ -178,13 +176,12 @@ void attachNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::MBarrierTryWaitParityOp, NVVM::Barrier0Op, NVVM::FenceProxyOp,
       NVVM::CpAsyncOp, NVVM::CpAsyncCommitGroupOp, NVVM::CpAsyncWaitGroupOp,
       NVVM::WgmmaFenceAlignedOp, NVVM::WgmmaGroupSyncAlignedOp,
-      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp,
-      NVVM::MBarrierArriveOp, NVVM::MBarrierArriveExpectTxOp,
+      NVVM::WgmmaWaitGroupSyncOp, NVVM::WgmmaMmaAsyncOp, NVVM::MBarrierArriveOp,
+      NVVM::MBarrierArriveExpectTxOp,
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp,
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp,
       NVVM::CpAsyncBulkCommitGroupOp, NVVM::CpAsyncBulkWaitGroupOp,
-      NVVM::BarrierOp,
-      NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
+      NVVM::BarrierOp, NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);

@@ -101,7 +101,8 @@ struct KernelBuilder {
   }
   /// The address of a buffer's first element, as an i64.
   Value baseAddress(Value memref) {
-    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
+    return toI64(
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref));
   }
   /// A global pointer `byteOffset` (index) bytes past `base` (i64).
   Value globalPtr(Value base, Value byteOffset) {
@@ -113,8 +114,8 @@ struct KernelBuilder {
   /// loaded as one vector aligned to `alignment` bytes.
   SmallVector<Value> loadVector(Type elt, int64_t n, Value ptr,
                                 unsigned alignment) {
-    Value v = LLVM::LoadOp::create(b, loc, VectorType::get({n}, elt), ptr,
-                                   alignment);
+    Value v =
+        LLVM::LoadOp::create(b, loc, VectorType::get({n}, elt), ptr, alignment);
     SmallVector<Value> values;
     for (int64_t i = 0; i < n; ++i)
       values.push_back(LLVM::ExtractElementOp::create(b, loc, v, int32(i)));
@@ -244,9 +245,7 @@ struct KernelBuilder {
               cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd)); // CTA-uniform
           return ifElse(
               TypeRange(carried), meets,
-              [&]() -> SmallVector<Value> {
-                return body(e, lo, hi, carried);
-              },
+              [&]() -> SmallVector<Value> { return body(e, lo, hi, carried); },
               [&]() -> SmallVector<Value> {
                 return SmallVector<Value>(carried.begin(), carried.end());
               });
@@ -281,17 +280,16 @@ struct KernelBuilder {
   SmallVector<Value> decodeF8Pair(Value pair, Type f8,
                                   std::array<Value, 2> scales, Type outElt) {
     Value f16 = NVVM::ConvertF8x2ToF16x2Op::create(
-        b, loc, VectorType::get({2}, b.getF16Type()), pair, /*relu=*/false,
-        f8);
+        b, loc, VectorType::get({2}, b.getF16Type()), pair, /*relu=*/false, f8);
     SmallVector<Value> result;
     for (int64_t j = 0; j < 2; ++j) {
       Value half = LLVM::ExtractElementOp::create(b, loc, f16, int32(j));
       Value q = arith::ExtFOp::create(b, loc, b.getF32Type(), half);
       Value v = arith::MulFOp::create(b, loc, q, scales[j]);
-      result.push_back(outElt.isF32()
-                           ? v
-                           : arith::TruncFOp::create(b, loc, outElt, v)
-                                 .getResult());
+      result.push_back(
+          outElt.isF32()
+              ? v
+              : arith::TruncFOp::create(b, loc, outElt, v).getResult());
     }
     return result;
   }
@@ -318,9 +316,8 @@ struct KernelBuilder {
   /// The MX encoding of one block (f32 `values`, an even number, and their
   /// amax) as mxRoundTrip computes it: the E8M0 scale byte (i8) and the
   /// elements, two at a time (vector<2xi8>, element 0 first).
-  std::pair<Value, SmallVector<Value>> mxEncode(ArrayRef<Value> values,
-                                                Value amax, Type f8,
-                                                ScaleMode mode) {
+  std::pair<Value, SmallVector<Value>>
+  mxEncode(ArrayRef<Value> values, Value amax, Type f8, ScaleMode mode) {
     MXFormat fmt = MXFormat::get(f8);
     Value byte = buildScaleByte(b, loc, amax, fmt, mode);
     Value inverse = buildInverseScale(b, loc, byte);
@@ -329,8 +326,7 @@ struct KernelBuilder {
     for (size_t i = 0; i + 1 < values.size(); i += 2)
       // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
       pairs.push_back(NVVM::ConvertF32x2ToF8x2Op::create(
-          b, loc, pairI8,
-          arith::MulFOp::create(b, loc, values[i + 1], inverse),
+          b, loc, pairI8, arith::MulFOp::create(b, loc, values[i + 1], inverse),
           arith::MulFOp::create(b, loc, values[i], inverse),
           NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
           /*relu=*/false, f8));
@@ -398,14 +394,15 @@ struct KernelBuilder {
   }
 };
 
-
 /// memory in bytes.
 struct LaunchShape {
   int64_t gridX, gridY, gridZ, threads, smemBytes;
 };
 
 /// Tiles of `tile` covering `n`.
-inline int64_t tilesOf(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
+inline int64_t tilesOf(int64_t n, int64_t tile) {
+  return (n + tile - 1) / tile;
+}
 
 /// A gpu.launch of `shape` (its body empty but for the terminator) that
 
@@ -436,8 +433,7 @@ func::FuncOp getOrCreateKernelCall(
     ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
     ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
     LaunchShape shape,
-    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)>
-        emit,
+    function_ref<void(OpBuilder &, gpu::LaunchOp, ArrayRef<Value>, Value)> emit,
     function_ref<void(OpBuilder &, ArrayRef<Value>, ArrayRef<Value>)> host =
         nullptr);
 

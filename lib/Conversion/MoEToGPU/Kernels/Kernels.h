@@ -83,14 +83,12 @@ struct WgmmaGemm {
   bool tma = false;
   std::string name() const {
     return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}{7}",
-                         rows, k, n, experts,
-                         elementName(offsetElt),
+                         rows, k, n, experts, elementName(offsetElt),
                          rhsTransposed ? "_rhsT" : "",
                          liveRowsOnly ? "_live" : "", tma ? "_tma" : "")
         .str();
   }
 };
-
 
 /// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
 
@@ -147,12 +145,10 @@ struct SwigluEpilogue {
                             stringifyScaleMode(colMode))
                   .str()
             : "";
-    return llvm::formatv("_{0}_{1}_{2}{3}{4}{5}{6}",
-                         grad ? "swiglu_grad" : "swiglu",
-                         elementName(f8),
-                         stringifyScaleMode(mode), mx ? "_mx" : "",
-                         keepH ? "_h" : "",
-                         keepF32 ? (grad ? "_dh" : "_a") : "", colName)
+    return llvm::formatv(
+               "_{0}_{1}_{2}{3}{4}{5}{6}", grad ? "swiglu_grad" : "swiglu",
+               elementName(f8), stringifyScaleMode(mode), mx ? "_mx" : "",
+               keepH ? "_h" : "", keepF32 ? (grad ? "_dh" : "_a") : "", colName)
         .str();
   }
 };
@@ -187,10 +183,11 @@ inline bool stagesF32(const TmaGemm &g) { return !g.swiglu; }
 
 /// The TMA kernel computing `t` (TmaGemmMainloop.cpp), named `name`: the
 /// host encodes the tensor maps before the launch.
-func::FuncOp getOrCreateWgmmaTmaFunction(
-    ModuleOp module, SymbolTable &symbols, const TmaGemm &t, StringRef name,
-    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
-    Location loc);
+func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
+                                         const TmaGemm &t, StringRef name,
+                                         ArrayRef<Type> argTypes,
+                                         ArrayRef<RankedTensorType> resultTypes,
+                                         Location loc);
 
 /// A GEMM followed by SwiGLU (or its gradient) and the MX round trip of the
 /// next GEMM's operand, which the TMA kernel's SwiGLU epilogue computes in
@@ -236,8 +233,7 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 
 /// `op` (MXFP8 operands) as a call of the FP8 wgmma kernel if it handles the
 /// shape; returns whether it did.
-bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
-                     SymbolTable &symbols);
+bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // f32 dense matmul on CUDA cores
@@ -282,15 +278,11 @@ struct MXRoundTrip {
   /// Elements between consecutive values of one block.
   int64_t inner() const { return mxInner(mx); }
   std::string name() const {
-    return llvm::formatv("moe_mx_round_trip_{0}_{1}_{2}_{3}_to_{4}{5}",
-                         mxShapeName(mx),
-                         elementName(mx.getElementType()),
-                         stringifyScaleMode(mode),
-                         elementName(inElt),
-                         elementName(outElt),
-                         offsetElt ? "_live_" + elementName(
-                                                    offsetElt)
-                                   : std::string())
+    return llvm::formatv(
+               "moe_mx_round_trip_{0}_{1}_{2}_{3}_to_{4}{5}", mxShapeName(mx),
+               elementName(mx.getElementType()), stringifyScaleMode(mode),
+               elementName(inElt), elementName(outElt),
+               offsetElt ? "_live_" + elementName(offsetElt) : std::string())
         .str();
   }
   int64_t units() const { return elements() / roundtrip::Block; }
@@ -331,12 +323,12 @@ struct MXRoundTripPair {
                elementName(alongK.mx.getElementType()),
                stringifyScaleMode(alongK.mode),
                elementName(alongN.mx.getElementType()),
-               stringifyScaleMode(alongN.mode),
-               elementName(alongK.inElt),
-               elementName(alongK.outElt),
-               elementName(alongN.outElt))
+               stringifyScaleMode(alongN.mode), elementName(alongK.inElt),
+               elementName(alongK.outElt), elementName(alongN.outElt))
                .str() +
-           (withK && withN ? "" : withK ? "_k_only" : "_n_only");
+           (withK && withN ? ""
+            : withK        ? "_k_only"
+                           : "_n_only");
   }
 };
 
@@ -363,11 +355,12 @@ struct GatheredRows {
 
 /// The pair kernel of `g` reading gathered rows: (tokens, source[, scale])
 /// -> its results.
-func::FuncOp getOrCreateRoundTripPairGather(
-    ModuleOp module, SymbolTable &symbols, const MXRoundTripPair &g,
-    StringRef name, ArrayRef<Type> argTypes,
-    ArrayRef<RankedTensorType> resultTypes, Location loc,
-    const GatheredRows &rows);
+func::FuncOp
+getOrCreateRoundTripPairGather(ModuleOp module, SymbolTable &symbols,
+                               const MXRoundTripPair &g, StringRef name,
+                               ArrayRef<Type> argTypes,
+                               ArrayRef<RankedTensorType> resultTypes,
+                               Location loc, const GatheredRows &rows);
 
 /// Every moe.dequantize the dequantize kernel handles (after the round
 /// trips) becomes a call of it on the MX value's data and scales.

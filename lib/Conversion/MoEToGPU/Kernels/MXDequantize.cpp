@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "KernelBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -41,8 +41,7 @@ struct MXDequantize {
   int64_t inner() const { return mxInner(mx); }
   std::string name() const {
     return llvm::formatv("moe_mx_dequantize_{0}_{1}_to_{2}", mxShapeName(mx),
-                         elementName(mx.getElementType()),
-                         elementName(outElt))
+                         elementName(mx.getElementType()), elementName(outElt))
         .str();
   }
 };
@@ -99,19 +98,20 @@ struct DequantizeEmitter : KernelBuilder {
           b, loc, mask, arith::AndIOp::create(b, loc, sBase, int64(7)));
     Value aligned = cmp(P::eq, mask, int64(0));
     Type elt = g.mx.getElementType();
-    strideLoop(gtid, idx(g.elements() / Per), grid * Threads,
-               [&](Value group) {
+    strideLoop(gtid, idx(g.elements() / Per), grid * Threads, [&](Value group) {
       Value first = mul(group, idx(Per));
       SmallVector<Value> bytes = loadBytes(ds, dBase, first, Per, aligned);
       // Flat element f = (o * along + a) * inner + i has scale
       // (o * along / 32 + a / 32) * inner + i.
       SmallVector<Value> scaleBytes;
       if (oneScale) {
-        scaleBytes.assign(Per, loadBits(ss, ValueRange{div(first, roundtrip::Block)}));
+        scaleBytes.assign(
+            Per, loadBits(ss, ValueRange{div(first, roundtrip::Block)}));
       } else {
         Value i = rem(first, inner), rowIdx = div(first, inner);
         Value o = div(rowIdx, along), a = rem(rowIdx, along);
-        Value at = add(mul(add(mul(o, idx(along / roundtrip::Block)), div(a, roundtrip::Block)),
+        Value at = add(mul(add(mul(o, idx(along / roundtrip::Block)),
+                               div(a, roundtrip::Block)),
                            idx(inner)),
                        i);
         scaleBytes = loadBytes(ss, sBase, at, Per, aligned);
@@ -145,8 +145,8 @@ void lowerDequantizes(ModuleOp module, SymbolTable &symbols) {
     DequantizeOp dq = item.first;
     const MXDequantize &g = item.second;
     MXTensorType mx = g.mx;
-    int64_t grid = std::min(tilesOf(g.elements() / Per, Threads),
-                            roundtrip::MaxBlocks);
+    int64_t grid =
+        std::min(tilesOf(g.elements() / Per, Threads), roundtrip::MaxBlocks);
     func::FuncOp kernel = getOrCreateKernelCall(
         module, symbols, g.name(), "mx dequantize",
         {mx.getDataType(), mx.getScalesType()}, dq.getType(), dq.getLoc(),

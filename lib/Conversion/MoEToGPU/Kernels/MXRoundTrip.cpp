@@ -18,9 +18,9 @@
 //
 // Work: one unit per block of 32 values, units in memory order of their
 // first element (row-major over the dims, the block axis counted in blocks).
-// Grid: at most roundtrip::MaxBlocks CTAs striding over the work, of 256 threads
-// (128 where each thread holds a whole block: 136 registers a thread, so
-// three CTAs an SM instead of one).
+// Grid: at most roundtrip::MaxBlocks CTAs striding over the work, of 256
+// threads (128 where each thread holds a whole block: 136 registers a thread,
+// so three CTAs an SM instead of one).
 // - Blocks along the innermost dim (contiguous): 8 lanes per block, 4
 //   consecutive values per lane (one 16-byte load when the buffers are
 //   16-byte aligned, else 4 loads); the block amax is the lane's 4 and then
@@ -36,8 +36,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "KernelBuilder.h"
+#include "Kernels.h"
 
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 
@@ -83,8 +83,7 @@ std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq) {
   if (!in || !in.hasStaticShape() || !out.hasStaticShape() ||
       ShapedType::isDynamicShape(mx.getShape()) ||
       !isRoundTripFloat(in.getElementType()) ||
-      !isRoundTripFloat(out.getElementType()) ||
-      mx.getBlockSize() != Block ||
+      !isRoundTripFloat(out.getElementType()) || mx.getBlockSize() != Block ||
       mx.getShape()[mx.getAxis()] % Block != 0 || in.getNumElements() == 0)
     return std::nullopt;
   return MXRoundTrip{mx, in.getElementType(), out.getElementType(),
@@ -146,9 +145,9 @@ struct RoundTripEmitter : KernelBuilder {
             return ifElse(
                 inTypes, aligned,
                 [&] {
-                  return loadVector(
-                      g.inElt, 4, globalPtr(xBase, mul(first, idx(inBytes))),
-                      4 * inBytes);
+                  return loadVector(g.inElt, 4,
+                                    globalPtr(xBase, mul(first, idx(inBytes))),
+                                    4 * inBytes);
                 },
                 [&] {
                   SmallVector<Value> parts;
@@ -176,8 +175,7 @@ struct RoundTripEmitter : KernelBuilder {
     int64_t inner = g.inner();
     strideLoop(gtid, units, grid * g.ctaThreads(), [&](Value u) {
       // Unit u = (block row q, column i): values (32 q + j) * inner + i.
-      Value first =
-          add(mul(div(u, inner), idx(Block * inner)), rem(u, inner));
+      Value first = add(mul(div(u, inner), idx(Block * inner)), rem(u, inner));
       SmallVector<Value> at, values;
       for (int64_t j = 0; j < Block; ++j) {
         at.push_back(add(first, idx(j * inner)));
@@ -197,14 +195,13 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
                                           ArrayRef<Type> argTypes,
                                           RankedTensorType resultType,
                                           Location loc) {
-  int64_t grid =
-      std::min(tilesOf(g.threads(), g.ctaThreads()), MaxBlocks);
+  int64_t grid = std::min(tilesOf(g.threads(), g.ctaThreads()), MaxBlocks);
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, g.name(), "mx round trip", argTypes, resultType, loc,
       {grid, 1, 1, g.ctaThreads(), 0},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        RoundTripEmitter k{{b, loc}, g, grid, buf[0],
-                           g.offsetElt ? buf[1] : Value(), out};
+        RoundTripEmitter k{
+            {b, loc}, g, grid, buf[0], g.offsetElt ? buf[1] : Value(), out};
         k.emit(launch);
       });
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
@@ -237,8 +234,7 @@ void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
     }
     func::FuncOp kernel = getOrCreateRoundTripFunction(
         module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
-        dq.getType(),
-        dq.getLoc());
+        dq.getType(), dq.getLoc());
     OpBuilder b(dq);
     auto call = func::CallOp::create(b, dq.getLoc(), kernel, args);
     dq.getResult().replaceAllUsesWith(call.getResult(0));

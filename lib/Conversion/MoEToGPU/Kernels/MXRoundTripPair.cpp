@@ -10,8 +10,8 @@
 // reads and two writes; the K-blocked pass alone also reads 32 rows apart).
 //
 // Work: tiles of 32 rows x 32 columns of one matrix, a warp a tile, warps
-// striding over the tiles (at most roundtrip::MaxBlocks CTAs of 8 warps). Lane l
-// loads column l of the tile's 32 rows (every load a coalesced 128-byte row
+// striding over the tiles (at most roundtrip::MaxBlocks CTAs of 8 warps). Lane
+// l loads column l of the tile's 32 rows (every load a coalesced 128-byte row
 // of f32): its 32 values are one block of the K-blocked result. The tile
 // goes through the warp's shared-memory slab so that lane l then holds row
 // l: one block of the N-blocked result, stored as one 32-value run. Each
@@ -21,9 +21,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
-#include "KernelBuilder.h"
 #include "../MemoryPolicy.h"
+#include "KernelBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -56,9 +56,7 @@ struct RoundTripPairEmitter : KernelBuilder {
   int64_t sourceRows = 0, perRow = 1;
   bool scaleFirst = true;
 
-  void syncWarp() {
-    NVVM::SyncWarpOp::create(b, loc, int32(-1));
-  }
+  void syncWarp() { NVVM::SyncWarpOp::create(b, loc, int32(-1)); }
 
   void emit(gpu::LaunchOp launch) {
     Value tid = launch.getThreadIds().x;
@@ -99,18 +97,19 @@ struct RoundTripPairEmitter : KernelBuilder {
       if (source) {
         Value r = add(mul(div(rc, colTiles), idx(32)), lane);
         Value s = memref::LoadOp::create(b, loc, source, ValueRange{r});
-        Value inside = land(cmp(P::sge, s, idx(0)), cmp(P::slt, s, idx(sourceRows)));
+        Value inside =
+            land(cmp(P::sge, s, idx(0)), cmp(P::slt, s, idx(sourceRows)));
         rowSource = arith::IndexCastOp::create(b, loc, i32(),
                                                select(inside, s, idx(-1)));
         if (scale)
-          rowScale = memref::LoadOp::create(b, loc, scale,
-                                            ValueRange{select(inside, s, idx(0))});
+          rowScale = memref::LoadOp::create(
+              b, loc, scale, ValueRange{select(inside, s, idx(0))});
       }
       for (int64_t i = 0; i < 32; ++i) {
         at.push_back(add(corner, add(idx(i * cols), lane)));
         if (!source) {
-          column.push_back(toF32(
-              memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
+          column.push_back(
+              toF32(memref::LoadOp::create(b, loc, xs, ValueRange{at.back()})));
         } else {
           Value s = gpu::ShuffleOp::create(b, loc, rowSource, int32(i),
                                            int32(32), gpu::ShuffleMode::IDX)
@@ -121,8 +120,7 @@ struct RoundTripPairEmitter : KernelBuilder {
             row = div(row, perRow);
           Value from = add(mul(row, idx(cols)),
                            add(mul(rem(rc, colTiles), idx(32)), lane));
-          Value v =
-              toF32(memref::LoadOp::create(b, loc, xs, ValueRange{from}));
+          Value v = toF32(memref::LoadOp::create(b, loc, xs, ValueRange{from}));
           if (scale) {
             Value w = gpu::ShuffleOp::create(b, loc, rowScale, int32(i),
                                              int32(32), gpu::ShuffleMode::IDX)
@@ -130,11 +128,10 @@ struct RoundTripPairEmitter : KernelBuilder {
             v = scaleFirst ? arith::MulFOp::create(b, loc, w, v)
                            : arith::MulFOp::create(b, loc, v, w);
           }
-          column.push_back(
-              select(inside, v,
-                     arith::ConstantFloatOp::create(
-                         b, loc, cast<FloatType>(b.getF32Type()),
-                         APFloat(0.0f))));
+          column.push_back(select(
+              inside, v,
+              arith::ConstantFloatOp::create(
+                  b, loc, cast<FloatType>(b.getF32Type()), APFloat(0.0f))));
         }
         if (ns)
           LLVM::StoreOp::create(b, loc, column.back(), slot(idx(i), lane), 4);
@@ -184,7 +181,8 @@ std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func) {
   auto parts = func->getAttrOfType<ArrayAttr>(kRoundTripPairAttr);
   if (!parts || parts.size() != 10)
     return std::nullopt;
-  auto withK = dyn_cast<BoolAttr>(parts[8]), withN = dyn_cast<BoolAttr>(parts[9]);
+  auto withK = dyn_cast<BoolAttr>(parts[8]),
+       withN = dyn_cast<BoolAttr>(parts[9]);
   if (!withK || !withN)
     return std::nullopt;
   MXRoundTrip trips[2];
@@ -306,11 +304,12 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
   }
 }
 
-func::FuncOp getOrCreateRoundTripPairGather(
-    ModuleOp module, SymbolTable &symbols, const MXRoundTripPair &g,
-    StringRef name, ArrayRef<Type> argTypes,
-    ArrayRef<RankedTensorType> resultTypes, Location loc,
-    const GatheredRows &rows) {
+func::FuncOp
+getOrCreateRoundTripPairGather(ModuleOp module, SymbolTable &symbols,
+                               const MXRoundTripPair &g, StringRef name,
+                               ArrayRef<Type> argTypes,
+                               ArrayRef<RankedTensorType> resultTypes,
+                               Location loc, const GatheredRows &rows) {
   int64_t grid = std::min(tilesOf(g.tiles(), PairWarps), MaxBlocks);
   return getOrCreateKernelCall(
       module, symbols, name, "mx round trips along both dims of gathered rows",

@@ -35,8 +35,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "HopperBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -52,8 +52,7 @@ constexpr int64_t Acc = Groups * Per * Groups * Per; // 64
 constexpr int64_t Loads = 2 * Groups * Per;
 constexpr int64_t BTileBytes = TileK * Tile * 4; // 8192
 // Every element of the 128 x 16 A and 16 x 128 B tiles loaded once a step.
-static_assert(Threads * Loads == 2 * Tile * TileK,
-              "f32 matmul: tile loads");
+static_assert(Threads * Loads == 2 * Tile * TileK, "f32 matmul: tile loads");
 } // namespace simt
 
 using namespace simt;
@@ -99,8 +98,8 @@ std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
       !b.getElementType().isF32() || !c.getElementType().isF32())
     return std::nullopt;
   int64_t m = a.getDimSize(0), k = a.getDimSize(1), n = b.getDimSize(1);
-  if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k ||
-      c.getDimSize(0) != m || c.getDimSize(1) != n)
+  if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k || c.getDimSize(0) != m ||
+      c.getDimSize(1) != n)
     return std::nullopt;
   // Fewer than 1024 outputs (a dot product, a short matrix-vector product):
   // one or two CTAs would do all of K; the generic path splits such
@@ -131,8 +130,8 @@ struct SimtMatmulEmitter : HopperBuilder {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifOp.getThenRegion().front());
       scf::YieldOp::create(
-          b, loc, ValueRange{memref::LoadOp::create(b, loc, memref,
-                                                    ValueRange{r, c})});
+          b, loc,
+          ValueRange{memref::LoadOp::create(b, loc, memref, ValueRange{r, c})});
       b.setInsertionPointToStart(&ifOp.getElseRegion().front());
       scf::YieldOp::create(
           b, loc,
@@ -157,25 +156,24 @@ struct SimtMatmulEmitter : HopperBuilder {
     SmallVector<Value> values;
     auto run = [&](Value m, Value base, Value row, Value col, int64_t rows,
                    int64_t cols) {
-      Value inside = land(vectorOk, land(cmp(P::slt, row, idx(rows)),
-                                         cmp(P::sle, add(col, idx(Per)),
-                                             idx(cols))));
+      Value inside =
+          land(vectorOk, land(cmp(P::slt, row, idx(rows)),
+                              cmp(P::sle, add(col, idx(Per)), idx(cols))));
       llvm::append_range(
-          values,
-          ifElse(
-              SmallVector<Type>(Per, b.getF32Type()), inside,
-              [&] {
-                Value at = mul(add(mul(row, idx(cols)), col), idx(4));
-                return loadVector(b.getF32Type(), Per, globalPtr(base, at),
-                                  16);
-              },
-              [&] {
-                SmallVector<Value> elements;
-                for (int64_t q = 0; q < Per; ++q)
-                  elements.push_back(
-                      loadOrZero(m, row, add(col, idx(q)), rows, cols));
-                return elements;
-              }));
+          values, ifElse(
+                      SmallVector<Type>(Per, b.getF32Type()), inside,
+                      [&] {
+                        Value at = mul(add(mul(row, idx(cols)), col), idx(4));
+                        return loadVector(b.getF32Type(), Per,
+                                          globalPtr(base, at), 16);
+                      },
+                      [&] {
+                        SmallVector<Value> elements;
+                        for (int64_t q = 0; q < Per; ++q)
+                          elements.push_back(
+                              loadOrZero(m, row, add(col, idx(q)), rows, cols));
+                        return elements;
+                      }));
     };
     for (int64_t r = 0; r < 2; ++r)
       run(a, aBase, add(m0, aRow(r)), add(k0, aCol()), g.m, g.k);
@@ -215,39 +213,36 @@ struct SimtMatmulEmitter : HopperBuilder {
     // 16-byte loads need rows of A and B (K and N f32) and both buffers
     // 16-byte aligned.
     Value vectorOk = boolean(g.k % Per == 0 && g.n % Per == 0);
-    vectorOk = land(vectorOk,
-                    cmp(P::eq,
-                        arith::AndIOp::create(
-                            b, loc, arith::OrIOp::create(b, loc, aBase, bBase),
-                            int64(15)),
-                        int64(0)));
+    vectorOk = land(
+        vectorOk,
+        cmp(P::eq,
+            arith::AndIOp::create(
+                b, loc, arith::OrIOp::create(b, loc, aBase, bBase), int64(15)),
+            int64(0)));
     Value tx = rem(tid, 16), ty = div(tid, 16);
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
     // This CTA's K steps: all, or those of split z.
     Value split = launch.getBlockIds().z;
     Value first = mul(split, idx(g.stepsPerSplit()));
-    Value count = minS(idx(g.stepsPerSplit()),
-                       maxS(arith::SubIOp::create(b, loc, idx(g.steps()), first),
-                            idx(0)));
+    Value count = minS(
+        idx(g.stepsPerSplit()),
+        maxS(arith::SubIOp::create(b, loc, idx(g.steps()), first), idx(0)));
     // Step kt's tiles are in shared memory while step kt + 1's loads are in
     // flight (in registers, stored after the step's FMAs).
     // Accumulator ii * 8 + jj: row 64 (ii / 4) + 4 ty + ii % 4, column
     // 64 (jj / 4) + 4 tx + jj % 4 of the tile.
     constexpr int64_t side = Groups * Per;
     auto rowOf = [&](int64_t ii) {
-      return add(m0, add(mul(ty, idx(Per)),
-                         idx(Half * (ii / Per) + ii % Per)));
+      return add(m0, add(mul(ty, idx(Per)), idx(Half * (ii / Per) + ii % Per)));
     };
     auto colOf = [&](int64_t jj) {
-      return add(n0, add(mul(tx, idx(Per)),
-                         idx(Half * (jj / Per) + jj % Per)));
+      return add(n0, add(mul(tx, idx(Per)), idx(Half * (jj / Per) + jj % Per)));
     };
     SmallVector<Value> init(Acc, zero);
-    SmallVector<Value> staged =
-        ifElse(SmallVector<Type>(Loads, b.getF32Type()),
-               cmp(P::sgt, count, idx(0)),
-               [&] { return loadStep(first, vectorOk); },
-               [&] { return SmallVector<Value>(Loads, zero); });
+    SmallVector<Value> staged = ifElse(
+        SmallVector<Type>(Loads, b.getF32Type()), cmp(P::sgt, count, idx(0)),
+        [&] { return loadStep(first, vectorOk); },
+        [&] { return SmallVector<Value>(Loads, zero); });
     llvm::append_range(init, staged);
     SmallVector<Value> acc = forLoop(
         0, count, init,
@@ -265,14 +260,14 @@ struct SimtMatmulEmitter : HopperBuilder {
             SmallVector<Value> av, bv;
             for (int64_t p = 0; p < Groups; ++p) {
               llvm::append_range(
-                  av, loadShared4(mul(add(idx(kk * Tile + Half * p),
-                                          mul(ty, idx(Per))),
-                                      idx(4))));
+                  av, loadShared4(
+                          mul(add(idx(kk * Tile + Half * p), mul(ty, idx(Per))),
+                              idx(4))));
               llvm::append_range(
-                  bv, loadShared4(add(idx(BTileBytes),
-                                      mul(add(idx(kk * Tile + Half * p),
-                                              mul(tx, idx(Per))),
-                                          idx(4)))));
+                  bv, loadShared4(add(
+                          idx(BTileBytes),
+                          mul(add(idx(kk * Tile + Half * p), mul(tx, idx(Per))),
+                              idx(4)))));
             }
             for (int64_t i = 0; i < side; ++i)
               for (int64_t j = 0; j < side; ++j)
@@ -302,8 +297,8 @@ struct SimtMatmulEmitter : HopperBuilder {
   /// The second kernel of a split K: out = C_in + (((p_0 + p_1) + p_2) ...),
   /// one thread an output, grid-stride.
   void emitSum(gpu::LaunchOp launch, int64_t grid) {
-    Value gtid = add(mul(launch.getBlockIds().x, idx(Threads)),
-                     launch.getThreadIds().x);
+    Value gtid =
+        add(mul(launch.getBlockIds().x, idx(Threads)), launch.getThreadIds().x);
     strideLoop(gtid, idx(g.m * g.n), grid * Threads, [&](Value e) {
       Value r = div(e, g.n), c = rem(e, g.n);
       Value sum =
@@ -321,12 +316,10 @@ struct SimtMatmulEmitter : HopperBuilder {
 
 /// The private function computing one f32 matmul shape: (A, B, C_in) ->
 /// C_in + A @ B.
-func::FuncOp getOrCreateSimtMatmulFunction(ModuleOp module,
-                                           SymbolTable &symbols,
-                                           const SimtMatmul &g,
-                                           ArrayRef<Type> argTypes,
-                                           RankedTensorType resultType,
-                                           Location loc) {
+func::FuncOp
+getOrCreateSimtMatmulFunction(ModuleOp module, SymbolTable &symbols,
+                              const SimtMatmul &g, ArrayRef<Type> argTypes,
+                              RankedTensorType resultType, Location loc) {
   return getOrCreateKernelCall(
       module, symbols, g.name(), "f32 matmul, shared-memory tiles", argTypes,
       resultType, loc,
@@ -370,8 +363,8 @@ bool lowerToSimtMatmul(linalg::MatmulOp op, ModuleOp module,
       module, symbols, *mm, {lhs.getType(), rhs.getType(), init.getType()},
       resultType, op.getLoc());
   OpBuilder b(op);
-  auto call = func::CallOp::create(b, op.getLoc(), kernel,
-                                   ValueRange{lhs, rhs, init});
+  auto call =
+      func::CallOp::create(b, op.getLoc(), kernel, ValueRange{lhs, rhs, init});
   op->getResult(0).replaceAllUsesWith(call.getResult(0));
   op->erase();
   return true;

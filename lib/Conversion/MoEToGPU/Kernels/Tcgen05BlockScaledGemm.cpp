@@ -113,8 +113,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "KernelBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -123,21 +123,21 @@ namespace mlir::moe::kernels {
 
 namespace tcgen05 {
 // Tile sizes and the fixed shared / tensor memory plan (see the header).
-constexpr int64_t TileM = 128;      // rows per CTA = MMA M = TMEM lanes
-constexpr int64_t TileN = 128;      // columns per CTA = MMA N
-constexpr int64_t TileK = 128;      // K per stage = 4 scale blocks = 4 MMAs
-constexpr int64_t MmaK = 32;        // K of one kind::mxf8f6f4 MMA
-constexpr int64_t Threads = 128;    // 4 warps: one per 32-lane TMEM quarter
-constexpr int64_t CoreBytes = 128;  // 8 rows x 16 bytes
+constexpr int64_t TileM = 128;     // rows per CTA = MMA M = TMEM lanes
+constexpr int64_t TileN = 128;     // columns per CTA = MMA N
+constexpr int64_t TileK = 128;     // K per stage = 4 scale blocks = 4 MMAs
+constexpr int64_t MmaK = 32;       // K of one kind::mxf8f6f4 MMA
+constexpr int64_t Threads = 128;   // 4 warps: one per 32-lane TMEM quarter
+constexpr int64_t CoreBytes = 128; // 8 rows x 16 bytes
 constexpr int64_t LBO = CoreBytes; // next core matrix along K
 constexpr int64_t SBO = TileK / 16 * CoreBytes; // next 8 rows: 1024
 constexpr int64_t SmemA = 0;
-constexpr int64_t SmemB = SmemA + TileM * TileK;    // 16384
-constexpr int64_t SmemSFA = SmemB + TileN * TileK;  // 32768
+constexpr int64_t SmemB = SmemA + TileM * TileK;     // 16384
+constexpr int64_t SmemSFA = SmemB + TileN * TileK;   // 32768
 constexpr int64_t SmemSFB = SmemSFA + TileM * 4;     // 33280
 constexpr int64_t SmemBarrier = SmemSFB + TileN * 4; // 33792 (8-aligned)
-constexpr int64_t SmemTmemSlot = SmemBarrier + 8;     // 33800
-constexpr int64_t SmemBytes = SmemTmemSlot + 8;       // 33808
+constexpr int64_t SmemTmemSlot = SmemBarrier + 8;    // 33800
+constexpr int64_t SmemBytes = SmemTmemSlot + 8;      // 33808
 constexpr int64_t TmemAcc = 0;
 constexpr int64_t TmemSFA = TileN;       // 128
 constexpr int64_t TmemSFB = TmemSFA + 4; // 132
@@ -323,24 +323,22 @@ struct BlockScaledGemmEmitter : KernelBuilder {
         tileEnd,
         [&](Value e, Value lo, Value hi,
             ValueRange carried) -> SmallVector<Value> {
-      Value phase = forLoop(
-          0, idx(g.k / TileK), {carried[0]},
-          [&](Value stage, ValueRange ph) -> SmallVector<Value> {
-            loadStage(e, stage);
-            fenceForAsyncProxy();
-            NVVM::Barrier0Op::create(b, loc);
-            ifThen(isLeader, [&] { issueStage(stage); });
-            // The MMAs have read shared memory and written
-            // the accumulator once this phase completes.
-            NVVM::MBarrierTryWaitParityOp::create(
-                b, loc, sharedPtr(SmemBarrier), ph[0],
-                int32(WaitTicks));
-            return {arith::XOrIOp::create(b, loc, ph[0], int32(1))};
-          })[0];
-      Value inGroup =
-          land(cmp(P::sle, lo, row), cmp(P::slt, row, hi));
-      storeRow(inGroup);
-      return {phase, lor(carried[1], inGroup)};
+          Value phase = forLoop(
+              0, idx(g.k / TileK), {carried[0]},
+              [&](Value stage, ValueRange ph) -> SmallVector<Value> {
+                loadStage(e, stage);
+                fenceForAsyncProxy();
+                NVVM::Barrier0Op::create(b, loc);
+                ifThen(isLeader, [&] { issueStage(stage); });
+                // The MMAs have read shared memory and written
+                // the accumulator once this phase completes.
+                NVVM::MBarrierTryWaitParityOp::create(
+                    b, loc, sharedPtr(SmemBarrier), ph[0], int32(WaitTicks));
+                return {arith::XOrIOp::create(b, loc, ph[0], int32(1))};
+              })[0];
+          Value inGroup = land(cmp(P::sle, lo, row), cmp(P::slt, row, hi));
+          storeRow(inGroup);
+          return {phase, lor(carried[1], inGroup)};
         });
 
     // Rows of the tile in no group are zero.
@@ -406,21 +404,21 @@ std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op) {
 
 /// The private function computing one grouped GEMM shape (see the header):
 /// (A data, A scales, B data, B scales, offsets) -> result.
-func::FuncOp getOrCreateBlockScaledGemmFunction(ModuleOp module, SymbolTable &symbols,
-                                       const BlockScaledGemm &g,
-                                       ArrayRef<Type> argTypes,
-                                       RankedTensorType resultType,
-                                       Location loc) {
-  return withGroupedArgs(getOrCreateKernelCall(
-      module, symbols, g.name(), "tcgen05.mma.block_scale mxf8f6f4", argTypes,
-      resultType, loc,
-      {tilesOf(g.rows, TileM), g.n / TileN, 1, Threads, SmemBytes},
-      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        BlockScaledGemmEmitter k{{b, loc}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
-                        out};
-        k.emit(launch);
-      }),
-                         {0, 1}, 4);
+func::FuncOp getOrCreateBlockScaledGemmFunction(
+    ModuleOp module, SymbolTable &symbols, const BlockScaledGemm &g,
+    ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc) {
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, g.name(), "tcgen05.mma.block_scale mxf8f6f4",
+          argTypes, resultType, loc,
+          {tilesOf(g.rows, TileM), g.n / TileN, 1, Threads, SmemBytes},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              Value out) {
+            BlockScaledGemmEmitter k{{b, loc}, g,      buf[0], buf[1],
+                                     buf[2],   buf[3], buf[4], out};
+            k.emit(launch);
+          }),
+      {0, 1}, 4);
 }
 
 void lowerBlockScaledGemm(GroupedMatmulOp op, const BlockScaledGemm &g,
@@ -441,8 +439,8 @@ void lowerBlockScaledGemm(GroupedMatmulOp op, const BlockScaledGemm &g,
                                      rhs.getScalesType(), op.getRhs());
   auto call = func::CallOp::create(
       b, loc, kernel,
-      ValueRange{lhsParts.getData(), lhsParts.getScales(),
-                 rhsParts.getData(), rhsParts.getScales(), op.getOffsets()});
+      ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),
+                 rhsParts.getScales(), op.getOffsets()});
   op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();
 }

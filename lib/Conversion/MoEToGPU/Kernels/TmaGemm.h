@@ -19,9 +19,9 @@ namespace mlir::moe::kernels {
 /// Tiles, the stage ring, barriers, staging boxes and registers of the TMA
 /// kernel; budgets pinned by static_asserts.
 namespace tma {
-constexpr int64_t TileM = 128;  // two consumer warpgroups of m64
-constexpr int64_t TileN = 256;  // MMA N
-constexpr int64_t TileK = 64;   // one 128-byte swizzle row of bf16
+constexpr int64_t TileM = 128; // two consumer warpgroups of m64
+constexpr int64_t TileN = 256; // MMA N
+constexpr int64_t TileK = 64;  // one 128-byte swizzle row of bf16
 constexpr int64_t Stages = 4;
 constexpr int64_t Threads = 384; // producer warpgroup + two consumers
 constexpr int64_t ConsumerThreads = 256;
@@ -47,8 +47,7 @@ constexpr int64_t WarpgroupBarrier = 6;
 // staging boxes clear of the barriers (the SwiGLU kernels' amax slots start
 // right after them, but those kernels stage nothing).
 static_assert(StoreSmemBytes <= 232448, "TMA kernel: shared memory");
-static_assert(StagingAt >= Barriers + 2 * Stages * 8 &&
-                  StagingAt % 1024 == 0,
+static_assert(StagingAt >= Barriers + 2 * Stages * 8 && StagingAt % 1024 == 0,
               "TMA kernel: staging boxes after the barriers, 1 KiB aligned");
 // An 8-bit lhs (TmaGemm::lhsF8): per stage its 128 x 64 elements (8 KiB,
 // unswizzled 64-byte rows) land in the A slot, and warps 1-3 of the
@@ -66,8 +65,7 @@ constexpr int64_t ConverterBarrier = 8;
 constexpr int64_t ProducerRegs = 40, SwigluConsumerRegs = 232;
 constexpr int64_t ConverterRegs = 120, ConverterConsumerRegs = 184;
 static_assert(128 * ProducerRegs + 256 * SwigluConsumerRegs <= 65536 &&
-                  128 * ConverterRegs + 256 * ConverterConsumerRegs <=
-                      65536,
+                  128 * ConverterRegs + 256 * ConverterConsumerRegs <= 65536,
               "TMA kernel: the register split");
 static_assert(Barriers + 3 * Stages * 8 <= StagingAt,
               "TMA kernel: the 8-bit lhs's barriers before the staging boxes");
@@ -115,21 +113,19 @@ struct TmaEpilogue : HopperBuilder {
     Value e, lo, hi, m0, n0, stages;
   };
 
-
   /// Stores consumer `c`'s 64 x 256 accumulators (its rows from `first`)
   /// through the copy engine into the f32 array of tensor map `map`, rows
   /// from `outRow`, box q (registers 4 j + 2 h + cc, j in [4 q, 4 q + 4)) at
   /// column `column(q)`: 8 boxes of 32 columns, alternating between the
-  /// warpgroup's two staging buffers: wait until the store that last read the buffer
-  /// (two boxes ago) has read it, write the box (the map's 128-byte swizzle:
-  /// 16-byte chunk k of row r at chunk k ^ (r % 8); a warp's 8-byte stores
-  /// cover every bank twice), fence the writes for the copy engine, and one
-  /// thread issues the store. The warpgroup then moves on to its next tile
+  /// warpgroup's two staging buffers: wait until the store that last read the
+  /// buffer (two boxes ago) has read it, write the box (the map's 128-byte
+  /// swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8); a warp's 8-byte
+  /// stores cover every bank twice), fence the writes for the copy engine, and
+  /// one thread issues the store. The warpgroup then moves on to its next tile
   /// while the boxes travel.
   void storeBoxes(Value acc, Value map, Value outRow,
                   function_ref<Value(int64_t)> column, Value c, Value warp,
                   Value lane);
-
 
   /// The SwiGLU epilogue (see SwigluEpilogue). The B tile held 128 gate
   /// columns, then the up columns of the same outputs, so register
@@ -138,8 +134,8 @@ struct TmaEpilogue : HopperBuilder {
   /// outputs of a row make four MX blocks of 8 values each, the other 24 of
   /// every block in the 3 lanes of the same row (the lanes l ^ 1, l ^ 2,
   /// l ^ 3), which one amax reduction over 2 xor shuffles combines.
-  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
-                   Value warp, Value lane);
+  void storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c, Value warp,
+                   Value lane);
 
   /// The columnwise pass's shared memory (SwigluEpilogue::col): warp w's
   /// slots and its partner's (w ^ 1), and the warp pair's named barrier

@@ -26,8 +26,8 @@ namespace mlir::moe::kernels {
 using namespace tma;
 
 void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
-                function_ref<Value(int64_t)> column, Value c, Value warp,
-                Value lane) {
+                             function_ref<Value(int64_t)> column, Value c,
+                             Value warp, Value lane) {
   Value local = rem(tid, 128);
   Value leader = cmp(P::eq, local, idx(0));
   Value barrier = i32Of(add(c, idx(WarpgroupBarrier)));
@@ -56,10 +56,9 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
             add(mul(arith::XOrIOp::create(b, loc, chunk, rem(r, 8)), idx(16)),
                 mul(rem(lane, 2), idx(8))));
         int64_t i = 4 * (4 * q + jj) + 2 * h;
-        LLVM::StoreOp::create(b, loc,
-                              pairOf(accAt(acc, i), accAt(acc, i + 1),
-                                     b.getF32Type()),
-                              sharedPtrAt(at), /*alignment=*/8);
+        LLVM::StoreOp::create(
+            b, loc, pairOf(accAt(acc, i), accAt(acc, i + 1), b.getF32Type()),
+            sharedPtrAt(at), /*alignment=*/8);
       }
     }
     fenceForAsyncProxy();
@@ -77,7 +76,7 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
 }
 
 void TmaEpilogue::storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
-                 Value warp, Value lane) {
+                              Value warp, Value lane) {
   int64_t f = g.n / 2;
   Value c0 = div(t.n0, 2);
   Value col = add(c0, mul(rem(lane, 4), idx(2)));
@@ -151,9 +150,8 @@ void TmaEpilogue::storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
       first[k] = rowBlock(0, m + k);
       second[k] = rowBlock(1, m + k);
     }
-    storeColumnBlock(t, m / 2, f, {32 * m, 32 * (m + 1)},
-                     {first[0], first[1]}, {second[0], second[1]}, x,
-                     rowBase, col, lane);
+    storeColumnBlock(t, m / 2, f, {32 * m, 32 * (m + 1)}, {first[0], first[1]},
+                     {second[0], second[1]}, x, rowBase, col, lane);
   }
 }
 
@@ -173,13 +171,15 @@ SmallVector<Value> TmaEpilogue::roundRowBlock(ArrayRef<Value> values) {
                      b.getF32Type());
 }
 
-std::pair<Value, SmallVector<Value>> TmaEpilogue::encodeRowBlock(ArrayRef<Value> values) {
+std::pair<Value, SmallVector<Value>>
+TmaEpilogue::encodeRowBlock(ArrayRef<Value> values) {
   Value amax = warpMax(amaxOf(values), {1, 2});
   return mxEncode(values, amax, g.swiglu->f8, g.swiglu->mode);
 }
 
-void TmaEpilogue::storeEncoded(const std::pair<Value, SmallVector<Value>> &encoded,
-                  Value at, Value scaleAt, Value lane) {
+void TmaEpilogue::storeEncoded(
+    const std::pair<Value, SmallVector<Value>> &encoded, Value at,
+    Value scaleAt, Value lane) {
   Value outBase = baseAddress(out);
   for (int64_t i = 0; i < 4; ++i)
     LLVM::StoreOp::create(b, loc, encoded.second[i],
@@ -192,8 +192,8 @@ void TmaEpilogue::storeEncoded(const std::pair<Value, SmallVector<Value>> &encod
   });
 }
 
-void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value c,
-                     Value warp, Value lane) {
+void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase,
+                                  Value c, Value warp, Value lane) {
   int64_t f = g.n, twoF = 2 * g.n;
   Value col = add(t.n0, mul(rem(lane, 4), idx(2)));
   Value outBase = baseAddress(out);
@@ -203,12 +203,8 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value
   Value lastRow = add(t.hi, idx(-1));
   constexpr int64_t blocksPerRow = TileN / SwigluBlock;
   bool mMajor = bool(outCol);
-  auto hOf = [&](int64_t k) {
-    return mMajor ? k % 2 : k / blocksPerRow;
-  };
-  auto mOf = [&](int64_t k) {
-    return mMajor ? k / 2 : k % blocksPerRow;
-  };
+  auto hOf = [&](int64_t k) { return mMajor ? k % 2 : k / blocksPerRow; };
+  auto mOf = [&](int64_t k) { return mMajor ? k / 2 : k % blocksPerRow; };
   auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
   // gate and up of h at da's columns 8 j + 2 (l%4) + {0, 1}, j in the block.
   auto loadBlock = [&](int64_t k) {
@@ -220,8 +216,7 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value
         llvm::append_range(
             values,
             loadVector(f32, 2,
-                       globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))),
-                       8));
+                       globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8));
     return values;
   };
   ColumnExchange x;
@@ -295,12 +290,13 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase, Value
   }
 }
 
-void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot, int64_t rowStride,
-                      std::array<int64_t, 2> halfAt,
-                      std::array<ArrayRef<Value>, 2> first,
-                      std::array<ArrayRef<Value>, 2> second,
-                      const ColumnExchange &x, Value rowBase, Value col,
-                      Value lane) {
+void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot,
+                                   int64_t rowStride,
+                                   std::array<int64_t, 2> halfAt,
+                                   std::array<ArrayRef<Value>, 2> first,
+                                   std::array<ArrayRef<Value>, 2> second,
+                                   const ColumnExchange &x, Value rowBase,
+                                   Value col, Value lane) {
   Value own = x.own, partner = x.partner, pairBarrier = x.pairBarrier;
   Type f32 = b.getF32Type();
   // Column v: half v / 8 (gate, up), value v % 8 = 2 i + cc.
@@ -314,8 +310,7 @@ void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot, int64_t rowStrid
     Value at = add(add(own, slotAt), laneAt);
     for (int64_t q = 0; q < 4; ++q) {
       Value v = vectorOf(ArrayRef(amax).slice(4 * q, 4));
-      LLVM::StoreOp::create(b, loc, v,
-                            sharedPtrAt(add(at, idx(16 * q))), 16);
+      LLVM::StoreOp::create(b, loc, v, sharedPtrAt(add(at, idx(16 * q))), 16);
     }
   });
   NVVM::BarrierOp::create(b, loc, Type(), pairBarrier, int32(64),
@@ -325,15 +320,15 @@ void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot, int64_t rowStrid
     SmallVector<Value> other =
         loadVector(f32, 4, sharedPtrAt(add(at, idx(16 * q))), 16);
     for (int64_t e = 0; e < 4; ++e)
-      amax[4 * q + e] = arith::MaximumFOp::create(b, loc, amax[4 * q + e],
-                                                  other[e]);
+      amax[4 * q + e] =
+          arith::MaximumFOp::create(b, loc, amax[4 * q + e], other[e]);
   }
   // rounded[v] = {row h = 0, row h = 1} of column v.
   SmallVector<SmallVector<Value>> rounded;
   for (int64_t v = 0; v < 16; ++v)
     rounded.push_back(mxRoundTrip({first[v / 8][v % 8], second[v / 8][v % 8]},
-                                  amax[v], g.swiglu->colF8,
-                                  g.swiglu->colMode, f32));
+                                  amax[v], g.swiglu->colF8, g.swiglu->colMode,
+                                  f32));
   Value colOutBase = baseAddress(outCol);
   for (int64_t h = 0; h < 2; ++h) {
     Value row = add(rowBase, idx(8 * h));

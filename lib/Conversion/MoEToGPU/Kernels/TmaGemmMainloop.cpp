@@ -3,7 +3,8 @@
 // Hopper (sm_90a): bf16 grouped GEMM, TMA and warp-specialized wgmma
 // ------------------------------------------------------------------
 // The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
-// their data gradients) take this kernel instead of the cp.async one (WgmmaGemm.cpp).
+// their data gradients) take this kernel instead of the cp.async one
+// (WgmmaGemm.cpp).
 //
 // Tiles: 128 rows x 256 columns, K in stages of 64. Tiles are per expert:
 // expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
@@ -27,12 +28,12 @@
 // - warpgroups 1 and 2 (consumers) each own 64 rows of the tile: m64n256k16
 //   MMAs, 128 f32 accumulators a thread, then store their rows of the tile
 //   while the producer already loads the next tile. The f32 result of the
-//   plain GEMMs and the weight gradients leaves through the copy engine: the warpgroup writes 64 x 32 boxes into
-//   two staging buffers in the result tensor map's swizzled layout and one
-//   thread issues bulk tensor stores, so the warpgroup starts its next tile
-//   while the boxes travel (storeBoxes); rows of a warpgroup that crosses
-//   its group's end, and the other epilogue results, are stored directly
-//   (8-byte vector stores).
+//   plain GEMMs and the weight gradients leaves through the copy engine: the
+//   warpgroup writes 64 x 32 boxes into two staging buffers in the result
+//   tensor map's swizzled layout and one thread issues bulk tensor stores, so
+//   the warpgroup starts its next tile while the boxes travel (storeBoxes);
+//   rows of a warpgroup that crosses its group's end, and the other epilogue
+//   results, are stored directly (8-byte vector stores).
 // Ring: 4 stages of 48 KiB (A 16 KiB, B 32 KiB) in the 128-byte swizzled
 // layouts of the cp.async kernel (the copy engine writes the same pattern:
 // it swizzles by address bits, every tile starts on 1 KiB), and two
@@ -87,8 +88,7 @@ struct TmaGemmEmitter : TmaEpilogue {
   /// With an 8-bit lhs: the stage's A elements have landed (one arrival,
   /// the producer's expect-tx of their 8192 bytes).
   Value elementsBarrier(Value s) {
-    return sharedPtrAt(
-        add(idx(Barriers + 2 * Stages * 8), mul(s, idx(8))));
+    return sharedPtrAt(add(idx(Barriers + 2 * Stages * 8), mul(s, idx(8))));
   }
   Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
   Value columnTiles() { return idx(g.n / TileN); }
@@ -176,8 +176,7 @@ struct TmaGemmEmitter : TmaEpilogue {
         wait(emptyBarrier(s), rem(add(div(it, Stages), idx(1)), 2));
         Value full = fullBarrier(s);
         NVVM::MBarrierArriveExpectTxOp::create(
-            b, loc, Type(), full,
-            int32(g.lhsF8 ? TileBBytes : StageBytes),
+            b, loc, Type(), full, int32(g.lhsF8 ? TileBBytes : StageBytes),
             NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
         Value stage = mul(s, idx(StageBytes));
         Value bTile = add(stage, idx(TileABytes));
@@ -207,8 +206,8 @@ struct TmaGemmEmitter : TmaEpilogue {
         }
         if (g.rhsTransposed) {
           // [E * N, K]: rows e * N + n0 .. + 256.
-          tmaLoad(sharedPtrAt(bTile), mapB, k0,
-                  add(mul(t.e, idx(g.n)), t.n0), full);
+          tmaLoad(sharedPtrAt(bTile), mapB, k0, add(mul(t.e, idx(g.n)), t.n0),
+                  full);
         } else {
           // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
           // SwiGLU: 128 gate columns (from n0 / 2) then the 128 up columns
@@ -217,10 +216,10 @@ struct TmaGemmEmitter : TmaEpilogue {
           for (int64_t q = 0; q < TileN / 64; ++q) {
             Value column = add(t.n0, idx(64 * q));
             if (g.swiglu && !g.swiglu->grad)
-              column = add(div(t.n0, 2),
-                           idx(64 * (q % 2) + (q / 2) * (g.n / 2)));
-            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB, column,
-                    krow, full);
+              column =
+                  add(div(t.n0, 2), idx(64 * (q % 2) + (q / 2) * (g.n / 2)));
+            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB, column, krow,
+                    full);
           }
         }
         return SmallVector<Value>{};
@@ -265,9 +264,9 @@ struct TmaGemmEmitter : TmaEpilogue {
       SmallVector<Value> scales;
       for (int64_t i = 0; i < rounds; ++i) {
         Value row = add(m0, rows[i]);
-        Value at = add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)),
-                       add(mul(kt, idx(TileK / SwigluBlock)),
-                           div(quarters[i], 2)));
+        Value at =
+            add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)),
+                add(mul(kt, idx(TileK / SwigluBlock)), div(quarters[i], 2)));
         Value byte = LLVM::LoadOp::create(b, loc, i8(), globalPtr(sBase, at));
         scales.push_back(select(cmp(P::slt, row, idx(g.rows)), byte, int8(0)));
       }
@@ -275,54 +274,58 @@ struct TmaGemmEmitter : TmaEpilogue {
     };
     tileLoop(grid, [&](const Tile &t, Value g0) {
       // The next stage's scales are loaded while this one converts.
-      forLoop(0, t.stages, loadScales(t.m0, idx(0)),
-              [&](Value kt, ValueRange carried) {
-        Value it = add(g0, kt);
-        Value s = rem(it, Stages);
-        Value stage = mul(s, idx(StageBytes));
-        SmallVector<Value> scales(carried.begin(), carried.end()), elements;
-        SmallVector<Value> next = loadScales(
-            t.m0, minS(add(kt, idx(1)), idx(g.k / TileK - 1)));
-        wait(elementsBarrier(s), rem(div(it, Stages), 2));
-        for (int64_t i = 0; i < rounds; ++i)
-          elements.push_back(LLVM::LoadOp::create(
-              b, loc, VectorType::get({16}, i8()),
-              sharedPtrAt(add(stage, add(mul(rows[i], idx(TileK)),
-                                         mul(quarters[i], idx(16))))),
-              /*alignment=*/16));
-        NVVM::BarrierOp::create(b, loc, Type(), int32(ConverterBarrier),
-                                int32(Converters),
-                                NVVM::BarrierReductionAttr(), Value());
-        for (int64_t i = 0; i < rounds; ++i) {
-          auto expand = [&] {
-            Value scale = buildScaleValue(b, loc, scales[i]);
-            SmallVector<Value> values;
-            for (int64_t p = 0; p < 8; ++p) {
-              Value pair = LLVM::ShuffleVectorOp::create(
-                  b, loc, elements[i], elements[i],
-                  ArrayRef<int32_t>{int32_t(2 * p), int32_t(2 * p + 1)});
-              llvm::append_range(values, decodeF8Pair(pair, g.lhsF8,
-                                                      {scale, scale}, bf16));
+      forLoop(
+          0, t.stages, loadScales(t.m0, idx(0)),
+          [&](Value kt, ValueRange carried) {
+            Value it = add(g0, kt);
+            Value s = rem(it, Stages);
+            Value stage = mul(s, idx(StageBytes));
+            SmallVector<Value> scales(carried.begin(), carried.end()), elements;
+            SmallVector<Value> next =
+                loadScales(t.m0, minS(add(kt, idx(1)), idx(g.k / TileK - 1)));
+            wait(elementsBarrier(s), rem(div(it, Stages), 2));
+            for (int64_t i = 0; i < rounds; ++i)
+              elements.push_back(LLVM::LoadOp::create(
+                  b, loc, VectorType::get({16}, i8()),
+                  sharedPtrAt(add(stage, add(mul(rows[i], idx(TileK)),
+                                             mul(quarters[i], idx(16))))),
+                  /*alignment=*/16));
+            NVVM::BarrierOp::create(b, loc, Type(), int32(ConverterBarrier),
+                                    int32(Converters),
+                                    NVVM::BarrierReductionAttr(), Value());
+            for (int64_t i = 0; i < rounds; ++i) {
+              auto expand = [&] {
+                Value scale = buildScaleValue(b, loc, scales[i]);
+                SmallVector<Value> values;
+                for (int64_t p = 0; p < 8; ++p) {
+                  Value pair = LLVM::ShuffleVectorOp::create(
+                      b, loc, elements[i], elements[i],
+                      ArrayRef<int32_t>{int32_t(2 * p), int32_t(2 * p + 1)});
+                  llvm::append_range(
+                      values,
+                      decodeF8Pair(pair, g.lhsF8, {scale, scale}, bf16));
+                }
+                for (int64_t h = 0; h < 2; ++h) {
+                  LLVM::StoreOp::create(
+                      b, loc, vectorOf(ArrayRef(values).slice(8 * h, 8)),
+                      sharedPtrAt(
+                          swizzledChunk(stage, rows[i],
+                                        add(mul(quarters[i], idx(2)), idx(h)))),
+                      /*alignment=*/16);
+                }
+              };
+              if (Converters * (i + 1) <= ConvertUnits)
+                expand();
+              else
+                ifThen(cmp(P::slt, add(ct, idx(Converters * i)),
+                           idx(ConvertUnits)),
+                       expand);
             }
-            for (int64_t h = 0; h < 2; ++h) {
-              LLVM::StoreOp::create(
-                  b, loc, vectorOf(ArrayRef(values).slice(8 * h, 8)),
-                  sharedPtrAt(swizzledChunk(
-                      stage, rows[i], add(mul(quarters[i], idx(2)), idx(h)))),
-                  /*alignment=*/16);
-            }
-          };
-          if (Converters * (i + 1) <= ConvertUnits)
-            expand();
-          else
-            ifThen(cmp(P::slt, add(ct, idx(Converters * i)),
-                       idx(ConvertUnits)),
-                   expand);
-        }
-        fenceForAsyncProxy();
-        NVVM::MBarrierArriveOp::create(b, loc, Type(), fullBarrier(s), Value());
-        return next;
-      });
+            fenceForAsyncProxy();
+            NVVM::MBarrierArriveOp::create(b, loc, Type(), fullBarrier(s),
+                                           Value());
+            return next;
+          });
       return add(g0, t.stages);
     });
   }
@@ -338,20 +341,19 @@ struct TmaGemmEmitter : TmaEpilogue {
     // 16-byte chunks of 64 rows x 128 bytes: chunk u is row u / 8, bytes
     // 16 (u % 8) (whole rows, so the swizzle does not matter).
     for (int64_t blk = 0; blk < 3; ++blk) {
-      Value blockAt =
-          blk == 0 ? add(stage, mul(c, idx(8192)))
-                   : add(stage, add(idx(TileABytes + 8192 * (blk - 1)),
-                                    mul(c, idx(2 * 8192))));
-      strideLoop(add(mul(valid, idx(8)), local), idx(64 * 8), 128,
-                 [&](Value u) {
-                   LLVM::StoreOp::create(
-                       b, loc, zero, sharedPtrAt(add(blockAt, mul(u, idx(16)))),
-                       /*alignment=*/16);
-                 });
+      Value blockAt = blk == 0
+                          ? add(stage, mul(c, idx(8192)))
+                          : add(stage, add(idx(TileABytes + 8192 * (blk - 1)),
+                                           mul(c, idx(2 * 8192))));
+      strideLoop(
+          add(mul(valid, idx(8)), local), idx(64 * 8), 128, [&](Value u) {
+            LLVM::StoreOp::create(b, loc, zero,
+                                  sharedPtrAt(add(blockAt, mul(u, idx(16)))),
+                                  /*alignment=*/16);
+          });
     }
     fenceForAsyncProxy();
-    NVVM::BarrierOp::create(b, loc, Type(), int32(1),
-                            int32(ConsumerThreads),
+    NVVM::BarrierOp::create(b, loc, Type(), int32(1), int32(ConsumerThreads),
                             NVVM::BarrierReductionAttr(), Value());
   }
 
@@ -366,8 +368,8 @@ struct TmaGemmEmitter : TmaEpilogue {
         g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row;
     tileLoop(grid, [&](const Tile &t, Value g0) {
       Value zero = LLVM::ZeroOp::create(b, loc, accType);
-      SmallVector<Value> acc = forLoop(
-          0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
+      SmallVector<Value> acc =
+          forLoop(0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
             Value it = add(g0, kt);
             Value s = rem(it, Stages);
             wait(fullBarrier(s), rem(div(it, Stages), 2));
@@ -388,8 +390,7 @@ struct TmaGemmEmitter : TmaEpilogue {
               int64_t aAt = g.wgrad ? 2048 * j : 32 * j;
               Value aDesc = arith::AddIOp::create(
                   b, loc, descriptor(slotUnits, aAt), aUnits);
-              int64_t bAt = TileABytes +
-                            (g.rhsTransposed ? 32 * j : 2048 * j);
+              int64_t bAt = TileABytes + (g.rhsTransposed ? 32 * j : 2048 * j);
               d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt), layoutA,
                           layoutB);
             }
@@ -399,8 +400,7 @@ struct TmaGemmEmitter : TmaEpilogue {
             ifThen(cmp(P::ugt, kt, idx(0)), [&] {
               NVVM::MBarrierArriveOp::create(
                   b, loc, Type(),
-                  emptyBarrier(rem(add(it, idx(Stages - 1)), Stages)),
-                  Value());
+                  emptyBarrier(rem(add(it, idx(Stages - 1)), Stages)), Value());
             });
             return SmallVector<Value>{d};
           });
@@ -429,28 +429,26 @@ struct TmaGemmEmitter : TmaEpilogue {
       auto boxes = [&] {
         storeBoxes(
             acc[0], mapOut, g.wgrad ? add(mul(t.e, idx(g.k)), first) : first,
-            [&](int64_t q) { return add(t.n0, idx(BoxColumns * q)); }, c,
-            warp, lane);
+            [&](int64_t q) { return add(t.n0, idx(BoxColumns * q)); }, c, warp,
+            lane);
       };
       if (g.wgrad) {
         boxes();
         return add(g0, t.stages);
       }
-      ifElseVoid(
-          cmp(P::sle, add(first, idx(hopper::MmaM)), t.hi), boxes,
-          [&] {
-            Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
-            for (int64_t h = 0; h < 2; ++h) {
-              Value row = add(rowBase, idx(8 * h));
-              ifThen(cmp(P::slt, row, t.hi), [&] {
-                Value rowAt = add(mul(row, idx(g.n)), colBase);
-                for (int64_t j = 0; j < TileN / 8; ++j)
-                  storePair(outBase, add(rowAt, idx(8 * j)),
-                            accAt(acc[0], 4 * j + 2 * h),
-                            accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
-              });
-            }
+      ifElseVoid(cmp(P::sle, add(first, idx(hopper::MmaM)), t.hi), boxes, [&] {
+        Value colBase = add(t.n0, mul(rem(lane, 4), idx(2)));
+        for (int64_t h = 0; h < 2; ++h) {
+          Value row = add(rowBase, idx(8 * h));
+          ifThen(cmp(P::slt, row, t.hi), [&] {
+            Value rowAt = add(mul(row, idx(g.n)), colBase);
+            for (int64_t j = 0; j < TileN / 8; ++j)
+              storePair(outBase, add(rowAt, idx(8 * j)),
+                        accAt(acc[0], 4 * j + 2 * h),
+                        accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
           });
+        }
+      });
       return add(g0, t.stages);
     });
     // The last boxes' stores are complete before the CTA's shared memory
@@ -460,7 +458,6 @@ struct TmaGemmEmitter : TmaEpilogue {
         NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 0, UnitAttr());
       });
   }
-
 
   /// Forward: zeros the rows in no group, [0, offsets[0]) and [offsets[E],
   /// end), of every result.
@@ -492,15 +489,15 @@ struct TmaGemmEmitter : TmaEpilogue {
     Value zeroEnd = g.liveRowsOnly ? end : idx(g.rows);
     Value outBase = baseAddress(buffer);
     int64_t width = rowBytes % 16 ? 1 : 16;
-    Value zero = width == 1 ? int8(0)
-                            : LLVM::ZeroOp::create(
-                                  b, loc, VectorType::get({4}, b.getF32Type()))
-                                  .getResult();
+    Value zero =
+        width == 1
+            ? int8(0)
+            : LLVM::ZeroOp::create(b, loc, VectorType::get({4}, b.getF32Type()))
+                  .getResult();
     Value chunksPerRow = idx(rowBytes / width);
-    Value first =
-        add(mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x),
-                idx(Threads)),
-            tid);
+    Value first = add(
+        mul(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x), idx(Threads)),
+        tid);
     Value stride = mul(grid, idx(Threads));
     auto zeroRows = [&](Value from, Value to) {
       Value chunks = mul(arith::SubIOp::create(b, loc, maxS(to, from), from),
@@ -537,16 +534,15 @@ struct TmaGemmEmitter : TmaEpilogue {
     NVVM::Barrier0Op::create(b, loc);
     // The warpgroup index, broadcast from lane 0 so the compiler sees it is
     // warp-uniform (else it serializes the wgmmas of the divergent branch).
-    Value wg = toIndex(
-        gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
-                               int32(32), gpu::ShuffleMode::IDX)
-            .getShuffleResult());
+    Value wg =
+        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                                       int32(32), gpu::ShuffleMode::IDX)
+                    .getShuffleResult());
     // The SwiGLU epilogue needs more than the 168 registers a thread of 384
     // gets: the producer warpgroup gives most of its registers to the
     // consumers; with an 8-bit lhs it keeps enough for the converters.
     int64_t producerRegs = g.lhsF8 ? ConverterRegs : ProducerRegs;
-    int64_t consumerRegs =
-        g.lhsF8 ? ConverterConsumerRegs : SwigluConsumerRegs;
+    int64_t consumerRegs = g.lhsF8 ? ConverterConsumerRegs : SwigluConsumerRegs;
     auto setMaxRegisters = [&](int64_t count,
                                NVVM::SetMaxRegisterAction action) {
       if (g.swiglu || g.lhsF8)
@@ -559,7 +555,9 @@ struct TmaGemmEmitter : TmaEpilogue {
           if (g.lhsF8)
             ifElseVoid(
                 cmp(P::ult, tid, idx(32)),
-                [&] { ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); }); },
+                [&] {
+                  ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
+                },
                 [&] { converter(grid); });
           else
             ifThen(cmp(P::eq, tid, idx(0)), [&] { producer(grid); });
@@ -576,14 +574,15 @@ struct TmaGemmEmitter : TmaEpilogue {
 /// The TMA kernel computing `t` (see "bf16 grouped GEMM, TMA and
 /// warp-specialized wgmma"), named `name`: the host encodes both tensor
 /// maps before the launch.
-func::FuncOp getOrCreateWgmmaTmaFunction(
-    ModuleOp module, SymbolTable &symbols, const TmaGemm &t, StringRef name,
-    ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
-    Location loc) {
+func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
+                                         const TmaGemm &t, StringRef name,
+                                         ArrayRef<Type> argTypes,
+                                         ArrayRef<RankedTensorType> resultTypes,
+                                         Location loc) {
   func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
-  int64_t tiles =
-      t.wgrad ? t.experts * (t.k / TileM) * (t.n / TileN)
-              : (tilesOf(t.rows, TileM) + t.experts) * (t.n / TileN);
+  int64_t tiles = t.wgrad
+                      ? t.experts * (t.k / TileM) * (t.n / TileN)
+                      : (tilesOf(t.rows, TileM) + t.experts) * (t.n / TileN);
   Value mapA, mapB, mapOut;
   return withGroupedArgs(
       getOrCreateKernelCall(
@@ -601,8 +600,8 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                         : SmemBytes + (t.swiglu->col ? ColAmaxBytes : 0)},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               ArrayRef<Value> outs) {
-            TmaGemmEmitter k{{{{b, loc}}, t, buf[t.offsetsArg()], outs[0],
-                              mapA, mapB}};
+            TmaGemmEmitter k{
+                {{{b, loc}}, t, buf[t.offsetsArg()], outs[0], mapA, mapB}};
             k.mapOut = mapOut;
             if (t.lhsF8)
               k.scalesA = buf[1];
@@ -630,8 +629,10 @@ func::FuncOp getOrCreateWgmmaTmaFunction(
                            int64_t boxRows, int64_t bytes = 2,
                            int64_t boxColumns = 0) {
               SmallVector<Value> args = {
-                  h.baseAddress(array), h.int64(bytes),
-                  h.int64(columns),     h.int64(rows),
+                  h.baseAddress(array),
+                  h.int64(bytes),
+                  h.int64(columns),
+                  h.int64(rows),
                   h.int64(bytes * columns),
                   h.int64(boxColumns ? boxColumns : 128 / bytes),
                   h.int64(boxRows)};
@@ -680,18 +681,16 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   if (e.col)
     resultTypes.push_back(RankedTensorType::get(
         valuesType.getShape(), BFloat16Type::get(op.getContext())));
-  TmaGemm t{g.rows,         g.k,
-            g.n,            g.experts,
-            g.rhsTransposed, g.liveRowsOnly,
+  TmaGemm t{g.rows,          g.k, g.n, g.experts, g.rhsTransposed,
+            g.liveRowsOnly,
             /*wgrad=*/false, e};
   SmallVector<Value> args = {op.getLhs(), op.getRhs(), op.getOffsets()};
   if (e.grad)
     args.push_back(cast<SwigluGradOp>(activation).getInput());
   func::FuncOp kernel = withGroupedArgs(
-      getOrCreateWgmmaTmaFunction(
-          module, symbols, t, g.name() + e.name(),
-          llvm::to_vector(ValueRange(args).getTypes()), resultTypes,
-          op.getLoc()),
+      getOrCreateWgmmaTmaFunction(module, symbols, t, g.name() + e.name(),
+                                  llvm::to_vector(ValueRange(args).getTypes()),
+                                  resultTypes, op.getLoc()),
       e.grad ? SmallVector<unsigned>{0, 3} : SmallVector<unsigned>{0}, 2);
   OpBuilder b(e.grad ? activation : op.getOperation());
   auto call = func::CallOp::create(b, op.getLoc(), kernel, args);
@@ -736,16 +735,19 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
 
 void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
                     MXPackOp pack, ModuleOp module, SymbolTable &symbols) {
-  TmaGemm t{g.rows,          g.k,
-            g.n,             g.experts,
-            g.rhsTransposed, g.liveRowsOnly,
-            /*wgrad=*/false, /*swiglu=*/std::nullopt};
+  TmaGemm t{g.rows,
+            g.k,
+            g.n,
+            g.experts,
+            g.rhsTransposed,
+            g.liveRowsOnly,
+            /*wgrad=*/false,
+            /*swiglu=*/std::nullopt};
   t.lhsF8 = pack.getType().getElementType();
   SmallVector<Value> args = {pack.getData(), pack.getScales(), op.getRhs(),
                              op.getOffsets()};
   func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
-      module, symbols, t,
-      g.name() + "_" + elementName(t.lhsF8) + "_lhs",
+      module, symbols, t, g.name() + "_" + elementName(t.lhsF8) + "_lhs",
       llvm::to_vector(ValueRange(args).getTypes()), {op.getType()},
       op.getLoc());
   OpBuilder b(op);

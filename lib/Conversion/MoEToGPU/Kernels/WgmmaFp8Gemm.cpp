@@ -70,8 +70,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "HopperBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -79,17 +79,17 @@ using namespace mlir::moe;
 namespace mlir::moe::kernels {
 
 namespace fp8wgmma {
-constexpr int64_t TileK = 64;                // K per stage: 2 MX blocks
-constexpr int64_t MmaK = 32;                 // one FP8 wgmma = one block
-constexpr int64_t Blocks = TileK / MXBlock; // 2
-constexpr int64_t OffB = hopper::TileM * TileK;  // 8192
-constexpr int64_t OffSA = OffB + hopper::TileN * TileK;        // 16384
-constexpr int64_t OffSB = OffSA + Blocks * hopper::TileM * 4;  // 17408
+constexpr int64_t TileK = 64;                   // K per stage: 2 MX blocks
+constexpr int64_t MmaK = 32;                    // one FP8 wgmma = one block
+constexpr int64_t Blocks = TileK / MXBlock;     // 2
+constexpr int64_t OffB = hopper::TileM * TileK; // 8192
+constexpr int64_t OffSA = OffB + hopper::TileN * TileK;            // 16384
+constexpr int64_t OffSB = OffSA + Blocks * hopper::TileM * 4;      // 17408
 constexpr int64_t StageBytes = OffSB + Blocks * hopper::TileN * 4; // 18432
-constexpr int64_t Stages = 4, Ahead = 2; // ring depth, stages ahead
-constexpr int64_t SmemBytes = Stages * StageBytes;       // 73728
-constexpr int64_t LBO = 128;                 // next core matrix along K
-constexpr int64_t SBO = TileK / 16 * 128;  // next 8 rows / columns: 512
+constexpr int64_t Stages = 4, Ahead = 2;           // ring depth, stages ahead
+constexpr int64_t SmemBytes = Stages * StageBytes; // 73728
+constexpr int64_t LBO = 128;                       // next core matrix along K
+constexpr int64_t SBO = TileK / 16 * 128;          // next 8 rows / columns: 512
 } // namespace fp8wgmma
 
 using namespace fp8wgmma;
@@ -103,8 +103,7 @@ struct WgmmaMxGemm {
   std::string name() const {
     return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,
                          k, n, experts, elementName(lhsElt),
-                         elementName(rhsElt),
-                         elementName(offsetElt))
+                         elementName(rhsElt), elementName(offsetElt))
         .str();
   }
   static NVVM::WGMMATypes type(Type t) {
@@ -121,19 +120,19 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
   RankedTensorType result = op.getType();
   if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 3 ||
-      result.getRank() != 2 || offsets.getRank() != 1 ||
-      lhs.getAxis() != 1 || rhs.getAxis() != 1 ||
-      lhs.getBlockSize() != MXBlock || rhs.getBlockSize() != MXBlock ||
-      !isMXFP8(lhs.getElementType()) || !isMXFP8(rhs.getElementType()) ||
-      !result.getElementType().isF32() || !result.hasStaticShape() ||
-      !offsets.hasStaticShape() || !offsets.getElementType().isInteger() ||
+      result.getRank() != 2 || offsets.getRank() != 1 || lhs.getAxis() != 1 ||
+      rhs.getAxis() != 1 || lhs.getBlockSize() != MXBlock ||
+      rhs.getBlockSize() != MXBlock || !isMXFP8(lhs.getElementType()) ||
+      !isMXFP8(rhs.getElementType()) || !result.getElementType().isF32() ||
+      !result.hasStaticShape() || !offsets.hasStaticShape() ||
+      !offsets.getElementType().isInteger() ||
       ShapedType::isDynamicShape(lhs.getShape()) ||
       ShapedType::isDynamicShape(rhs.getShape()))
     return std::nullopt;
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
   int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
-  if (rows < 1 || k < TileK || k % TileK || n < hopper::TileN || n % hopper::TileN ||
-      experts < 1 || rhs.getShape()[1] != k ||
+  if (rows < 1 || k < TileK || k % TileK || n < hopper::TileN ||
+      n % hopper::TileN || experts < 1 || rhs.getShape()[1] != k ||
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
     return std::nullopt;
@@ -183,9 +182,9 @@ struct WgmmaMxEmitter : HopperBuilder {
     // A: chunk (row 8 (4i + t/32) + t%8, K chunk (t/8)%4), cp.async.
     Value lane8 = rem(tid, 8);
     Value aChunk = rem(div(tid, 8), 4);
-    Value aDst = add(stageBase, add(mul(warp, idx(SBO)),
-                                    add(mul(aChunk, idx(LBO)),
-                                        mul(lane8, idx(16)))));
+    Value aDst =
+        add(stageBase, add(mul(warp, idx(SBO)),
+                           add(mul(aChunk, idx(LBO)), mul(lane8, idx(16)))));
     Value aCol = add(k0, mul(aChunk, idx(16)));
     for (int64_t i = 0; i < hopper::TileM * TileK / 16 / hopper::Threads; ++i) {
       Value r = add(lane8, mul(add(warp, idx(4 * i)), idx(8)));
@@ -197,8 +196,8 @@ struct WgmmaMxEmitter : HopperBuilder {
     // 4 (t%32) + c), transposed in registers.
     Value n = mul(lane, idx(4));
     Value kIn = mul(warp, idx(4)); // k % 16
-    Value bDst = add(stageBase,
-                     add(idx(OffB), add(mul(div(n, 8), idx(SBO)),
+    Value bDst =
+        add(stageBase, add(idx(OffB), add(mul(div(n, 8), idx(SBO)),
                                           add(mul(rem(n, 8), idx(16)), kIn))));
     Value bRow0 = add(mul(e, idx(g.k)), add(k0, kIn));
     for (int64_t i = 0; i < TileK / 16; ++i) {
@@ -206,14 +205,15 @@ struct WgmmaMxEmitter : HopperBuilder {
       for (int64_t q = 0; q < 4; ++q) {
         Value krow = add(bRow0, idx(16 * i + q));
         Value src = add(mul(krow, idx(g.n)), add(n0, n));
-        in.push_back(LLVM::LoadOp::create(b, loc, i32(), globalPtr(wGlobal, src),
+        in.push_back(LLVM::LoadOp::create(b, loc, i32(),
+                                          globalPtr(wGlobal, src),
                                           /*alignment=*/4));
       }
       for (int64_t c = 0; c < 4; ++c) {
         Value word;
         for (int64_t q = 0; q < 4; ++q) {
-          Value byte = arith::AndIOp::create(b, loc, shr(in[q], 8 * c),
-                                             int32(0xff));
+          Value byte =
+              arith::AndIOp::create(b, loc, shr(in[q], 8 * c), int32(0xff));
           Value placed = q ? shl(byte, 8 * q) : byte;
           word = q ? lor(word, placed) : placed;
         }
@@ -251,7 +251,8 @@ struct WgmmaMxEmitter : HopperBuilder {
     }
     Value zero = LLVM::ZeroOp::create(b, loc, accType);
     MLIRContext *ctx = b.getContext();
-    auto shape = NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, hopper::TileN, MmaK);
+    auto shape =
+        NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, hopper::TileN, MmaK);
     auto typeA = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.lhsElt));
     auto typeB = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.rhsElt));
     auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
@@ -284,8 +285,8 @@ struct WgmmaMxEmitter : HopperBuilder {
             for (Value off : colScaleOff)
               colScale.push_back(loadF32(add(sbBase, off)));
             for (int64_t hf = 0; hf < hopper::TileM / hopper::MmaM; ++hf) {
-              Value aDesc =
-                  descriptor(slotUnits, hf * (hopper::MmaM / 8) * SBO + 256 * s);
+              Value aDesc = descriptor(slotUnits,
+                                       hf * (hopper::MmaM / 8) * SBO + 256 * s);
               Value fresh = LLVM::UndefOp::create(b, loc, accType);
               NVVM::WgmmaFenceAlignedOp::create(b, loc);
               Value part = NVVM::WgmmaMmaAsyncOp::create(
@@ -406,17 +407,19 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
                                         ArrayRef<Type> argTypes,
                                         RankedTensorType resultType,
                                         Location loc) {
-  return withGroupedArgs(getOrCreateKernelCall(
-      module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
-      resultType, loc,
-      {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1, hopper::Threads,
-       SmemBytes},
-      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        WgmmaMxEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], buf[3], buf[4],
-                         out};
-        k.emit(launch);
-      }),
-                         {0, 1}, 4);
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
+          resultType, loc,
+          {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1,
+           hopper::Threads, SmemBytes},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              Value out) {
+            WgmmaMxEmitter k{{{b, loc}}, g,      buf[0], buf[1],
+                             buf[2],     buf[3], buf[4], out};
+            k.emit(launch);
+          }),
+      {0, 1}, 4);
 }
 
 } // namespace
@@ -431,9 +434,8 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
   SmallVector<Type> argTypes = {lhs.getDataType(), lhs.getScalesType(),
                                 rhs.getDataType(), rhs.getScalesType(),
                                 op.getOffsets().getType()};
-  func::FuncOp kernel = getOrCreateWgmmaMxFunction(module, symbols, *mx,
-                                                   argTypes, op.getType(),
-                                                   op.getLoc());
+  func::FuncOp kernel = getOrCreateWgmmaMxFunction(
+      module, symbols, *mx, argTypes, op.getType(), op.getLoc());
   OpBuilder b(op);
   Location loc = op.getLoc();
   auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
@@ -442,8 +444,8 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
                                      rhs.getScalesType(), op.getRhs());
   auto call = func::CallOp::create(
       b, loc, kernel,
-      ValueRange{lhsParts.getData(), lhsParts.getScales(),
-                 rhsParts.getData(), rhsParts.getScales(), op.getOffsets()});
+      ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),
+                 rhsParts.getScales(), op.getOffsets()});
   op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();
   return true;

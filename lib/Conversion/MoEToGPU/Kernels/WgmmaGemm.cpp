@@ -5,8 +5,8 @@
 // Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N] (or,
 // with transpose_rhs, [E, N, K]), f32 result, static shapes, K % 64 == 0,
 // N % 128 == 0 (R arbitrary). Anything else keeps the generic path. Shapes
-// with N % 256 == 0 and R >= 128 take the TMA kernel (TmaGemmMainloop.cpp) instead (same
-// operands and results, the same layouts in shared memory).
+// with N % 256 == 0 and R >= 128 take the TMA kernel (TmaGemmMainloop.cpp)
+// instead (same operands and results, the same layouts in shared memory).
 //
 // Grid (N/128, ceil(R/128)), 128 threads = one warpgroup. CTA (bx, by) owns
 // output rows [m0, m0+128), m0 = 128 by, and columns [n0, n0+128), n0 =
@@ -38,8 +38,9 @@
 //                                count stays uniform)
 //   wgmma.fence; 8 x wgmma.mma_async m64n128k16 (4 K steps x 2 M halves);
 //   wgmma.commit_group; wgmma.wait_group 0
-// (hopper::Stages, Ahead and MmaInFlight in HopperBuilder.h; measured on the H200 at the
-// Qwen3 GEMM1 shape: 3/2/0 at 0.64 ms, 3/1/1 0.75, 4/2/1 0.81, 4/3/0 0.84).
+// (hopper::Stages, Ahead and MmaInFlight in HopperBuilder.h; measured on the
+// H200 at the Qwen3 GEMM1 shape: 3/2/0 at 0.64 ms, 3/1/1 0.75, 4/2/1 0.81,
+// 4/3/0 0.84).
 //
 // Shared memory layouts: 128-byte swizzle (PTX ISA, "Asynchronous warpgroup
 // level matrix shared memory layout"; CUTLASS's canonical GMMA layouts, T =
@@ -88,8 +89,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "HopperBuilder.h"
+#include "Kernels.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -137,7 +138,6 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
   return gemm;
 }
 
-
 std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
   bool transposed = op.getTransposeRhs();
   std::optional<Bf16GemmTypes> types = bf16GemmTypes(
@@ -148,8 +148,9 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
   auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
   int64_t experts = rhs.getShape()[0], n = rhs.getShape()[transposed ? 1 : 2];
-  if (rows < 1 || k < hopper::TileK || k % hopper::TileK || n < hopper::TileN || n % hopper::TileN ||
-      experts < 1 || rhs.getShape()[transposed ? 2 : 1] != k ||
+  if (rows < 1 || k < hopper::TileK || k % hopper::TileK || n < hopper::TileN ||
+      n % hopper::TileN || experts < 1 ||
+      rhs.getShape()[transposed ? 2 : 1] != k ||
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
     return std::nullopt;
@@ -157,7 +158,6 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
   g.tma = n % 256 == 0 && rows >= 128;
   return g;
 }
-
 
 namespace {
 
@@ -167,7 +167,6 @@ struct WgmmaEmitter : HopperBuilder {
   // Buffers: A [R, K] bf16, B [E, K, N] bf16, offsets [E+1], result [R, N].
   Value a, w, offsets, out;
   Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
-
 
   /// Stage `kt` (K values [64 kt, 64 kt + 64)) of expert `e` into ring
   /// buffer `slot` (layouts in the header of this section).
@@ -192,8 +191,8 @@ struct WgmmaEmitter : HopperBuilder {
     // rhs [E, K, N]: row r of the B tile is K row k0 + r.
     copyMNMajorTile(tid, bBase, wGlobal, [&](Value r, Value n) {
       Value krow = add(mul(e, idx(g.k)), add(k0, r));
-      return std::make_pair(
-          mul(add(mul(krow, idx(g.n)), add(n0, n)), idx(2)), Value());
+      return std::make_pair(mul(add(mul(krow, idx(g.n)), add(n0, n)), idx(2)),
+                            Value());
     });
   }
 
@@ -232,27 +231,27 @@ struct WgmmaEmitter : HopperBuilder {
         idx(g.experts), noneCovered, offsets, g.rows, m0, tileEnd,
         [&](Value e, Value lo, Value hi,
             ValueRange carried) -> SmallVector<Value> {
-      SmallVector<Value> acc = kLoop(e);
-      SmallVector<Value> result;
-      for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
-        Value r = rows[q];
-        Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
-        int64_t hf = q / 2, h = q % 2;
-        ifThen(inGroup, [&] {
-          for (int64_t j = 0; j < hopper::TileN / 8; ++j)
-            for (int64_t c = 0; c < 2; ++c) {
-              Value v = accAt(acc[hf], 4 * j + 2 * h + c);
-              memref::StoreOp::create(
-                  b, loc, v, out,
-                  ValueRange{r, add(colBase, idx(8 * j + c))});
-            }
-        });
-        result.push_back(lor(carried[q], inGroup));
-      }
-      // Every warp is done with the ring before the next expert's
-      // loads overwrite it.
-      NVVM::Barrier0Op::create(b, loc);
-      return result;
+          SmallVector<Value> acc = kLoop(e);
+          SmallVector<Value> result;
+          for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+            Value r = rows[q];
+            Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
+            int64_t hf = q / 2, h = q % 2;
+            ifThen(inGroup, [&] {
+              for (int64_t j = 0; j < hopper::TileN / 8; ++j)
+                for (int64_t c = 0; c < 2; ++c) {
+                  Value v = accAt(acc[hf], 4 * j + 2 * h + c);
+                  memref::StoreOp::create(
+                      b, loc, v, out,
+                      ValueRange{r, add(colBase, idx(8 * j + c))});
+                }
+            });
+            result.push_back(lor(carried[q], inGroup));
+          }
+          // Every warp is done with the ring before the next expert's
+          // loads overwrite it.
+          NVVM::Barrier0Op::create(b, loc);
+          return result;
         });
 
     // Rows of the tile in no group are zero (up to offsets[E] only, when
@@ -290,16 +289,18 @@ func::FuncOp getOrCreateWgmmaFunction(ModuleOp module, SymbolTable &symbols,
         TmaGemm{g.rows, g.k, g.n, g.experts, g.rhsTransposed, g.liveRowsOnly,
                 /*wgrad=*/false, /*swiglu=*/std::nullopt},
         g.name(), argTypes, ArrayRef(resultType), loc);
-  return withGroupedArgs(getOrCreateKernelCall(
-      module, symbols, g.name(), "wgmma.mma_async bf16", argTypes, resultType,
-      loc,
-      {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1, hopper::Threads,
-       hopper::SmemBytes},
-      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        WgmmaEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
-        k.emit(launch);
-      }),
-                         {0}, 2);
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, g.name(), "wgmma.mma_async bf16", argTypes,
+          resultType, loc,
+          {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1,
+           hopper::Threads, hopper::SmemBytes},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              Value out) {
+            WgmmaEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+            k.emit(launch);
+          }),
+      {0}, 2);
 }
 } // namespace
 

@@ -30,8 +30,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernels.h"
 #include "HopperBuilder.h"
+#include "Kernels.h"
 #include "TmaGemm.h"
 
 using namespace mlir;
@@ -65,12 +65,16 @@ std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
   auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1),
           n = rhs.getDimSize(1), experts = result.getDimSize(0);
-  if (rows < 1 || rhs.getDimSize(0) != rows || k < hopper::TileM || k % hopper::TileM ||
-      n < hopper::TileN || n % hopper::TileN || experts < 1 ||
-      offsets.getDimSize(0) != experts + 1 || result.getDimSize(1) != k ||
-      result.getDimSize(2) != n)
+  if (rows < 1 || rhs.getDimSize(0) != rows || k < hopper::TileM ||
+      k % hopper::TileM || n < hopper::TileN || n % hopper::TileN ||
+      experts < 1 || offsets.getDimSize(0) != experts + 1 ||
+      result.getDimSize(1) != k || result.getDimSize(2) != n)
     return std::nullopt;
-  return WgmmaWgrad{rows, k, n, experts, offsets.getElementType(),
+  return WgmmaWgrad{rows,
+                    k,
+                    n,
+                    experts,
+                    offsets.getElementType(),
                     /*tma=*/n % tma::TileN == 0 && rows >= tma::TileK};
 }
 
@@ -114,8 +118,9 @@ struct WgmmaWgradEmitter : HopperBuilder {
 
     Value lo, hi;
     std::tie(lo, hi) = groupRows(offsets, e, g.rows);
-    Value stages = div(
-        add(arith::SubIOp::create(b, loc, hi, lo), idx(hopper::TileK - 1)), hopper::TileK);
+    Value stages =
+        div(add(arith::SubIOp::create(b, loc, hi, lo), idx(hopper::TileK - 1)),
+            hopper::TileK);
     SmallVector<Value> acc = pipelinedMma(
         stages, [&](Value st, Value slot) { loadStage(lo, hi, st, slot); },
         NVVM::MMALayout::col, NVVM::MMALayout::row);
@@ -141,28 +146,29 @@ struct WgmmaWgradEmitter : HopperBuilder {
 
 /// The private function computing one bf16 weight-gradient shape on wgmma:
 /// (lhs, rhs, offsets) -> result.
-func::FuncOp getOrCreateWgmmaWgradFunction(ModuleOp module,
-                                           SymbolTable &symbols,
-                                           const WgmmaWgrad &g,
-                                           ArrayRef<Type> argTypes,
-                                           RankedTensorType resultType,
-                                           Location loc) {
+func::FuncOp
+getOrCreateWgmmaWgradFunction(ModuleOp module, SymbolTable &symbols,
+                              const WgmmaWgrad &g, ArrayRef<Type> argTypes,
+                              RankedTensorType resultType, Location loc) {
   if (g.tma)
     return getOrCreateWgmmaTmaFunction(
         module, symbols,
         TmaGemm{g.rows, g.k, g.n, g.experts, /*rhsTransposed=*/false,
-                /*liveRowsOnly=*/false, /*wgrad=*/true, /*swiglu=*/std::nullopt},
+                /*liveRowsOnly=*/false, /*wgrad=*/true,
+                /*swiglu=*/std::nullopt},
         g.name(), argTypes, ArrayRef(resultType), loc);
-  return withGroupedArgs(getOrCreateKernelCall(
-      module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
-      argTypes, resultType, loc,
-      {g.n / hopper::TileN, g.k / hopper::TileM, g.experts, hopper::Threads,
-       hopper::SmemBytes},
-      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
-        WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
-        k.emit(launch);
-      }),
-                         {0, 1}, 2);
+  return withGroupedArgs(
+      getOrCreateKernelCall(
+          module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
+          argTypes, resultType, loc,
+          {g.n / hopper::TileN, g.k / hopper::TileM, g.experts, hopper::Threads,
+           hopper::SmemBytes},
+          [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+              Value out) {
+            WgmmaWgradEmitter k{{{b, loc}}, g, buf[0], buf[1], buf[2], out};
+            k.emit(launch);
+          }),
+      {0, 1}, 2);
 }
 
 } // namespace
@@ -193,8 +199,8 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
                                 op.getOffsets().getType()};
   func::FuncOp kernel = getOrCreateWgmmaWgradFunction(
       module, symbols, *w, argTypes, op.getType(), loc);
-  auto call = func::CallOp::create(b, loc, kernel,
-                                   ValueRange{x, dy, op.getOffsets()});
+  auto call =
+      func::CallOp::create(b, loc, kernel, ValueRange{x, dy, op.getOffsets()});
   bf16Op.erase();
   op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();

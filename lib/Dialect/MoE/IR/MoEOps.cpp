@@ -48,9 +48,9 @@ static LogicalResult expectRank(Operation *op, const Twine &what, Type type,
   int64_t got = shapeOf(type).size();
   if (got == rank)
     return success();
-  return op->emitOpError("expects ") << what << " to have rank " << rank
-                                     << ", got rank " << got << " (" << type
-                                     << ")";
+  return op->emitOpError("expects ")
+         << what << " to have rank " << rank << ", got rank " << got << " ("
+         << type << ")";
 }
 
 /// Checks that rows of `to` hold what rows of `from` hold: the same element
@@ -73,9 +73,8 @@ static LogicalResult expectSameRowFormat(Operation *op, const Twine &what,
       cast<RankedTensorType>(from).getElementType() ==
           cast<RankedTensorType>(to).getElementType())
     return success();
-  return op->emitOpError("expects ")
-         << what << " to hold the rows of " << like << " (" << from
-         << "), got " << to;
+  return op->emitOpError("expects ") << what << " to hold the rows of " << like
+                                     << " (" << from << "), got " << to;
 }
 
 /// Checks an `offsets` operand: 1-d, E + 1 entries, E = `numExperts`.
@@ -131,8 +130,8 @@ verifyRouting(Operation *op, Type logitsType,
            << k << " with " << logits[1] << " experts";
   for (auto [name, type] : perToken) {
     ArrayRef<int64_t> s = shapeOf(type);
-    if (failed(expectDim(op, Twine(name) + " dim 0 (tokens)", s[0],
-                         logits[0])) ||
+    if (failed(
+            expectDim(op, Twine(name) + " dim 0 (tokens)", s[0], logits[0])) ||
         failed(expectDim(op, Twine(name) + " dim 1 (top_k)", s[1], k)))
       return failure();
   }
@@ -306,14 +305,14 @@ LogicalResult ExpertsOp::verify() {
   for (auto [i, w] : llvm::enumerate(getWeights())) {
     auto t = cast<RankedTensorType>(w.getType());
     if (t.getRank() < 1)
-      return emitOpError("expects weight #") << i << " to have a leading "
+      return emitOpError("expects weight #") << i
+                                             << " to have a leading "
                                                 "expert dimension";
     if (failed(expectDim(op, "weight #" + Twine(i) + " dim 0 (experts)",
                          t.getDimSize(0), e)))
       return failure();
   }
-  return expectDim(op, "result dim 0 (rows)",
-                   shapeOf(getResult().getType())[0],
+  return expectDim(op, "result dim 0 (rows)", shapeOf(getResult().getType())[0],
                    shapeOf(getTokens().getType())[0]);
 }
 
@@ -325,9 +324,8 @@ LogicalResult ExpertsOp::verifyRegions() {
            << want << " arguments (the group's rows and one per weight), got "
            << body.getNumArguments();
   auto tokens = cast<RankedTensorType>(getTokens().getType());
-  auto rowsType = RankedTensorType::get({ShapedType::kDynamic,
-                                         tokens.getDimSize(1)},
-                                        tokens.getElementType());
+  auto rowsType = RankedTensorType::get(
+      {ShapedType::kDynamic, tokens.getDimSize(1)}, tokens.getElementType());
   if (body.getArgument(0).getType() != rowsType)
     return emitOpError("expects body argument #0 (the group's rows) to be ")
            << rowsType << ", got " << body.getArgument(0).getType();
@@ -344,8 +342,8 @@ LogicalResult ExpertsOp::verifyRegions() {
   if (!yield)
     return emitOpError("expects the body to end with moe.yield");
   auto result = cast<RankedTensorType>(getResult().getType());
-  auto want2 = RankedTensorType::get({ShapedType::kDynamic, result.getDimSize(1)},
-                                     result.getElementType());
+  auto want2 = RankedTensorType::get(
+      {ShapedType::kDynamic, result.getDimSize(1)}, result.getElementType());
   if (yield.getValue().getType() != want2)
     return emitOpError("expects the body to yield ")
            << want2 << " (the group's output rows), got "
@@ -392,8 +390,8 @@ void ExpertsOp::getCanonicalizationPatterns(RewritePatternSet &results,
 LogicalResult GroupedMatmulOp::verify() {
   Operation *op = getOperation();
   if (failed(expectRank(op, "lhs", getLhs().getType(), 2)) ||
-      failed(expectRank(op, "rhs (stacked expert weights)",
-                        getRhs().getType(), 3)) ||
+      failed(expectRank(op, "rhs (stacked expert weights)", getRhs().getType(),
+                        3)) ||
       failed(expectRank(op, "result", getResult().getType(), 2)))
     return failure();
   ArrayRef<int64_t> a = shapeOf(getLhs().getType());
@@ -516,9 +514,9 @@ static LogicalResult verifySameShape(Operation *op, Type a, StringRef aName,
            << aName << " and " << bName << " to have the same rank, got "
            << sa.size() << " and " << sb.size();
   for (auto [i, p] : llvm::enumerate(llvm::zip(sa, sb)))
-    if (failed(expectDim(op, Twine(bName) + " dim " + Twine(i) + " (from " +
-                                 aName + ")",
-                         std::get<1>(p), std::get<0>(p))))
+    if (failed(expectDim(
+            op, Twine(bName) + " dim " + Twine(i) + " (from " + aName + ")",
+            std::get<1>(p), std::get<0>(p))))
       return failure();
   return success();
 }
@@ -533,8 +531,8 @@ LogicalResult DequantizeOp::verify() {
                          getResult().getType(), "result");
 }
 
-static LogicalResult verifyPackTypes(Operation *op, MXTensorType mx,
-                                     Type data, Type scales) {
+static LogicalResult verifyPackTypes(Operation *op, MXTensorType mx, Type data,
+                                     Type scales) {
   if (data != mx.getDataType())
     return op->emitOpError("expects the data of ")
            << mx << " to be " << mx.getDataType() << ", got " << data;
@@ -600,15 +598,16 @@ LogicalResult GroupedMlpOp::verify() {
                           "the contraction dimension")))
     return failure();
   if (!ShapedType::isDynamic(w1[2]) && w1[2] % 2 != 0)
-    return emitOpError("expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
+    return emitOpError(
+               "expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
            << w1[2];
   if (!ShapedType::isDynamic(w1[2]) &&
-      failed(expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1],
-                       w1[2] / 2)))
+      failed(
+          expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1], w1[2] / 2)))
     return failure();
-  return success(succeeded(expectDim(op, "result dim 0 (rows)", r[0], x[0])) &&
-                 succeeded(expectDim(op, "result dim 1 (w2 dim 2)", r[1],
-                                     w2[2])));
+  return success(
+      succeeded(expectDim(op, "result dim 0 (rows)", r[0], x[0])) &&
+      succeeded(expectDim(op, "result dim 1 (w2 dim 2)", r[1], w2[2])));
 }
 
 //===----------------------------------------------------------------------===//
@@ -635,17 +634,17 @@ LogicalResult GroupedMlpBackwardOp::verify() {
   if (ShapedType::isDynamic(w1[2]))
     return emitOpError("expects a static w1 dim 2 (gate and up, 2 x ffn)");
   if (w1[2] % 2 != 0)
-    return emitOpError("expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
+    return emitOpError(
+               "expects w1 dim 2 (gate and up, 2 x ffn) to be even, got ")
            << w1[2];
-  if (failed(expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1],
-                       w1[2] / 2)))
+  if (failed(
+          expectDim(op, "w2 dim 1 (ffn, half of w1 dim 2)", w2[1], w1[2] / 2)))
     return failure();
   // Every gradient has the shape of what it is the gradient of.
-  for (auto [name, grad, of] :
-       {std::tuple<StringRef, Type, Type>{"dx", getDx().getType(),
-                                          getX().getType()},
-        {"dw1", getDw1().getType(), getW1().getType()},
-        {"dw2", getDw2().getType(), getW2().getType()}})
+  for (auto [name, grad, of] : {std::tuple<StringRef, Type, Type>{
+                                    "dx", getDx().getType(), getX().getType()},
+                                {"dw1", getDw1().getType(), getW1().getType()},
+                                {"dw2", getDw2().getType(), getW2().getType()}})
     if (failed(verifySameShape(op, of, name.drop_front(), grad, name)))
       return failure();
   std::optional<Type> gemmType = getGemmType();
@@ -705,8 +704,7 @@ int64_t AllToAllOp::getGroupSize(SymbolTableCollection &symbols) {
   return grid ? groupSize(grid, getGridAxes()) : ShapedType::kDynamic;
 }
 
-LogicalResult
-AllToAllOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   auto grid = shard::getGridOrNull(getOperation(), getGridAttr(), symbolTable);
   if (!grid)
     return emitOpError("expects '@")
@@ -789,19 +787,16 @@ LogicalResult AllToAllOp::fold(FoldAdaptor,
 
 /// Checks that `got` has exactly the shape of `expected` (dynamic sizes match
 /// anything).
-static LogicalResult expectSameShape(Operation *op, const Twine &what,
-                                     Type got, const Twine &like,
-                                     Type expected) {
+static LogicalResult expectSameShape(Operation *op, const Twine &what, Type got,
+                                     const Twine &like, Type expected) {
   ArrayRef<int64_t> a = shapeOf(got), b = shapeOf(expected);
-  if (a.size() == b.size() &&
-      llvm::all_of(llvm::zip(a, b), [](auto p) {
+  if (a.size() == b.size() && llvm::all_of(llvm::zip(a, b), [](auto p) {
         auto [x, y] = p;
         return ShapedType::isDynamic(x) || ShapedType::isDynamic(y) || x == y;
       }))
     return success();
-  return op->emitOpError("expects ")
-         << what << " to have the shape of " << like << " (" << expected
-         << "), got " << got;
+  return op->emitOpError("expects ") << what << " to have the shape of " << like
+                                     << " (" << expected << "), got " << got;
 }
 
 /// ids `[...]`, rows `[..., H]`: the rows' leading dims are the ids' shape.
@@ -813,8 +808,9 @@ static LogicalResult verifyIdRows(Operation *op, Type ids, Type rows,
            << rowsName << " to have the ids' rank + 1 (" << i.size() + 1
            << "), got rank " << r.size() << " (" << rows << ")";
   for (auto [d, n] : llvm::enumerate(i))
-    if (failed(expectDim(op, Twine(rowsName) + " dim " + Twine(d) +
-                                 " (the ids' dim " + Twine(d) + ")",
+    if (failed(expectDim(op,
+                         Twine(rowsName) + " dim " + Twine(d) +
+                             " (the ids' dim " + Twine(d) + ")",
                          r[d], n)))
       return failure();
   return expectDim(op, Twine(rowsName) + " last dim (the table's row size)",
@@ -846,14 +842,14 @@ static LogicalResult verifyRMSNormShapes(Operation *op, Type input,
     return op->emitOpError("expects an input of rank >= 1");
   if (failed(expectRank(op, "weight", weight, 1)))
     return failure();
-  return expectDim(op, "weight size (the input's last dim)",
-                   shapeOf(weight)[0], shapeOf(input).back());
+  return expectDim(op, "weight size (the input's last dim)", shapeOf(weight)[0],
+                   shapeOf(input).back());
 }
 
 LogicalResult RMSNormOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyRMSNormShapes(op, getInput().getType(),
-                                 getWeight().getType())))
+  if (failed(
+          verifyRMSNormShapes(op, getInput().getType(), getWeight().getType())))
     return failure();
   return expectSameShape(op, "the result", getResult().getType(), "the input",
                          getInput().getType());
@@ -861,8 +857,8 @@ LogicalResult RMSNormOp::verify() {
 
 LogicalResult RMSNormGradOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyRMSNormShapes(op, getInput().getType(),
-                                 getWeight().getType())))
+  if (failed(
+          verifyRMSNormShapes(op, getInput().getType(), getWeight().getType())))
     return failure();
   if (failed(expectSameShape(op, "grad", getGrad().getType(), "the input",
                              getInput().getType())) ||
@@ -891,10 +887,10 @@ LogicalResult RotaryOp::verify() {
 /// query [B, S, N, D], key/value [B, S, M, D], N a multiple of M.
 static LogicalResult verifyAttentionShapes(Operation *op, Type q, Type k,
                                            Type v) {
-  for (auto [name, t] : {std::pair<StringRef, Type>{"query", q}, {"key", k},
-                         {"value", v}})
-    if (failed(expectRank(op, Twine(name) + " [batch, seq, heads, head_dim]",
-                          t, 4)))
+  for (auto [name, t] :
+       {std::pair<StringRef, Type>{"query", q}, {"key", k}, {"value", v}})
+    if (failed(expectRank(op, Twine(name) + " [batch, seq, heads, head_dim]", t,
+                          4)))
       return failure();
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
   if (ShapedType::isDynamic(qs[2]) || ShapedType::isDynamic(ks[2]) ||
@@ -927,8 +923,8 @@ double AttentionGradOp::getScaleOrDefault() {
 
 LogicalResult AttentionOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyAttentionShapes(op, getQuery().getType(),
-                                   getKey().getType(), getValue().getType())))
+  if (failed(verifyAttentionShapes(op, getQuery().getType(), getKey().getType(),
+                                   getValue().getType())))
     return failure();
   return expectSameShape(op, "the result", getResult().getType(), "the query",
                          getQuery().getType());
@@ -936,22 +932,21 @@ LogicalResult AttentionOp::verify() {
 
 LogicalResult AttentionGradOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyAttentionShapes(op, getQuery().getType(),
-                                   getKey().getType(), getValue().getType())))
+  if (failed(verifyAttentionShapes(op, getQuery().getType(), getKey().getType(),
+                                   getValue().getType())))
     return failure();
   if (failed(expectSameShape(op, "grad", getGrad().getType(), "the query",
                              getQuery().getType())) ||
       failed(expectSameShape(op, "query_grad", getQueryGrad().getType(),
                              "the query", getQuery().getType())) ||
-      failed(expectSameShape(op, "key_grad", getKeyGrad().getType(),
-                             "the key", getKey().getType())))
+      failed(expectSameShape(op, "key_grad", getKeyGrad().getType(), "the key",
+                             getKey().getType())))
     return failure();
   return expectSameShape(op, "value_grad", getValueGrad().getType(),
                          "the value", getValue().getType());
 }
 
-static LogicalResult verifyLossShapes(Operation *op, Type logits,
-                                      Type labels) {
+static LogicalResult verifyLossShapes(Operation *op, Type logits, Type labels) {
   if (failed(expectRank(op, "logits [rows, vocab]", logits, 2)) ||
       failed(expectRank(op, "labels", labels, 1)))
     return failure();
@@ -968,19 +963,19 @@ LogicalResult CrossEntropyOp::verify() {
 
 LogicalResult CrossEntropyGradOp::verify() {
   Operation *op = getOperation();
-  if (failed(verifyLossShapes(op, getLogits().getType(),
-                              getLabels().getType())) ||
+  if (failed(
+          verifyLossShapes(op, getLogits().getType(), getLabels().getType())) ||
       failed(expectRank(op, "grad (of the 0-d loss)", getGrad().getType(), 0)))
     return failure();
-  return expectSameShape(op, "the result", getResult().getType(),
-                         "the logits", getLogits().getType());
+  return expectSameShape(op, "the result", getResult().getType(), "the logits",
+                         getLogits().getType());
 }
 
 LogicalResult RouterGradOp::verify() {
-  if (failed(verifyRouting(getOperation(), getLogits().getType(),
-                           {{"indices", getIndices().getType()},
-                            {"grad", getGrad().getType()}},
-                           getTopK(), getSoftmaxAfterTopk(), getScore())))
+  if (failed(verifyRouting(
+          getOperation(), getLogits().getType(),
+          {{"indices", getIndices().getType()}, {"grad", getGrad().getType()}},
+          getTopK(), getSoftmaxAfterTopk(), getScore())))
     return failure();
   return expectSameShape(getOperation(), "the result", getResult().getType(),
                          "the logits", getLogits().getType());

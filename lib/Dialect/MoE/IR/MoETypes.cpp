@@ -80,10 +80,9 @@ void MXTensorType::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
-LogicalResult
-MXTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
-                     ArrayRef<int64_t> shape, Type elementType, unsigned axis,
-                     unsigned blockSize) {
+LogicalResult MXTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   ArrayRef<int64_t> shape, Type elementType,
+                                   unsigned axis, unsigned blockSize) {
   if (shape.empty())
     return emitError() << "an MX tensor needs at least one dimension";
   if (!isa<Float8E4M3FNType, Float8E5M2Type>(elementType))
@@ -103,8 +102,10 @@ MXTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
                        << ") of an MX tensor must be static";
   if (scaled % blockSize != 0)
     return emitError() << "the scaled dimension (axis " << axis << ") has size "
-                       << scaled << ", which is not a multiple of the block size "
-                       << blockSize << " (pad it, e.g. with moe.dispatch pad_to)";
+                       << scaled
+                       << ", which is not a multiple of the block size "
+                       << blockSize
+                       << " (pad it, e.g. with moe.dispatch pad_to)";
   return success();
 }
 

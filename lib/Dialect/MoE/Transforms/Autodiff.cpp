@@ -92,8 +92,8 @@ private:
     if (gt.getElementType() == type.getElementType())
       return g;
     Location l = g.getLoc();
-    Value init = tensor::EmptyOp::create(
-        b, l, tensor::getMixedSizes(b, l, g), type.getElementType());
+    Value init = tensor::EmptyOp::create(b, l, tensor::getMixedSizes(b, l, g),
+                                         type.getElementType());
     int64_t rank = gt.getRank();
     SmallVector<AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
     SmallVector<IteratorType> its(rank, IteratorType::parallel);
@@ -114,8 +114,8 @@ private:
 
   /// A tensor shaped like `like` (or of `type`) filled with `value`.
   Value filled(Location l, Value like, Type elt, double value) {
-    Value init = tensor::EmptyOp::create(
-        b, l, tensor::getMixedSizes(b, l, like), elt);
+    Value init =
+        tensor::EmptyOp::create(b, l, tensor::getMixedSizes(b, l, like), elt);
     Value c = arith::ConstantOp::create(b, l, b.getFloatAttr(elt, value));
     return linalg::FillOp::create(b, l, c, init).getResult(0);
   }
@@ -128,9 +128,9 @@ private:
   Value transpose2d(Location l, Value m) {
     auto t = cast<RankedTensorType>(m.getType());
     SmallVector<OpFoldResult> s = tensor::getMixedSizes(b, l, m);
-    Value init = tensor::EmptyOp::create(b, l, {s[1], s[0]}, t.getElementType());
-    return linalg::TransposeOp::create(b, l, m, init,
-                                       ArrayRef<int64_t>{1, 0})
+    Value init =
+        tensor::EmptyOp::create(b, l, {s[1], s[0]}, t.getElementType());
+    return linalg::TransposeOp::create(b, l, m, init, ArrayRef<int64_t>{1, 0})
         .getResult()[0];
   }
   /// a [M, K] @ c [K, N] in f32-accumulating linalg.matmul into zeros of `elt`.
@@ -151,8 +151,12 @@ private:
 LogicalResult Differentiator::elementwise(Operation *op, Value g) {
   Location l = loc(op);
   auto neg = [&](Value v) { return arith::NegFOp::create(b, l, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulFOp::create(b, l, x, y); };
-  auto div = [&](Value x, Value y) { return arith::DivFOp::create(b, l, x, y); };
+  auto mul = [&](Value x, Value y) {
+    return arith::MulFOp::create(b, l, x, y);
+  };
+  auto div = [&](Value x, Value y) {
+    return arith::DivFOp::create(b, l, x, y);
+  };
   if (isa<arith::AddFOp>(op)) {
     accumulate(op->getOperand(0), g);
     accumulate(op->getOperand(1), g);
@@ -190,8 +194,8 @@ LogicalResult Differentiator::elementwise(Operation *op, Value g) {
 LogicalResult Differentiator::matmulRule(linalg::MatmulOp op, Value g) {
   Location l = loc(op);
   if (op.getIndexingMaps() !=
-      b.getAffineMapArrayAttr(linalg::MatmulOp::getDefaultIndexingMaps(
-          b.getContext())))
+      b.getAffineMapArrayAttr(
+          linalg::MatmulOp::getDefaultIndexingMaps(b.getContext())))
     return op.emitOpError("-moe-autodiff: only the plain A[M, K] @ B[K, N] "
                           "form of linalg.matmul is differentiated");
   Value a = op.getInputs()[0], c = op.getInputs()[1];
@@ -228,27 +232,28 @@ LogicalResult Differentiator::softmaxRule(linalg::SoftmaxOp op, Value g) {
   SmallVector<IteratorType> its(rank, IteratorType::parallel);
   its[dim] = IteratorType::reduction;
   Type elt = type.getElementType();
-  Value dot = linalg::GenericOp::create(
-                  b, l, RankedTensorType::get(rshape, elt), ValueRange{g, y},
-                  zerosOf(l, rsizes, elt), ArrayRef<AffineMap>{full, full, part},
-                  its,
-                  [&](OpBuilder &nb, Location nl, ValueRange a) {
-                    Value p = arith::MulFOp::create(nb, nl, a[0], a[1]);
-                    linalg::YieldOp::create(
-                        nb, nl, ValueRange{arith::AddFOp::create(nb, nl, a[2], p)});
-                  })
-                  .getResult(0);
+  Value dot =
+      linalg::GenericOp::create(
+          b, l, RankedTensorType::get(rshape, elt), ValueRange{g, y},
+          zerosOf(l, rsizes, elt), ArrayRef<AffineMap>{full, full, part}, its,
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Value p = arith::MulFOp::create(nb, nl, a[0], a[1]);
+            linalg::YieldOp::create(
+                nb, nl, ValueRange{arith::AddFOp::create(nb, nl, a[2], p)});
+          })
+          .getResult(0);
   SmallVector<IteratorType> par(rank, IteratorType::parallel);
   Value init = tensor::EmptyOp::create(b, l, sizes, elt);
-  Value dx = linalg::GenericOp::create(
-                 b, l, type, ValueRange{g, y, dot}, init,
-                 ArrayRef<AffineMap>{full, full, part, full}, par,
-                 [&](OpBuilder &nb, Location nl, ValueRange a) {
-                   Value d = arith::SubFOp::create(nb, nl, a[0], a[2]);
-                   linalg::YieldOp::create(
-                       nb, nl, ValueRange{arith::MulFOp::create(nb, nl, a[1], d)});
-                 })
-                 .getResult(0);
+  Value dx =
+      linalg::GenericOp::create(
+          b, l, type, ValueRange{g, y, dot}, init,
+          ArrayRef<AffineMap>{full, full, part, full}, par,
+          [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Value d = arith::SubFOp::create(nb, nl, a[0], a[2]);
+            linalg::YieldOp::create(
+                nb, nl, ValueRange{arith::MulFOp::create(nb, nl, a[1], d)});
+          })
+          .getResult(0);
   accumulate(op.getInput(), dx);
   return success();
 }
@@ -345,17 +350,16 @@ LogicalResult Differentiator::backprop(Operation *op) {
     Value g = gradOf(0);
     auto it = cast<RankedTensorType>(tr.getInput().getType());
     Value init = tensor::EmptyOp::create(
-        b, l, tensor::getMixedSizes(b, l, tr.getInput()),
-        it.getElementType());
-    accumulate(tr.getInput(),
-               linalg::TransposeOp::create(b, l, g, init, inverse).getResult()[0]);
+        b, l, tensor::getMixedSizes(b, l, tr.getInput()), it.getElementType());
+    accumulate(
+        tr.getInput(),
+        linalg::TransposeOp::create(b, l, g, init, inverse).getResult()[0]);
     return success();
   }
   if (auto c = dyn_cast<tensor::CollapseShapeOp>(op)) {
     accumulate(c.getSrc(),
                tensor::ExpandShapeOp::create(
-                   b, l, c.getSrcType(), gradOf(0),
-                   c.getReassociationIndices(),
+                   b, l, c.getSrcType(), gradOf(0), c.getReassociationIndices(),
                    tensor::getMixedSizes(b, l, c.getSrc())));
     return success();
   }
@@ -364,10 +368,9 @@ LogicalResult Differentiator::backprop(Operation *op) {
     auto st = ex.getSourceType();
     Value z = zerosOf(l, tensor::getMixedSizes(b, l, ex.getSource()),
                       st.getElementType());
-    accumulate(ex.getSource(),
-               tensor::InsertSliceOp::create(
-                   b, l, gradOf(0), z, ex.getMixedOffsets(),
-                   ex.getMixedSizes(), ex.getMixedStrides()));
+    accumulate(ex.getSource(), tensor::InsertSliceOp::create(
+                                   b, l, gradOf(0), z, ex.getMixedOffsets(),
+                                   ex.getMixedSizes(), ex.getMixedStrides()));
     return success();
   }
   if (auto ins = dyn_cast<tensor::InsertSliceOp>(op)) {
@@ -391,9 +394,9 @@ LogicalResult Differentiator::backprop(Operation *op) {
     return success();
   }
   if (auto e = dyn_cast<tensor::ExpandShapeOp>(op)) {
-    accumulate(e.getSrc(), tensor::CollapseShapeOp::create(
-                               b, l, e.getSrcType(), gradOf(0),
-                               e.getReassociationIndices()));
+    accumulate(e.getSrc(),
+               tensor::CollapseShapeOp::create(b, l, e.getSrcType(), gradOf(0),
+                                               e.getReassociationIndices()));
     return success();
   }
 
@@ -415,8 +418,7 @@ LogicalResult Differentiator::backprop(Operation *op) {
     accumulate(r.getInput(),
                RotaryOp::create(b, l, r.getInput().getType(), gradOf(0),
                                 r.getThetaAttr(),
-                                r.getInverse() ? UnitAttr()
-                                               : b.getUnitAttr()));
+                                r.getInverse() ? UnitAttr() : b.getUnitAttr()));
     return success();
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
@@ -430,19 +432,17 @@ LogicalResult Differentiator::backprop(Operation *op) {
     return success();
   }
   if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-    accumulate(ce.getLogits(),
-               CrossEntropyGradOp::create(b, l, ce.getLogits().getType(),
-                                          ce.getLogits(), ce.getLabels(),
-                                          gradOf(0)));
+    accumulate(ce.getLogits(), CrossEntropyGradOp::create(
+                                   b, l, ce.getLogits().getType(),
+                                   ce.getLogits(), ce.getLabels(), gradOf(0)));
     return success();
   }
   if (auto r = dyn_cast<RouterOp>(op)) {
     accumulate(r.getLogits(),
-               RouterGradOp::create(b, l, r.getLogits().getType(),
-                                    r.getLogits(), r.getIndices(), gradOf(1),
-                                    r.getTopKAttr(), r.getScoreAttr(),
-                                    r.getSoftmaxAfterTopkAttr(),
-                                    r.getNormTopkProbAttr()));
+               RouterGradOp::create(
+                   b, l, r.getLogits().getType(), r.getLogits(), r.getIndices(),
+                   gradOf(1), r.getTopKAttr(), r.getScoreAttr(),
+                   r.getSoftmaxAfterTopkAttr(), r.getNormTopkProbAttr()));
     return success();
   }
   if (isa<DispatchOp, AllToAllOp>(op) &&
@@ -458,9 +458,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
     Value init = tensor::EmptyOp::create(b, l, s, b.getF32Type());
     Value one = arith::ConstantOp::create(b, l, b.getF32FloatAttr(1.0));
     Value ones = linalg::FillOp::create(b, l, one, init).getResult(0);
-    accumulate(d.getTokens(),
-               CombineOp::create(b, l, d.getTokens().getType(), g, ones,
-                                 d.getPositions()));
+    accumulate(d.getTokens(), CombineOp::create(b, l, d.getTokens().getType(),
+                                                g, ones, d.getPositions()));
     return success();
   }
   if (auto c = dyn_cast<CombineOp>(op))
@@ -477,8 +476,9 @@ LogicalResult Differentiator::backprop(Operation *op) {
     if (isActive(x))
       accumulate(x, GroupedMatmulOp::create(b, l, x.getType(), g, w, off, !tr));
     if (isActive(w))
-      accumulate(w, tr ? GroupedMatmulWgradOp::create(b, l, w.getType(), g, x, off)
-                       : GroupedMatmulWgradOp::create(b, l, w.getType(), x, g, off));
+      accumulate(
+          w, tr ? GroupedMatmulWgradOp::create(b, l, w.getType(), g, x, off)
+                : GroupedMatmulWgradOp::create(b, l, w.getType(), x, g, off));
     return success();
   }
   if (auto s = dyn_cast<SwigluOp>(op)) {
@@ -511,8 +511,9 @@ LogicalResult Differentiator::backprop(Operation *op) {
     if (!g)
       return success();
     auto back = AllToAllOp::create(
-        b, l, TypeRange{a2a.getInput().getType(), a2a.getRecvCounts().getType()},
-        g, a2a.getRecvCounts(), a2a.getGridAttr(), a2a.getGridAxesAttr(),
+        b, l,
+        TypeRange{a2a.getInput().getType(), a2a.getRecvCounts().getType()}, g,
+        a2a.getRecvCounts(), a2a.getGridAttr(), a2a.getGridAxesAttr(),
         a2a.getSlotMajorResultAttr(), a2a.getSlotMajorInputAttr(),
         a2a.getPadToAttr());
     accumulate(a2a.getInput(), back.getResult());
@@ -569,8 +570,8 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
       forward.push_back(&op);
     if (diff.isActive(loss)) {
       Value seed = arith::ConstantOp::create(
-          b, ret.getLoc(), DenseElementsAttr::get(
-                               cast<RankedTensorType>(loss.getType()), 1.0f));
+          b, ret.getLoc(),
+          DenseElementsAttr::get(cast<RankedTensorType>(loss.getType()), 1.0f));
       diff.accumulate(loss, seed);
     }
     for (Operation *op : llvm::reverse(forward)) {
@@ -605,8 +606,7 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
         FunctionType::get(step.getContext(), step.getArgumentTypes(), types));
     step.setResultAttr(0, "moe.loss", b.getUnitAttr());
     for (auto [i, arg] : llvm::enumerate(argOf))
-      step.setResultAttr(i + 1, "moe.gradient_of",
-                         b.getI64IntegerAttr(arg));
+      step.setResultAttr(i + 1, "moe.gradient_of", b.getI64IntegerAttr(arg));
     return success();
   }
 

@@ -104,8 +104,8 @@ struct BufferLifetimesPass
       Block *block = dealloc->getBlock();
       // Only plain heap allocations move: an alloca is freed by its scope
       // and other allocating ops may carry side effects of their own.
-      auto allocation = buffer ? buffer.getDefiningOp<memref::AllocOp>()
-                               : memref::AllocOp();
+      auto allocation =
+          buffer ? buffer.getDefiningOp<memref::AllocOp>() : memref::AllocOp();
       if (!allocation || allocation->getBlock() != block)
         continue;
       FailureOr<Operation *> last = lastReach(buffer, block, dealloc);
@@ -173,16 +173,15 @@ struct BufferReportPass : moe::impl::MoEBufferReportBase<BufferReportPass> {
     if (!peakAt) {
       text += "none with a static size";
     } else {
-      llvm::stable_sort(atPeak, [](auto &a, auto &b) { return a.second > b.second; });
+      llvm::stable_sort(atPeak,
+                        [](auto &a, auto &b) { return a.second > b.second; });
       text += llvm::formatv("peak {0} ({1} live) at {2}; largest:",
-                            formatBytes(peak), atPeak.size(),
-                            peakAt->getLoc())
+                            formatBytes(peak), atPeak.size(), peakAt->getLoc())
                   .str();
-      for (auto [i, entry] : llvm::enumerate(
-               ArrayRef(atPeak).take_front(kLargest)))
+      for (auto [i, entry] :
+           llvm::enumerate(ArrayRef(atPeak).take_front(kLargest)))
         text += llvm::formatv("{0} {1} {2}", i ? "," : "",
-                              formatBytes(entry.second),
-                              entry.first.getType())
+                              formatBytes(entry.second), entry.first.getType())
                     .str();
     }
     if (dynamicCount)

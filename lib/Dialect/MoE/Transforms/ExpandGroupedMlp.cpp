@@ -1,7 +1,7 @@
 //===- ExpandGroupedMlp.cpp - moe.grouped_mlp -> its definition -----------===//
 
-#include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
+#include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/IR/PatternMatch.h"
@@ -27,9 +27,10 @@ struct ExpandGroupedMlp : OpRewritePattern<GroupedMlpOp> {
     Location loc = op.getLoc();
     auto resultType = op.getResult().getType();
     int64_t rows = resultType.getDimSize(0);
-    auto w1Shape = isa<MXTensorType>(op.getW1().getType())
-                       ? cast<MXTensorType>(op.getW1().getType()).getShape()
-                       : cast<RankedTensorType>(op.getW1().getType()).getShape();
+    auto w1Shape =
+        isa<MXTensorType>(op.getW1().getType())
+            ? cast<MXTensorType>(op.getW1().getType()).getShape()
+            : cast<RankedTensorType>(op.getW1().getType()).getShape();
     int64_t twoF = w1Shape[2];
     Type f32 = rewriter.getF32Type();
     auto hType = RankedTensorType::get({rows, twoF}, f32);
@@ -41,9 +42,9 @@ struct ExpandGroupedMlp : OpRewritePattern<GroupedMlpOp> {
       Value a = SwigluOp::create(rewriter, loc,
                                  RankedTensorType::get({rows, twoF / 2}, f32),
                                  h, op.getLayout());
-      auto qType = MXTensorType::get(rewriter.getContext(), {rows, twoF / 2},
-                                     w2.getElementType(), /*axis=*/1,
-                                     w2.getBlockSize());
+      auto qType =
+          MXTensorType::get(rewriter.getContext(), {rows, twoF / 2},
+                            w2.getElementType(), /*axis=*/1, w2.getBlockSize());
       act = QuantizeOp::create(rewriter, loc, qType, a, op.getScaleMode());
     } else {
       Type elt = cast<RankedTensorType>(op.getW2().getType()).getElementType();
@@ -79,8 +80,8 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     Type f32 = rewriter.getF32Type();
     auto hType = RankedTensorType::get({rows, twoF}, f32);
     auto daType = RankedTensorType::get({rows, twoF / 2}, f32);
-    Type aElt = isMXElementType(gemmType) ? f32
-                                          : op.getW2().getType().getElementType();
+    Type aElt =
+        isMXElementType(gemmType) ? f32 : op.getW2().getType().getElementType();
     Value h = GroupedMatmulOp::create(rewriter, loc, hType, q(x, 1), q(w1, 1),
                                       off, /*transpose_rhs=*/false);
     Value a = SwigluOp::create(rewriter, loc,
@@ -95,7 +96,8 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     auto dw2Type = cast<RankedTensorType>(op.getDw2().getType());
     int64_t aBytes = tensorBytes(a), dyBytes = tensorBytes(dy),
             dw2Bytes = tensorBytes(op.getDw2());
-    bool dw2First = aBytes && dyBytes && dw2Bytes && aBytes + dyBytes > dw2Bytes;
+    bool dw2First =
+        aBytes && dyBytes && dw2Bytes && aBytes + dyBytes > dw2Bytes;
     auto weightGradient2 = [&] {
       return GroupedMatmulWgradOp::create(rewriter, loc, dw2Type, q(a, 0),
                                           q(dy, 0), off);

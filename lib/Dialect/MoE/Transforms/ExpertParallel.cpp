@@ -230,8 +230,8 @@ struct MoEExpertParallelPass
           shard::ProcessLinearIndexOp::create(b, loc, StringRef(gridName));
       Value off = arith::MulIOp::create(
           b, loc, index, arith::ConstantIndexOp::create(b, loc, local));
-      SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)),
-          sizes, strides(t.getRank(), b.getIndexAttr(1));
+      SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)), sizes,
+          strides(t.getRank(), b.getIndexAttr(1));
       offs[0] = off;
       for (int64_t i = 0; i < t.getRank(); ++i)
         sizes.push_back(b.getIndexAttr(i == 0 ? local : t.getDimSize(i)));
@@ -248,8 +248,9 @@ struct MoEExpertParallelPass
                         int64_t rows) {
     auto type = cast<RankedTensorType>(t.getType());
     return tensor::ExtractSliceOp::create(
-        b, loc, RankedTensorType::get({rows, type.getDimSize(1)},
-                                      type.getElementType()),
+        b, loc,
+        RankedTensorType::get({rows, type.getDimSize(1)},
+                              type.getElementType()),
         t, ArrayRef<OpFoldResult>{b.getIndexAttr(offset), b.getIndexAttr(0)},
         ArrayRef<OpFoldResult>{b.getIndexAttr(rows),
                                b.getIndexAttr(type.getDimSize(1))},
@@ -381,9 +382,9 @@ struct MoEExpertParallelPass
     for (Chunk &ch : chunkList) {
       // 3. Where the local experts' groups are.
       Value recvCounts = ch.sent.getRecvCounts();
-      Value offsets = SlotOffsetsOp::create(
-          b, loc, RankedTensorType::get({local + 1}, i32), recvCounts,
-          b.getI64IntegerAttr(pad));
+      Value offsets =
+          SlotOffsetsOp::create(b, loc, RankedTensorType::get({local + 1}, i32),
+                                recvCounts, b.getI64IntegerAttr(pad));
       // 4. The expert computation on local rows and weight shards.
       IRMapping mapping = weights;
       mapping.map(d.getSorted(), ch.sent.getResult());
@@ -412,10 +413,9 @@ struct MoEExpertParallelPass
     auto resultType = layer.combine.getType();
     Value result;
     if (parts == 1) {
-      result = CombineOp::create(b, loc, resultType,
-                                 chunkList[0].back.getResult(),
-                                 chunkList[0].weights,
-                                 chunkList[0].global.getPositions());
+      result = CombineOp::create(
+          b, loc, resultType, chunkList[0].back.getResult(),
+          chunkList[0].weights, chunkList[0].global.getPositions());
     } else {
       result = tensor::EmptyOp::create(b, loc, resultType.getShape(),
                                        resultType.getElementType());
@@ -470,9 +470,9 @@ struct MoEExpertParallelPass
           return signalPassFailure();
       }
       // The function's signature follows its (possibly resharded) arguments.
-      func.setType(FunctionType::get(
-          &getContext(), func.getBody().front().getArgumentTypes(),
-          func.getResultTypes()));
+      func.setType(FunctionType::get(&getContext(),
+                                     func.getBody().front().getArgumentTypes(),
+                                     func.getResultTypes()));
       // Data-parallel gradients: summed over the ranks.
       if (epSize == 1)
         continue;
@@ -494,9 +494,9 @@ struct MoEExpertParallelPass
         if (g.getDefiningOp<shard::AllReduceOp>())
           continue; // reduced by an earlier run of this pass
         SmallVector<shard::GridAxis> axes = {0};
-        auto reduced = shard::AllReduceOp::create(
-            b, ret.getLoc(), g, StringRef(gridName), axes,
-            shard::ReductionKind::Sum);
+        auto reduced =
+            shard::AllReduceOp::create(b, ret.getLoc(), g, StringRef(gridName),
+                                       axes, shard::ReductionKind::Sum);
         ret.setOperand(i, reduced.getResult());
       }
     }

@@ -68,10 +68,9 @@ struct FuseGroupedMlpForward : OpRewritePattern<GroupedMatmulOp> {
       Value a = q.getInput();
       // The definition's quantize: rowwise, w2's elements and block size,
       // from the f32 SwiGLU result.
-      auto want = MXTensorType::get(getContext(),
-                                    cast<RankedTensorType>(a.getType()).getShape(),
-                                    w2MX.getElementType(), /*axis=*/1,
-                                    w2MX.getBlockSize());
+      auto want = MXTensorType::get(
+          getContext(), cast<RankedTensorType>(a.getType()).getShape(),
+          w2MX.getElementType(), /*axis=*/1, w2MX.getBlockSize());
       swiglu = a.getDefiningOp<SwigluOp>();
       if (q.getType() != want || !swiglu || !a.hasOneUse() || !isF32Tensor(a))
         return failure();
@@ -226,9 +225,8 @@ struct FuseGroupedMlpBackward : OpRewritePattern<SwigluGradOp> {
         !recipe.isOperand(gdx.getLhs(), dh, 1) ||
         !recipe.isOperand(gdx.getRhs(), w1, 2) ||
         !recipe.isOperand(gdw1.getLhs(), x, 0) ||
-        !recipe.isOperand(gdw1.getRhs(), dh, 0) ||
-        gda.getOffsets() != off || gdx.getOffsets() != off ||
-        gdw1.getOffsets() != off)
+        !recipe.isOperand(gdw1.getRhs(), dh, 0) || gda.getOffsets() != off ||
+        gdx.getOffsets() != off || gdw1.getOffsets() != off)
       return failure();
     // The op needs the gate/up width statically (so does swiglu_grad).
     if (ShapedType::isDynamic(
@@ -266,9 +264,9 @@ struct FuseGroupedMlpBackward : OpRewritePattern<SwigluGradOp> {
     // The fused op replaces three ops: it goes before the first of them, in
     // their block, where its operands must already be defined.
     Block *block = sg->getBlock();
-    for (Operation *op : {g1.getOperation(), gda.getOperation(),
-                          gdx.getOperation(), gdw1.getOperation(),
-                          gdw2.getOperation()})
+    for (Operation *op :
+         {g1.getOperation(), gda.getOperation(), gdx.getOperation(),
+          gdw1.getOperation(), gdw2.getOperation()})
       if (op->getBlock() != block)
         return failure();
     Operation *first = gdx;
@@ -300,8 +298,9 @@ struct MoEFuseGroupedMlpPass
     MLIRContext *ctx = &getContext();
     // Only these rewrites (and erasing what they leave dead): no folding.
     GreedyRewriteConfig config;
-    config.enableFolding(false).enableConstantCSE(false).setRegionSimplificationLevel(
-        GreedySimplifyRegionLevel::Disabled);
+    config.enableFolding(false)
+        .enableConstantCSE(false)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
     // Backward first: until it is fused, h and the activation also feed the
     // backward, which keeps the forward from fusing.
     RewritePatternSet backward(ctx);
@@ -310,8 +309,8 @@ struct MoEFuseGroupedMlpPass
     forward.add<FuseGroupedMlpForward>(ctx);
     if (failed(applyPatternsGreedily(getOperation(), std::move(backward),
                                      config)) ||
-        failed(applyPatternsGreedily(getOperation(), std::move(forward),
-                                     config)))
+        failed(
+            applyPatternsGreedily(getOperation(), std::move(forward), config)))
       signalPassFailure();
   }
 };

@@ -52,8 +52,9 @@ Value mlir::moe::getRoundToBF16Input(Value v) {
   if (!trunc || trunc.getIn() != body.getArgument(0) ||
       trunc.getRoundingmodeAttr() ||
       trunc.getFastmath().value_or(arith::FastMathFlags::none) !=
-          arith::FastMathFlags::none || !yield ||
-      yield.getNumOperands() != 1 || yield.getOperand(0) != trunc.getResult())
+          arith::FastMathFlags::none ||
+      !yield || yield.getNumOperands() != 1 ||
+      yield.getOperand(0) != trunc.getResult())
     return {};
   return in;
 }

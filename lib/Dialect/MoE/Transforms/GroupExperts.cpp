@@ -49,7 +49,6 @@ using namespace mlir::moe;
 
 namespace {
 
-
 //===----------------------------------------------------------------------===//
 // Shared helpers
 //===----------------------------------------------------------------------===//
@@ -413,8 +412,7 @@ LogicalResult ExpertsGrouper::run(std::string &why) {
   // The rows of moe.dispatch's `sorted` at or beyond offsets[E] are zero by
   // its definition.
   auto dispatch = tokens.getDefiningOp<DispatchOp>();
-  bool tokensZeroOutside =
-      dispatch && dispatch.getOffsets() == op.getOffsets();
+  bool tokensZeroOutside = dispatch && dispatch.getOffsets() == op.getOffsets();
   set(body.getArgument(0), Kind::Rows, tokens, tokensZeroOutside);
   for (auto [i, w] : llvm::enumerate(op.getWeights()))
     set(body.getArgument(i + 1), Kind::Weight, w);
@@ -566,9 +564,8 @@ LogicalResult ExpertsGrouper::visit(Operation &inner, std::string &why) {
   if (inner.hasTrait<OpTrait::Elementwise>() && inner.getNumRegions() == 0 &&
       inner.getNumOperands() > 0 &&
       llvm::all_of(inner.getOperands(), [&](Value v) { return isRows(v); })) {
-    bool zero = llvm::all_of(inner.getOperands(), [&](Value v) {
-      return info(v)->zeroOutside;
-    });
+    bool zero = llvm::all_of(inner.getOperands(),
+                             [&](Value v) { return info(v)->zeroOutside; });
     if (zero) {
       SmallVector<Attribute> zeros;
       for (Value v : inner.getOperands())
@@ -754,8 +751,7 @@ LogicalResult raiseExpertLoop(scf::ForOp loop, std::string &why) {
   plumbing.push_back(next);
   Value offsets = loRead->first;
   auto offsetsType = cast<RankedTensorType>(offsets.getType());
-  if (!loop.isDefinedOutsideOfLoop(offsets) ||
-      !offsetsType.hasStaticShape() ||
+  if (!loop.isDefinedOutsideOfLoop(offsets) || !offsetsType.hasStaticShape() ||
       offsetsType.getDimSize(0) != numExperts + 1 ||
       !(offsetsType.getElementType().isInteger(32) ||
         offsetsType.getElementType().isInteger(64)))
@@ -777,9 +773,8 @@ LogicalResult raiseExpertLoop(scf::ForOp loop, std::string &why) {
     std::optional<SmallVector<int64_t>> strides =
         constants(s.getMixedStrides());
     RankedTensorType srcType = s.getSourceType();
-    bool unitStrides = strides && llvm::all_of(*strides, [](int64_t v) {
-                         return v == 1;
-                       });
+    bool unitStrides =
+        strides && llvm::all_of(*strides, [](int64_t v) { return v == 1; });
     if (dyn_cast<Value>(offs[0]) == lo) {
       if (!loop.isDefinedOutsideOfLoop(s.getSource()) ||
           srcType.getRank() != 2 || s.getType().getRank() != 2 ||
@@ -833,8 +828,8 @@ LogicalResult raiseExpertLoop(scf::ForOp loop, std::string &why) {
   // Everything else is the body: pure, and reading only the slices, the
   // group size, its own values and constants.
   llvm::DenseSet<Operation *> isPlumbing(plumbing.begin(), plumbing.end());
-  llvm::DenseSet<Value> forbidden{iv, acc, lo, hi, next.getResult(),
-                                  ins.getResult()};
+  llvm::DenseSet<Value> forbidden{
+      iv, acc, lo, hi, next.getResult(), ins.getResult()};
   for (Operation *p : plumbing)
     if (isa<arith::IndexCastOp, arith::IndexCastUIOp, tensor::ExtractOp>(p))
       forbidden.insert(p->getResult(0));
@@ -888,9 +883,9 @@ LogicalResult raiseExpertLoop(scf::ForOp loop, std::string &why) {
     stacked.push_back(w);
   }
   auto experts = ExpertsOp::create(b, loc, accType, tokens, offsets, stacked);
-  SmallVector<Type> argTypes{RankedTensorType::get(
-      {ShapedType::kDynamic, tokensType.getDimSize(1)},
-      tokensType.getElementType())};
+  SmallVector<Type> argTypes{
+      RankedTensorType::get({ShapedType::kDynamic, tokensType.getDimSize(1)},
+                            tokensType.getElementType())};
   for (Value w : weights) {
     auto t = cast<RankedTensorType>(w.getType());
     argTypes.push_back(
@@ -906,8 +901,8 @@ LogicalResult raiseExpertLoop(scf::ForOp loop, std::string &why) {
                 eb->getArgument(1 + (llvm::find(weights, s.getSource()) -
                                      weights.begin())));
   if (nUsed)
-    mapping.map(n, tensor::DimOp::create(b, loc, eb->getArgument(0), 0)
-                       .getResult());
+    mapping.map(
+        n, tensor::DimOp::create(b, loc, eb->getArgument(0), 0).getResult());
   for (Operation *c : hoisted)
     b.clone(*c, mapping);
   for (Operation *c : compute)
@@ -944,8 +939,8 @@ SmallVector<tensor::InsertSliceOp> insertChain(tensor::InsertSliceOp last) {
 /// results into rows of one tensor.
 bool isUnrolledCandidate(Operation *op) {
   if (auto cat = dyn_cast<tensor::ConcatOp>(op))
-    return cat.getDim() == 0 && llvm::count_if(cat.getInputs(),
-                                               isMatmulResult) >= 2;
+    return cat.getDim() == 0 &&
+           llvm::count_if(cat.getInputs(), isMatmulResult) >= 2;
   if (!isMatmulInsert(op))
     return false;
   for (Operation *user : op->getUsers())
@@ -1070,7 +1065,8 @@ LogicalResult groupUnrolled(Operation *root, std::string &why) {
   }
   // By output row; pieces of zero rows keep their program order.
   llvm::sort(pieces, [](const Piece &a, const Piece &b) {
-    return std::make_pair(a.outRow, a.index) < std::make_pair(b.outRow, b.index);
+    return std::make_pair(a.outRow, a.index) <
+           std::make_pair(b.outRow, b.index);
   });
   Piece p0 = pieces.front();
   int64_t total = 0;
@@ -1112,8 +1108,9 @@ LogicalResult groupUnrolled(Operation *root, std::string &why) {
   SmallVector<OpFoldResult> unit(3, b.getIndexAttr(1));
   int64_t first = 0;
   Value weights = stackedSource(pieces, first);
-  if (weights && (first != 0 || cast<RankedTensorType>(weights.getType())
-                                        .getDimSize(0) != numExperts)) {
+  if (weights &&
+      (first != 0 ||
+       cast<RankedTensorType>(weights.getType()).getDimSize(0) != numExperts)) {
     weights = tensor::ExtractSliceOp::create(
         b, loc, stackedType, weights,
         ArrayRef<OpFoldResult>{b.getIndexAttr(first), b.getIndexAttr(0),

@@ -52,9 +52,9 @@ struct QuantizeBeforeMove : OpRewritePattern<QuantizeOp> {
       return failure();
     rewriter.setInsertionPoint(mover);
     Value rows = mover->getOperand(0);
-    Value quantized = QuantizeOp::create(
-        rewriter, op.getLoc(), quantizedLike(rows, op.getType()), rows,
-        op.getScaleModeAttr());
+    Value quantized = QuantizeOp::create(rewriter, op.getLoc(),
+                                         quantizedLike(rows, op.getType()),
+                                         rows, op.getScaleModeAttr());
     OperationState state(mover->getLoc(), mover->getName());
     state.addOperands(quantized);
     state.addOperands(mover->getOperands().drop_front());

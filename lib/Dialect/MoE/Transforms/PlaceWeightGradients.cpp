@@ -73,8 +73,7 @@ struct PlaceWeightGradientsPass
     : moe::impl::MoEPlaceWeightGradientsBase<PlaceWeightGradientsPass> {
   void runOnOperation() override {
     SmallVector<GroupedMatmulWgradOp> wgrads;
-    getOperation().walk(
-        [&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
+    getOperation().walk([&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
     for (GroupedMatmulWgradOp op : wgrads)
       place(op);
   }

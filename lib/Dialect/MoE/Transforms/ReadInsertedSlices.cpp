@@ -27,8 +27,7 @@ struct MoEReadInsertedSlicesPass
       Block *block = insert->getBlock();
       for (OpOperand &use : llvm::make_early_inc_range(part.getUses())) {
         Operation *at = block->findAncestorOpInBlock(*use.getOwner());
-        if (!at || at == insert.getOperation() ||
-            !insert->isBeforeInBlock(at))
+        if (!at || at == insert.getOperation() || !insert->isBeforeInBlock(at))
           continue;
         // Reads only: writing into a view of the larger tensor would make
         // bufferization copy all of it.

@@ -27,7 +27,8 @@ struct MoEReadOnlyArgumentsPass
         return;
       for (unsigned i = 0; i < f.getNumArguments(); ++i)
         if (isa<TensorType>(f.getArgument(i).getType()))
-          f.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName,
+          f.setArgAttr(i,
+                       bufferization::BufferizationDialect::kWritableAttrName,
                        BoolAttr::get(f.getContext(), false));
     });
   }

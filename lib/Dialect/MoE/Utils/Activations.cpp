@@ -17,8 +17,7 @@ Value mlir::moe::buildSigmoid(OpBuilder &b, Location loc, Value x) {
   return arith::DivFOp::create(b, loc, f32Constant(b, loc, 1.0f), den);
 }
 
-Value mlir::moe::buildSwiglu(OpBuilder &b, Location loc, Value gate,
-                             Value up) {
+Value mlir::moe::buildSwiglu(OpBuilder &b, Location loc, Value gate, Value up) {
   Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, gate));
   Value silu = arith::DivFOp::create(
       b, loc, gate,

@@ -22,7 +22,8 @@ RowBound LiveRows::groupsEnd(Value offsets) {
 }
 
 int64_t LiveRows::groupPadding(Value offsets) {
-  if (auto d = offsets.getDefiningOp<DispatchOp>(); d && d.getOffsets() == offsets)
+  if (auto d = offsets.getDefiningOp<DispatchOp>();
+      d && d.getOffsets() == offsets)
     return d.getPadTo();
   if (auto s = offsets.getDefiningOp<SlotOffsetsOp>())
     return s.getPadTo();
@@ -137,8 +138,7 @@ RowBound LiveRows::compute(Value v) {
               return i == 0 && agree(byGroups(op.getOffsets()));
             })
             .Case([&](GroupedMatmulWgradOp op) {
-              return (i == 0 || i == 1) &&
-                     agree(byGroups(op.getOffsets()));
+              return (i == 0 || i == 1) && agree(byGroups(op.getOffsets()));
             })
             .Case([&](GroupedMlpOp op) {
               return i == 0 && agree(byGroups(op.getOffsets()));
@@ -163,9 +163,8 @@ RowBound LiveRows::compute(Value v) {
                      agree(byGroups(d.getOffsets()));
             })
             // Row-local ops: row r of the result from row r of the operands.
-            .Case<SwigluOp, SwigluGradOp>([&](Operation *op) {
-              return agree(boundOf(op->getResult(0)));
-            })
+            .Case<SwigluOp, SwigluGradOp>(
+                [&](Operation *op) { return agree(boundOf(op->getResult(0))); })
             .Case([&](QuantizeOp op) {
               RowBound d = boundOf(op.getResult());
               return d && blocksWithinRows(op.getType(), d) && agree(d);

@@ -72,9 +72,9 @@ Value mlir::moe::buildScaleByte(OpBuilder &b, Location loc, Value amax,
   Value lz = math::CountLeadingZerosOp::create(b, loc, frac);
   Value p = a.sub(a.c32(31), lz);
   Value isSub = a.cmp(P::eq, biased, a.c32(0));
-  Value exponent = a.sel(isSub, a.sub(p, a.c32(149)), a.sub(biased, a.c32(127)));
-  Value subFrac =
-      a.band(a.shl(frac, a.sub(a.c32(23), p)), a.c32(0x7FFFFF));
+  Value exponent =
+      a.sel(isSub, a.sub(p, a.c32(149)), a.sub(biased, a.c32(127)));
+  Value subFrac = a.band(a.shl(frac, a.sub(a.c32(23), p)), a.c32(0x7FFFFF));
   Value fraction = a.sel(isSub, subFrac, frac);
   // e = floor(log2(amax)) - emax, plus one for rceil when amax's significand
   // exceeds max_elem's (then amax / max_elem is in (2^k, 2^(k+1))).
@@ -173,9 +173,8 @@ Value mlir::moe::buildDecode(OpBuilder &b, Location loc, Value bits,
   if (fmt.hasInfinity) {
     Value special = a.cmp(P::eq, e, allOnes);
     Value inf = a.f32(std::numeric_limits<float>::infinity());
-    Value signedInf =
-        a.sel(a.cmp(P::eq, sign, a.c32(1)), arith::NegFOp::create(b, loc, inf),
-              inf);
+    Value signedInf = a.sel(a.cmp(P::eq, sign, a.c32(1)),
+                            arith::NegFOp::create(b, loc, inf), inf);
     Value sv = a.sel(a.cmp(P::eq, m, a.c32(0)), signedInf, nan);
     return a.sel(special, sv, v);
   }

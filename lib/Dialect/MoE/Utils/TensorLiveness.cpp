@@ -18,9 +18,9 @@ std::optional<int64_t> mlir::moe::shapedBytes(ShapedType type) {
     return std::nullopt;
   Type elt = type.getElementType();
   // index: 64 bits on every target the pipelines lower to.
-  int64_t bits = elt.isIndex()         ? 64
-                 : elt.isIntOrFloat()  ? elt.getIntOrFloatBitWidth()
-                                       : 0;
+  int64_t bits = elt.isIndex()        ? 64
+                 : elt.isIntOrFloat() ? elt.getIntOrFloatBitWidth()
+                                      : 0;
   if (!bits)
     return std::nullopt;
   return type.getNumElements() * int64_t(llvm::divideCeil(bits, 8));

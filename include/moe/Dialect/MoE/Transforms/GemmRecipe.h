@@ -1,4 +1,5 @@
-//===- GemmRecipe.h - bringing GEMM operands to a recipe's precision -*- C++ -*-===//
+//===- GemmRecipe.h - bringing GEMM operands to a recipe's precision -*- C++
+//-*-===//
 //
 // The operand conversions of the training recipes, shared by -moe-quantize
 // (which inserts them), -moe-fuse-grouped-mlp (which recognizes them) and the
@@ -41,8 +42,8 @@ Value createGemmOperand(OpBuilder &b, Location loc, Value v, Type gemmType,
 
 /// Whether `operand` holds exactly createGemmOperand(source, gemmType, axis,
 /// mode): `source` itself, or an op that computes that from `source`.
-bool isGemmOperandOf(Value operand, Value source, Type gemmType,
-                     unsigned axis, ScaleMode mode);
+bool isGemmOperandOf(Value operand, Value source, Type gemmType, unsigned axis,
+                     ScaleMode mode);
 
 } // namespace mlir::moe
 

@@ -2,8 +2,8 @@
 #ifndef MOE_DIALECT_MOE_TRANSFORMS_PASSES_H
 #define MOE_DIALECT_MOE_TRANSFORMS_PASSES_H
 
-#include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "mlir/Pass/Pass.h"
+#include "moe/Dialect/MoE/IR/MoEOps.h"
 
 namespace mlir::moe {
 

@@ -13,8 +13,8 @@
 #ifndef MOE_DIALECT_MOE_UTILS_MXNUMERICS_H
 #define MOE_DIALECT_MOE_UTILS_MXNUMERICS_H
 
-#include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "mlir/IR/Builders.h"
+#include "moe/Dialect/MoE/IR/MoEOps.h"
 
 namespace mlir::moe {
 
