@@ -218,6 +218,78 @@ struct HopperBuilder : KernelBuilder {
     LLVM::StoreOp::create(b, loc, pairOf(x, y, elt),
                           globalPtr(base, mul(at, idx(bytes / 2))), bytes);
   }
+  /// The epilogue of the tile-per-CTA wgmma kernels for one expert: this
+  /// thread's accumulator rows `rows` (rows[q]: half q / 2 of the two
+  /// m64nNk16 accumulators `acc`, fragment row q % 2) that lie in [lo, hi)
+  /// are stored to `out` at columns colBase + 8 j + c. Returns, per row,
+  /// whether a group covered it (`covered[q]`, or this one).
+  SmallVector<Value> storeRowsInGroup(ArrayRef<Value> acc, ArrayRef<Value> rows,
+                                      Value lo, Value hi, Value out,
+                                      Value colBase, ValueRange covered) {
+    int64_t columns = 2 * int64_t(accType.getBody().size());
+    SmallVector<Value> result;
+    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+      Value r = rows[q];
+      Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
+      int64_t hf = q / 2, h = q % 2;
+      ifThen(inGroup, [&] {
+        for (int64_t j = 0; j < columns / 8; ++j)
+          for (int64_t c = 0; c < 2; ++c) {
+            Value v = accAt(acc[hf], 4 * j + 2 * h + c);
+            memref::StoreOp::create(
+                b, loc, v, out, ValueRange{r, add(colBase, idx(8 * j + c))});
+          }
+      });
+      result.push_back(lor(covered[q], inGroup));
+    }
+    return result;
+  }
+  /// Stores `zero` to the rows of `rows` (as storeRowsInGroup's) that no
+  /// group covered and that lie before `end`.
+  void zeroUncoveredRows(Value zero, ArrayRef<Value> rows, ValueRange covered,
+                         Value end, Value out, Value colBase) {
+    int64_t columns = 2 * int64_t(accType.getBody().size());
+    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
+      Value uncovered =
+          land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
+               cmp(P::slt, rows[q], end));
+      ifThen(uncovered, [&] {
+        for (int64_t j = 0; j < columns / 8; ++j)
+          for (int64_t c = 0; c < 2; ++c)
+            memref::StoreOp::create(
+                b, loc, zero, out,
+                ValueRange{rows[q], add(colBase, idx(8 * j + c))});
+      });
+    }
+  }
+  /// The expert walk of a tile-per-CTA wgmma kernel whose CTA owns rows
+  /// [m0, m0 + 128) of the grouped result `out` ([rowCount, N]; this
+  /// thread's accumulator rows `rows`, its first column `colBase`): for each
+  /// expert meeting the tile, `kLoop(e)` (the two m64 accumulators), its
+  /// group's rows stored and a barrier (the next expert's loads overwrite
+  /// the ring); then the tile's rows in no group are zeroed (only those
+  /// before offsets[E] with `liveRowsOnly`, LiveRows.h).
+  void walkGroupedTile(int64_t experts, Value offsets, int64_t rowCount,
+                       Value m0, ArrayRef<Value> rows, Value out, Value colBase,
+                       bool liveRowsOnly,
+                       function_ref<SmallVector<Value>(Value)> kLoop) {
+    Value rowsEnd = idx(rowCount);
+    Value tileEnd = add(m0, idx(hopper::TileM));
+    SmallVector<Value> noneCovered(rows.size(), boolean(false));
+    SmallVector<Value> covered = forEachExpertMeetingTile(
+        idx(experts), noneCovered, offsets, rowCount, m0, tileEnd,
+        [&](Value e, Value lo, Value hi,
+            ValueRange carried) -> SmallVector<Value> {
+          SmallVector<Value> acc = kLoop(e);
+          SmallVector<Value> result =
+              storeRowsInGroup(acc, rows, lo, hi, out, colBase, carried);
+          NVVM::Barrier0Op::create(b, loc);
+          return result;
+        });
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+    Value zeroEnd = liveRowsOnly ? groupsEnd(offsets, rowCount) : rowsEnd;
+    zeroUncoveredRows(zero, rows, covered, zeroEnd, out, colBase);
+  }
   /// The dynamic shared memory, the descriptor base for leading / stride
   /// byte offsets `lbo` / `sbo`, and the m64n128 accumulator type.
   void setUp(int64_t lbo, int64_t sbo, bool swizzled = false,

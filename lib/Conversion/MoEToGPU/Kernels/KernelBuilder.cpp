@@ -42,12 +42,6 @@ gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
   return launch;
 }
 
-/// The private function `name`: (tensors `argTypes`) -> `resultType`, whose
-/// body takes its arguments as buffers (read only), allocates the result,
-/// runs `host(b, buffers, outs)` (host code before the launch, optional), then
-/// one gpu.launch of `shape` whose body `emit(b, launch, buffers, out)`
-/// writes, and returns the result; marked `moe.dedicated_kernel = what`.
-/// An existing function of that name and type is reused.
 func::FuncOp getOrCreateKernelCall(
     ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
     ArrayRef<Type> argTypes, ArrayRef<RankedTensorType> resultTypes,
@@ -96,7 +90,6 @@ func::FuncOp getOrCreateKernelCall(
   return func;
 }
 
-/// getOrCreateKernelCall for a kernel with one result.
 func::FuncOp getOrCreateKernelCall(
     ModuleOp module, SymbolTable &symbols, StringRef name, StringRef what,
     ArrayRef<Type> argTypes, RankedTensorType resultType, Location loc,
@@ -110,9 +103,6 @@ func::FuncOp getOrCreateKernelCall(
       host);
 }
 
-/// Declares which arguments of a grouped kernel are rows read only inside the
-/// groups of the offsets argument (see LiveRows.h): lets the rows past the
-/// last group stay unspecified where they are computed.
 func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
                              unsigned offsets) {
   UnitAttr unit = UnitAttr::get(kernel.getContext());
@@ -120,6 +110,30 @@ func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
     kernel.setArgAttr(a, kGroupRowsAttr, unit);
   kernel.setArgAttr(offsets, kGroupOffsetsAttr, unit);
   return kernel;
+}
+
+SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op) {
+  auto lhs = cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = cast<MXTensorType>(op.getRhs().getType());
+  return {lhs.getDataType(), lhs.getScalesType(), rhs.getDataType(),
+          rhs.getScalesType(), op.getOffsets().getType()};
+}
+
+void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel) {
+  auto lhs = cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = cast<MXTensorType>(op.getRhs().getType());
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
+                                     lhs.getScalesType(), op.getLhs());
+  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
+                                     rhs.getScalesType(), op.getRhs());
+  auto call = func::CallOp::create(
+      b, loc, kernel,
+      ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),
+                 rhsParts.getScales(), op.getOffsets()});
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
 }
 
 namespace {

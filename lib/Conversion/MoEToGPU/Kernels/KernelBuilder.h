@@ -443,6 +443,14 @@ func::FuncOp getOrCreateKernelCall(
 func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
                              unsigned offsets);
 
+/// The arguments of a grouped GEMM kernel on MX operands: (A data, A scales,
+/// B data, B scales, offsets).
+SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op);
+
+/// Replaces `op` (MX lhs and rhs) by a call of `kernel` on their data and
+/// scales (moe.mx_unpack) and the offsets.
+void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel);
+
 /// Registers memory-effect models for the NVVM ops the kernels use where
 /// upstream declares none (the buffer deallocation rejects unknown effects).
 void registerNVVMMemoryEffects(DialectRegistry &registry);

@@ -423,26 +423,10 @@ func::FuncOp getOrCreateBlockScaledGemmFunction(
 
 void lowerBlockScaledGemm(GroupedMatmulOp op, const BlockScaledGemm &g,
                           ModuleOp module, SymbolTable &symbols) {
-  auto lhs = cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = cast<MXTensorType>(op.getRhs().getType());
-  SmallVector<Type> argTypes = {lhs.getDataType(), lhs.getScalesType(),
-                                rhs.getDataType(), rhs.getScalesType(),
-                                op.getOffsets().getType()};
+  SmallVector<Type> argTypes = mxGemmArgTypes(op);
   func::FuncOp kernel = getOrCreateBlockScaledGemmFunction(
       module, symbols, g, argTypes, op.getType(), op.getLoc());
-
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
-                                     lhs.getScalesType(), op.getLhs());
-  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
-                                     rhs.getScalesType(), op.getRhs());
-  auto call = func::CallOp::create(
-      b, loc, kernel,
-      ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),
-                 rhsParts.getScales(), op.getOffsets()});
-  op.getResult().replaceAllUsesWith(call.getResult(0));
-  op.erase();
+  replaceByMXGemmCall(op, kernel);
 }
 
 } // namespace mlir::moe::kernels

@@ -342,61 +342,8 @@ struct WgmmaMxEmitter : HopperBuilder {
       for (int64_t c = 0; c < 2; ++c)
         colScaleOff.push_back(mul(add(colInTile, idx(8 * j + c)), idx(4)));
 
-    Value rowsEnd = idx(g.rows);
-    Value tileEnd = add(m0, idx(hopper::TileM));
-    SmallVector<Value> noneCovered(rows.size(), boolean(false));
-    SmallVector<Value> covered = forLoop(
-        0, idx(g.experts), noneCovered,
-        [&](Value e, ValueRange carried) -> SmallVector<Value> {
-          Value lo, hi;
-          std::tie(lo, hi) = groupRows(offsets, e, g.rows);
-          Value meets = cmp(P::slt, maxS(lo, m0), minS(hi, tileEnd));
-          SmallVector<Type> types(rows.size(), i1());
-          return ifElse(
-              types, meets,
-              [&]() -> SmallVector<Value> {
-                SmallVector<Value> acc = kLoop(e);
-                SmallVector<Value> result;
-                for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
-                  Value r = rows[q];
-                  Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
-                  int64_t hf = q / 2, h = q % 2;
-                  ifThen(inGroup, [&] {
-                    for (int64_t j = 0; j < hopper::TileN / 8; ++j)
-                      for (int64_t c = 0; c < 2; ++c) {
-                        Value v = LLVM::ExtractValueOp::create(
-                            b, loc, acc[hf],
-                            ArrayRef<int64_t>{4 * j + 2 * h + c});
-                        memref::StoreOp::create(
-                            b, loc, v, out,
-                            ValueRange{r, add(colBase, idx(8 * j + c))});
-                      }
-                  });
-                  result.push_back(lor(carried[q], inGroup));
-                }
-                // Every warp is done with the ring before the next expert's
-                // loads overwrite it.
-                NVVM::Barrier0Op::create(b, loc);
-                return result;
-              },
-              [&]() -> SmallVector<Value> {
-                return SmallVector<Value>(carried.begin(), carried.end());
-              });
-        });
-
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
-    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
-      Value uncovered =
-          land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
-               cmp(P::slt, rows[q], rowsEnd));
-      ifThen(uncovered, [&] {
-        for (int64_t j = 0; j < hopper::TileN / 8; ++j)
-          for (int64_t c = 0; c < 2; ++c)
-            memref::StoreOp::create(
-                b, loc, zero, out,
-                ValueRange{rows[q], add(colBase, idx(8 * j + c))});
-      });
-    }
+    walkGroupedTile(g.experts, offsets, g.rows, m0, rows, out, colBase,
+                    /*liveRowsOnly=*/false, [&](Value e) { return kLoop(e); });
   }
 };
 
@@ -429,25 +376,10 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
   std::optional<WgmmaMxGemm> mx = matchWgmmaMxGemm(op);
   if (!mx)
     return false;
-  auto lhs = cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = cast<MXTensorType>(op.getRhs().getType());
-  SmallVector<Type> argTypes = {lhs.getDataType(), lhs.getScalesType(),
-                                rhs.getDataType(), rhs.getScalesType(),
-                                op.getOffsets().getType()};
+  SmallVector<Type> argTypes = mxGemmArgTypes(op);
   func::FuncOp kernel = getOrCreateWgmmaMxFunction(
       module, symbols, *mx, argTypes, op.getType(), op.getLoc());
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
-                                     lhs.getScalesType(), op.getLhs());
-  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
-                                     rhs.getScalesType(), op.getRhs());
-  auto call = func::CallOp::create(
-      b, loc, kernel,
-      ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),
-                 rhsParts.getScales(), op.getOffsets()});
-  op.getResult().replaceAllUsesWith(call.getResult(0));
-  op.erase();
+  replaceByMXGemmCall(op, kernel);
   return true;
 }
 

@@ -224,52 +224,8 @@ struct WgmmaEmitter : HopperBuilder {
       for (int64_t h = 0; h < 2; ++h)
         rows.push_back(add(rowBase, idx(hopper::MmaM * hf + 8 * h)));
 
-    Value rowsEnd = idx(g.rows);
-    Value tileEnd = add(m0, idx(hopper::TileM));
-    SmallVector<Value> noneCovered(rows.size(), boolean(false));
-    SmallVector<Value> covered = forEachExpertMeetingTile(
-        idx(g.experts), noneCovered, offsets, g.rows, m0, tileEnd,
-        [&](Value e, Value lo, Value hi,
-            ValueRange carried) -> SmallVector<Value> {
-          SmallVector<Value> acc = kLoop(e);
-          SmallVector<Value> result;
-          for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
-            Value r = rows[q];
-            Value inGroup = land(cmp(P::sle, lo, r), cmp(P::slt, r, hi));
-            int64_t hf = q / 2, h = q % 2;
-            ifThen(inGroup, [&] {
-              for (int64_t j = 0; j < hopper::TileN / 8; ++j)
-                for (int64_t c = 0; c < 2; ++c) {
-                  Value v = accAt(acc[hf], 4 * j + 2 * h + c);
-                  memref::StoreOp::create(
-                      b, loc, v, out,
-                      ValueRange{r, add(colBase, idx(8 * j + c))});
-                }
-            });
-            result.push_back(lor(carried[q], inGroup));
-          }
-          // Every warp is done with the ring before the next expert's
-          // loads overwrite it.
-          NVVM::Barrier0Op::create(b, loc);
-          return result;
-        });
-
-    // Rows of the tile in no group are zero (up to offsets[E] only, when
-    // nothing reads the rest).
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
-    Value zeroEnd = g.liveRowsOnly ? groupsEnd(offsets, g.rows) : rowsEnd;
-    for (int64_t q = 0; q < int64_t(rows.size()); ++q) {
-      Value uncovered =
-          land(arith::XOrIOp::create(b, loc, covered[q], boolean(true)),
-               cmp(P::slt, rows[q], zeroEnd));
-      ifThen(uncovered, [&] {
-        for (int64_t j = 0; j < hopper::TileN / 8; ++j)
-          for (int64_t c = 0; c < 2; ++c)
-            memref::StoreOp::create(
-                b, loc, zero, out,
-                ValueRange{rows[q], add(colBase, idx(8 * j + c))});
-      });
-    }
+    walkGroupedTile(g.experts, offsets, g.rows, m0, rows, out, colBase,
+                    g.liveRowsOnly, [&](Value e) { return kLoop(e); });
   }
 };
 
