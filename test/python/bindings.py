@@ -117,6 +117,17 @@ with tempfile.TemporaryDirectory() as tmp:
     yp = moe_mlir.load(sop).moe_layer(x, rw, w1, w2)
     check(np.abs(yp - y).max() <= 1e-6 * np.abs(y).max(),
           "padding each group to 32 rows leaves the f32 layer's result as it is")
+    # GPU options in the GPU pipeline's syntax: checked (names and values)
+    # before the module is touched, for GPU targets only.
+    ok, msg = expect_error(
+        lambda: moe_mlir.Module.parse(padded).compile(
+            "sm_90a", sop, gpu_options="pair-round-trips=sometimes"),
+        "bad GPU options", "pair-round-trips=sometimes")
+    check(ok, f"an unknown GPU option value is refused ({msg})")
+    ok, msg = expect_error(
+        lambda: moe_mlir.Module.parse(padded).compile("cpu", sop, gpu_options="mx-activations=always"),
+        "given for target cpu")
+    check(ok, f"GPU options for the CPU are refused ({msg})")
     ok, msg = expect_error(lambda: layers.moe_layer(T, H, F, E, K, pad_to=0), "pad_to")
     check(ok, f"a pad_to below 1 is refused ({msg})")
     ok, msg = expect_error(lambda: layers.moe_layer(T, H, F, E, K, recipe="mxfp8", pad_to=16),
