@@ -227,8 +227,12 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     }
     if (failed(parsed)) {
       StringRef why = StringRef(parseErrors).trim();
-      return fail("bad GPU options '" + opts.gpuOptions + "'" +
-                  (why.empty() ? "" : ": " + why));
+      // A bad value of a known option is reported by the option parser
+      // itself (on stderr); name where the good ones are listed.
+      return fail("bad GPU options '" + opts.gpuOptions + "': " +
+                  (why.empty() ? StringRef("an unknown value (moe-compile "
+                                           "--help lists the values)")
+                               : why));
     }
     gpuOptions->chip = *chip;
     gpuOptions->format = *symbolizeKernelFormat(format);
