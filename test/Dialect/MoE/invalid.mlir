@@ -1132,6 +1132,26 @@ func.func @a2a_axis_twice(%x: tensor<64x16xbf16>, %c: tensor<8xi32>) {
 
 // -----
 
+// all_to_all over a grid of size 0 (once a division by zero in this check).
+shard.grid @empty(shape = 0)
+func.func @a2a_empty_grid(%x: tensor<64x16xbf16>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{expects a group of one or more ranks, but the grid @empty has size 0 along the exchange's axes}}
+  %r, %rc = moe.all_to_all %x, %c on @empty : tensor<64x16xbf16>, tensor<8xi32> -> tensor<128x16xbf16>, tensor<8xi32>
+  return
+}
+
+// -----
+
+// all_to_all over an axis of size 0 of a 2x0 grid.
+shard.grid @half_empty(shape = 2x0)
+func.func @a2a_empty_axis(%x: tensor<64x16xbf16>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{expects a group of one or more ranks, but the grid @half_empty has size 0}}
+  %r, %rc = moe.all_to_all %x, %c on @half_empty grid_axes = [1] : tensor<64x16xbf16>, tensor<8xi32> -> tensor<128x16xbf16>, tensor<8xi32>
+  return
+}
+
+// -----
+
 // all_to_all: send counts not a multiple of the group size (4 ranks).
 shard.grid @ep_dp(shape = 2x4)
 func.func @a2a_counts(%x: tensor<64x16xbf16>, %c: tensor<6xi32>) {

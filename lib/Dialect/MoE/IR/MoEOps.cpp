@@ -719,6 +719,9 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
       return emitOpError("grid axis ") << a << " is listed twice";
   }
   int64_t p = groupSize(grid, getGridAxes());
+  if (p == 0)
+    return emitOpError("expects a group of one or more ranks, but the grid @")
+           << getGrid() << " has size 0 along the exchange's axes";
   int64_t c = getSendCounts().getType().getDimSize(0);
   if (!ShapedType::isDynamic(p) && !ShapedType::isDynamic(c) && c % p != 0)
     return emitOpError("expects the number of send counts (")
