@@ -148,6 +148,12 @@ bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
   FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     return fail(std::string("cannot open: ") + std::strerror(errno));
+  // (A directory opens too, and reports an absurd size.)
+  struct stat info;
+  if (::fstat(::fileno(f), &info) != 0 || !S_ISREG(info.st_mode)) {
+    std::fclose(f);
+    return fail("not a regular file");
+  }
   std::fseek(f, 0, SEEK_END);
   long size = std::ftell(f);
   std::fseek(f, 0, SEEK_SET);

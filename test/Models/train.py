@@ -171,6 +171,24 @@ for name, blob, message in (("truncated", good[: len(good) // 2], "truncated"),
     with open(os.path.join(bad, "checkpoint.safetensors"), "rb") as f:
         kept = f.read() == blob
     check(refused(r, message) and kept, f"a {name} checkpoint: '{message}', left as it was")
+# A header string with a bad \\u escape (once an uncaught exception that
+# aborted the trainer), whole or partial.
+n = int.from_bytes(good[:8], "little")
+for escape in (b"\\uZZZZ", b"\\u12ZZ"):
+    header = good[8:8 + n].replace(b'"__metadata__"', b'"__metadata' + escape + b'"', 1)
+    blob = len(header).to_bytes(8, "little") + header + good[8 + n:]
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
+        f.write(blob)
+    r = train(*short, "--out", bad, "--resume", expect=1)
+    check(refused(r, "corrupt header"), f"a header with {escape.decode()}: 'corrupt header'")
+# A directory where the checkpoint should be (once an allocation of
+# LONG_MAX bytes and an abort).
+shutil.rmtree(bad, ignore_errors=True)
+os.makedirs(os.path.join(bad, "checkpoint.safetensors"))
+r = train(*short, "--out", bad, "--resume", expect=1)
+check(refused(r, "not a regular file"), "a directory named like the checkpoint: 'not a regular file'")
 other = dict(json.load(open(config)), hidden_size=32, head_dim=8)
 other_cfg = os.path.join(out, "other.json")
 json.dump(other, open(other_cfg, "w"))
