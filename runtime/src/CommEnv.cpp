@@ -92,6 +92,12 @@ double parseTimeout() {
   if (!*value || *end || !std::isfinite(t) || t <= 0)
     fail(std::string("MOERT_COMM_TIMEOUT='") + value +
          "' is not a positive number of seconds");
+  // Deadlines are kept in nanoseconds (64 bits: about 292 years); far
+  // larger values used to wrap around, and every exchange timed out at once.
+  constexpr double kMaxTimeout = 1e8; // about 3 years
+  if (t > kMaxTimeout)
+    fail(std::string("MOERT_COMM_TIMEOUT='") + value +
+         "' is more than the largest timeout, 1e8 seconds (about 3 years)");
   return t;
 }
 
