@@ -143,18 +143,42 @@ bool moert::readSequences(const std::string &path, Alphabet alphabet,
     return false;
   }
   if (first.rfind("# STOCKHOLM", 0) == 0) {
-    // Stockholm: "name  aligned-residues" lines, possibly in several blocks;
-    // "#..." annotation lines; "//" ends the alignment.
+    // Stockholm: one or more alignments, each "# STOCKHOLM 1.0", then
+    // "name  aligned-residues" lines (possibly in several blocks) and "#..."
+    // annotation lines, and "//" at its end. A name names one sequence
+    // within its alignment.
     std::map<std::string, size_t> index;
-    bool ended = false;
+    bool inAlignment = true;
+    size_t alignmentStart = 0; // the alignment's first sequence
+    int64_t headerLine = lineNo;
     while (std::getline(in, line)) {
       ++lineNo;
       std::string t = trim(line);
+      if (!inAlignment) {
+        if (t.empty())
+          continue;
+        if (t.rfind("# STOCKHOLM", 0) != 0) {
+          error.message = where() + ": expected '# STOCKHOLM 1.0' (the next "
+                                    "alignment) after '//'";
+          return false;
+        }
+        inAlignment = true;
+        index.clear();
+        alignmentStart = seqs.size();
+        headerLine = lineNo;
+        continue;
+      }
       if (t.empty() || t[0] == '#')
         continue;
       if (t == "//") {
-        ended = true;
-        break;
+        if (seqs.size() == alignmentStart) {
+          error.message = path + ":" + std::to_string(headerLine) +
+                          ": the Stockholm alignment starting here has no "
+                          "sequences";
+          return false;
+        }
+        inAlignment = false;
+        continue;
       }
       std::istringstream ls(t);
       std::string name, residues, extra;
@@ -172,7 +196,7 @@ bool moert::readSequences(const std::string &path, Alphabet alphabet,
                        error))
         return false;
     }
-    if (!ended) {
+    if (inAlignment) {
       error.message = path + ": the Stockholm alignment has no '//' end line "
                              "(truncated file?)";
       return false;
