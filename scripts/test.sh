@@ -12,7 +12,10 @@ if ! "$root/scripts/build.sh"; then
 fi
 results="$build/test-results.xml"
 rm -f "$results"
-/usr/lib/llvm-22/bin/lit -s -v -j"${MOE_JOBS:-2}" --xunit-xml-output="$results" "$build/test"
+# Each test stops after MOE_TEST_TIMEOUT seconds (lit's per-test timeout,
+# with Debian's python3-psutil): a hang fails that test, not the run.
+/usr/lib/llvm-22/bin/lit -s -v -j"${MOE_JOBS:-2}" --timeout="${MOE_TEST_TIMEOUT:-600}" \
+  --xunit-xml-output="$results" "$build/test"
 lit_status=$?
 "$root/.venv/bin/python" - "$results" "$lit_status" <<'PY'
 import sys, xml.etree.ElementTree as ET

@@ -20,6 +20,8 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 # Our Python (the project venv: numpy, ml_dtypes) before lit's own %python.
 config.substitutions.insert(0, ("%python", config.python_executable))
 config.substitutions.append(("%moe_obj_root", config.moe_obj_root))
+# lit itself (tests of the test command's settings).
+config.substitutions.append(("%lit", "/usr/lib/llvm-22/bin/lit"))
 config.substitutions.append(("%cxx", config.cxx))
 config.substitutions.append(("%cc", config.cc))
 config.substitutions.append(("%moe_src_root", config.moe_src_root))

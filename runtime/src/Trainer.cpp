@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -408,9 +409,13 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   // --- data ---
   std::vector<Sequence> sequences;
   for (const std::string &path : o.data) {
+    // Every file's sequences (readSequences returns one file's).
+    std::vector<Sequence> file;
     SequenceError error;
-    if (!readSequences(path, alphabet, sequences, error))
+    if (!readSequences(path, alphabet, file, error))
       t.die(error.message);
+    sequences.insert(sequences.end(), std::make_move_iterator(file.begin()),
+                     std::make_move_iterator(file.end()));
   }
   Batches data = makeBatches(sequences, tokenizer, t.seq + 1, /*every=*/10);
   if (data.trainRows() < 1 || data.heldOutRows() < 1)

@@ -16,6 +16,7 @@
 #   malformed sequence files, unknown residues, a vocabulary too small for
 #   the tokenizer: clear errors, exit 1, nothing overwritten.
 import json
+import re
 import os
 import shutil
 import signal
@@ -74,6 +75,19 @@ common = ["--batch", "8", "--seq", "64", "--eval-every", "30", "--eval-batches",
 a = os.path.join(out, "a")
 r = train(*common, "--steps", "90", "--out", a)
 check(r.returncode == 0, "trains 90 steps")
+# Every --data file's sequences are trained on (once only the last file's):
+# each sequence is <bos> residues <eos>, all of them cut into rows of
+# seq + 1 tokens (moert-seq-info counts the residues).
+tokens = 0
+for path in data[1::2]:
+    info = subprocess.run([os.path.join(os.path.dirname(tool), "moert-seq-info"), path, "protein"],
+                          capture_output=True, text=True).stdout
+    counts = dict(line.split(": ") for line in info.splitlines()[:2])
+    tokens += int(counts["residues"]) + 2 * int(counts["sequences"])
+rows = re.search(r"(\d+) training / (\d+) held-out rows of 64 tokens", r.stdout + r.stderr)
+check(rows and int(rows[1]) + int(rows[2]) == -(-tokens // 65),
+      f"all {len(data) // 2} data files are read: {rows[0] if rows else 'no rows line'}, "
+      f"{tokens} tokens")
 evals = [m for m in metrics(a) if "held_out_loss" in m]
 first, last, unigram = evals[0]["held_out_loss"], evals[-1]["held_out_loss"], evals[-1]["unigram_loss"]
 check(last < unigram and last < first,
