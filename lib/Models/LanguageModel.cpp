@@ -86,12 +86,44 @@ struct FieldReader {
 };
 } // namespace
 
+/// Whether `json` nests arrays and objects deeper than `limit` (strings
+/// skipped). llvm::json::parse recurses once per level: a deep enough input
+/// would overflow the stack.
+static bool nestsDeeperThan(llvm::StringRef json, int limit) {
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : json) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit)
+        return true;
+    } else if (c == ']' || c == '}')
+      --depth;
+  }
+  return false;
+}
+
 llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
                                                llvm::StringRef source) {
   auto make = [&](const llvm::Twine &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    (source + ": " + message).str());
   };
+  // A config.json nests a few levels; far deeper input is refused unread.
+  constexpr int kMaxNesting = 64;
+  if (nestsDeeperThan(json, kMaxNesting))
+    return make("not valid JSON: nested more than " + llvm::Twine(kMaxNesting) +
+                " levels deep");
   llvm::Expected<llvm::json::Value> value = llvm::json::parse(json);
   if (!value)
     return make("not valid JSON: " + llvm::toString(value.takeError()));

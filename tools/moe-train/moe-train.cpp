@@ -124,6 +124,15 @@ int main(int argc, char **argv) {
   llvm::Expected<moe::ModelConfig> config = moe::ModelConfig::load(configPath);
   if (!config)
     die(llvm::toString(config.takeError()));
+  // MXFP8 blocks of 32 run along the expert GEMMs' hidden and FFN dims;
+  // other sizes would silently stay in f32.
+  if (recipe == "mxfp8" &&
+      (config->hiddenSize % 32 || config->moeIntermediateSize % 32))
+    die("--recipe mxfp8 needs 'hidden_size' and 'moe_intermediate_size' that "
+        "are multiples of 32 (the MX block); " +
+        configPath + " has " + std::to_string(config->hiddenSize) + " and " +
+        std::to_string(config->moeIntermediateSize) +
+        ": use --recipe bf16 or none");
 
   if (std::error_code ec = llvm::sys::fs::create_directories(options.out))
     die("cannot create '" + options.out + "': " + ec.message());
