@@ -13,7 +13,7 @@
 // buffers, between two streams of kernels. The artifact leaves the
 // collectives to libmoert (NCCL between GPUs; scripts/gpu-ep-check.sh runs
 // it on 2 GPUs against the single-GPU layer).
-// PTX: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// PTX: ptxas accepted {{[1-9][0-9]*}} kernel modules for sm_90a
 // SYMS-DAG: T _mlir_ciface_layer
 // SYMS-DAG: T _mlir_ciface_router_grad
 // SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_f32

@@ -26,7 +26,7 @@
 // EXACT: call @moe_mx_dequantize_16x256x128_a1_e5m2_to_bf16(
 // EXACT: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(
 
-// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// VERIFY: ptxas accepted 28 kernel modules for sm_90a
 
 // PTX-LABEL: kernel module moe_wgmma_mx_gmm_200x128x256_e3_e4m3_e4m3_i32_kernel
 // PTX: .target sm_90a

@@ -9,7 +9,7 @@
 // Chips without the kernel keep the generic path.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
 
-// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// VERIFY: ptxas accepted 18 kernel modules for sm_90a
 
 // PTX-LABEL: kernel module moe_wgmma_gmm_200x128x128_e3_bf16_i32_kernel
 // PTX: .target sm_90a

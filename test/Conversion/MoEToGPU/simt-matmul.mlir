@@ -9,7 +9,7 @@
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
 
-// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// VERIFY: ptxas accepted 11 kernel modules for sm_90a
 // PTX-LABEL: kernel module moe_simt_matmul_100x130x70_f32_kernel
 // Per K step: 16-byte shared loads of As[k] and Bs[k] (two groups of 4
 // rows and of 4 columns a thread), 64 FMAs each. (N = 130: rows of B are not
