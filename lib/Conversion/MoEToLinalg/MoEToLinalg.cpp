@@ -935,6 +935,33 @@ struct ConvertMoEToLinalgPass
     MLIRContext *ctx = &getContext();
     ModuleOp module = getOperation();
 
+    // Zero-size dimensions (no tokens, an empty hidden size) have no
+    // lowering: refused here, naming the op and the type, instead of IR
+    // that does not verify or an error deep in upstream folders.
+    WalkResult empty = module.walk([](Operation *op) {
+      if (!isa<MoEDialect>(op->getDialect()))
+        return WalkResult::advance();
+      for (Type type :
+           llvm::concat<const Type>(llvm::to_vector(op->getOperandTypes()),
+                                    llvm::to_vector(op->getResultTypes()))) {
+        ArrayRef<int64_t> shape;
+        if (auto t = dyn_cast<RankedTensorType>(type))
+          shape = t.getShape();
+        else if (auto mx = dyn_cast<MXTensorType>(type))
+          shape = mx.getShape();
+        if (llvm::is_contained(shape, 0)) {
+          op->emitOpError("has a zero-size dimension in ")
+              << type
+              << ": the lowering needs every dimension of moe ops' operands "
+                 "and results to be at least 1";
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (empty.wasInterrupted())
+      return signalPassFailure();
+
     // The grids moe.all_to_all ops refer to, looked up before they are
     // lowered (or folded away by the expansion below).
     llvm::SetVector<Operation *> grids;

@@ -32,3 +32,22 @@ func.func @dynamic_grid(%x: tensor<64x16xbf16>, %c: tensor<4xi32>) -> tensor<64x
   // CHECK: bad-input-lowering.mlir:[[@LINE-1]]:{{[0-9]+}}: error: 'moe.all_to_all' op
   return %r : tensor<64x16xbf16>
 }
+
+// -----
+
+// Zero-size dimensions have no lowering (a dispatch of rows of hidden size
+// 0 once became IR that did not verify): a located error naming the type.
+func.func @zero_hidden(%x: tensor<4x0xf32>, %idx: tensor<4x2xi32>) -> tensor<8x0xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) : tensor<4x0xf32>, tensor<4x2xi32> -> tensor<8x0xf32>, tensor<5xi32>, tensor<4xi32>, tensor<4x2xi32>
+  // CHECK: bad-input-lowering.mlir:[[@LINE-1]]:{{[0-9]+}}: error: 'moe.dispatch' op has a zero-size dimension in 'tensor<4x0xf32>': the lowering needs every dimension of moe ops' operands and results to be at least 1
+  return %s : tensor<8x0xf32>
+}
+
+// -----
+
+// No tokens at all.
+func.func @zero_tokens(%logits: tensor<0x8xf32>) -> (tensor<0x2xi32>, tensor<0x2xf32>) {
+  %i, %w = moe.router %logits top_k(2) softmax : tensor<0x8xf32> -> tensor<0x2xi32>, tensor<0x2xf32>
+  // CHECK: bad-input-lowering.mlir:[[@LINE-1]]:{{[0-9]+}}: error: 'moe.router' op has a zero-size dimension in 'tensor<0x8xf32>'
+  return %i, %w : tensor<0x2xi32>, tensor<0x2xf32>
+}
