@@ -429,6 +429,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   std::string checkpoint = o.out + "/checkpoint.safetensors";
   if (::mkdir(o.out.c_str(), 0755) != 0 && errno != EEXIST)
     t.die("cannot create '" + o.out + "': " + std::strerror(errno));
+  if (struct stat dir{};
+      ::stat(o.out.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode))
+    t.die("--out '" + o.out + "' is not a directory");
   struct stat st{};
   bool exists = ::stat(checkpoint.c_str(), &st) == 0;
   if (exists && !o.resume)
@@ -610,6 +613,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   std::vector<int64_t> order;
   double lastEval = NAN;
   int64_t firstStep = t.step;
+  if (t.step >= o.steps)
+    std::fprintf(stderr,
+                 "%s: the checkpoint is at step %lld, which reaches --steps "
+                 "%lld: nothing to train (raise --steps to continue)\n",
+                 tool, (long long)t.step, (long long)o.steps);
   while (t.step < o.steps) {
     auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < t.batch; ++i) {

@@ -171,6 +171,17 @@ def refused(r, *fragments):
     return r.returncode == 1 and all(s in r.stderr for s in fragments)
 
 
+# A run whose checkpoint already reaches --steps says so (once a silent
+# exit 0) and leaves it as it is.
+r = train(*short, "--out", b, "--resume")
+check(r.returncode == 0 and "the checkpoint is at step 24, which reaches --steps 24: nothing to train"
+      in r.stderr and unchanged(), "a checkpoint that reaches --steps: 'nothing to train'")
+# An --out that names a file is refused before anything is compiled (once
+# 'cannot write afile/metrics.jsonl' after compiling).
+afile = os.path.join(out, "afile")
+open(afile, "w").close()
+r = train(*short, "--out", afile, expect=1)
+check(refused(r, f"--out '{afile}' is not a directory"), "an --out that names a file")
 r = train(*short, "--out", b, expect=1)
 check(refused(r, "exists: pass --resume") and unchanged(), "an existing checkpoint without --resume")
 bad = os.path.join(out, "bad")

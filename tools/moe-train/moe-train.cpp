@@ -134,6 +134,10 @@ int main(int argc, char **argv) {
         std::to_string(config->moeIntermediateSize) +
         ": use --recipe bf16 or none");
 
+  // Before compiling: an --out that names a file fails here, not after.
+  if (llvm::sys::fs::exists(options.out) &&
+      !llvm::sys::fs::is_directory(options.out))
+    die("--out '" + options.out + "' is not a directory");
   if (std::error_code ec = llvm::sys::fs::create_directories(options.out))
     die("cannot create '" + options.out + "': " + ec.message());
   std::string artifact = options.out + "/train_step-" + target +
