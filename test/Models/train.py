@@ -171,11 +171,19 @@ def refused(r, *fragments):
     return r.returncode == 1 and all(s in r.stderr for s in fragments)
 
 
+# Partial checkpoints left by a writer killed between write and rename are
+# removed when a run starts in that directory (a live writer's stay).
+dead, alive = (os.path.join(b, f"checkpoint.safetensors.tmp.{pid}") for pid in (99999999, os.getpid()))
+for path in (dead, alive):
+    open(path, "wb").close()
 # A run whose checkpoint already reaches --steps says so (once a silent
 # exit 0) and leaves it as it is.
 r = train(*short, "--out", b, "--resume")
 check(r.returncode == 0 and "the checkpoint is at step 24, which reaches --steps 24: nothing to train"
       in r.stderr and unchanged(), "a checkpoint that reaches --steps: 'nothing to train'")
+check(not os.path.exists(dead) and os.path.exists(alive),
+      "a dead writer's partial checkpoint is removed, a live one's kept")
+os.remove(alive)
 # An --out that names a file is refused before anything is compiled (once
 # 'cannot write afile/metrics.jsonl' after compiling).
 afile = os.path.join(out, "afile")
