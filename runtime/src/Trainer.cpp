@@ -504,6 +504,16 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         if (it->second->shape != p.shape)
           t.die(checkpoint + ": tensor '" + prefix + p.name +
                 "' has another shape than this model's");
+        // Training never writes NaN or Inf into its state: such values are
+        // corruption (or a run that had already diverged).
+        const std::vector<float> &v = it->second->data;
+        if (auto bad = std::find_if(v.begin(), v.end(),
+                                    [](float x) { return !std::isfinite(x); });
+            bad != v.end())
+          t.die(checkpoint + ": tensor '" + prefix + p.name + "' holds " +
+                (std::isnan(*bad) ? "NaN" : "an infinity") + " at element " +
+                std::to_string(bad - v.begin()) +
+                " (a corrupt or diverged checkpoint)");
         *dst = std::move(it->second->data);
       }
     }

@@ -216,6 +216,23 @@ for escape in (b"\\uZZZZ", b"\\u12ZZ"):
         f.write(blob)
     r = train(*short, "--out", bad, "--resume", expect=1)
     check(refused(r, "corrupt header"), f"a header with {escape.decode()}: 'corrupt header'")
+# NaN in a tensor (once loaded and trained on), and trailing bytes after
+# the header JSON within its length (refused as a corrupt header).
+header = json.loads(good[8:8 + n])
+name, entry = next((k, v) for k, v in header.items() if k != "__metadata__")
+nan_at = 8 + n + entry["data_offsets"][0] + 4 * 3  # element 3 of the first tensor
+trailing = good[8:8 + n] + b" xyz"
+for what, blob, message in (
+        ("NaN", good[:nan_at] + struct.pack("<f", float("nan")) + good[nan_at + 4:],
+         f"tensor '{name}' holds NaN at element 3"),
+        ("trailing header bytes", len(trailing).to_bytes(8, "little") + trailing + good[8 + n:],
+         "corrupt header")):
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
+        f.write(blob)
+    r = train(*short, "--out", bad, "--resume", expect=1)
+    check(refused(r, message), f"a checkpoint with {what}: '{message}'")
 # A directory where the checkpoint should be (once an allocation of
 # LONG_MAX bytes and an abort).
 shutil.rmtree(bad, ignore_errors=True)
