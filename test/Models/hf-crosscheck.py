@@ -47,7 +47,7 @@ out_hf.loss.backward()
 theirs = dict(hf.named_parameters())
 
 tool = sys.argv[2]
-listing = subprocess.run([tool, path, "--parameters"], check=True, capture_output=True,
+listing = subprocess.run([tool, path, "--parameters"], check=True, capture_output=True, timeout=600,
                          text=True).stdout.splitlines()
 params = []
 for line in listing[:-1]:
@@ -57,7 +57,7 @@ for line in listing[:-1]:
 check({n for n, _, _ in params} == set(theirs),
       f"the {len(params)} parameters are transformers' parameters, by name")
 
-text = subprocess.run([tool, path, "--batch", str(B), "--seq", str(S), "--train-step"],
+text = subprocess.run([tool, path, "--batch", str(B), "--seq", str(S), "--train-step"], timeout=600,
                       check=True, capture_output=True, text=True).stdout
 so = os.path.join(out, "model.so")
 moe_mlir.Module.parse(text).compile("cpu", so)
@@ -70,18 +70,23 @@ def ours(t, transposed):
 
 
 weights = [ours(theirs[n], tr) for n, _, tr in params]
-for (n, shape, _), w in zip(params, weights):
+for (n, shape, _), w in zip(params, weights, strict=True):
     if list(w.shape) != shape:
         check(False, f"{n}: shape {list(w.shape)} vs ours {shape}")
 ids_np = ids.numpy().astype(np.int32)
 labels = np.full_like(ids_np, -100)
 labels[:, :-1] = ids_np[:, 1:]
 loss, *grads = art.loss_grad(*weights, ids_np, labels)
+# One gradient per parameter, in order: a short list would make the zip
+# below check fewer silently.
+check(len(grads) == len(params) and len(params) == len(dict(hf.named_parameters())),
+      f"{len(grads)} gradients for {len(params)} parameters "
+      f"({len(dict(hf.named_parameters()))} in transformers' model)")
 ref = float(out_hf.loss.detach())
 check(abs(float(loss) - ref) <= 1e-5 * abs(ref),
       f"loss {float(loss):.7f} vs transformers {ref:.7f}")
 worst = (0.0, "")
-for (n, _, tr), g in zip(params, grads):
+for (n, _, tr), g in zip(params, grads, strict=True):
     want = ours(theirs[n].grad, tr)
     err = float(np.max(np.abs(g - want)) / max(np.max(np.abs(want)), 1e-30))
     worst = max(worst, (err, n))

@@ -44,7 +44,7 @@ data = ["--data", f"{tutorial}/Pkinase.sto", "--data", f"{tutorial}/fn3.sto",
 
 def train(*args, cfg=config, expect=0):
     r = subprocess.run([tool, "--config", cfg, *data, "--progress", "none", *args],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=600)
     if r.returncode != expect:
         print(r.stdout, r.stderr)
     return r
@@ -81,7 +81,7 @@ check(r.returncode == 0, "trains 90 steps")
 tokens = 0
 for path in data[1::2]:
     info = subprocess.run([os.path.join(os.path.dirname(tool), "moert-seq-info"), path, "protein"],
-                          capture_output=True, text=True).stdout
+                          capture_output=True, text=True, timeout=60).stdout
     counts = dict(line.split(": ") for line in info.splitlines()[:2])
     tokens += int(counts["residues"]) + 2 * int(counts["sequences"])
 rows = re.search(r"(\d+) training / (\d+) held-out rows of 64 tokens", r.stdout + r.stderr)
@@ -256,7 +256,7 @@ for name, text, message in (("empty.fa", "", "empty.fa"),
     with open(path, "w") as f:
         f.write(text)
     r = subprocess.run([tool, "--config", config, "--data", path, "--out", os.path.join(out, "x"),
-                        "--progress", "none"], capture_output=True, text=True)
+                        "--progress", "none"], capture_output=True, text=True, timeout=600)
     check(r.returncode == 1 and message in r.stderr and not os.path.exists(
         os.path.join(out, "x", "checkpoint.safetensors")),
           f"{name}: refused, naming {message} ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''})")
