@@ -202,8 +202,7 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
     return fail("unknown target '" + target + "': use cpu or a GPU chip (" +
                 gpuChipNames() + ")");
   std::string format = opts.kernelFormat;
-  if (format != "auto" && format != "isa" && format != "fatbin" &&
-      format != "bin")
+  if (format != "auto" && !symbolizeKernelFormat(format))
     return fail("unknown kernel format '" + format +
                 "': use auto, isa, bin or fatbin");
   if (!opts.emitPTX.empty() || opts.verifyPTX)

@@ -263,7 +263,7 @@ bool writeLossPlot(const std::string &path,
     c.text(left + 262, ly, "unigram baseline", black);
   }
   std::string png = encodePNG(c);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = temporaryPathFor(path);
   FILE *f = std::fopen(tmp.c_str(), "wb");
   if (!f || std::fwrite(png.data(), 1, png.size(), f) != png.size() ||
       std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -16,8 +16,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,7 +109,7 @@ bool writeSafetensors(const std::string &path,
   while (header.size() % 8)
     header += ' ';
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = temporaryPathFor(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     error = "cannot write '" + tmp + "': " + std::strerror(errno);
@@ -138,6 +141,30 @@ bool writeSafetensors(const std::string &path,
   return true;
 }
 
+std::string temporaryPathFor(const std::string &path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+void removeAbandonedTemporaries(const std::string &path) {
+  std::string dir = directoryOf(path);
+  std::string prefix = path.substr(path.rfind('/') + 1) + ".tmp.";
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  while (struct dirent *entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) != 0)
+      continue;
+    char *end = nullptr;
+    long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (*end || pid <= 0)
+      continue; // not one of ours
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
                      std::map<std::string, std::string> &metadata,
                      std::string &error) {
@@ -154,12 +181,8 @@ bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
     std::fclose(f);
     return fail("not a regular file");
   }
-  std::fseek(f, 0, SEEK_END);
-  long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  std::vector<char> bytes(size_t(std::max(size, 0L)));
-  bool read =
-      size >= 0 && std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  std::vector<char> bytes(size_t(info.st_size));
+  bool read = std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
   std::fclose(f);
   if (!read)
     return fail("cannot read the file");

@@ -15,14 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <random>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -434,24 +432,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   if (struct stat dir{};
       ::stat(o.out.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode))
     t.die("--out '" + o.out + "' is not a directory");
-  // Partial checkpoints of writers that died (kill -9 between write and
-  // rename: checkpoint.safetensors.tmp.<pid>) are removed; a live
-  // writer's is left alone.
-  if (DIR *dir = ::opendir(o.out.c_str())) {
-    std::string prefix = "checkpoint.safetensors.tmp.";
-    while (struct dirent *entry = ::readdir(dir)) {
-      std::string name = entry->d_name;
-      if (name.rfind(prefix, 0) != 0)
-        continue;
-      char *end = nullptr;
-      long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-      if (*end || pid <= 0)
-        continue; // not one of ours
-      if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
-        ::unlink((o.out + "/" + name).c_str());
-    }
-    ::closedir(dir);
-  }
+  // Partial files of writers that died between write and rename.
+  removeAbandonedTemporaries(checkpoint);
+  removeAbandonedTemporaries(o.out + "/loss.png");
   struct stat st{};
   bool exists = ::stat(checkpoint.c_str(), &st) == 0;
   if (exists && !o.resume)

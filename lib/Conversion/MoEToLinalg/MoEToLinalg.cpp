@@ -941,9 +941,9 @@ struct ConvertMoEToLinalgPass
     WalkResult empty = module.walk([](Operation *op) {
       if (!isa<MoEDialect>(op->getDialect()))
         return WalkResult::advance();
-      for (Type type :
-           llvm::concat<const Type>(llvm::to_vector(op->getOperandTypes()),
-                                    llvm::to_vector(op->getResultTypes()))) {
+      SmallVector<Type> types(op->getOperandTypes());
+      llvm::append_range(types, op->getResultTypes());
+      for (Type type : types) {
         ArrayRef<int64_t> shape;
         if (auto t = dyn_cast<RankedTensorType>(type))
           shape = t.getShape();

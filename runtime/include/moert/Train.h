@@ -53,6 +53,14 @@ bool writeSafetensors(const std::string &path,
                       const std::map<std::string, std::string> &metadata,
                       std::string &error);
 
+/// The temporary file an atomic write of `path` goes through (same directory,
+/// `<path>.tmp.<pid>`), renamed over `path` once complete.
+std::string temporaryPathFor(const std::string &path);
+
+/// Removes the temporaries of atomic writes of `path` whose writer no longer
+/// runs (killed between write and rename); a live writer's are left alone.
+void removeAbandonedTemporaries(const std::string &path);
+
 /// Reads a safetensors file of F32 tensors. Every structural problem (short
 /// file, bad header, offsets outside the data or overlapping, a size that
 /// does not match the shape, another dtype) is an error naming the file.

@@ -11,6 +11,7 @@
 #ifndef MOE_CONVERSION_MOETOGPU_KERNELS_KERNELBUILDER_H
 #define MOE_CONVERSION_MOETOGPU_KERNELS_KERNELBUILDER_H
 
+#include "Kernels.h"
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Utils/MXNumerics.h"
 
@@ -40,12 +41,6 @@ using P = arith::CmpIPredicate;
 constexpr int64_t MXBlock = 32;
 /// The suspend-time hint of an mbarrier try_wait, in ticks.
 constexpr int64_t WaitTicks = 0x989680;
-
-/// Whether `t` is an MXFP8 element type (E4M3 or E5M2).
-inline bool isMXFP8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
-
-/// A type's short name in kernel names: e4m3, e5m2, or the type as printed.
-std::string elementName(Type t);
 
 /// The builders every kernel emitter shares: arithmetic, control flow,
 /// addresses, vector loads and stores, shared memory, the MX rounding and

@@ -36,7 +36,11 @@
 
 namespace mlir::moe::kernels {
 
+/// A type's short name in kernel names: e4m3, e5m2, or the type as printed.
 std::string elementName(Type t);
+
+/// Whether `t` is an MXFP8 element type (E4M3 or E5M2).
+inline bool isMXFP8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
 //===----------------------------------------------------------------------===//
 // Blackwell (sm_100a): MXFP8 grouped GEMM on tcgen05 block-scaled MMA
