@@ -23,10 +23,18 @@ prepare() {
     name=$(basename "$src" .mlir)
     # A file's `// GPU-CHECK-FLAGS: ...` line: moe-compile flags for its GPU build.
     flags=$(sed -n 's|^// GPU-CHECK-FLAGS: *||p' "$src")
-    echo "compile: $name (cpu, $chip${flags:+ $flags})"
-    "$root/build/bin/moe-compile" "$src" --target=cpu -o "$artifacts/$name.cpu.so"
+    # `// GPU-CHECK-PASSES: ...`: moe-opt passes run first (for both targets).
+    passes=$(sed -n 's|^// GPU-CHECK-PASSES: *||p' "$src")
+    input="$src"
+    if [ -n "$passes" ]; then
+      input="$artifacts/$name.input.mlir"
+      # shellcheck disable=SC2086 # the passes are words
+      "$root/build/bin/moe-opt" "$src" $passes -o "$input"
+    fi
+    echo "compile: $name (cpu, $chip${flags:+ $flags}${passes:+; after $passes})"
+    "$root/build/bin/moe-compile" "$input" --target=cpu -o "$artifacts/$name.cpu.so"
     # shellcheck disable=SC2086 # the flags are words
-    "$root/build/bin/moe-compile" "$src" --target="$chip" $flags -o "$artifacts/$name.$chip.so"
+    "$root/build/bin/moe-compile" "$input" --target="$chip" $flags -o "$artifacts/$name.$chip.so"
   done
 }
 

@@ -3,7 +3,8 @@
 # - the small protein model (examples/protein-moe) trains with moert-train on
 #   the GPU and on the CPU from the same initialization and batches (their
 #   losses must agree step by step at the start);
-# - a model of Qwen3-30B-A3B's dimensions (two layers) trains a few steps;
+# - a model of Qwen3-30B-A3B's dimensions (two layers) trains a few steps, in
+#   f32 and with bf16 expert GEMMs (--recipe bf16);
 # - transformers' own Qwen3-MoE of both configs trains with torch AdamW in
 #   the same run (bench/train_peer.py): tokens/s and peak memory side by side.
 #
@@ -28,8 +29,10 @@ prepare() {
     "$root/build/bin/moe-train" --config "$protein" --batch $pb --seq $ps --target "$t" \
       --compile-only --out "$dir/protein"
   done
-  "$root/build/bin/moe-train" --config "$qwen" --batch $qb --seq $qs --target "$chip" \
-    --compile-only --out "$dir/qwen"
+  for recipe in none bf16; do
+    "$root/build/bin/moe-train" --config "$qwen" --batch $qb --seq $qs --target "$chip" \
+      --recipe $recipe --compile-only --out "$dir/qwen-$recipe"
+  done
 }
 
 run() {
@@ -44,9 +47,11 @@ run() {
     "$rt/bin/moert-train" "$w/protein-$t/train_step-$t.so" "${data[@]}" --steps "$steps" \
       --eval-every 50 --out "$w/protein-$t" --progress none
   done
-  cp -r "$dir/qwen" "$w/qwen"
-  "$rt/bin/moert-train" "$w/qwen/train_step-$chip.so" "${data[@]}" --steps "$qsteps" \
-    --eval-every 0 --eval-batches 1 --checkpoint-every 0 --out "$w/qwen" --progress none
+  for recipe in none bf16; do
+    cp -r "$dir/qwen-$recipe" "$w/qwen-$recipe"
+    "$rt/bin/moert-train" "$w/qwen-$recipe"/train_step-"$chip"*.so "${data[@]}" --steps "$qsteps" \
+      --eval-every 0 --eval-batches 1 --checkpoint-every 0 --out "$w/qwen-$recipe" --progress none
+  done
   echo
   echo "# Training on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%Y-%m-%d)"
   python3 - "$w" "$chip" "$steps" <<'PY'
@@ -59,7 +64,7 @@ gl = [m["loss"] for m in gpu if "loss" in m]; cl = [m["loss"] for m in cpu if "l
 first = max(abs(a - b) / abs(b) for a, b in zip(gl[:10], cl[:10]))
 print(f"protein model, GPU vs CPU from the same start: first 10 losses agree to {first:.1e} relative;"
       f" step {steps}: GPU {gl[-1]:.4f}, CPU {cl[-1]:.4f}")
-for d in (f"protein-{chip}", "protein-cpu", "qwen"):
+for d in (f"protein-{chip}", "protein-cpu", "qwen-none", "qwen-bf16"):
     ms = load(d)
     st = [m for m in ms if "loss" in m][1:] or [m for m in ms if "loss" in m]
     ev = [m for m in ms if "held_out_loss" in m]
@@ -70,6 +75,10 @@ for d in (f"protein-{chip}", "protein-cpu", "qwen"):
     print(f"moe-mlir {d:28s} {tps:12.0f} tokens/s {tf:8.3f} TFLOP/s {mem:10.0f} MiB peak"
           f"  loss {st[0]['loss']:.3f} -> {st[-1]['loss']:.3f} {held}")
 PY
+  # Where the Qwen-size step's time goes, kernel by kernel.
+  echo "## profile: Qwen3-30B-A3B dims, 2 layers, f32 (batch $qb x $qs)"
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/bench/profile_train.py" "$dir/qwen-none/train_step-$chip.so" 25
   echo "## transformers, protein config (batch $pb x $ps)"
   python3 "$root/bench/train_peer.py" "$protein" $pb $ps 10
   echo "## transformers, Qwen3-30B-A3B dims, 2 layers (batch $qb x $qs)"

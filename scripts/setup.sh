@@ -12,7 +12,7 @@ fail() { echo "setup: $1 failed; last lines of $log:" >&2; tail -n 30 "$log" >&2
 
 packages=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools clang-22 lld-22 clang-format-22
           ninja-build ccache cmake libopenmpi-dev openmpi-bin python3-venv
-          hmmer-examples zlib1g-dev nlohmann-json3-dev python3-psutil libomp-22-dev)
+          hmmer-examples zlib1g-dev nlohmann-json3-dev python3-psutil)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

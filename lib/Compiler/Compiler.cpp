@@ -63,7 +63,10 @@ static std::string describe(Type type) {
 ///   function <name>
 ///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
 ///       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
+///       [state <exp_avg|exp_avg_sq> <arg>] [updated]
 ///   result <dtype> <rank> <dims...> [gradient_of <arg>]
+/// An `updated` argument is written in place by the function (a result
+/// with moe.updates, which is not a result of the compiled function).
 ///   meta <key> <value> (the string entries of moe.meta)
 ///   tolerance <atol> <rtol> [<norm>] (moe.test_tolerance = [atol, rtol(,
 ///   norm)])
@@ -98,9 +101,20 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
       }
       if (auto role = func.getArgAttrOfType<StringAttr>(i, "moe.input"))
         os << " input " << role.getValue();
+      // Optimizer state (-moe-adamw) and arguments updated in place.
+      if (auto state = func.getArgAttrOfType<StringAttr>(i, "moe.state"))
+        if (auto of = func.getArgAttrOfType<IntegerAttr>(i, "moe.state_of"))
+          os << " state " << state.getValue() << " " << of.getInt();
+      if (llvm::any_of(llvm::seq(func.getNumResults()), [&](unsigned r) {
+            auto u = func.getResultAttrOfType<IntegerAttr>(r, "moe.updates");
+            return u && u.getInt() == int64_t(i);
+          }))
+        os << " updated";
       os << "\n";
     }
     for (auto [i, t] : llvm::enumerate(func.getResultTypes())) {
+      if (func.getResultAttr(i, "moe.updates"))
+        continue;
       os << "result " << describe(t);
       if (auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of"))
         os << " gradient_of " << of.getInt();

@@ -67,6 +67,8 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm, bool parallel,
   bufferization.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
+  // Train steps write the new parameters and moments over the old ones.
+  pm.addNestedPass<func::FuncOp>(moe::createMoEUpdateArgumentsInPlace());
   bufferization::BufferDeallocationPipelineOptions dealloc;
   bufferization::buildBufferDeallocationPipeline(pm, dealloc);
   // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
@@ -258,6 +260,8 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   // quarter of the bytes; T tokens quantized instead of T * k copies).
   if (options.recipe == "mxfp8")
     pm.addNestedPass<func::FuncOp>(moe::createMoEHoistQuantize());
+  if (options.optimizer == TrainPipelineOptions::Optimizer::AdamW)
+    pm.addPass(moe::createMoEAdamW());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

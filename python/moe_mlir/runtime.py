@@ -45,6 +45,9 @@ class TensorSpec:
         # its last two dims are swapped vs Hugging Face, a data input's role.
         self.param = self.init = self.input = None
         self.hf_transposed = False
+        # Optimizer state of argument state_of (-moe-adamw), and whether the
+        # call writes the argument in place (its new value).
+        self.state, self.state_of, self.updated = None, None, False
 
     def __repr__(self):
         return f"tensor<{'x'.join('?' if d < 0 else str(d) for d in self.shape)}x{self.dtype}>"
@@ -70,6 +73,10 @@ def parse_manifest(text):
                     setattr(spec, w, rest[i + 1])
                 elif w == "hf_transposed":
                     spec.hf_transposed = True
+                elif w == "state" and i + 2 < len(rest):
+                    spec.state, spec.state_of = rest[i + 1], int(rest[i + 2])
+                elif w == "updated":
+                    spec.updated = True
             current[0 if words[0] == "arg" else 1].append(spec)
     return target, functions
 
@@ -220,7 +227,10 @@ class Artifact:
 
     def call(self, name, *arrays):
         """Calls `name`. CPU: numpy in, numpy out. GPU: numpy in and out
-        (copied), or CUDA torch tensors in and out (in place)."""
+        (copied), or CUDA torch tensors in and out (in place). Arguments the
+        function updates (`updated` in the manifest: the parameters and
+        optimizer moments of a train step) are written in place: pass
+        writable arrays or tensors of the argument's type."""
         args, results = self.functions[name]
         if len(arrays) != len(args):
             raise TypeError(f"{name} takes {len(args)} arrays, got {len(arrays)}")
@@ -228,8 +238,14 @@ class Artifact:
         rt = _gpu() if self.gpu else None
         stream = rt.mgpuStreamCreate() if self.gpu else None
         keep, pointers, staged = [], [], []
+        write_back = []  # (the caller's array, what the call wrote, device copy)
         try:
             for i, (a, spec) in enumerate(zip(arrays, args)):
+                given = a
+                if spec.updated and not (_is_torch(a) or
+                                         (isinstance(a, np.ndarray) and a.flags.writeable)):
+                    raise TypeError(f"{name} argument #{i} is updated in place: pass a "
+                                    f"writable numpy array or torch tensor, not {type(a).__name__}")
                 dtype = DTYPES.get(spec.dtype)
                 # (CUDA torch tensors need no numpy dtype: bf16 and the
                 # 8-bit floats pass without ml_dtypes.)
@@ -258,6 +274,8 @@ class Artifact:
                 if len(shape) != len(spec.shape) or any(
                         d >= 0 and d != s for d, s in zip(spec.shape, shape)):
                     raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+                if spec.updated:
+                    write_back.append((given, a, ptr if self.gpu and not on_device else None))
                 desc = _descriptor_type(len(shape))()
                 desc.allocated = desc.aligned = ptr
                 desc.offset = 0
@@ -324,6 +342,18 @@ class Artifact:
                     values.append(host)
                 if desc.allocated and desc.allocated not in inputs:
                     to_free[desc.allocated] = True
+            # Updated arguments: staged or converted copies go back to the
+            # caller's arrays.
+            for given, a, dev in write_back:
+                if dev is not None:
+                    rt.mgpuMemcpy(a.ctypes.data, dev, a.nbytes, stream)
+                    rt.mgpuStreamSynchronize(stream)
+                if a is not given:
+                    if _is_torch(given):
+                        import torch
+                        given.copy_(a if _is_torch(a) else torch.from_numpy(a))
+                    else:
+                        np.copyto(given, a)
             for allocated in to_free:
                 if allocated in owners:
                     continue  # also a result torch holds

@@ -258,69 +258,114 @@ struct Loop {
   const TrainOptions &o;
   const char *tool;
   std::vector<Param> params;
+  /// The train state on the host: where a CPU artifact updates it, and what
+  /// checkpoints read and write.
   std::vector<std::vector<float>> values, adamM, adamV;
+  /// Where the artifact finds it: the host vectors' data (CPU), or device
+  /// buffers kept across steps (GPU), uploaded once and downloaded on demand.
+  std::vector<void *> dValues, dM, dV;
   int64_t step = 0, batch = 0, seq = 0;
   Memory memory;
-  Entry lossGrad = nullptr, lossOnly = nullptr;
+  Entry stepEntry = nullptr, lossOnly = nullptr;
+  const artifact::Function *stepFn = nullptr, *lossFn = nullptr;
 
   /// Stops training: train() reports `message` and returns 1.
   [[noreturn]] void die(const std::string &message) { throw Stop{message}; }
 
-  /// Calls `entry` with the parameters and one batch; returns the loss and,
-  /// for the train step, fills `grads`.
-  double run(Entry entry, const std::vector<int32_t> &ids,
-             const std::vector<int32_t> &labels,
-             std::vector<std::vector<float>> *grads) {
+  /// Puts the host state where the artifact reads it.
+  void placeState() {
+    auto place = [&](std::vector<std::vector<float>> &host,
+                     std::vector<void *> &where) {
+      if (!memory.gpu) {
+        where.clear();
+        for (auto &v : host)
+          where.push_back(v.data());
+        return;
+      }
+      if (where.empty())
+        for (auto &v : host)
+          where.push_back(mgpuMemAlloc(std::max<size_t>(v.size() * 4, 1),
+                                       memory.stream, false));
+      for (size_t i = 0; i < host.size(); ++i)
+        mgpuMemcpy(where[i], host[i].data(), host[i].size() * 4, memory.stream);
+      mgpuStreamSynchronize(memory.stream);
+    };
+    place(values, dValues);
+    place(adamM, dM);
+    place(adamV, dV);
+  }
+  /// Brings the state back to the host (for a checkpoint).
+  void fetchState() {
+    if (!memory.gpu)
+      return;
+    for (size_t i = 0; i < params.size(); ++i) {
+      memory.download(values[i].data(), dValues[i], values[i].size() * 4);
+      memory.download(adamM[i].data(), dM[i], adamM[i].size() * 4);
+      memory.download(adamV[i].data(), dV[i], adamV[i].size() * 4);
+    }
+  }
+  void releaseState() {
+    if (!memory.gpu)
+      return;
+    for (auto *where : {&dValues, &dM, &dV})
+      for (void *p : *where)
+        mgpuMemFree(p, memory.stream);
+  }
+
+  /// Calls `fn` (the train step or the loss) on one batch: the arguments
+  /// come from the state by role; returns the 0-d results (the loss, and
+  /// for the step the gradient norm).
+  std::vector<float> run(Entry entry, const artifact::Function &fn,
+                         const std::vector<int32_t> &ids,
+                         const std::vector<int32_t> &labels,
+                         const std::vector<float> &scalars) {
     std::vector<std::vector<int64_t>> descs;
     std::vector<void *> staged;
-    for (size_t i = 0; i < params.size(); ++i) {
-      void *p = memory.upload(values[i].data(), values[i].size() * 4);
+    auto upload = [&](const void *host, size_t bytes) {
+      void *p = memory.upload(host, bytes);
       if (memory.gpu)
         staged.push_back(p);
-      descs.push_back(artifact::descriptor(p, params[i].shape));
+      return p;
+    };
+    size_t param = 0;
+    for (const artifact::Tensor &a : fn.args) {
+      void *p = nullptr;
+      if (!a.param.empty()) {
+        p = dValues[param++];
+      } else if (a.input == "ids" || a.input == "labels") {
+        const std::vector<int32_t> &v = a.input == "ids" ? ids : labels;
+        p = upload(v.data(), v.size() * 4);
+      } else if (a.input == "adamw") {
+        p = upload(scalars.data(), scalars.size() * 4);
+      } else if (a.state == "exp_avg" || a.state == "exp_avg_sq") {
+        // The moments follow the parameters' order (checked at load).
+        size_t of = 0;
+        for (size_t k = 0; k < size_t(a.stateOf); ++k)
+          of += !fn.args[k].param.empty();
+        p = (a.state == "exp_avg" ? dM : dV)[of];
+      }
+      descs.push_back(artifact::descriptor(p, a.shape));
     }
-    for (const std::vector<int32_t> *t : {&ids, &labels}) {
-      void *p = memory.upload(t->data(), t->size() * 4);
-      if (memory.gpu)
-        staged.push_back(p);
-      descs.push_back(artifact::descriptor(p, {batch, seq}));
-    }
-    // Results: the 0-d loss, then one ranked descriptor per gradient.
-    std::vector<size_t> ranks = {0};
-    if (grads)
-      for (const Param &p : params)
-        ranks.push_back(p.shape.size());
+    std::vector<size_t> ranks(fn.results.size(), 0);
     std::vector<int64_t> results(
         artifact::resultOffset(ranks, ranks.size()) / 8, 0);
     artifact::call(entry, results.data(), descs);
-    if (memory.gpu)
-      mgpuStreamSynchronize(memory.stream);
-
-    // Results may share buffers: copy everything out, then free each once.
+    std::vector<float> out(fn.results.size());
     std::vector<void *> allocated;
-    auto take = [&](size_t i, void *host, size_t bytes) {
+    for (size_t i = 0; i < out.size(); ++i) {
       const int64_t *d = &results[artifact::resultOffset(ranks, i) / 8];
       void *alloc = reinterpret_cast<void *>(d[0]);
       auto *aligned = reinterpret_cast<char *>(d[1]);
-      memory.download(host, aligned + d[2] * 4, bytes);
+      memory.download(&out[i], aligned + d[2] * 4, 4);
       if (alloc && std::find(allocated.begin(), allocated.end(), alloc) ==
                        allocated.end())
         allocated.push_back(alloc);
-    };
-    float loss = 0;
-    take(0, &loss, 4);
-    if (grads) {
-      grads->resize(params.size());
-      for (size_t i = 0; i < params.size(); ++i) {
-        (*grads)[i].resize(size_t(params[i].elements()));
-        take(i + 1, (*grads)[i].data(), (*grads)[i].size() * 4);
-      }
     }
     for (void *p : allocated)
       memory.release(p);
     for (void *p : staged)
       memory.release(p);
-    return loss;
+    return out;
   }
 };
 
@@ -338,7 +383,7 @@ std::string readFile(const std::string &path) {
 
 int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  const char *tool) {
-  Loop t{o, tool, {}, {}, {}, {}, 0, 0, 0, {}, nullptr, nullptr};
+  Loop t{o, tool};
   if (o.data.empty())
     t.die("no --data: give one or more FASTA or Stockholm files");
   bool bar = o.progress == "bar" || (o.progress == "auto" && isatty(2));
@@ -356,24 +401,32 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die("cannot load " + artifactPath + ": " + dlerror());
   auto *manifestText =
       static_cast<const char *>(dlsym(library, "moe_manifest"));
-  t.lossGrad = dlsym(library, artifact::packedSymbol("loss_grad").c_str());
+  t.stepEntry = dlsym(library, artifact::packedSymbol("loss_step").c_str());
   t.lossOnly = dlsym(library, artifact::packedSymbol("loss").c_str());
-  if (!manifestText || !t.lossGrad || !t.lossOnly)
-    t.die(artifactPath + " has no train step (loss and loss_grad of a "
-                         "moe-model graph, compiled by moe-compile)");
+  if (!manifestText || !t.stepEntry || !t.lossOnly)
+    t.die(artifactPath + " has no train step (loss and loss_step of a "
+                         "moe-model graph, compiled by moe-train)");
   std::string target = artifact::targetOf(manifestText);
   std::vector<artifact::Function> fns = artifact::parseManifest(manifestText);
-  const artifact::Function *step = nullptr;
-  for (const artifact::Function &f : fns)
-    if (f.name == "loss_grad")
-      step = &f;
-  if (!step)
-    t.die(artifactPath + ": no loss_grad in the manifest");
+  for (const artifact::Function &f : fns) {
+    if (f.name == "loss_step")
+      t.stepFn = &f;
+    if (f.name == "loss")
+      t.lossFn = &f;
+  }
+  if (!t.stepFn || !t.lossFn)
+    t.die(artifactPath + ": no loss_step and loss in the manifest");
+  const artifact::Function *step = t.stepFn;
   std::string hfTransposed; // names whose last two dims transformers swaps
+  // The step's arguments: parameters, ids, labels, the moments of every
+  // parameter in the parameters' order, the optimizer's scalars.
+  size_t moments[2] = {0, 0};
+  bool scalars = false;
   for (const artifact::Tensor &a : step->args) {
     if (!a.param.empty()) {
-      if (a.dtype != "f32")
-        t.die(artifactPath + ": parameter " + a.param + " is not f32");
+      if (a.dtype != "f32" || !a.updated)
+        t.die(artifactPath + ": parameter " + a.param +
+              " is not an f32 tensor the step updates");
       t.params.push_back({a.param, a.shape, a.init == "ones"});
       if (a.hfTransposed)
         hfTransposed += (hfTransposed.empty() ? "" : ",") + a.param;
@@ -382,6 +435,19 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         t.die(artifactPath + ": ids are not [batch, seq]");
       t.batch = a.shape[0];
       t.seq = a.shape[1];
+    } else if (a.state == "exp_avg" || a.state == "exp_avg_sq") {
+      size_t &k = moments[a.state == "exp_avg_sq"];
+      size_t of = size_t(a.stateOf);
+      if (k >= t.params.size() || a.stateOf < 0 || of >= step->args.size() ||
+          step->args[of].param != t.params[k].name ||
+          a.shape != step->args[of].shape || !a.updated)
+        t.die(artifactPath + ": its loss_step's optimizer state is not in the "
+                             "parameters' order");
+      ++k;
+    } else if (a.input == "adamw") {
+      scalars = a.shape == std::vector<int64_t>{8} && a.dtype == "f32";
+    } else if (a.input != "labels") {
+      t.die(artifactPath + ": loss_step has an argument of no known role");
     }
   }
   auto meta = [&](const char *key) {
@@ -396,9 +462,14 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   int64_t vocab = std::atoll(meta("vocab_size").c_str());
   double initStd = std::atof(meta("init_std").c_str());
   double flops = std::atof(meta("step_flops").c_str());
-  if (t.params.empty() || t.batch < 1 || t.seq < 1 ||
-      t.params.size() + 2 != step->args.size())
-    t.die(artifactPath + ": its loss_grad is not a moe-model train step");
+  if (t.params.empty() || t.batch < 1 || t.seq < 1 || !scalars ||
+      moments[0] != t.params.size() || moments[1] != t.params.size() ||
+      3 * t.params.size() + 3 != step->args.size() ||
+      step->results.size() != 2 ||
+      t.lossFn->args.size() != t.params.size() + 2 ||
+      t.lossFn->results.size() != 1)
+    t.die(artifactPath + ": its loss_step is not a moe-model train step "
+                         "with AdamW (compile it with moe-train)");
 
   Tokenizer tokenizer(alphabet);
   if (vocab < tokenizer.vocabSize())
@@ -520,6 +591,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.memory.stream = mgpuStreamCreate();
     throwStickyError(); // no usable GPU
   }
+  t.placeState();
 
   // --- data order: a seeded permutation of the training rows per epoch ---
   int64_t rows = data.trainRows(), len = data.length;
@@ -552,7 +624,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       for (int64_t i = 0; i < t.batch; ++i)
         fill(data.heldOut, (k * t.batch + i) % data.heldOutRows(), ids, labels,
              i);
-      sum += t.run(t.lossOnly, ids, labels, nullptr);
+      sum += t.run(t.lossOnly, *t.lossFn, ids, labels, {})[0];
     }
     return sum / double(n);
   };
@@ -589,6 +661,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die("cannot write " + metricsPath);
 
   auto save = [&]() {
+    t.fetchState();
     std::vector<NamedTensor> tensors;
     for (size_t i = 0; i < np; ++i) {
       tensors.push_back({t.params[i].name, t.params[i].shape, t.values[i]});
@@ -621,7 +694,6 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                                 : (", " + recipe + " expert GEMMs").c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
   std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
-  std::vector<std::vector<float>> grads;
   int64_t epochCached = -1;
   std::vector<int64_t> order;
   double lastEval = NAN;
@@ -641,19 +713,17 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       }
       fill(data.train, order[size_t(k % rows)], ids, labels, i);
     }
-    double loss = t.run(t.lossGrad, ids, labels, &grads);
-    if (!std::isfinite(loss))
-      t.die("step " + std::to_string(t.step + 1) + ": the loss is " +
-            std::to_string(loss) + " (a lower --lr?)");
-    std::vector<std::pair<float *, int64_t>> gs;
-    for (auto &g : grads)
-      gs.push_back({g.data(), int64_t(g.size())});
-    double norm = clipGradients(gs, o.clip);
     double lr = learningRate(t.step, o.warmup, o.steps, o.lr, o.minLRRatio);
-    for (size_t i = 0; i < np; ++i)
-      adamwStep(t.values[i].data(), grads[i].data(), t.adamM[i].data(),
-                t.adamV[i].data(), t.params[i].elements(), t.step + 1, lr,
-                t.params[i].shape.size() >= 2, adam);
+    std::vector<float> out = t.run(t.stepEntry, *t.stepFn, ids, labels,
+                                   adamwScalars(t.step + 1, lr, o.clip, adam));
+    double loss = out[0], norm = out[1];
+    // The step has updated the state already: a step that diverged leaves
+    // the last checkpoint as it was.
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      t.die("step " + std::to_string(t.step + 1) + ": the " +
+            (std::isfinite(loss) ? "gradient norm" : "loss") + " is " +
+            std::to_string(std::isfinite(loss) ? norm : loss) +
+            " (a lower --lr?)");
     ++t.step;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -710,6 +780,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  "%s/loss.png\n",
                  tool, lastEval, unigram, checkpoint.c_str(),
                  metricsPath.c_str(), o.out.c_str());
+  t.releaseState();
   if (t.memory.gpu)
     mgpuStreamDestroy(t.memory.stream);
   return 0;

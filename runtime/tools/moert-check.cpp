@@ -5,7 +5,8 @@
 //
 // Both artifacts come from the same source (moe-compile --target=cpu and
 // --target=sm_90a). For every function of the manifest: random inputs (ints,
-// or the bits of 8-bit floats, in the range the function declares), the CPU
+// or the bits of 8-bit floats, in the range the function declares; a train
+// step's optimizer scalars and moments as an update sees them), the CPU
 // result as the reference, the GPU result on device buffers (new device buffers
 // are poisoned first: MOERT_POISON), then a comparison: integer and 8-bit float
 // results must be bit-identical, other floats within the function's declared
@@ -13,13 +14,15 @@
 // (|gpu - cpu| <= atol + rtol * |cpu|; exact when none is declared; with a
 // third value, ||gpu - cpu|| / ||cpu|| <= norm instead, for results where a
 // rare rounding flip of a quantized intermediate moves single elements). Prints
-// one line per result and a summary; exits 1 on any mismatch. With
+// one line per result (and per argument the function updates in place) and
+// a summary; exits 1 on any mismatch. With
 // --repeat N it also times N GPU calls and prints the median.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moert/Gpu.h"
 #include "moert/Tool.h"
+#include "moert/Train.h"
 
 #include "moert/Artifact.h"
 
@@ -80,6 +83,14 @@ double valueAt(const Tensor &t, const std::vector<uint8_t> &buf, int64_t i) {
 void fillRandom(const Tensor &t, std::vector<uint8_t> &buf,
                 std::mt19937_64 &rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  // A train step's optimizer scalars and moments (-moe-adamw): values an
+  // update sees (a second moment is not negative).
+  if (t.input == "adamw" && t.dtype == "f32") {
+    std::vector<float> s = moert::adamwScalars(3, 1e-3, 1.0, {});
+    std::memcpy(buf.data(), s.data(), std::min(buf.size(), s.size() * 4));
+    return;
+  }
+  float scale = t.state == "exp_avg" ? 0.1f : 1.0f;
   for (int64_t i = 0; i < t.elements(); ++i) {
     if (t.hasRange) {
       // The value's low bytes (little-endian): integers, or the bit
@@ -88,7 +99,9 @@ void fillRandom(const Tensor &t, std::vector<uint8_t> &buf,
       int64_t v = u(rng);
       std::memcpy(&buf[i * t.elementBytes()], &v, t.elementBytes());
     } else if (t.dtype == "f32") {
-      float f = normal(rng);
+      float f = normal(rng) * scale;
+      if (t.state == "exp_avg_sq")
+        f = 0.01f * f * f;
       std::memcpy(&buf[i * 4], &f, 4);
     } else if (t.dtype == "bf16") {
       uint16_t b = floatToBf16(normal(rng));
@@ -170,9 +183,11 @@ int run(int argc, char **argv) {
     }
     size_t resultBytes = resultOffset(f, f.results.size());
     // CPU reference.
+    // (Arguments the function updates change: the GPU starts from `host`.)
+    std::vector<std::vector<uint8_t>> cpuIn = host;
     std::vector<std::vector<int64_t>> cpuArgs;
     for (size_t i = 0; i < f.args.size(); ++i)
-      cpuArgs.push_back(descriptor(host[i].data(), f.args[i]));
+      cpuArgs.push_back(descriptor(cpuIn[i].data(), f.args[i]));
     std::vector<uint8_t> cpuResults(resultBytes);
     if (!gpuOnly)
       call(cf, f.results.empty() ? nullptr : cpuResults.data(), cpuArgs);
@@ -190,6 +205,14 @@ int run(int argc, char **argv) {
     std::vector<uint8_t> gpuResults(resultBytes);
     call(gf, f.results.empty() ? nullptr : gpuResults.data(), gpuArgs);
     moert_gpu_synchronize();
+    // The updated arguments' new values, before timing runs update them again.
+    std::vector<std::vector<uint8_t>> gpuUpdated(f.args.size());
+    for (size_t i = 0; i < f.args.size(); ++i)
+      if (f.args[i].updated) {
+        gpuUpdated[i].resize(f.args[i].bytes());
+        mgpuMemcpy(gpuUpdated[i].data(), devIn[i], f.args[i].bytes(), stream);
+      }
+    mgpuStreamSynchronize(stream);
     double medianMs = 0;
     if (repeat > 0) {
       std::vector<double> times;
@@ -219,18 +242,11 @@ int run(int argc, char **argv) {
         mgpuMemFree(p, stream);
       }
     }
-    for (size_t i = 0; !gpuOnly && i < f.results.size(); ++i) {
-      const Tensor &t = f.results[i];
-      // Descriptor fields: allocated pointer, aligned pointer, ...
-      void *cp, *gp, *cpuAllocated, *gpuAllocated;
-      std::memcpy(&cpuAllocated, &cpuResults[resultOffset(f, i)], 8);
-      std::memcpy(&cp, &cpuResults[resultOffset(f, i) + 8], 8);
-      std::memcpy(&gpuAllocated, &gpuResults[resultOffset(f, i)], 8);
-      std::memcpy(&gp, &gpuResults[resultOffset(f, i) + 8], 8);
-      std::vector<uint8_t> want(t.bytes()), got(t.bytes());
-      std::memcpy(want.data(), cp, t.bytes());
-      mgpuMemcpy(got.data(), gp, t.bytes(), stream);
-      mgpuStreamSynchronize(stream);
+    // Compares the CPU's and the GPU's values of one result or updated
+    // argument; prints one line.
+    auto compare = [&](const Tensor &t, const char *kind, size_t i,
+                       const std::vector<uint8_t> &want,
+                       const std::vector<uint8_t> &got) {
       int64_t bad = 0, firstBad = -1;
       double maxAbs = 0, maxRel = 0, diffSq = 0, refSq = 0;
       bool exact = !t.isFloat() || (f.atol <= 0 && f.rtol <= 0);
@@ -269,7 +285,7 @@ int run(int argc, char **argv) {
         bad = normErr <= f.norm ? 0 : std::max<int64_t>(bad, 1);
       ++checked;
       failed += bad != 0;
-      std::printf("%-28s result %zu %-5s %9lld elems  %s", f.name.c_str(), i,
+      std::printf("%-28s %s %zu %-5s %9lld elems  %s", f.name.c_str(), kind, i,
                   t.dtype.c_str(), (long long)t.elements(),
                   bad ? "MISMATCH" : "ok");
       if (exact)
@@ -284,12 +300,29 @@ int run(int argc, char **argv) {
         std::printf("  %lld bad, first at %lld: cpu %g gpu %g", (long long)bad,
                     (long long)firstBad, valueAt(t, want, firstBad),
                     valueAt(t, got, firstBad));
-      if (repeat > 0 && i == 0)
+      if (repeat > 0 && i == 0 && *kind == 'r')
         std::printf("  gpu median %.3f ms", medianMs);
       std::printf("\n");
+    };
+    for (size_t i = 0; !gpuOnly && i < f.results.size(); ++i) {
+      const Tensor &t = f.results[i];
+      // Descriptor fields: allocated pointer, aligned pointer, ...
+      void *cp, *gp, *cpuAllocated, *gpuAllocated;
+      std::memcpy(&cpuAllocated, &cpuResults[resultOffset(f, i)], 8);
+      std::memcpy(&cp, &cpuResults[resultOffset(f, i) + 8], 8);
+      std::memcpy(&gpuAllocated, &gpuResults[resultOffset(f, i)], 8);
+      std::memcpy(&gp, &gpuResults[resultOffset(f, i) + 8], 8);
+      std::vector<uint8_t> want(t.bytes()), got(t.bytes());
+      std::memcpy(want.data(), cp, t.bytes());
+      mgpuMemcpy(got.data(), gp, t.bytes(), stream);
+      mgpuStreamSynchronize(stream);
+      compare(t, "result", i, want, got);
       mgpuMemFree(gpuAllocated, stream);
       std::free(cpuAllocated);
     }
+    for (size_t i = 0; !gpuOnly && i < f.args.size(); ++i)
+      if (f.args[i].updated)
+        compare(f.args[i], "updates", i, cpuIn[i], gpuUpdated[i]);
     for (void *d : devIn)
       mgpuMemFree(d, stream);
     mgpuStreamSynchronize(stream);

@@ -2,9 +2,8 @@
 # RUN: %python %s %t
 #
 # libmoert's training-loop parts against independent implementations:
-# AdamW against torch.optim.AdamW (5 steps, with and without weight decay;
-# f32, within 1e-6), the warmup + cosine schedule and clipping against their
-# formulas, the safetensors file through the safetensors package, the loss
+# the compiled AdamW step's scalars and the warmup + cosine schedule against
+# their formulas (the update itself: test/python/adamw.py), the safetensors file through the safetensors package, the loss
 # plot through zlib (a valid PNG of the stated size).
 import json
 import math
@@ -13,7 +12,6 @@ import sys
 import zlib
 
 import numpy as np
-import torch
 from safetensors.numpy import load_file
 from checks import check, finish
 
@@ -21,15 +19,13 @@ d = sys.argv[1]
 parts = json.load(open(f"{d}/parts.json"))
 
 
-for key, wd in (("adamw", 0.0), ("adamw_decay", 0.1)):
-    p = torch.nn.Parameter(torch.tensor([math.sin(1.0 + i) for i in range(7)], dtype=torch.float32))
-    opt = torch.optim.AdamW([p], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
-    for t in range(1, 6):
-        p.grad = torch.tensor([math.cos(0.3 * t + i) * (i + 1) * 0.1 for i in range(7)],
-                              dtype=torch.float32)
-        opt.step()
-    err = float(np.max(np.abs(np.array(parts[key]) - p.detach().numpy())))
-    check(err <= 1e-6, f"{key}: 5 steps match torch.optim.AdamW (max diff {err:.1e})")
+def scalars(t, lr, clip, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
+    return [lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t), 1 - lr * wd, b1, b2, eps, clip, lr]
+
+
+check(np.allclose(parts["adamw_scalars_t1"], scalars(1, 1e-2, 1.0), rtol=1e-7, atol=0)
+      and np.allclose(parts["adamw_scalars_t5"], scalars(5, 3e-4, 0.0), rtol=1e-7, atol=0),
+      "the AdamW step's scalars (bias corrections, decay, clip)")
 
 
 def lr(s, warmup=3, total=10, peak=1.0, floor=0.1):
@@ -43,8 +39,6 @@ def lr(s, warmup=3, total=10, peak=1.0, floor=0.1):
 
 check(np.allclose(parts["lr"], [lr(s) for s in range(12)], rtol=1e-6),
       "warmup + cosine schedule")
-check(abs(parts["norm"] - 5.0) < 1e-6 and np.allclose(parts["clipped"], [0.6, 0.8], rtol=1e-5),
-      "clipping by global norm (norm 5 -> 1)")
 t = load_file(f"{d}/t.safetensors")
 check(np.array_equal(t["w"], np.arange(1, 7, dtype=np.float32).reshape(2, 3))
       and t["b"].shape == (3,) and parts["roundtrip"],

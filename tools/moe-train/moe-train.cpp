@@ -5,9 +5,10 @@
 //             [--resume] [--compile-only] [training options]
 //
 // Builds the model of a Qwen3-MoE-family config.json (moe-model), derives
-// its train step (-moe-autodiff), compiles it for the CPU or a GPU into
-// DIR/train_step-<target>.so, then trains (libmoert's training loop, see
-// runtime/include/moert/Trainer.h). With --compile-only it stops after
+// its train step (-moe-autodiff) with the optimizer update in it
+// (-moe-adamw: the state stays where the step runs), compiles it for the CPU or
+// a GPU into DIR/train_step-<target>.so, then trains (libmoert's training loop,
+// see runtime/include/moert/Trainer.h). With --compile-only it stops after
 // compiling: the artifact then trains with moert-train on a machine that
 // has the runtime but no MLIR.
 //
@@ -151,6 +152,7 @@ int main(int argc, char **argv) {
     PassManager pm(&context);
     moe::TrainPipelineOptions train;
     train.autodiff = true;
+    train.optimizer = moe::TrainPipelineOptions::Optimizer::AdamW;
     train.recipe = recipe;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))

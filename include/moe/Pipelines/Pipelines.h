@@ -111,6 +111,16 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("Derive the train step of every loss function "
                      "(-moe-autodiff) before the precision recipe"),
       llvm::cl::init(false)};
+  enum class Optimizer { None, AdamW };
+  PassOptions::Option<Optimizer> optimizer{
+      *this, "optimizer",
+      llvm::cl::desc("With autodiff: the optimizer update in the train step"),
+      llvm::cl::init(Optimizer::None),
+      llvm::cl::values(clEnumValN(Optimizer::None, "none",
+                                  "the step returns the gradients (@<f>_grad)"),
+                       clEnumValN(Optimizer::AdamW, "adamw",
+                                  "clipping and AdamW in the step (-moe-adamw: "
+                                  "@<f>_grad becomes @<f>_step)"))};
 };
 
 /// The moe-level training transformations, in order: group the experts into

@@ -25,6 +25,7 @@ namespace moert::artifact {
 /// One `arg` or `result` line of a manifest:
 ///   arg|result DTYPE RANK DIMS... [range LO HI] [shard E L] [gradient_of I]
 ///              [param NAME init normal|ones [hf_transposed]] [input ROLE]
+///              [state exp_avg|exp_avg_sq I] [updated]
 struct Tensor {
   std::string dtype;
   std::string param;         ///< `param NAME`: a model parameter's name
@@ -36,6 +37,9 @@ struct Tensor {
   bool hasRange = false;
   int64_t experts = 0, local = 0; ///< `shard E L`
   int64_t gradientOf = -1;        ///< `gradient_of I` (results)
+  std::string state;              ///< `state KIND I`: optimizer state ...
+  int64_t stateOf = -1;           ///< ... of argument I
+  bool updated = false;           ///< `updated`: written in place by the call
 
   int64_t elements() const {
     int64_t n = 1;
@@ -110,6 +114,10 @@ inline std::vector<Function> parseManifest(const char *text) {
           t.hfTransposed = true;
         } else if (word == "input") {
           ls >> t.input;
+        } else if (word == "state") {
+          ls >> t.state >> t.stateOf;
+        } else if (word == "updated") {
+          t.updated = true;
         }
       }
       (kind == "arg" ? fns.back().args : fns.back().results).push_back(t);

@@ -1,8 +1,8 @@
 //===- Train.h - optimizer, schedule, checkpoints, metrics ------*- C++ -*-===//
 //
-// The parts of a training loop that do not depend on the model: AdamW with
-// decoupled weight decay, the warmup + cosine learning-rate schedule,
-// gradient clipping by global norm, safetensors checkpoints (written
+// The parts of a training loop that do not depend on the model: the
+// per-step scalars of the compiled AdamW update (-moe-adamw), the warmup +
+// cosine learning-rate schedule, safetensors checkpoints (written
 // atomically, read with every field checked) and the loss-curve PNG.
 //
 //===----------------------------------------------------------------------===//
@@ -20,23 +20,18 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
 };
 
-/// One AdamW step (PyTorch's torch.optim.AdamW semantics) on `n` values:
-/// p -= lr * (wd * p) when `decay`; m = b1 m + (1 - b1) g;
-/// v = b2 v + (1 - b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t))
-/// + eps). `t` is the 1-based step count.
-void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
-               int64_t t, double lr, bool decay, const AdamWOptions &options);
+/// The scalars of one optimizer step of a compiled train step (the
+/// `tensor<8xf32>` argument with role `adamw`, see -moe-adamw), computed in
+/// double: lr / (1 - b1^t), sqrt(1 - b2^t), 1 - lr * wd, b1, b2, eps, the
+/// clipping norm `clip` (0: none), lr. `t` is the 1-based step count. The
+/// update is torch.optim.AdamW's after clip_grad_norm_.
+std::vector<float> adamwScalars(int64_t t, double lr, double clip,
+                                const AdamWOptions &options);
 
 /// Linear warmup over `warmup` steps to `peak`, then a cosine decay to
 /// `peak * minRatio` at `total` steps (constant after). `step` is 0-based.
 double learningRate(int64_t step, int64_t warmup, int64_t total, double peak,
                     double minRatio);
-
-/// The global L2 norm of all gradients (in double); if it exceeds `maxNorm`
-/// (> 0), every gradient is scaled by maxNorm / norm. Returns the norm before
-/// clipping.
-double clipGradients(std::vector<std::pair<float *, int64_t>> &grads,
-                     double maxNorm);
 
 /// A named f32 tensor of a checkpoint.
 struct NamedTensor {

@@ -1,9 +1,11 @@
 //===- Trainer.h - the training loop over a compiled train step -*- C++ -*-===//
 //
-// Trains the model of an artifact holding `loss_grad` (and `loss`) as built
-// by moe-model / moe-train (parameters and data inputs named in the
+// Trains the model of an artifact holding `loss_step` (and `loss`) as built
+// by moe-train (parameters, optimizer state and data inputs named in the
 // manifest): sequences from FASTA/Stockholm files, packed rows with every
-// 10th held out, AdamW with warmup + cosine schedule and clipping, held-out
+// 10th held out; the compiled step clips and applies AdamW on the state,
+// which stays where the step runs (GPU memory for GPU artifacts) and is
+// copied to the host only for checkpoints; warmup + cosine schedule, held-out
 // loss against the unigram baseline, JSONL metrics, a loss plot and an
 // atomically replaced safetensors checkpoint that --resume continues bit
 // for bit. Used by moe-train (after compiling) and by moert-train (with an

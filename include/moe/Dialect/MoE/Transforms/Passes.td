@@ -33,8 +33,69 @@ def MoEReadOnlyArguments : Pass<"moe-read-only-arguments", "::mlir::ModuleOp"> {
     function with a body: one-shot bufferization then copies instead of
     writing into a caller's buffer, so a compiled function never modifies
     its inputs. Run right before bufferization.
+
+    The exception are the arguments a function updates (a result carrying
+    `moe.updates = i`, as in the train steps of `-moe-adamw`): they are
+    marked `bufferization.writable = true`, so that their new value can be
+    written into their own buffer (`-moe-update-arguments-in-place`).
   }];
   let dependentDialects = ["::mlir::bufferization::BufferizationDialect"];
+}
+
+def MoEUpdateArgumentsInPlace : Pass<"moe-update-arguments-in-place", "func::FuncOp"> {
+  let summary = "Results that update an argument become writes into its buffer";
+  let description = [{
+    On buffers, right after one-shot bufferization and before deallocation.
+    A public function's result carrying `moe.updates = i` is the new value
+    of its argument `i` (a parameter or optimizer moment of a train step).
+    The result is dropped from the signature; where bufferization did not
+    already compute it in the argument's buffer (the usual case, since the
+    argument is writable), it is copied there before the return. The caller
+    passes the state in and finds it updated: nothing is allocated for it
+    and nothing copied back. The function must have no callers.
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
+def MoEAdamW : Pass<"moe-adamw", "::mlir::ModuleOp"> {
+  let summary = "Add the optimizer to a train step: global-norm clipping and AdamW";
+  let description = [{
+    Each train step `@<f>_grad` of `-moe-autodiff` (the loss, then the
+    gradient of argument `i` as a result with `moe.gradient_of = i`) becomes
+    `@<f>_step`, which also updates the model. Its arguments: those of
+    `@<f>_grad`, then the first moment (`moe.state = "exp_avg"`) and the
+    second moment (`moe.state = "exp_avg_sq"`) of every differentiated
+    argument (`moe.state_of = i`), then `tensor<8xf32>` (`moe.input =
+    "adamw"`) holding the step's scalars:
+
+      [0] lr / (1 - beta1^t)   step size with bias correction (t = step, from 1)
+      [1] sqrt(1 - beta2^t)    second-moment bias correction
+      [2] 1 - lr * wd          decoupled weight decay (applied to ranks >= 2)
+      [3] beta1   [4] beta2   [5] eps
+      [6] clip                 max global gradient norm (0: no clipping)
+      [7] lr                   (not read by the update; kept for the record)
+
+    Its results: the loss, the global gradient norm before clipping
+    (`moe.grad_norm`; squares summed in f64), then the new value of every
+    differentiated argument and of both its moments, each with
+    `moe.updates = i` (the argument it replaces; the lowering updates them
+    in place). With s = clip / (norm + 1e-6) when 0 < clip < norm, else 1,
+    and g' = s * g, every element is updated as
+
+      p = p * (1 - lr * wd)                    (matrices only)
+      m = beta1 * m + (1 - beta1) * g'
+      v = beta2 * v + (1 - beta2) * g' * g'
+      p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+
+    as linalg ops, so the CPU and the GPU run one definition. The gradients
+    are no longer results: their buffers are freed inside the step. Train
+    steps of expert-parallel programs (arguments with `moe.expert_shard`)
+    are refused: their norm would need the other ranks.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 def MoEReadInsertedSlices : Pass<"moe-read-inserted-slices", "::mlir::ModuleOp"> {

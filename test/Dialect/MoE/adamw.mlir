@@ -1,0 +1,70 @@
+// RUN: moe-opt %s -split-input-file -moe-autodiff -moe-adamw -verify-diagnostics | FileCheck %s
+// RUN: moe-opt %s -split-input-file -moe-autodiff -moe-adamw -verify-diagnostics -moe-cpu-pipeline -o /dev/null
+
+// @loss_grad becomes @loss_step: the moments of each differentiated argument
+// (in argument order, first moments then second), the step's scalars; the
+// loss, the norm, and the new values with the argument each updates.
+// CHECK-LABEL: func.func @loss_step(
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<4x8xf32> {moe.no_grad}
+// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<8x2xf32>
+// CHECK-SAME: %[[G:[a-z0-9]+]]: tensor<2xf32>
+// CHECK-SAME: %[[MW:[a-z0-9]+]]: tensor<8x2xf32> {moe.state = "exp_avg", moe.state_of = 1 : i64}
+// CHECK-SAME: %[[MG:[a-z0-9]+]]: tensor<2xf32> {moe.state = "exp_avg", moe.state_of = 2 : i64}
+// CHECK-SAME: %[[VW:[a-z0-9]+]]: tensor<8x2xf32> {moe.state = "exp_avg_sq", moe.state_of = 1 : i64}
+// CHECK-SAME: %[[VG:[a-z0-9]+]]: tensor<2xf32> {moe.state = "exp_avg_sq", moe.state_of = 2 : i64}
+// CHECK-SAME: %[[S:[a-z0-9]+]]: tensor<8xf32> {moe.input = "adamw"})
+// CHECK-SAME: -> (tensor<f32> {moe.loss}, tensor<f32> {moe.grad_norm},
+// CHECK-SAME: tensor<8x2xf32> {moe.updates = 1 : i64}, tensor<2xf32> {moe.updates = 2 : i64},
+// CHECK-SAME: tensor<8x2xf32> {moe.updates = 3 : i64}, tensor<2xf32> {moe.updates = 4 : i64},
+// CHECK-SAME: tensor<8x2xf32> {moe.updates = 5 : i64}, tensor<2xf32> {moe.updates = 6 : i64})
+// Sums of squares in f64, [rows, width] summed down the rows, then across.
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
+// CHECK: arith.extf %{{.*}} : f32 to f64
+// CHECK: -> tensor<16xf64>
+// CHECK: -> tensor<f64>
+// The norm and the clipping factor.
+// CHECK: math.sqrt %{{.*}} : f64
+// CHECK: arith.select
+// CHECK: -> (tensor<f32>, tensor<f32>)
+// The matrix decays; the vector does not.
+// CHECK: linalg.generic
+// CHECK-SAME: outs(%[[W]], %[[MW]], %[[VW]] : tensor<8x2xf32>, tensor<8x2xf32>, tensor<8x2xf32>)
+// CHECK-COUNT-2: arith.mulf
+// CHECK: math.sqrt
+// CHECK: linalg.generic
+// CHECK-SAME: outs(%[[G]], %[[MG]], %[[VG]] : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: arith.constant 1.0
+// CHECK-NOT: func.func @loss_grad
+func.func @loss(%x: tensor<4x8xf32> {moe.no_grad}, %w: tensor<8x2xf32>, %g: tensor<2xf32>) -> tensor<f32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x2xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x2xf32>) -> tensor<4x2xf32>
+  %h = linalg.matmul ins(%x, %w : tensor<4x8xf32>, tensor<8x2xf32>) outs(%z : tensor<4x2xf32>) -> tensor<4x2xf32>
+  %n = moe.rms_norm %h, %g eps(1.0e-6) : tensor<4x2xf32>, tensor<2xf32> -> tensor<4x2xf32>
+  %f = tensor.collapse_shape %n [[0, 1]] : tensor<4x2xf32> into tensor<8xf32>
+  %r = tensor.expand_shape %f [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32>
+  %ones = arith.constant dense<1.0> : tensor<8x1xf32>
+  %e1 = tensor.empty() : tensor<1x1xf32>
+  %z1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%r, %ones : tensor<1x8xf32>, tensor<8x1xf32>) outs(%z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The norm of an expert-parallel step would need the other ranks.
+// expected-error@+1 {{expert-parallel}}
+func.func @loss(%w: tensor<2x4x4xf32> {moe.expert_shard = {experts = 4 : i64, local_experts = 2 : i64}}) -> tensor<f32> {
+  %c = tensor.collapse_shape %w [[0, 1, 2]] : tensor<2x4x4xf32> into tensor<32xf32>
+  %row = tensor.expand_shape %c [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
+  %col = tensor.expand_shape %c [[0, 1]] output_shape [32, 1] : tensor<32xf32> into tensor<32x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x32xf32>, tensor<32x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
