@@ -237,6 +237,11 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   moe::MoEExpertParallelOptions parallel;
   parallel.epSize = options.epSize;
   parallel.chunks = options.epChunks;
+  // Dense GEMMs on the grouped kernels, in the recipe's dense precision
+  // (before differentiation: their gradients are grouped GEMMs too).
+  if (options.recipe != "none" && options.dense != "none" &&
+      options.epSize == 1)
+    pm.addNestedPass<func::FuncOp>(moe::createMoEDenseToGrouped());
   if (options.autodiff) {
     // Shard the forward, differentiate (the exchanges' gradients are the
     // reverse exchanges), then sum the data-parallel gradients.
@@ -251,6 +256,9 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
     quantize.recipe = options.recipe;
     quantize.scale = options.scale;
     quantize.keepFirstLast = options.keepFirstLast;
+    // (none: nothing is marked dense; an unknown name is refused there.)
+    quantize.dense = options.dense == "none" ? std::string("bf16")
+                                             : std::string(options.dense);
     pm.addPass(moe::createMoEQuantize(quantize));
   }
   pm.addPass(moe::createMoEFuseGroupedMlp());

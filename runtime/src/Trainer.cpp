@@ -690,8 +690,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                "of %lld tokens; unigram held-out loss %.4f; %s%s\n",
                tool, np, (long long)rows, (long long)data.heldOutRows(),
                (long long)t.seq, unigram, target.c_str(),
-               recipe == "none" ? ""
-                                : (", " + recipe + " expert GEMMs").c_str());
+               recipe == "none" ? "" : (", " + recipe + " GEMMs").c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
   std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
   int64_t epochCached = -1;

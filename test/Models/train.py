@@ -128,17 +128,24 @@ with open(os.path.join(b, "checkpoint.safetensors"), "rb") as f1, \
         open(os.path.join(c, "checkpoint.safetensors"), "rb") as f2:
     check(f1.read() == f2.read(), "and the same checkpoint, byte for byte")
 
-# --- the MXFP8 recipe: MXFP8 expert GEMMs forward and backward ---
+# --- the MXFP8 recipe: MXFP8 expert GEMMs forward and backward, the dense
+# GEMMs (projections, router, LM head) in bf16 ---
 x = os.path.join(out, "mxfp8")
 r = train(*short, "--out", x, "--recipe", "mxfp8")
 f32 = [m["loss"] for m in metrics(b) if "loss" in m]
 mx = [m["loss"] for m in metrics(x) if "loss" in m]
 gap = max(abs(p - q) for p, q in zip(f32, mx))
-check(r.returncode == 0 and "mxfp8 expert GEMMs" in r.stderr and 0 < gap < 1e-2,
+check(r.returncode == 0 and "mxfp8 GEMMs" in r.stderr and 0 < gap < 1e-2,
       f"--recipe mxfp8 trains; its 24 losses stay within {gap:.1e} of f32's (bound 1e-2)")
 r = train(*short, "--out", x, "--resume", expect=1)
 check(r.returncode == 1 and "made with recipe 'mxfp8', this run has 'none'" in r.stderr,
       "an MXFP8 checkpoint does not resume as f32")
+r = train(*short, "--out", x, "--resume", "--recipe", "mxfp8", "--dense", "mxfp8", expect=1)
+check(r.returncode == 1 and "made with recipe 'mxfp8', this run has 'mxfp8-dense-mxfp8'"
+      in r.stderr, "nor with MXFP8 dense GEMMs")
+r = train(*short, "--out", os.path.join(out, "d"), "--dense", "mxfp8", expect=1)
+check(r.returncode == 1 and "--dense needs --recipe" in r.stderr,
+      "--dense without a recipe is refused")
 
 # --- a kill while checkpointing leaves a complete checkpoint ---
 k = os.path.join(out, "k")

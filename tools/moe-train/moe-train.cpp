@@ -43,12 +43,18 @@ static const char *kUsage =
     "  --batch N              rows per step (default 8)\n"
     "  --seq N                tokens per row (default 128)\n"
     "  --target NAME          cpu (default), or a GPU chip such as sm_90a\n"
-    "  --recipe NAME          expert GEMM precision: none (f32, default), "
-    "bf16\n"
-    "                         or mxfp8 (MXFP8 forward and backward, f32 "
+    "  --recipe NAME          GEMM precision, forward and backward, f32 "
     "master\n"
-    "                         weights; hidden and expert FFN sizes multiples "
-    "of 32)\n"
+    "                         weights: none (f32, default); bf16 (every "
+    "matmul:\n"
+    "                         experts, projections, router, LM head); mxfp8 "
+    "(MXFP8\n"
+    "                         expert GEMMs, the others as --dense says; "
+    "hidden and\n"
+    "                         expert FFN sizes multiples of 32)\n"
+    "  --dense NAME           with a recipe: the dense GEMMs' precision, bf16 "
+    "(default)\n"
+    "                         or mxfp8\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
@@ -71,9 +77,9 @@ int main(int argc, char **argv) {
   if (!moert::parseTrainOptions(args, options, rest, error))
     die(error);
 
-  std::string configPath, target = "cpu", recipe = "none";
+  std::string configPath, target = "cpu", recipe = "none", dense = "bf16";
   int64_t batch = 8, seq = 128;
-  bool compileOnly = false;
+  bool compileOnly = false, denseGiven = false;
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string name = rest[i], value;
     bool inline_ = false;
@@ -108,6 +114,12 @@ int main(int argc, char **argv) {
       recipe = value;
       if (recipe != "none" && recipe != "bf16" && recipe != "mxfp8")
         die("--recipe must be none, bf16 or mxfp8, got '" + recipe + "'");
+    } else if (name == "--dense") {
+      next();
+      dense = value;
+      denseGiven = true;
+      if (dense != "bf16" && dense != "mxfp8")
+        die("--dense must be bf16 or mxfp8, got '" + dense + "'");
     } else if (name == "--batch") {
       integer(batch);
     } else if (name == "--seq") {
@@ -120,6 +132,11 @@ int main(int argc, char **argv) {
   }
   if (configPath.empty())
     die("no --config: give a Qwen3-MoE config.json (see --help)");
+  if (denseGiven && recipe == "none")
+    die("--dense needs --recipe bf16 or mxfp8 (under none every GEMM is f32)");
+  // What the checkpoint records (a run resumes only under the same one).
+  std::string precision =
+      recipe + (recipe != "none" && dense != "bf16" ? "-dense-" + dense : "");
   if (!compileOnly && options.data.empty())
     die("no --data: give one or more FASTA or Stockholm files");
   llvm::Expected<moe::ModelConfig> config = moe::ModelConfig::load(configPath);
@@ -142,7 +159,7 @@ int main(int argc, char **argv) {
   if (std::error_code ec = llvm::sys::fs::create_directories(options.out))
     die("cannot create '" + options.out + "': " + ec.message());
   std::string artifact = options.out + "/train_step-" + target +
-                         (recipe == "none" ? "" : "-" + recipe) + ".so";
+                         (recipe == "none" ? "" : "-" + precision) + ".so";
   {
     DialectRegistry registry;
     moe::registerCompilerDialects(registry);
@@ -154,6 +171,7 @@ int main(int argc, char **argv) {
     train.autodiff = true;
     train.optimizer = moe::TrainPipelineOptions::Optimizer::AdamW;
     train.recipe = recipe;
+    train.dense = dense;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +
@@ -162,7 +180,7 @@ int main(int argc, char **argv) {
     module->walk([&](func::FuncOp f) {
       if (auto meta = f->getAttrOfType<DictionaryAttr>("moe.meta")) {
         NamedAttrList entries(meta);
-        entries.set("recipe", StringAttr::get(&context, recipe));
+        entries.set("recipe", StringAttr::get(&context, precision));
         f->setAttr("moe.meta", entries.getDictionary(&context));
       }
     });

@@ -98,6 +98,14 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc(
           "Expert GEMM precision: mxfp8, bf16, or none (as written)"),
       llvm::cl::init("mxfp8")};
+  PassOptions::Option<std::string> dense{
+      *this, "dense",
+      llvm::cl::desc(
+          "Under a recipe (not none), with ep-size 1: the dense GEMMs "
+          "(projections, router, shared experts, LM head; -moe-dense-to-"
+          "grouped) run on the grouped GEMM kernels in bf16 (default) or "
+          "mxfp8; none keeps them as written"),
+      llvm::cl::init("bf16")};
   PassOptions::Option<std::string> scale{
       *this, "scale", llvm::cl::desc("MX scale choice: rceil or floor"),
       llvm::cl::init("rceil")};

@@ -473,12 +473,21 @@ LogicalResult Differentiator::backprop(Operation *op) {
     Value g = gradOf(0), x = mm.getLhs(), w = mm.getRhs(),
           off = mm.getOffsets();
     bool tr = mm.getTransposeRhs();
+    // A dense GEMM's (-moe-dense-to-grouped) gradients are dense GEMMs.
+    auto likeForward = [&](Operation *grad) {
+      if (Attribute dense = op->getAttr("moe.dense"))
+        grad->setAttr("moe.dense", dense);
+      return grad->getResult(0);
+    };
     if (isActive(x))
-      accumulate(x, GroupedMatmulOp::create(b, l, x.getType(), g, w, off, !tr));
+      accumulate(x, likeForward(GroupedMatmulOp::create(b, l, x.getType(), g, w,
+                                                        off, !tr)));
     if (isActive(w))
       accumulate(
-          w, tr ? GroupedMatmulWgradOp::create(b, l, w.getType(), g, x, off)
-                : GroupedMatmulWgradOp::create(b, l, w.getType(), x, g, off));
+          w,
+          likeForward(
+              tr ? GroupedMatmulWgradOp::create(b, l, w.getType(), g, x, off)
+                 : GroupedMatmulWgradOp::create(b, l, w.getType(), x, g, off)));
     return success();
   }
   if (auto s = dyn_cast<SwigluOp>(op)) {

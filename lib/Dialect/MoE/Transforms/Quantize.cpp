@@ -26,16 +26,21 @@ using namespace mlir::moe;
 namespace {
 
 constexpr StringLiteral kLayerAttr = "moe.layer";
+constexpr StringLiteral kDenseAttr = "moe.dense";
 
 /// What the pass's options say, parsed.
 struct Recipe {
-  /// bf16, or the MX element type (f8E4M3FN).
-  Type gemmType;
+  /// bf16, or the MX element type (f8E4M3FN): of expert GEMMs, and of
+  /// dense ones (moe.dense).
+  Type gemmType, denseType;
   ScaleMode scale;
   /// moe.layer values whose GEMMs stay in high precision.
   llvm::DenseSet<int64_t> keptLayers;
 
-  bool isMX() const { return isMXElementType(gemmType); }
+  /// The precision of `op`'s operands.
+  Type typeFor(Operation *op) const {
+    return op->hasAttr(kDenseAttr) ? denseType : gemmType;
+  }
   bool keeps(Operation *op) const {
     auto layer = op->getAttrOfType<IntegerAttr>(kLayerAttr);
     return layer && keptLayers.contains(layer.getInt());
@@ -57,17 +62,19 @@ struct OperandSpec {
 /// Returns whether anything changed.
 LogicalResult rewriteOperands(Operation *op, ArrayRef<OperandSpec> specs,
                               const Recipe &recipe, PatternRewriter &rewriter) {
+  Type gemmType = recipe.typeFor(op);
+  bool mx = isMXElementType(gemmType);
   SmallVector<const OperandSpec *> todo;
   for (const OperandSpec &spec : specs) {
     auto type = dyn_cast<RankedTensorType>(spec.operand->get().getType());
     if (!type)
       continue; // already block-scaled
-    if (!recipe.isMX()) {
+    if (!mx) {
       if (type.getElementType().isF32())
         todo.push_back(&spec);
       continue;
     }
-    if (!getMXTypeFor(spec.operand->get(), recipe.gemmType, spec.axis)) {
+    if (!getMXTypeFor(spec.operand->get(), gemmType, spec.axis)) {
       int64_t size = type.getDimSize(spec.axis);
       InFlightDiagnostic diag = op->emitWarning()
                                 << "moe-quantize: '" << op->getName()
@@ -86,7 +93,7 @@ LogicalResult rewriteOperands(Operation *op, ArrayRef<OperandSpec> specs,
   SmallVector<Value> replacements;
   for (const OperandSpec *spec : todo) {
     Value q = createGemmOperand(rewriter, op->getLoc(), spec->operand->get(),
-                                recipe.gemmType, spec->axis, recipe.scale);
+                                gemmType, spec->axis, recipe.scale);
     // The conversion belongs to the GEMM's layer.
     if (Attribute layer = op->getAttr(kLayerAttr))
       q.getDefiningOp()->setAttr(kLayerAttr, layer);
@@ -152,7 +159,7 @@ struct QuantizeGroupedMlp : OpRewritePattern<GroupedMlpOp> {
                            {&op.getW2Mutable(), 1, "w2 dim 1 (ffn)"}};
     if (failed(rewriteOperands(op, specs, recipe, rewriter)))
       return failure();
-    if (recipe.isMX() && !w2WasMX)
+    if (isMXElementType(recipe.typeFor(op)) && !w2WasMX)
       rewriter.modifyOpInPlace(op, [&] { op.setScaleMode(recipe.scale); });
     return success();
   }
@@ -170,7 +177,7 @@ struct QuantizeGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
                                 PatternRewriter &rewriter) const override {
     if (recipe.keeps(op) || op.getGemmType())
       return failure();
-    if (recipe.isMX()) {
+    if (isMXElementType(recipe.gemmType)) {
       // The dimensions its GEMMs contract (see its definition).
       ArrayRef<int64_t> x = op.getX().getType().getShape();
       ArrayRef<int64_t> w1 = op.getW1().getType().getShape();
@@ -195,7 +202,7 @@ struct QuantizeGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     }
     rewriter.modifyOpInPlace(op, [&] {
       op.setGemmType(recipe.gemmType);
-      if (recipe.isMX())
+      if (isMXElementType(recipe.gemmType))
         op.setScaleMode(recipe.scale);
     });
     return success();
@@ -225,6 +232,9 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
     if (scale != "rceil" && scale != "floor")
       return "moe-quantize: unknown scale '" + scale +
              "' (expected 'rceil' or 'floor')";
+    if (dense != "mxfp8" && dense != "bf16")
+      return "moe-quantize: unknown dense precision '" + dense +
+             "' (expected 'bf16' or 'mxfp8')";
     return std::nullopt;
   }
 
@@ -237,8 +247,12 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
       return signalPassFailure();
     }
     Recipe r;
-    r.gemmType = recipe == "bf16" ? Type(BFloat16Type::get(ctx))
-                                  : Type(Float8E4M3FNType::get(ctx));
+    auto typeOf = [&](StringRef name) {
+      return name == "bf16" ? Type(BFloat16Type::get(ctx))
+                            : Type(Float8E4M3FNType::get(ctx));
+    };
+    r.gemmType = typeOf(recipe);
+    r.denseType = typeOf(dense);
     r.scale = scale == "floor" ? ScaleMode::floor : ScaleMode::rceil;
     r.keptLayers.insert(keepLayers.begin(), keepLayers.end());
     if (keepFirstLast) {

@@ -57,6 +57,27 @@ def MoEUpdateArgumentsInPlace : Pass<"moe-update-arguments-in-place", "func::Fun
   let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
+def MoEDenseToGrouped : Pass<"moe-dense-to-grouped", "func::FuncOp"> {
+  let summary = "Dense matmuls become grouped GEMMs of one group (the fast kernels)";
+  let description = [{
+    Every `linalg.matmul` A[M, K] @ B[K, N] (the plain form, static shapes,
+    float operands, an f32 result into a zero fill) becomes
+    `moe.grouped_matmul` of one group (offsets [0, M]) with the weight
+    viewed as [1, K, N]; where B is `linalg.transpose` of W[N, K], W is
+    viewed as [1, N, K] with `transpose_rhs`. The op carries `moe.dense`, which
+    `-moe-autodiff` passes on to its data and weight gradients
+    (`moe.grouped_matmul` with the other transposition and
+    `moe.grouped_matmul_wgrad`) and `-moe-quantize` reads (dense GEMMs get
+    its `dense` precision). The projections, router, shared experts and LM
+    head of a model then run on the grouped GEMM kernels in the forward and
+    the backward pass, in the recipe's precision. Results are those of the
+    matmul (the grouped op accumulates in f32 too).
+  }];
+  let dependentDialects = ["::mlir::moe::MoEDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoEAdamW : Pass<"moe-adamw", "::mlir::ModuleOp"> {
   let summary = "Add the optimizer to a train step: global-norm clipping and AdamW";
   let description = [{
@@ -171,6 +192,10 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
     the MX block size (32) cannot be quantized: that GEMM is left unchanged
     and a warning names the op and the dimension.
 
+    Dense GEMMs (marked `moe.dense` by `-moe-dense-to-grouped`) get the
+    precision of `dense` (bf16 by default, under either recipe; mxfp8 on
+    request) instead of the recipe's.
+
     Layers: model builders put a discardable integer attribute `moe.layer`
     on ops. GEMMs of the layers in `keep-layers`, and with `keep-first-last`
     those of the smallest and largest `moe.layer` present in the module, are
@@ -195,6 +220,9 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
     Option<"scale", "scale", "std::string", /*default=*/"\"rceil\"",
            "MX scale choice: rceil (NVIDIA recipes, never clips) or floor "
            "(OCP MX spec)">,
+    Option<"dense", "dense", "std::string", /*default=*/"\"bf16\"",
+           "precision of dense GEMMs (grouped GEMMs marked moe.dense, from "
+           "-moe-dense-to-grouped): bf16 or mxfp8">,
   ];
 }
 
