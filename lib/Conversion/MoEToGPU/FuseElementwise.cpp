@@ -88,8 +88,8 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
 /// combine's gradient, weights[t, k] * grad[t] over [T, K, H], re-sorted by
 /// the backward dispatch, was written and read once, 2 x 537 MB at 8192
 /// tokens.) Each element of %p computed as often as it is read: only
-/// producers of at most two inputs and a few ops, whose inputs are no
-/// larger than their result.
+/// producers of at most two inputs and a few ops (no loops), whose inputs
+/// are no larger than their result.
 struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
   using OpRewritePattern::OpRewritePattern;
   static constexpr int64_t kMaxBodyOps = 8;
@@ -118,6 +118,10 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
              .isIdentity() ||
         producer.getBody()->getOperations().size() > kMaxBodyOps ||
         !producer.getRegionOutputArgs()[0].use_empty())
+      return failure();
+    // A loop in the body is not a few ops (an index found by a scan).
+    if (llvm::any_of(producer.getBody()->getOperations(),
+                     [](Operation &op) { return op.getNumRegions() != 0; }))
       return failure();
     auto resultType = cast<RankedTensorType>(producer->getResultTypes()[0]);
     for (OpOperand *input : producer.getDpsInputOperands()) {

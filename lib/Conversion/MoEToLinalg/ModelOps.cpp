@@ -146,36 +146,113 @@ struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
   }
 };
 
+/// d table [V, H] = the sum of the rows of `grad` whose id is v, in
+/// position order. Without a scatter and without a pass over [V, H, T]:
+/// next[t] links each position to the next one holding its id (a scan of
+/// the later ids), first[v] is the first position holding v (a scan of
+/// all ids), and row v walks its chain from first[v], adding its rows in
+/// position order (the order of the sequential sum, so every path gives
+/// the same bits). Work: T^2 / 2 + V T id comparisons, V H outputs, T H
+/// additions. Out-of-range ids start no chain: their rows are dropped.
 struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
   matchAndRewrite(EmbeddingGradOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
+    if (op.getType().isDynamicDim(0))
+      return rewriter.notifyMatchFailure(op, "dynamic vocabulary size");
     Emitter e{rewriter, op.getLoc()};
     MLIRContext *ctx = rewriter.getContext();
     Value ids = adaptor.getIds(), grad = adaptor.getGrad();
     unsigned r = op.getIds().getType().getRank();
-    // Loops (v, h, positions...): a dense reduction over the positions.
-    SmallVector<AffineExpr> d = loopDims(ctx, r + 2);
-    SmallVector<AffineExpr> pos(d.begin() + 2, d.end());
-    SmallVector<AffineExpr> posH = pos;
-    posH.push_back(d[1]);
-    SmallVector<IteratorType> its(r + 2, kRed);
-    its[0] = its[1] = kPar;
+    // ids [T] and grad [T, H].
+    if (r != 1) {
+      SmallVector<ReassociationIndices> all(1), rows(2);
+      for (unsigned i = 0; i < r; ++i) {
+        all[0].push_back(i);
+        rows[0].push_back(i);
+      }
+      rows[1].push_back(r);
+      ids = tensor::CollapseShapeOp::create(rewriter, e.loc, ids, all);
+      grad = tensor::CollapseShapeOp::create(rewriter, e.loc, grad, rows);
+    }
+    Type i32 = rewriter.getI32Type();
+    Value n = e.dim(ids, 0);
+    AffineExpr d0, d1;
+    bindDims(ctx, d0, d1);
+    auto id1 = AffineMap::get(1, 0, {d0}, ctx);
+    auto none = [&](Emitter &m) {
+      return arith::ConstantOp::create(m.b, m.loc, m.b.getI32IntegerAttr(-1))
+          .getResult();
+    };
+    // next[t]: the first t' > t with ids[t'] == ids[t], or -1.
+    Value next = e.generic(
+        ids, e.empty(e.sizes(ids), i32), {id1, id1}, {kPar},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter m{nb, nl};
+          Value mine = m.toIndex(a[0]);
+          Value from = m.addI(loopIndex(m, 0), m.idx(1));
+          Value found = m.forLoop(
+              from, n, none(m), [&](Emitter &l, Value t, ValueRange acc) {
+                Value hit = arith::AndIOp::create(
+                    l.b, l.loc,
+                    l.cmpI(arith::CmpIPredicate::eq, acc[0], none(l)),
+                    l.cmpI(arith::CmpIPredicate::eq,
+                           l.toIndex(l.extract(ids, {t})), mine));
+                return SmallVector<Value>{
+                    l.sel(hit, l.fromIndex(t, l.b.getI32Type()), acc[0])};
+              })[0];
+          return SmallVector<Value>{found};
+        })[0];
+    // first[v]: the first position holding v, or -1.
     auto type = op.getType();
-    SmallVector<OpFoldResult> sizes = {
-        rewriter.getIndexAttr(type.getDimSize(0)), e.sizes(grad)[r]};
-    Value out = e.generic({ids, grad}, e.zeros(sizes, f32Of(e)),
-                          {dims(ctx, r + 2, pos), dims(ctx, r + 2, posH),
-                           dims(ctx, r + 2, {d[0], d[1]})},
-                          its, [&](OpBuilder &nb, Location nl, ValueRange x) {
-                            Emitter n{nb, nl};
-                            Value hit =
-                                n.cmpI(arith::CmpIPredicate::eq,
-                                       n.toIndex(x[0]), loopIndex(n, 0));
-                            return SmallVector<Value>{
-                                n.sel(hit, add(n, x[2], n.toF32(x[1])), x[2])};
-                          })[0];
+    int64_t vocab = type.getDimSize(0);
+    Value first = e.generic(
+        ValueRange{}, e.empty({rewriter.getIndexAttr(vocab)}, i32), {id1},
+        {kPar}, [&](OpBuilder &nb, Location nl, ValueRange) {
+          Emitter m{nb, nl};
+          Value v = loopIndex(m, 0);
+          Value found = m.forLoop(
+              m.idx(0), n, none(m), [&](Emitter &l, Value t, ValueRange acc) {
+                Value hit = arith::AndIOp::create(
+                    l.b, l.loc,
+                    l.cmpI(arith::CmpIPredicate::eq, acc[0], none(l)),
+                    l.cmpI(arith::CmpIPredicate::eq,
+                           l.toIndex(l.extract(ids, {t})), v));
+                return SmallVector<Value>{
+                    l.sel(hit, l.fromIndex(t, l.b.getI32Type()), acc[0])};
+              })[0];
+          return SmallVector<Value>{found};
+        })[0];
+    // Row v: its chain's rows, in position order.
+    Type f32 = f32Of(e);
+    Value out = e.generic(
+        first, e.empty({rewriter.getIndexAttr(vocab), e.sizes(grad)[1]}, f32),
+        {AffineMap::get(2, 0, {d0}, ctx), AffineMap::get(2, 0, {d0, d1}, ctx)},
+        {kPar, kPar}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Emitter m{nb, nl};
+          Value h = loopIndex(m, 1);
+          Type types[] = {i32, f32};
+          auto loop = scf::WhileOp::create(
+              nb, nl, types, ValueRange{a[0], m.f32(0)},
+              [&](OpBuilder &cb, Location cl, ValueRange s) {
+                Emitter c{cb, cl};
+                scf::ConditionOp::create(
+                    cb, cl,
+                    c.cmpI(arith::CmpIPredicate::sge, s[0],
+                           arith::ConstantOp::create(cb, cl,
+                                                     cb.getI32IntegerAttr(0))),
+                    s);
+              },
+              [&](OpBuilder &bb, Location bl, ValueRange s) {
+                Emitter w{bb, bl};
+                Value t = w.toIndex(s[0]);
+                Value sum = add(w, s[1], w.toF32(w.extract(grad, {t, h})));
+                scf::YieldOp::create(bb, bl,
+                                     ValueRange{w.extract(next, {t}), sum});
+              });
+          return SmallVector<Value>{loop.getResult(1)};
+        })[0];
     rewriter.replaceOp(op, e.castElements(out, type.getElementType()));
     return success();
   }
