@@ -4,7 +4,7 @@
 #   the GPU and on the CPU from the same initialization and batches (their
 #   losses must agree step by step at the start);
 # - a model of Qwen3-30B-A3B's dimensions (two layers) trains a few steps, in
-#   f32 and with bf16 expert GEMMs (--recipe bf16);
+#   f32 and in bf16 (--recipe bf16) at 1 x 512 tokens, and in bf16 at 1 x 4096;
 # - transformers' own Qwen3-MoE of both configs trains with torch AdamW in
 #   the same run (bench/train_peer.py): tokens/s and peak memory side by side.
 #
@@ -18,7 +18,7 @@ chip=${MOE_GPU_CHIP:-sm_90a}
 mode=${1:-all}
 protein="$root/examples/protein-moe/config.json"
 qwen="$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json"
-pb=8 ps=128 qb=1 qs=512
+pb=8 ps=128 qb=1 qs=512 ls=4096
 
 prepare() {
   "$root/scripts/build.sh"
@@ -33,6 +33,8 @@ prepare() {
     "$root/build/bin/moe-train" --config "$qwen" --batch $qb --seq $qs --target "$chip" \
       --recipe $recipe --compile-only --out "$dir/qwen-$recipe"
   done
+  "$root/build/bin/moe-train" --config "$qwen" --batch 1 --seq $ls --target "$chip" \
+    --recipe bf16 --compile-only --out "$dir/qwen-bf16-$ls"
 }
 
 run() {
@@ -47,7 +49,7 @@ run() {
     "$rt/bin/moert-train" "$w/protein-$t/train_step-$t.so" "${data[@]}" --steps "$steps" \
       --eval-every 50 --out "$w/protein-$t" --progress none
   done
-  for recipe in none bf16; do
+  for recipe in none bf16 "bf16-$ls"; do
     cp -r "$dir/qwen-$recipe" "$w/qwen-$recipe"
     "$rt/bin/moert-train" "$w/qwen-$recipe"/train_step-"$chip"*.so "${data[@]}" --steps "$qsteps" \
       --eval-every 0 --eval-batches 1 --checkpoint-every 0 --out "$w/qwen-$recipe" --progress none
@@ -64,7 +66,7 @@ gl = [m["loss"] for m in gpu if "loss" in m]; cl = [m["loss"] for m in cpu if "l
 first = max(abs(a - b) / abs(b) for a, b in zip(gl[:10], cl[:10]))
 print(f"protein model, GPU vs CPU from the same start: first 10 losses agree to {first:.1e} relative;"
       f" step {steps}: GPU {gl[-1]:.4f}, CPU {cl[-1]:.4f}")
-for d in (f"protein-{chip}", "protein-cpu", "qwen-none", "qwen-bf16"):
+for d in (f"protein-{chip}", "protein-cpu", "qwen-none", "qwen-bf16", "qwen-bf16-4096"):
     ms = load(d)
     st = [m for m in ms if "loss" in m][1:] or [m for m in ms if "loss" in m]
     ev = [m for m in ms if "held_out_loss" in m]
@@ -83,6 +85,8 @@ PY
   python3 "$root/bench/train_peer.py" "$protein" $pb $ps 10
   echo "## transformers, Qwen3-30B-A3B dims, 2 layers (batch $qb x $qs)"
   python3 "$root/bench/train_peer.py" "$qwen" $qb $qs 4
+  echo "## transformers, Qwen3-30B-A3B dims, 2 layers (batch 1 x $ls)"
+  python3 "$root/bench/train_peer.py" "$qwen" 1 $ls 4
 }
 
 case "$mode" in

@@ -381,6 +381,47 @@ std::string readFile(const std::string &path) {
   return s;
 }
 
+/// The data of a run: every --data file's sequences, packed into rows of
+/// `seq + 1` tokens, every 10th held out. False, with `error` set, when a
+/// file is unreadable or malformed, the model's vocabulary is smaller than
+/// the tokenizer's, or too few rows come out.
+bool loadData(const TrainOptions &o, int64_t seq, int64_t vocab, Batches &data,
+              std::string &error) {
+  if (o.data.empty()) {
+    error = "no --data: give one or more FASTA or Stockholm files";
+    return false;
+  }
+  Alphabet alphabet = o.alphabet == "dna" ? Alphabet::DNA : Alphabet::Protein;
+  Tokenizer tokenizer(alphabet);
+  if (vocab < tokenizer.vocabSize()) {
+    error = "the model's 'vocab_size' (" + std::to_string(vocab) +
+            ") is smaller than the " + o.alphabet + " tokenizer's " +
+            std::to_string(tokenizer.vocabSize()) + " tokens";
+    return false;
+  }
+  std::vector<Sequence> sequences;
+  for (const std::string &path : o.data) {
+    // Every file's sequences (readSequences returns one file's).
+    std::vector<Sequence> file;
+    SequenceError fileError;
+    if (!readSequences(path, alphabet, file, fileError)) {
+      error = fileError.message;
+      return false;
+    }
+    sequences.insert(sequences.end(), std::make_move_iterator(file.begin()),
+                     std::make_move_iterator(file.end()));
+  }
+  data = makeBatches(sequences, tokenizer, seq + 1, /*every=*/10);
+  if (data.trainRows() < 1 || data.heldOutRows() < 1) {
+    error = "the data give " + std::to_string(data.trainRows()) +
+            " training and " + std::to_string(data.heldOutRows()) +
+            " held-out rows of " + std::to_string(seq + 1) +
+            " tokens: give more sequences or a smaller --seq";
+    return false;
+  }
+  return true;
+}
+
 int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  const char *tool) {
   Loop t{o, tool};
@@ -472,28 +513,10 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                          "with AdamW (compile it with moe-train)");
 
   Tokenizer tokenizer(alphabet);
-  if (vocab < tokenizer.vocabSize())
-    t.die("the model's 'vocab_size' (" + std::to_string(vocab) +
-          ") is smaller than the " + o.alphabet + " tokenizer's " +
-          std::to_string(tokenizer.vocabSize()) + " tokens");
-
-  // --- data ---
-  std::vector<Sequence> sequences;
-  for (const std::string &path : o.data) {
-    // Every file's sequences (readSequences returns one file's).
-    std::vector<Sequence> file;
-    SequenceError error;
-    if (!readSequences(path, alphabet, file, error))
-      t.die(error.message);
-    sequences.insert(sequences.end(), std::make_move_iterator(file.begin()),
-                     std::make_move_iterator(file.end()));
-  }
-  Batches data = makeBatches(sequences, tokenizer, t.seq + 1, /*every=*/10);
-  if (data.trainRows() < 1 || data.heldOutRows() < 1)
-    t.die("the data give " + std::to_string(data.trainRows()) +
-          " training and " + std::to_string(data.heldOutRows()) +
-          " held-out rows of " + std::to_string(t.seq + 1) +
-          " tokens: give more sequences or a smaller --seq");
+  Batches data;
+  std::string dataError;
+  if (!loadData(o, t.seq, vocab, data, dataError))
+    t.die(dataError);
   double unigram = unigramHeldOutLoss(data, tokenizer.vocabSize());
 
   // --- output directory, checkpoint ---
@@ -786,6 +809,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
 }
 
 } // namespace
+
+bool checkTrainData(const TrainOptions &options, int64_t seq, int64_t vocab,
+                    std::string &error) {
+  Batches data;
+  return loadData(options, seq, vocab, data, error);
+}
 
 int train(const TrainOptions &o, const std::string &artifactPath,
           const char *tool) {

@@ -152,7 +152,11 @@ int main(int argc, char **argv) {
         std::to_string(config->moeIntermediateSize) +
         ": use --recipe bf16 or none");
 
-  // Before compiling: an --out that names a file fails here, not after.
+  // Before compiling: bad data and an --out that names a file fail here,
+  // not after.
+  if (!compileOnly &&
+      !moert::checkTrainData(options, seq, config->vocabSize, error))
+    die(error);
   if (llvm::sys::fs::exists(options.out) &&
       !llvm::sys::fs::is_directory(options.out))
     die("--out '" + options.out + "' is not a directory");

@@ -44,6 +44,13 @@ bool parseTrainOptions(const std::vector<std::string> &args,
                        TrainOptions &options, std::vector<std::string> &rest,
                        std::string &error);
 
+/// Whether `options`' data make a run of rows of `seq` tokens for a model of
+/// `vocab` tokens (what train() checks before training): false with a
+/// message naming the file or the shortfall otherwise. Tools call it
+/// before compiling, so bad data fail in seconds.
+bool checkTrainData(const TrainOptions &options, int64_t seq, int64_t vocab,
+                    std::string &error);
+
 /// Trains with the artifact at `artifact`; messages start with `tool`.
 /// Returns the process exit code (0 on success, else that of the error,
 /// reported on stderr); never exits.
