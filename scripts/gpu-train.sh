@@ -78,9 +78,9 @@ for d in (f"protein-{chip}", "protein-cpu", "qwen-none", "qwen-bf16", "qwen-bf16
           f"  loss {st[0]['loss']:.3f} -> {st[-1]['loss']:.3f} {held}")
 PY
   # Where the Qwen-size step's time goes, kernel by kernel.
-  echo "## profile: Qwen3-30B-A3B dims, 2 layers, f32 (batch $qb x $qs)"
+  echo "## profile: Qwen3-30B-A3B dims, 2 layers, bf16 (batch 1 x $ls)"
   PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/bench/profile_train.py" "$dir/qwen-none/train_step-$chip.so" 25
+    python3 "$root/bench/profile_train.py" "$dir/qwen-bf16-$ls/train_step-$chip-bf16.so" 25
   echo "## transformers, protein config (batch $pb x $ps)"
   python3 "$root/bench/train_peer.py" "$protein" $pb $ps 10
   echo "## transformers, Qwen3-30B-A3B dims, 2 layers (batch $qb x $qs)"
