@@ -185,25 +185,26 @@ struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
       return arith::ConstantOp::create(m.b, m.loc, m.b.getI32IntegerAttr(-1))
           .getResult();
     };
+    // The first position in [from, n) holding `target` (an index), or -1.
+    auto firstHolding = [&](Emitter &m, Value from, Value target) {
+      return m.forLoop(
+          from, n, none(m), [&](Emitter &l, Value t, ValueRange acc) {
+            Value hit = arith::AndIOp::create(
+                l.b, l.loc, l.cmpI(arith::CmpIPredicate::eq, acc[0], none(l)),
+                l.cmpI(arith::CmpIPredicate::eq, l.toIndex(l.extract(ids, {t})),
+                       target));
+            return SmallVector<Value>{
+                l.sel(hit, l.fromIndex(t, l.b.getI32Type()), acc[0])};
+          })[0];
+    };
     // next[t]: the first t' > t with ids[t'] == ids[t], or -1.
-    Value next = e.generic(
-        ids, e.empty(e.sizes(ids), i32), {id1, id1}, {kPar},
-        [&](OpBuilder &nb, Location nl, ValueRange a) {
-          Emitter m{nb, nl};
-          Value mine = m.toIndex(a[0]);
-          Value from = m.addI(loopIndex(m, 0), m.idx(1));
-          Value found = m.forLoop(
-              from, n, none(m), [&](Emitter &l, Value t, ValueRange acc) {
-                Value hit = arith::AndIOp::create(
-                    l.b, l.loc,
-                    l.cmpI(arith::CmpIPredicate::eq, acc[0], none(l)),
-                    l.cmpI(arith::CmpIPredicate::eq,
-                           l.toIndex(l.extract(ids, {t})), mine));
-                return SmallVector<Value>{
-                    l.sel(hit, l.fromIndex(t, l.b.getI32Type()), acc[0])};
-              })[0];
-          return SmallVector<Value>{found};
-        })[0];
+    Value next = e.generic(ids, e.empty(e.sizes(ids), i32), {id1, id1}, {kPar},
+                           [&](OpBuilder &nb, Location nl, ValueRange a) {
+                             Emitter m{nb, nl};
+                             Value from = m.addI(loopIndex(m, 0), m.idx(1));
+                             return SmallVector<Value>{
+                                 firstHolding(m, from, m.toIndex(a[0]))};
+                           })[0];
     // first[v]: the first position holding v, or -1.
     auto type = op.getType();
     int64_t vocab = type.getDimSize(0);
@@ -211,18 +212,7 @@ struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
         ValueRange{}, e.empty({rewriter.getIndexAttr(vocab)}, i32), {id1},
         {kPar}, [&](OpBuilder &nb, Location nl, ValueRange) {
           Emitter m{nb, nl};
-          Value v = loopIndex(m, 0);
-          Value found = m.forLoop(
-              m.idx(0), n, none(m), [&](Emitter &l, Value t, ValueRange acc) {
-                Value hit = arith::AndIOp::create(
-                    l.b, l.loc,
-                    l.cmpI(arith::CmpIPredicate::eq, acc[0], none(l)),
-                    l.cmpI(arith::CmpIPredicate::eq,
-                           l.toIndex(l.extract(ids, {t})), v));
-                return SmallVector<Value>{
-                    l.sel(hit, l.fromIndex(t, l.b.getI32Type()), acc[0])};
-              })[0];
-          return SmallVector<Value>{found};
+          return SmallVector<Value>{firstHolding(m, m.idx(0), loopIndex(m, 0))};
         })[0];
     // Row v: its chain's rows, in position order.
     Type f32 = f32Of(e);
