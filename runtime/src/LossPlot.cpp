@@ -8,6 +8,8 @@
 
 #include "moert/Train.h"
 
+#include "Crc32.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -98,17 +100,7 @@ struct Canvas {
 
 /// The CRC-32 of a PNG chunk (ISO 3309, as zlib's crc32).
 uint32_t chunkCrc(const unsigned char *p, size_t n) {
-#ifdef MOERT_HAVE_ZLIB
-  return uint32_t(::crc32(::crc32(0L, Z_NULL, 0), p, uInt(n)));
-#else
-  uint32_t crc = ~0u;
-  for (size_t i = 0; i < n; ++i) {
-    crc ^= p[i];
-    for (int k = 0; k < 8; ++k)
-      crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  return ~crc;
-#endif
+  return crc32Update(0, p, n);
 }
 
 void put32(std::string &out, uint32_t v) {

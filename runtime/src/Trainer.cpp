@@ -8,6 +8,8 @@
 #include "moert/Sequences.h"
 #include "moert/Train.h"
 
+#include "Crc32.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -38,6 +40,9 @@ std::string trainOptionsHelp() {
          "  --out DIR              checkpoint, metrics.jsonl, loss.png "
          "(default moe-train-out)\n"
          "  --resume               continue the checkpoint in --out\n"
+         "  --no-checksum          resume without checking the checkpoint's "
+         "data\n"
+         "                         against the CRC-32 it was written with\n"
          "  --steps N              optimizer steps in all (default 300)\n"
          "  --lr X                 peak learning rate (default 3e-3)\n"
          "  --min-lr-ratio X       final learning rate / peak (default 0.1)\n"
@@ -111,6 +116,8 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
     int64_t n = 0;
     if (name == "--resume") {
       o.resume = true;
+    } else if (name == "--no-checksum") {
+      o.verifyChecksum = false;
     } else if (name == "--data") {
       if (!next())
         return false;
@@ -557,6 +564,16 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       t.die(error);
     if (saved["format"] != "moe-train/1")
       t.die(checkpoint + ": not a moe-train checkpoint");
+    // The data section's CRC-32, over the tensors in file order.
+    if (o.verifyChecksum && saved.count("data_crc32")) {
+      uint32_t crc = 0;
+      for (const NamedTensor &x : tensors)
+        crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
+      if (std::to_string(crc) != saved["data_crc32"])
+        t.die(checkpoint + ": the data do not match the checksum they were "
+                           "written with (a corrupt checkpoint; --no-checksum "
+                           "resumes anyway)");
+    }
     if (!saved.count("recipe"))
       saved["recipe"] = "none";
     for (const char *key :
@@ -695,6 +712,10 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     }
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
+    uint32_t crc = 0;
+    for (const NamedTensor &x : tensors)
+      crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
+    m["data_crc32"] = std::to_string(crc);
     // What moe_mlir.models.export_hf needs to write transformers' layout.
     m["hf_transposed"] = hfTransposed;
     std::string error;

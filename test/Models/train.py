@@ -229,16 +229,21 @@ header = json.loads(good[8:8 + n])
 name, entry = next((k, v) for k, v in header.items() if k != "__metadata__")
 nan_at = 8 + n + entry["data_offsets"][0] + 4 * 3  # element 3 of the first tensor
 trailing = good[8:8 + n] + b" xyz"
-for what, blob, message in (
-        ("NaN", good[:nan_at] + struct.pack("<f", float("nan")) + good[nan_at + 4:],
-         f"tensor '{name}' holds NaN at element 3"),
+# A changed value is caught by the data's CRC-32 (--no-checksum skips it:
+# then the NaN check still refuses a NaN).
+flipped = good[:nan_at] + struct.pack("<f", 0.5) + good[nan_at + 4:]
+with_nan = good[:nan_at] + struct.pack("<f", float("nan")) + good[nan_at + 4:]
+for what, blob, message, extra in (
+        ("a changed value", flipped, "do not match the checksum", []),
+        ("NaN", with_nan, "do not match the checksum", []),
+        ("NaN, unchecked", with_nan, f"tensor '{name}' holds NaN at element 3", ["--no-checksum"]),
         ("trailing header bytes", len(trailing).to_bytes(8, "little") + trailing + good[8 + n:],
-         "corrupt header")):
+         "corrupt header", [])):
     shutil.rmtree(bad, ignore_errors=True)
     os.makedirs(bad)
     with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
         f.write(blob)
-    r = train(*short, "--out", bad, "--resume", expect=1)
+    r = train(*short, "--out", bad, "--resume", *extra, expect=1)
     check(refused(r, message), f"a checkpoint with {what}: '{message}'")
 # A directory where the checkpoint should be (once an allocation of
 # LONG_MAX bytes and an abort).

@@ -26,6 +26,7 @@ struct TrainOptions {
   std::string alphabet = "protein";
   std::string out = "moe-train-out";
   bool resume = false;
+  bool verifyChecksum = true; ///< --resume checks the data against its CRC-32
   int64_t steps = 300, warmup = 30, evalEvery = 50, evalBatches = 8;
   int64_t checkpointEvery = 100, stopAfterSteps = 0;
   double lr = 3e-3, minLRRatio = 0.1, weightDecay = 0.1, beta1 = 0.9,
