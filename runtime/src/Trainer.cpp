@@ -334,22 +334,22 @@ struct Loop {
         staged.push_back(p);
       return p;
     };
-    size_t param = 0;
+    // Parameters and each kind of moment come in the parameters' order
+    // (checked at load).
+    size_t param = 0, m = 0, v = 0;
     for (const artifact::Tensor &a : fn.args) {
       void *p = nullptr;
       if (!a.param.empty()) {
         p = dValues[param++];
       } else if (a.input == "ids" || a.input == "labels") {
-        const std::vector<int32_t> &v = a.input == "ids" ? ids : labels;
-        p = upload(v.data(), v.size() * 4);
+        const std::vector<int32_t> &x = a.input == "ids" ? ids : labels;
+        p = upload(x.data(), x.size() * 4);
       } else if (a.input == "adamw") {
         p = upload(scalars.data(), scalars.size() * 4);
-      } else if (a.state == "exp_avg" || a.state == "exp_avg_sq") {
-        // The moments follow the parameters' order (checked at load).
-        size_t of = 0;
-        for (size_t k = 0; k < size_t(a.stateOf); ++k)
-          of += !fn.args[k].param.empty();
-        p = (a.state == "exp_avg" ? dM : dV)[of];
+      } else if (a.state == "exp_avg") {
+        p = dM[m++];
+      } else if (a.state == "exp_avg_sq") {
+        p = dV[v++];
       }
       descs.push_back(artifact::descriptor(p, a.shape));
     }
@@ -386,6 +386,14 @@ std::string readFile(const std::string &path) {
     std::fclose(f);
   }
   return s;
+}
+
+/// The CRC-32 of a checkpoint's data section: its tensors in file order.
+uint32_t dataCrc(const std::vector<NamedTensor> &tensors) {
+  uint32_t crc = 0;
+  for (const NamedTensor &x : tensors)
+    crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
+  return crc;
 }
 
 /// The data of a run: every --data file's sequences, packed into rows of
@@ -566,10 +574,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       t.die(checkpoint + ": not a moe-train checkpoint");
     // The data section's CRC-32, over the tensors in file order.
     if (o.verifyChecksum && saved.count("data_crc32")) {
-      uint32_t crc = 0;
-      for (const NamedTensor &x : tensors)
-        crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
-      if (std::to_string(crc) != saved["data_crc32"])
+      if (std::to_string(dataCrc(tensors)) != saved["data_crc32"])
         t.die(checkpoint + ": the data do not match the checksum they were "
                            "written with (a corrupt checkpoint; --no-checksum "
                            "resumes anyway)");
@@ -712,10 +717,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     }
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
-    uint32_t crc = 0;
-    for (const NamedTensor &x : tensors)
-      crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
-    m["data_crc32"] = std::to_string(crc);
+    m["data_crc32"] = std::to_string(dataCrc(tensors));
     // What moe_mlir.models.export_hf needs to write transformers' layout.
     m["hf_transposed"] = hfTransposed;
     std::string error;

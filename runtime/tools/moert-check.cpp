@@ -244,7 +244,7 @@ int run(int argc, char **argv) {
     }
     // Compares the CPU's and the GPU's values of one result or updated
     // argument; prints one line.
-    auto compare = [&](const Tensor &t, const char *kind, size_t i,
+    auto compare = [&](const Tensor &t, bool isResult, size_t i,
                        const std::vector<uint8_t> &want,
                        const std::vector<uint8_t> &got) {
       int64_t bad = 0, firstBad = -1;
@@ -285,9 +285,9 @@ int run(int argc, char **argv) {
         bad = normErr <= f.norm ? 0 : std::max<int64_t>(bad, 1);
       ++checked;
       failed += bad != 0;
-      std::printf("%-28s %s %zu %-5s %9lld elems  %s", f.name.c_str(), kind, i,
-                  t.dtype.c_str(), (long long)t.elements(),
-                  bad ? "MISMATCH" : "ok");
+      std::printf("%-28s %s %zu %-5s %9lld elems  %s", f.name.c_str(),
+                  isResult ? "result" : "updates", i, t.dtype.c_str(),
+                  (long long)t.elements(), bad ? "MISMATCH" : "ok");
       if (exact)
         std::printf("  bit-identical%s", bad ? "" : "");
       else
@@ -300,7 +300,7 @@ int run(int argc, char **argv) {
         std::printf("  %lld bad, first at %lld: cpu %g gpu %g", (long long)bad,
                     (long long)firstBad, valueAt(t, want, firstBad),
                     valueAt(t, got, firstBad));
-      if (repeat > 0 && i == 0 && *kind == 'r')
+      if (repeat > 0 && i == 0 && isResult)
         std::printf("  gpu median %.3f ms", medianMs);
       std::printf("\n");
     };
@@ -316,13 +316,13 @@ int run(int argc, char **argv) {
       std::memcpy(want.data(), cp, t.bytes());
       mgpuMemcpy(got.data(), gp, t.bytes(), stream);
       mgpuStreamSynchronize(stream);
-      compare(t, "result", i, want, got);
+      compare(t, /*isResult=*/true, i, want, got);
       mgpuMemFree(gpuAllocated, stream);
       std::free(cpuAllocated);
     }
     for (size_t i = 0; !gpuOnly && i < f.args.size(); ++i)
       if (f.args[i].updated)
-        compare(f.args[i], "updates", i, cpuIn[i], gpuUpdated[i]);
+        compare(f.args[i], /*isResult=*/false, i, cpuIn[i], gpuUpdated[i]);
     for (void *d : devIn)
       mgpuMemFree(d, stream);
     mgpuStreamSynchronize(stream);
