@@ -307,6 +307,17 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       per 32-wide K slice with both scales applied to the f32 partial sums
       (`@moe_wgmma_mx_gmm_...`; not exact, and today slower than the
       exact default: no TMA pipeline).
+      `moe.attention` and `moe.attention_grad` with bf16 inputs (query
+      `[B, S, N, D]`, key and value `[B, S, M, D]`, the result's gradient),
+      f32 results, static shapes, D of 64 or 128: flash attention
+      (`@moe_flash_{fwd,dq,dkv}_...`): 64-query (64-key) tiles on m64 wgmma,
+      an online softmax in registers, no `[S, S]` matrix in memory; the
+      forward saves the logsumexp of every row, which the backward's dQ and
+      dK/dV kernels reuse when the gradient's forward is in its block (it is
+      recomputed otherwise); dK and dV sum the group's query heads in
+      registers. The probabilities and their gradient are rounded to bf16
+      before their products (results within bf16 precision of the
+      reference).
     - sm_100a (Blackwell, tcgen05): `moe.grouped_matmul` with MXFP8
       operands (`!moe.mx<R x K x f8, axis = 1>`, `!moe.mx<E x K x N x f8,
       axis = 1>`, f8E4M3FN or f8E5M2, blocks of 32), an f32 result, no

@@ -48,6 +48,11 @@
 //   32-wide K slice into a fresh accumulator, promoted into the f32 result
 //   with both operands' scales (exact up to f32 rounding); see
 //   Kernels/WgmmaFp8Gemm.cpp.
+// Hopper (sm_90a): moe.attention and moe.attention_grad with bf16 inputs
+//   (q [B, S, N, D], k and v [B, S, M, D], D of 64 or 128, the result's
+//   gradient bf16), f32 results, static shapes: flash attention on wgmma,
+//   never an [S, S] matrix in memory; the forward saves its logsumexp for
+//   the backward's dQ and dK/dV kernels; see Kernels/FlashAttention.cpp.
 // Both chips: moe.dequantize of a moe.quantize (the MX rounding of a
 //   tensor, as floats) in one pass over the input; see Kernels/MXRoundTrip.cpp.
 //   Other moe.dequantize ops in one pass over data and scales; see
@@ -80,6 +85,9 @@ namespace {
 /// The kernel families -moe-gpu-dedicated-kernels applies, each a set of ops
 /// it lowers (Kernels/Kernels.h).
 enum class Family {
+  /// moe.attention and moe.attention_grad with bf16 inputs as flash kernels
+  /// (Kernels/FlashAttention.cpp).
+  FlashAttention,
   /// moe.grouped_matmul_wgrad on wgmma (Kernels/WgmmaWgrad.cpp).
   WgmmaWeightGradients,
   /// f32 linalg.matmul on CUDA cores (Kernels/SimtMatmul.cpp).
@@ -106,6 +114,7 @@ struct ChipFamily {
   Family family;
 };
 constexpr ChipFamily kKernelTable[] = {
+    {GPUChip::sm_90a, Family::FlashAttention},
     {GPUChip::sm_90a, Family::WgmmaWeightGradients},
     {GPUChip::sm_90a, Family::SimtMatmuls},
     {GPUChip::sm_90a, Family::WgmmaGroupedGemms},
@@ -174,6 +183,9 @@ struct MoEGPUDedicatedKernelsPass
       if (entry.chip != chip)
         continue;
       switch (entry.family) {
+      case Family::FlashAttention:
+        lowerAttention(module, symbols);
+        break;
       case Family::WgmmaWeightGradients:
         lowerWeightGradients(module, symbols);
         break;
@@ -200,6 +212,106 @@ struct MoEGPUDedicatedKernelsPass
         break;
       }
     }
+  }
+
+  /// Attention on the flash kernels. A gradient whose forward (the same
+  /// inputs and attributes) is in its block reuses that call's result and
+  /// logsumexp; otherwise the forward kernel runs for it first.
+  void lowerAttention(ModuleOp module, SymbolTable &symbols) {
+    SmallVector<AttentionOp> forwards;
+    SmallVector<AttentionGradOp> grads;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func->hasAttr("moe.dedicated_kernel"))
+        func.walk([&](Operation *op) {
+          if (auto a = dyn_cast<AttentionOp>(op))
+            forwards.push_back(a);
+          else if (auto g = dyn_cast<AttentionGradOp>(op))
+            grads.push_back(g);
+        });
+    struct Lowered {
+      Value q, k, v;
+      std::string name;
+      Operation *call;
+      Value out, lse;
+    };
+    SmallVector<Lowered> lowered;
+    for (AttentionOp op : forwards) {
+      std::optional<FlashAttention> f = matchFlashAttention(op);
+      if (!f)
+        continue;
+      OpBuilder b(op);
+      auto [out, lse] =
+          createFlashForward(b, op.getLoc(), *f, op.getQuery(), op.getKey(),
+                             op.getValue(), module, symbols);
+      lowered.push_back({op.getQuery(), op.getKey(), op.getValue(),
+                         f->name("fwd"), out.getDefiningOp(), out, lse});
+      op.getResult().replaceAllUsesWith(out);
+      op.erase();
+    }
+    for (AttentionGradOp op : grads) {
+      std::optional<FlashAttention> f = matchFlashAttention(op);
+      if (!f)
+        continue;
+      OpBuilder b(op);
+      Location loc = op.getLoc();
+      Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
+      const Lowered *forward = nullptr;
+      for (const Lowered &l : lowered)
+        if (l.q == q && l.k == k && l.v == v && l.name == f->name("fwd") &&
+            l.call->getBlock() == op->getBlock() && l.call->isBeforeInBlock(op))
+          forward = &l;
+      Value out, lse;
+      if (forward) {
+        out = forward->out;
+        lse = forward->lse;
+      } else {
+        std::tie(out, lse) =
+            createFlashForward(b, loc, *f, q, k, v, module, symbols);
+      }
+      Value delta = attentionDelta(b, loc, op.getGrad(), out);
+      std::array<Value, 3> grads = createFlashBackward(
+          b, loc, *f, q, k, v, op.getGrad(), lse, delta, module, symbols);
+      op->replaceAllUsesWith(ValueRange(grads));
+      op.erase();
+    }
+  }
+
+  /// delta[b, n, s] = sum_d dout[b, s, n, d] * out[b, s, n, d] (f32): the
+  /// row term of the softmax gradient.
+  static Value attentionDelta(OpBuilder &b, Location loc, Value dout,
+                              Value out) {
+    auto t = cast<RankedTensorType>(out.getType());
+    Type f32 = b.getF32Type();
+    auto type = RankedTensorType::get(
+        {t.getDimSize(0), t.getDimSize(2), t.getDimSize(1)}, f32);
+    Value init =
+        linalg::FillOp::create(
+            b, loc,
+            arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0))
+                .getResult(),
+            tensor::EmptyOp::create(b, loc, type.getShape(), f32).getResult())
+            .getResult(0);
+    MLIRContext *ctx = b.getContext();
+    AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx),
+               d2 = getAffineDimExpr(2, ctx), d3 = getAffineDimExpr(3, ctx);
+    // Loops (b, n, s, d).
+    AffineMap in = AffineMap::get(4, 0, {d0, d2, d1, d3}, ctx);
+    AffineMap res = AffineMap::get(4, 0, {d0, d1, d2}, ctx);
+    auto par = utils::IteratorType::parallel;
+    auto generic = linalg::GenericOp::create(
+        b, loc, type, ValueRange{dout, out}, ValueRange{init},
+        ArrayRef<AffineMap>{in, in, res},
+        ArrayRef<utils::IteratorType>{par, par, par,
+                                      utils::IteratorType::reduction},
+        [&](OpBuilder &nb, Location nl, ValueRange a) {
+          Value x = a[0];
+          if (!x.getType().isF32())
+            x = arith::ExtFOp::create(nb, nl, f32, x);
+          Value p = arith::MulFOp::create(nb, nl, x, a[1]);
+          linalg::YieldOp::create(
+              nb, nl, arith::AddFOp::create(nb, nl, a[2], p).getResult());
+        });
+    return generic.getResult(0);
   }
 
   /// Weight gradients (bf16, or MXFP8 blocked along the rows).

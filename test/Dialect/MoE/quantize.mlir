@@ -249,3 +249,27 @@ func.func @layers(%x: tensor<64x32xf32>, %w: tensor<4x32x64xf32>, %off: tensor<5
   %3 = moe.grouped_matmul %x, %w, %off : tensor<64x32xf32>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<64x64xf32>
   return
 }
+
+// -----
+
+// Attention's f32 inputs become bf16 under either recipe; a kept layer's
+// stay f32; results keep their types.
+// CHECK-LABEL: func.func @attention
+// CHECK: arith.truncf {{.*}} : f32 to bf16
+// CHECK: moe.attention %{{.*}}, %{{.*}}, %{{.*}} causal {moe.layer = 1 : i64} : tensor<1x16x4x64xbf16>, tensor<1x16x2x64xbf16>, tensor<1x16x2x64xbf16> -> tensor<1x16x4x64xf32>
+// CHECK: arith.truncf {{.*}} : f32 to bf16
+// CHECK: moe.attention_grad {{.*}} causal {moe.layer = 1 : i64} : tensor<1x16x4x64xbf16>, tensor<1x16x2x64xbf16>, tensor<1x16x2x64xbf16>, tensor<1x16x4x64xbf16> -> tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32>
+// BF16-LABEL: func.func @attention
+// BF16: moe.attention {{.*}} : tensor<1x16x4x64xbf16>, tensor<1x16x2x64xbf16>, tensor<1x16x2x64xbf16> -> tensor<1x16x4x64xf32>
+// KEEP-LABEL: func.func @attention
+// KEEP: moe.attention %arg0, %arg1, %arg2 causal {moe.layer = 1 : i64} : tensor<1x16x4x64xf32>
+func.func @attention(%q: tensor<1x16x4x64xf32>, %k: tensor<1x16x2x64xf32>, %v: tensor<1x16x2x64xf32>,
+                     %do: tensor<1x16x4x64xf32>)
+    -> (tensor<1x16x4x64xf32>, tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32>) {
+  %o = moe.attention %q, %k, %v causal {moe.layer = 1}
+      : tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32> -> tensor<1x16x4x64xf32>
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal {moe.layer = 1}
+      : tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x4x64xf32>
+      -> tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32>
+  return %o, %dq, %dk, %dv : tensor<1x16x4x64xf32>, tensor<1x16x4x64xf32>, tensor<1x16x2x64xf32>, tensor<1x16x2x64xf32>
+}

@@ -10,6 +10,7 @@
 //   TmaGemmEpilogues.cpp          specialized wgmma (mainloop; epilogues)
 //   WgmmaWgrad.cpp              Hopper: grouped weight gradients
 //   WgmmaFp8Gemm.cpp            Hopper: MXFP8 grouped GEMM on FP8 wgmma
+//   FlashAttention.cpp          Hopper: flash attention forward, dQ, dK/dV
 //   SimtMatmul.cpp              f32 dense matmul on CUDA cores
 //   MXRoundTrip.cpp             MX round trip (quantize + dequantize)
 //   MXRoundTripPair.cpp         both blockings of a matrix in one pass
@@ -238,6 +239,40 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 /// `op` (MXFP8 operands) as a call of the FP8 wgmma kernel if it handles the
 /// shape; returns whether it did.
 bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Hopper (sm_90a): flash attention, forward and backward, on wgmma
+//===----------------------------------------------------------------------===//
+
+/// One attention shape the flash kernels handle: bf16 query [B, S, N, D],
+/// key and value [B, S, M, D], D of 64 or 128, static shapes.
+struct FlashAttention {
+  int64_t batch, seq, heads, kvHeads, dim;
+  bool causal;
+  double scale;
+  /// The kernel `kind` (fwd, dq, dkv) of this shape.
+  std::string name(StringRef kind) const;
+};
+
+/// The shape of `op` (moe.attention or moe.attention_grad) if the flash
+/// kernels compute it: bf16 inputs, f32 results.
+std::optional<FlashAttention> matchFlashAttention(Operation *op);
+
+/// A call of the forward kernel on q, k, v: the result (f32 [B, S, N, D])
+/// and the base-2 logsumexp of scale * q.k per query row (f32 [B, N, S]).
+std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
+                                           const FlashAttention &f, Value q,
+                                           Value k, Value v, ModuleOp module,
+                                           SymbolTable &symbols);
+
+/// Calls of the backward kernels: dQ, dK, dV (f32) given the result's
+/// gradient `dout` (bf16), the forward's `lse` and delta = rowsum(dout * o)
+/// (f32 [B, N, S]).
+std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
+                                         const FlashAttention &f, Value q,
+                                         Value k, Value v, Value dout,
+                                         Value lse, Value delta,
+                                         ModuleOp module, SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // f32 dense matmul on CUDA cores

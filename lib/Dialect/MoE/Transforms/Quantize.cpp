@@ -2,8 +2,9 @@
 //
 // Brings the operands of expert GEMMs to the precision of a training recipe:
 // MXFP8 (E4M3 elements, one E8M0 scale per 32 values along the contraction
-// dimension) or bf16. Every rewrite only changes GEMM operands (or the
-// recipe attribute of the fused backward op); results keep their types.
+// dimension) or bf16, and attention's inputs to bf16. Every rewrite only
+// changes operands (or the recipe attribute of the fused backward op);
+// results keep their types.
 //
 //===----------------------------------------------------------------------===//
 
@@ -142,6 +143,35 @@ struct QuantizeGroupedMatmulWgrad : OpRewritePattern<GroupedMatmulWgradOp> {
   const Recipe &recipe;
 };
 
+/// attention and attention_grad: f32 query, key, value (and the result's
+/// gradient) are rounded to bf16 under either recipe, the precision the
+/// flash kernels read; the results stay f32.
+template <typename AttentionLike>
+struct QuantizeAttention : OpRewritePattern<AttentionLike> {
+  QuantizeAttention(MLIRContext *ctx, const Recipe &recipe)
+      : OpRewritePattern<AttentionLike>(ctx), recipe(recipe) {}
+  LogicalResult matchAndRewrite(AttentionLike op,
+                                PatternRewriter &rewriter) const override {
+    if (recipe.keeps(op))
+      return failure();
+    Type bf16 = rewriter.getBF16Type();
+    bool changed = false;
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+      if (!type || !type.getElementType().isF32())
+        continue;
+      Value rounded = createGemmOperand(rewriter, op.getLoc(), operand.get(),
+                                        bf16, /*axis=*/0, recipe.scale);
+      if (Attribute layer = op->getAttr(kLayerAttr))
+        rounded.getDefiningOp()->setAttr(kLayerAttr, layer);
+      rewriter.modifyOpInPlace(op, [&] { operand.set(rounded); });
+      changed = true;
+    }
+    return success(changed);
+  }
+  const Recipe &recipe;
+};
+
 /// grouped_mlp: input, w1 and w2 are quantized along their K dimension
 /// (axis 1, what the op requires). A block-scaled w2 makes the op quantize
 /// its SwiGLU activation rowwise too (its definition), with the recipe's
@@ -272,7 +302,9 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
 
     RewritePatternSet patterns(ctx);
     patterns.add<QuantizeGroupedMatmul, QuantizeGroupedMatmulWgrad,
-                 QuantizeGroupedMlp, QuantizeGroupedMlpBackward>(ctx, r);
+                 QuantizeGroupedMlp, QuantizeGroupedMlpBackward,
+                 QuantizeAttention<AttentionOp>,
+                 QuantizeAttention<AttentionGradOp>>(ctx, r);
     // One walk: every GEMM is visited once (a refused one warns once), and
     // the conversions it inserts are not GEMMs.
     walkAndApplyPatterns(module, std::move(patterns));

@@ -163,7 +163,11 @@ def MoE_AttentionOp : MoE_Op<"attention", [Pure]> {
     `p[j] = softmax_j(scale * <query[b, i, n], key[b, j, n / G]>)` over
     `j <= i` (with `causal`) or all `j`, and
     `result[b, i, n] = sum_j p[j] * value[b, j, n / G]`.
-    `scale` defaults to `1 / sqrt(D)`. All arithmetic in f32.
+    `scale` defaults to `1 / sqrt(D)`. All arithmetic in f32. The inputs may
+    be bf16 (the training recipes round them so) with an f32 result; the
+    GPU's flash kernels then also round `p` to bf16 before its product with
+    the values, as FlashAttention does (results within bf16 precision of
+    this definition).
 
     Example:
 
@@ -198,7 +202,9 @@ def MoE_AttentionGradOp : MoE_Op<"attention_grad", [Pure]> {
     and value gradients sum over the query heads of each group):
     `d_value = p^T grad`, `dp = grad value^T`,
     `ds = p * (dp - rowsum(dp * p)) * scale`, `d_query = ds key`,
-    `d_key = ds^T query`. All arithmetic in f32.
+    `d_key = ds^T query`. All arithmetic in f32. With bf16 inputs the GPU's
+    flash kernels round `p` and `ds` to bf16 before their products (as the
+    forward does `p`).
 
     Example:
 

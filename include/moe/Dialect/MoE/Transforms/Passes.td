@@ -163,12 +163,12 @@ def MoEExpandGroupedMlp : Pass<"moe-expand-grouped-mlp"> {
 def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
   let summary = "Quantize the operands of expert GEMMs as a training recipe does";
   let description = [{
-    Inserts quantization where a low-precision training recipe puts it. Only
-    expert GEMMs are touched: `moe.grouped_matmul`, `moe.grouped_matmul_wgrad`,
-    `moe.grouped_mlp` and `moe.grouped_mlp_backward`. Dense `linalg.matmul`
-    (attention, shared experts, the router) stays as it is: the recipes
-    quantize the expert GEMMs only, which hold most of the FLOPs of an MoE
-    layer. Result types never change (accumulation stays f32, rounded once to
+    Inserts quantization where a low-precision training recipe puts it: on
+    the GEMMs `moe.grouped_matmul`, `moe.grouped_matmul_wgrad`,
+    `moe.grouped_mlp` and `moe.grouped_mlp_backward`, and on attention
+    (below). Dense `linalg.matmul` (shared experts, the router) stays as it
+    is (`-moe-dense-to-grouped` makes dense GEMMs grouped ones first, which
+    this pass then quantizes with the `dense` precision). Result types never change (accumulation stays f32, rounded once to
     the result type); weights stay f32/bf16 tensors in the function (master
     weights) and are quantized in the graph, on every use.
 
@@ -186,6 +186,11 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
     `recipe=bf16`: every f32 operand is rounded to bf16 (a `linalg.generic`
     around `arith.truncf`, round to nearest even); `moe.grouped_mlp_backward`
     gets `gemm_type(bf16)`.
+
+    Under either recipe, `moe.attention` and `moe.attention_grad` get bf16
+    inputs (query, key, value, and the result's gradient: the same
+    `linalg.generic` rounding), the precision the flash attention kernels
+    read; their results stay f32.
 
     Operands that are already block-scaled, or not f32 under `bf16`, are left
     as they are. A contraction dimension that is dynamic or not a multiple of

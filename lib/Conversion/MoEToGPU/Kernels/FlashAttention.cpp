@@ -1,0 +1,664 @@
+//===- FlashAttention.cpp - Hopper flash attention, forward and backward --===//
+//
+// Hopper (sm_90a): flash attention on warpgroup MMA (wgmma)
+// ---------------------------------------------------------
+// Handles moe.attention and moe.attention_grad with bf16 query [B, S, N, D],
+// key and value [B, S, M, D] (N a multiple of M: grouped KV heads), the
+// gradient of the result bf16 too, f32 results, static shapes, head dim D of
+// 64 or 128, causal or not, any S. Nothing of size [S, S] is ever in memory:
+//
+//   forward   per (64-query tile, head, batch): S = Q K^T a 64-key tile at a
+//             time, an online softmax in base 2 (running row max m, partial
+//             row sums l; the accumulator rescaled by exp2(m_old - m_new)),
+//             O += P V with P rounded to bf16; the result O / l and, per
+//             query row, lse = m + log2(l) (base 2, of scale * q.k) into
+//             [B, N, S] f32 for the backward.
+//   dQ        per (64-query tile, head, batch): P = exp2(scale' s - lse)
+//             recomputed per key tile, dP = dO V^T, dS = P (dP - delta),
+//             dQ += dS K (dS rounded to bf16); dQ = scale dQ at the end.
+//   dK, dV    per (64-key tile, KV head, batch), over the query heads of the
+//             group and every query tile that sees the keys: S^T = K Q^T,
+//             P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q (both
+//             summed over the group in registers: no atomics, the results
+//             are deterministic); dK = scale dK at the end.
+// delta = rowsum(dO * O) ([B, N, S] f32) is a linalg reduction before the
+// backward kernels (see lowerAttentionGrad). scale' = scale log2(e).
+//
+// CTA: one warpgroup (128 threads); every MMA is m64nNk16 (N = 64 for the
+// score tiles, D for the products with V, K, Q, dO).
+//
+// Shared memory: every tile is 64 rows of bf16 stored as D / 64 panels of
+// 64 rows x 128 bytes (8 KiB), in the 128-byte swizzle of the GEMM kernels
+// (WgmmaGemm.cpp: 16-byte chunk c of row r at chunk c ^ (r % 8)), so one
+// descriptor base serves all (LBO 8192 = the next panel, SBO 1024 = the next
+// 8 rows). A tile is read either
+//   K-major (its rows are the MMA's M or N, its columns the contraction):
+//     MMA step j (16 values) at panel j / 4, byte 32 (j % 4); wgmma layout
+//     `row` for A, `col` for B;
+//   MN-major (its rows are the contraction, its columns the N of the MMA):
+//     step j at byte 2048 j (two 8-row atoms), N across the panels by LBO;
+//     layout `row` for B.
+// The score and probability tiles go to shared memory as bf16 (64 x 64, one
+// panel) from the accumulator fragment (WgmmaGemm.cpp: register 4 j + 2 h +
+// c of thread 32 w + l is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) +
+// c), to be the A operand of the next MMA.
+//
+// Loads: cp.async of 16 bytes, 8 or 16 consecutive threads per 128 or 256
+// byte row; rows past S are zero-filled (and masked: a zero key gives a
+// score of 0, not -inf). The forward and the dQ kernel double-buffer the
+// key/value tiles (the next tile's copies run under this tile's MMAs); the
+// dK/dV kernel loads Q and dO per query tile into one buffer (two CTAs an
+// SM hide each other's loads).
+//
+// Numerics: bf16 products summed in f32 by the tensor core; P and dS are
+// rounded to bf16 before their products (as FlashAttention does), which the
+// reference does not do: results agree to about bf16's precision, not to
+// f32 rounding. exp2 and log2 are libdevice's.
+//
+// Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
+//
+//===----------------------------------------------------------------------===//
+
+#include "HopperBuilder.h"
+#include "Kernels.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::kernels {
+
+namespace flash {
+constexpr int64_t Tile = 64;         // queries or keys per tile (MMA M)
+constexpr int64_t PanelBytes = 8192; // 64 rows x 128 bytes
+constexpr int64_t Threads = 128;     // one warpgroup
+} // namespace flash
+
+std::string FlashAttention::name(StringRef kind) const {
+  // The scale, exactly, when it is not the default 1/sqrt(D).
+  std::string scaleName;
+  if (scale != 1.0 / std::sqrt(double(dim)))
+    scaleName = "_s" + llvm::utohexstr(llvm::bit_cast<uint64_t>(scale));
+  return llvm::formatv("moe_flash_{0}_b{1}_s{2}_h{3}_kv{4}_d{5}{6}{7}", kind,
+                       batch, seq, heads, kvHeads, dim, causal ? "_causal" : "",
+                       scaleName)
+      .str();
+}
+
+std::optional<FlashAttention> matchFlashAttention(Operation *op) {
+  auto attention = dyn_cast<AttentionOp>(op);
+  auto grad = dyn_cast<AttentionGradOp>(op);
+  if (!attention && !grad)
+    return std::nullopt;
+  SmallVector<Value> inputs(op->getOperands().take_front(grad ? 4 : 3));
+  for (Value v : inputs) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t || !t.hasStaticShape() || !t.getElementType().isBF16())
+      return std::nullopt;
+  }
+  for (Type t : op->getResultTypes())
+    if (!cast<RankedTensorType>(t).getElementType().isF32())
+      return std::nullopt;
+  auto q = cast<RankedTensorType>(inputs[0].getType());
+  auto k = cast<RankedTensorType>(inputs[1].getType());
+  FlashAttention f;
+  f.batch = q.getDimSize(0);
+  f.seq = q.getDimSize(1);
+  f.heads = q.getDimSize(2);
+  f.kvHeads = k.getDimSize(2);
+  f.dim = q.getDimSize(3);
+  f.causal = attention ? attention.getCausal() : grad.getCausal();
+  f.scale =
+      attention ? attention.getScaleOrDefault() : grad.getScaleOrDefault();
+  if ((f.dim != 64 && f.dim != 128) || f.seq < 1 || f.batch < 1 ||
+      f.heads % f.kvHeads)
+    return std::nullopt;
+  return f;
+}
+
+namespace {
+
+/// What the three kernels share: tile copies, descriptors, MMAs on
+/// accumulators of any N, fragment coordinates, row reductions.
+struct FlashEmitter : HopperBuilder {
+  const FlashAttention &f;
+  Value tid{}, warp{}, lane{};
+
+  FlashEmitter(OpBuilder &b, Location loc, const FlashAttention &f)
+      : HopperBuilder{{b, loc}}, f(f) {}
+
+  int64_t tileBytes() const { return f.dim / 64 * flash::PanelBytes; }
+  Type f32() { return b.getF32Type(); }
+  Value f32c(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(float(v)));
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value exp2(Value x) { return math::Exp2Op::create(b, loc, x); }
+
+  void setUpThread(gpu::LaunchOp launch) {
+    tid = launch.getThreadIds().x;
+    warp = div(tid, 32);
+    lane = rem(tid, 32);
+    setUp(hopper::LBO, hopper::SBO, /*swizzled=*/true);
+  }
+
+  /// Copies rows [s0, s0 + 64) of head `head` of batch `bb` of a bf16
+  /// [B, S, H, D] tensor at `global` (i64) into the panel tile at byte
+  /// `tileBase` (index); rows past S are zero-filled.
+  void loadTile(Value tileBase, Value global, int64_t headsOf, Value bb,
+                Value s0, Value head) {
+    int64_t chunks = f.dim / 8; // 16-byte chunks a row
+    for (int64_t i = 0; i < flash::Tile * chunks / flash::Threads; ++i) {
+      Value q = add(tid, idx(flash::Threads * i));
+      Value r = div(q, chunks), c = rem(q, chunks);
+      Value s = add(s0, r);
+      Value valid = cmp(P::slt, s, idx(f.seq));
+      Value sc = minS(s, idx(f.seq - 1));
+      Value row = add(mul(add(mul(bb, idx(f.seq)), sc), idx(headsOf)), head);
+      Value src = mul(add(mul(row, idx(f.dim)), mul(c, idx(8))), idx(2));
+      Value dst =
+          add(add(tileBase, mul(div(c, 8), idx(flash::PanelBytes))),
+              add(mul(r, idx(128)),
+                  mul(arith::XOrIOp::create(b, loc, rem(c, 8), rem(r, 8)),
+                      idx(16))));
+      copy16(dst, global, src,
+             arith::SelectOp::create(b, loc, valid, int32(16), int32(0)));
+    }
+  }
+
+  LLVM::LLVMStructType accOf(int64_t n) {
+    return LLVM::LLVMStructType::getLiteral(
+        b.getContext(), SmallVector<Type>(n / 2, b.getF32Type()));
+  }
+  Value zeroAcc(int64_t n) { return LLVM::ZeroOp::create(b, loc, accOf(n)); }
+
+  /// The descriptor of byte `offset` past the tile at `base` (index).
+  Value desc(Value base, int64_t offset) {
+    return arith::AddIOp::create(b, loc, descBase,
+                                 toI64(div(add(base, idx(offset)), 16)));
+  }
+
+  /// acc += A B over `steps` contraction steps of 16: A (64 rows) K-major at
+  /// `a`; B at `bTile`, K-major (`bKMajor`: its rows are N) or MN-major
+  /// (its rows are the contraction, N across panels).
+  Value mma(Value acc, Value a, Value bTile, bool bKMajor, int64_t steps) {
+    LLVM::LLVMStructType saved = accType;
+    accType = cast<LLVM::LLVMStructType>(acc.getType());
+    for (int64_t j = 0; j < steps; ++j) {
+      int64_t kMajorAt = j / 4 * flash::PanelBytes + 32 * (j % 4);
+      acc = bf16Mma(acc, desc(a, kMajorAt),
+                    desc(bTile, bKMajor ? kMajorAt : 2048 * j),
+                    NVVM::MMALayout::row,
+                    bKMajor ? NVVM::MMALayout::col : NVVM::MMALayout::row);
+    }
+    accType = saved;
+    return acc;
+  }
+  void commitAndWait() {
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  }
+
+  /// This thread's fragment of an m64nN accumulator: row of register 4 j +
+  /// 2 h + c within the tile is rowOf(h), its column colOf(j, c).
+  Value rowOf(int64_t h) {
+    return add(add(mul(warp, idx(16)), div(lane, 4)), idx(8 * h));
+  }
+  Value colOf(int64_t j, int64_t c) {
+    return add(mul(rem(lane, 4), idx(2)), idx(8 * j + c));
+  }
+  SmallVector<Value> values(Value acc) {
+    auto type = cast<LLVM::LLVMStructType>(acc.getType());
+    SmallVector<Value> v;
+    for (int64_t i = 0; i < int64_t(type.getBody().size()); ++i)
+      v.push_back(accAt(acc, i));
+    return v;
+  }
+  Value accFrom(ArrayRef<Value> v) {
+    Value acc = LLVM::PoisonOp::create(b, loc, accOf(2 * v.size()));
+    for (auto [i, x] : llvm::enumerate(v))
+      acc = LLVM::InsertValueOp::create(b, loc, acc, x,
+                                        ArrayRef<int64_t>{int64_t(i)});
+    return acc;
+  }
+
+  /// Stores a 64 x 64 fragment's values (`v`, f32) as bf16 into the panel
+  /// tile at `tileBase`: pairs of columns, 4 bytes each.
+  void storeTileBf16(ArrayRef<Value> v, Value tileBase) {
+    for (int64_t j = 0; j < 8; ++j)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value r = rowOf(h);
+        Value at =
+            add(tileBase,
+                add(add(mul(r, idx(128)),
+                        mul(arith::XOrIOp::create(b, loc, idx(j), rem(r, 8)),
+                            idx(16))),
+                    mul(rem(lane, 4), idx(4))));
+        Value pair =
+            pairOf(v[4 * j + 2 * h], v[4 * j + 2 * h + 1], b.getBF16Type());
+        LLVM::StoreOp::create(b, loc, pair, sharedPtrAt(at), 4);
+      }
+  }
+
+  /// The sum (or max) of `v` over the 4 lanes holding one fragment row.
+  Value rowReduce(Value v, bool max) {
+    for (int64_t d : {1, 2}) {
+      Value o = gpu::ShuffleOp::create(b, loc, v, int32(d), int32(32),
+                                       gpu::ShuffleMode::XOR)
+                    .getShuffleResult();
+      v = max ? fmax(v, o) : fadd(v, o);
+    }
+    return v;
+  }
+
+  /// Whether key `key` is hidden from query `query` (index values): past S
+  /// (the query too, with `queries`), or in the query's future with
+  /// `causal`. (The forward keeps the rows past S finite: key 0 is never
+  /// hidden from them.)
+  Value hidden(Value query, Value key, bool queries = true) {
+    Value h = cmp(P::sge, key, idx(f.seq));
+    if (queries)
+      h = lor(h, cmp(P::sge, query, idx(f.seq)));
+    if (f.causal)
+      h = lor(h, cmp(P::sgt, key, query));
+    return h;
+  }
+
+  /// Stores this thread's rows of an m64nD accumulator (`v`, times `mul`
+  /// if given) into the f32 [B, S, H, D] buffer `out` (address `outBase`)
+  /// at rows s0 + row, head `head`: pairs of 8 bytes, rows past S skipped.
+  void storeRows(ArrayRef<Value> v, std::array<Value, 2> mul2, Value outBase,
+                 int64_t headsOf, Value bb, Value s0, Value head) {
+    for (int64_t h = 0; h < 2; ++h) {
+      Value s = add(s0, rowOf(h));
+      ifThen(cmp(P::slt, s, idx(f.seq)), [&] {
+        Value row = add(mul(add(mul(bb, idx(f.seq)), s), idx(headsOf)), head);
+        Value first = mul(row, idx(f.dim));
+        for (int64_t j = 0; j < f.dim / 8; ++j) {
+          Value x = v[4 * j + 2 * h], y = v[4 * j + 2 * h + 1];
+          if (mul2[h]) {
+            x = fmul(x, mul2[h]);
+            y = fmul(y, mul2[h]);
+          }
+          storePair(outBase, add(first, colOf(j, 0)), x, y, f32());
+        }
+      });
+    }
+  }
+
+  /// Entry [bb, head, s] of an f32 [B, N, S] row statistic (s clamped).
+  Value loadStat(Value stat, Value bb, Value head, Value s) {
+    return memref::LoadOp::create(
+        b, loc, stat, ValueRange{bb, head, minS(s, idx(f.seq - 1))});
+  }
+  void barrier() { NVVM::Barrier0Op::create(b, loc); }
+  void fenceAndBarrier() {
+    fenceForAsyncProxy();
+    barrier();
+  }
+};
+
+/// The forward kernel (`dq` false) and the dQ kernel (`dq` true): a query
+/// tile, a loop over key/value tiles double-buffered.
+struct QueryTileEmitter : FlashEmitter {
+  bool dq;
+  // Buffers: q, k, v[, do, lse, delta]; results: o, lse (forward) or dq.
+  Value q, k, v, dout, lse, delta, out, outLse;
+
+  QueryTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f, bool dq)
+      : FlashEmitter(b, loc, f), dq(dq) {}
+
+  // Shared memory: Q, [dO,] two (K, V) slots, the 64 x 64 P / dS tile.
+  int64_t doAt() const { return tileBytes(); }
+  int64_t slotsAt() const { return (dq ? 2 : 1) * tileBytes(); }
+  int64_t slotBytes() const { return 2 * tileBytes(); }
+  int64_t pAt() const { return slotsAt() + 2 * slotBytes(); }
+
+  void emit(gpu::LaunchOp launch) {
+    setUpThread(launch);
+    int64_t tiles = tilesOf(f.seq, flash::Tile);
+    int64_t group = f.heads / f.kvHeads;
+    // Longest rows (causal) first.
+    Value qt =
+        arith::SubIOp::create(b, loc, idx(tiles - 1), launch.getBlockIds().x);
+    Value head = launch.getBlockIds().y, bb = launch.getBlockIds().z;
+    Value kvHead = div(head, group);
+    Value q0 = mul(qt, idx(flash::Tile));
+    Value nk = f.causal ? add(qt, idx(1)) : idx(tiles);
+    Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
+    Value doG = dq ? baseAddress(dout) : Value();
+    Value outG = baseAddress(out);
+
+    Value slots = idx(slotsAt());
+    loadTile(idx(0), qG, f.heads, bb, q0, head);
+    if (dq)
+      loadTile(idx(doAt()), doG, f.heads, bb, q0, head);
+    auto slotBase = [&](Value slot) {
+      return add(slots, mul(slot, idx(slotBytes())));
+    };
+    {
+      // Stage 0 in slot 0, with Q (and dO).
+      Value k0 = idx(0);
+      loadTile(slotBase(idx(0)), kG, f.kvHeads, bb, k0, kvHead);
+      loadTile(add(slotBase(idx(0)), idx(tileBytes())), vG, f.kvHeads, bb, k0,
+               kvHead);
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+    double c2 = f.scale / std::log(2.0);
+    Value scale2 = f32c(c2);
+    Value negInf = f32c(-INFINITY);
+    // Per fragment row h: the query, its lse and delta (dQ) or the running
+    // max and partial sum (forward).
+    SmallVector<Value> rows, rowLse, rowDelta;
+    for (int64_t h = 0; h < 2; ++h) {
+      rows.push_back(add(q0, rowOf(h)));
+      if (dq) {
+        rowLse.push_back(loadStat(lse, bb, head, rows[h]));
+        rowDelta.push_back(loadStat(delta, bb, head, rows[h]));
+      }
+    }
+    Value zero = f32c(0.0);
+    SmallVector<Value> inits = {zeroAcc(f.dim)};
+    if (!dq)
+      inits.append({negInf, negInf, zero, zero}); // m0, m1, l0, l1
+    SmallVector<Value> result = forLoop(
+        0, nk, inits, [&](Value kt, ValueRange carried) -> SmallVector<Value> {
+          Value next = add(kt, idx(1));
+          ifThen(cmp(P::slt, next, nk), [&] {
+            Value base = slotBase(rem(next, 2));
+            Value k0 = mul(next, idx(flash::Tile));
+            loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
+            loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0,
+                     kvHead);
+          });
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+          fenceAndBarrier();
+          Value kTile = slotBase(rem(kt, 2));
+          Value vTile = add(kTile, idx(tileBytes()));
+          Value key0 = mul(kt, idx(flash::Tile));
+
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          Value s = mma(zeroAcc(flash::Tile), idx(0), kTile,
+                        /*bKMajor=*/true, f.dim / 16);
+          Value dp;
+          if (dq)
+            dp = mma(zeroAcc(flash::Tile), idx(doAt()), vTile,
+                     /*bKMajor=*/true, f.dim / 16);
+          commitAndWait();
+          SmallVector<Value> sv = values(s);
+          SmallVector<Value> dpv = dq ? values(dp) : SmallVector<Value>();
+          SmallVector<Value> acc = values(carried[0]);
+          SmallVector<Value> next2(carried.begin() + 1, carried.end());
+          // Scores in base 2, hidden keys -inf (forward) or P = 0 (dQ).
+          for (int64_t j = 0; j < 8; ++j)
+            for (int64_t h = 0; h < 2; ++h)
+              for (int64_t c = 0; c < 2; ++c) {
+                int64_t i = 4 * j + 2 * h + c;
+                Value hide =
+                    hidden(rows[h], add(key0, colOf(j, c)), /*queries=*/dq);
+                Value x = fmul(sv[i], scale2);
+                if (dq) {
+                  Value p = exp2(fsub(x, rowLse[h]));
+                  p = select(hide, zero, p);
+                  sv[i] = fmul(p, fsub(dpv[i], rowDelta[h]));
+                } else {
+                  sv[i] = select(hide, negInf, x);
+                }
+              }
+          if (!dq) {
+            for (int64_t h = 0; h < 2; ++h) {
+              Value mOld = carried[1 + h], lOld = carried[3 + h];
+              Value m = mOld;
+              for (int64_t j = 0; j < 8; ++j)
+                for (int64_t c = 0; c < 2; ++c)
+                  m = fmax(m, sv[4 * j + 2 * h + c]);
+              m = rowReduce(m, /*max=*/true);
+              Value corr = exp2(fsub(mOld, m));
+              Value l = fmul(lOld, corr);
+              for (int64_t j = 0; j < 8; ++j)
+                for (int64_t c = 0; c < 2; ++c) {
+                  int64_t i = 4 * j + 2 * h + c;
+                  sv[i] = exp2(fsub(sv[i], m));
+                  l = fadd(l, sv[i]);
+                }
+              for (int64_t j = 0; j < f.dim / 8; ++j)
+                for (int64_t c = 0; c < 2; ++c)
+                  acc[4 * j + 2 * h + c] = fmul(acc[4 * j + 2 * h + c], corr);
+              next2[h] = m;
+              next2[2 + h] = l;
+            }
+          }
+          // P (forward) or dS (dQ) as the A operand of the next MMA.
+          storeTileBf16(sv, idx(pAt()));
+          fenceAndBarrier();
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          // O += P V, or dQ += dS K: B MN-major (rows are keys).
+          Value o = mma(accFrom(acc), idx(pAt()), dq ? kTile : vTile,
+                        /*bKMajor=*/false, flash::Tile / 16);
+          commitAndWait();
+          // Everyone is done with P and this slot before they are refilled.
+          barrier();
+          SmallVector<Value> yielded = {o};
+          llvm::append_range(yielded, next2);
+          return yielded;
+        });
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    SmallVector<Value> o = values(result[0]);
+    if (dq) {
+      Value sc = f32c(f.scale);
+      storeRows(o, {sc, sc}, outG, f.heads, bb, q0, head);
+      return;
+    }
+    std::array<Value, 2> inv;
+    for (int64_t h = 0; h < 2; ++h) {
+      Value l = rowReduce(result[3 + h], /*max=*/false);
+      inv[h] = arith::DivFOp::create(b, loc, f32c(1.0), l);
+      Value lse2 = fadd(result[1 + h], math::Log2Op::create(b, loc, l));
+      ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
+                  cmp(P::eq, rem(lane, 4), idx(0))),
+             [&] {
+               memref::StoreOp::create(b, loc, lse2, outLse,
+                                       ValueRange{bb, head, rows[h]});
+             });
+    }
+    storeRows(o, inv, outG, f.heads, bb, q0, head);
+  }
+};
+
+/// The dK/dV kernel: a key tile of a KV head, over the query heads of its
+/// group and the query tiles that see it.
+struct KeyTileEmitter : FlashEmitter {
+  // Buffers: q, k, v, do, lse, delta; results dk, dv.
+  Value q, k, v, dout, lse, delta, outK, outV;
+
+  KeyTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f)
+      : FlashEmitter(b, loc, f) {}
+
+  // Shared memory: K, V, Q, dO, then the 64 x 64 P^T and dS^T tiles.
+  int64_t vAt() const { return tileBytes(); }
+  int64_t qAt() const { return 2 * tileBytes(); }
+  int64_t doAt() const { return 3 * tileBytes(); }
+  int64_t pAt() const { return 4 * tileBytes(); }
+  int64_t dsAt() const { return pAt() + flash::PanelBytes; }
+
+  void emit(gpu::LaunchOp launch) {
+    setUpThread(launch);
+    int64_t tiles = tilesOf(f.seq, flash::Tile);
+    int64_t group = f.heads / f.kvHeads;
+    Value kt = launch.getBlockIds().x;
+    Value kvHead = launch.getBlockIds().y, bb = launch.getBlockIds().z;
+    Value key0 = mul(kt, idx(flash::Tile));
+    Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
+    Value doG = baseAddress(dout);
+
+    loadTile(idx(0), kG, f.kvHeads, bb, key0, kvHead);
+    loadTile(idx(vAt()), vG, f.kvHeads, bb, key0, kvHead);
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+
+    // Query tiles [first, tiles) of each query head of the group.
+    Value first = f.causal ? kt : idx(0);
+    Value perHead = arith::SubIOp::create(b, loc, idx(tiles), first);
+    Value steps = mul(perHead, idx(group));
+    Value scale2 = f32c(f.scale / std::log(2.0));
+    Value zero = f32c(0.0);
+    SmallVector<Value> keys = {add(key0, rowOf(0)), add(key0, rowOf(1))};
+
+    SmallVector<Value> result =
+        forLoop(0, steps, {zeroAcc(f.dim), zeroAcc(f.dim)},
+                [&](Value it, ValueRange carried) -> SmallVector<Value> {
+                  Value head = add(mul(kvHead, idx(group)),
+                                   arith::DivUIOp::create(b, loc, it, perHead));
+                  Value qt =
+                      add(first, arith::RemUIOp::create(b, loc, it, perHead));
+                  Value q0 = mul(qt, idx(flash::Tile));
+                  loadTile(idx(qAt()), qG, f.heads, bb, q0, head);
+                  loadTile(idx(doAt()), doG, f.heads, bb, q0, head);
+                  NVVM::CpAsyncCommitGroupOp::create(b, loc);
+                  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+                  fenceAndBarrier();
+
+                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                  // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
+                  // queries).
+                  Value st = mma(zeroAcc(flash::Tile), idx(0), idx(qAt()),
+                                 /*bKMajor=*/true, f.dim / 16);
+                  Value dpt = mma(zeroAcc(flash::Tile), idx(vAt()), idx(doAt()),
+                                  /*bKMajor=*/true, f.dim / 16);
+                  commitAndWait();
+                  SmallVector<Value> sv = values(st), dv = values(dpt);
+                  SmallVector<Value> pv(sv.size()), dsv(sv.size());
+                  for (int64_t j = 0; j < 8; ++j)
+                    for (int64_t c = 0; c < 2; ++c) {
+                      Value query = add(q0, colOf(j, c));
+                      Value l = loadStat(lse, bb, head, query);
+                      Value d = loadStat(delta, bb, head, query);
+                      for (int64_t h = 0; h < 2; ++h) {
+                        int64_t i = 4 * j + 2 * h + c;
+                        Value p = exp2(fsub(fmul(sv[i], scale2), l));
+                        p = select(hidden(query, keys[h]), zero, p);
+                        pv[i] = p;
+                        dsv[i] = fmul(p, fsub(dv[i], d));
+                      }
+                    }
+                  storeTileBf16(pv, idx(pAt()));
+                  storeTileBf16(dsv, idx(dsAt()));
+                  fenceAndBarrier();
+                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                  // dV += P^T dO, dK += dS^T Q (B MN-major: rows are queries).
+                  Value accV = mma(carried[1], idx(pAt()), idx(doAt()),
+                                   /*bKMajor=*/false, flash::Tile / 16);
+                  Value accK = mma(carried[0], idx(dsAt()), idx(qAt()),
+                                   /*bKMajor=*/false, flash::Tile / 16);
+                  commitAndWait();
+                  // Everyone is done with Q, dO, P^T and dS^T before the next
+                  // loads.
+                  barrier();
+                  return {accK, accV};
+                });
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    Value sc = f32c(f.scale);
+    storeRows(values(result[0]), {sc, sc}, baseAddress(outK), f.kvHeads, bb,
+              key0, kvHead);
+    storeRows(values(result[1]), {Value(), Value()}, baseAddress(outV),
+              f.kvHeads, bb, key0, kvHead);
+  }
+};
+
+RankedTensorType statType(const FlashAttention &f, MLIRContext *ctx) {
+  return RankedTensorType::get({f.batch, f.heads, f.seq},
+                               Float32Type::get(ctx));
+}
+
+int64_t smemOf(int64_t bytes) { return bytes + 1024; }
+
+} // namespace
+
+std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
+                                           const FlashAttention &f, Value q,
+                                           Value k, Value v, ModuleOp module,
+                                           SymbolTable &symbols) {
+  MLIRContext *ctx = b.getContext();
+  auto outType = RankedTensorType::get(
+      cast<RankedTensorType>(q.getType()).getShape(), Float32Type::get(ctx));
+  int64_t tile = f.dim / 64 * flash::PanelBytes;
+  int64_t smem = smemOf(tile * 5 + flash::PanelBytes);
+  func::FuncOp fn = getOrCreateKernelCall(
+      module, symbols, f.name("fwd"), "flash attention forward (wgmma bf16)",
+      {q.getType(), k.getType(), v.getType()}, {outType, statType(f, ctx)}, loc,
+      {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads, smem},
+      [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          ArrayRef<Value> outs) {
+        QueryTileEmitter e(kb, loc, f, /*dq=*/false);
+        e.q = buf[0];
+        e.k = buf[1];
+        e.v = buf[2];
+        e.out = outs[0];
+        e.outLse = outs[1];
+        e.emit(launch);
+      });
+  auto call = func::CallOp::create(b, loc, fn, ValueRange{q, k, v});
+  return {call.getResult(0), call.getResult(1)};
+}
+
+std::array<Value, 3>
+createFlashBackward(OpBuilder &b, Location loc, const FlashAttention &f,
+                    Value q, Value k, Value v, Value dout, Value lse,
+                    Value delta, ModuleOp module, SymbolTable &symbols) {
+  MLIRContext *ctx = b.getContext();
+  auto f32Like = [&](Value x) {
+    return RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
+                                 Float32Type::get(ctx));
+  };
+  SmallVector<Type> argTypes = {q.getType(),    k.getType(),   v.getType(),
+                                dout.getType(), lse.getType(), delta.getType()};
+  SmallVector<Value> args = {q, k, v, dout, lse, delta};
+  int64_t tile = f.dim / 64 * flash::PanelBytes;
+  func::FuncOp dqFn = getOrCreateKernelCall(
+      module, symbols, f.name("dq"), "flash attention dQ (wgmma bf16)",
+      argTypes, {f32Like(q)}, loc,
+      {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads,
+       smemOf(tile * 6 + flash::PanelBytes)},
+      [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          ArrayRef<Value> outs) {
+        QueryTileEmitter e(kb, loc, f, /*dq=*/true);
+        e.q = buf[0];
+        e.k = buf[1];
+        e.v = buf[2];
+        e.dout = buf[3];
+        e.lse = buf[4];
+        e.delta = buf[5];
+        e.out = outs[0];
+        e.emit(launch);
+      });
+  func::FuncOp dkvFn = getOrCreateKernelCall(
+      module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
+      argTypes, {f32Like(k), f32Like(v)}, loc,
+      {tilesOf(f.seq, flash::Tile), f.kvHeads, f.batch, flash::Threads,
+       smemOf(tile * 4 + 2 * flash::PanelBytes)},
+      [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          ArrayRef<Value> outs) {
+        KeyTileEmitter e(kb, loc, f);
+        e.q = buf[0];
+        e.k = buf[1];
+        e.v = buf[2];
+        e.dout = buf[3];
+        e.lse = buf[4];
+        e.delta = buf[5];
+        e.outK = outs[0];
+        e.outV = outs[1];
+        e.emit(launch);
+      });
+  auto dq = func::CallOp::create(b, loc, dqFn, args);
+  auto dkv = func::CallOp::create(b, loc, dkvFn, args);
+  return {dq.getResult(0), dkv.getResult(0), dkv.getResult(1)};
+}
+
+} // namespace mlir::moe::kernels

@@ -1,0 +1,74 @@
+// Flash attention (Kernels/FlashAttention.cpp) forward and backward on the
+// GPU against the CPU reference (scripts/gpu-check.sh), on bf16 inputs:
+// grouped and one-to-one KV heads, head dims 64 and 128, causal or not,
+// sequences that are not multiples of the 64-row tiles, batch > 1, a scale
+// given, and a gradient without its forward (which the kernels then
+// recompute). The kernels round the probabilities and their gradient to
+// bf16 before the products with V, dO, K and Q (the reference keeps f32):
+// results agree to bf16 precision, so they are compared by the norm of the
+// difference.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels | FileCheck %s --check-prefix=KERNELS
+// RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
+// CHECK: ptxas accepted 20 kernel modules for sm_90a
+// RUN: moe-compile %s --target=cpu -o %t.cpu.so
+
+// KERNELS-LABEL: func.func @causal_gqa_d128
+// KERNELS: %[[F:.*]]:2 = call @moe_flash_fwd_b2_s200_h8_kv2_d128_causal(
+// KERNELS: %[[D:.*]] = linalg.generic
+// KERNELS-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// KERNELS: call @moe_flash_dq_b2_s200_h8_kv2_d128_causal({{.*}}, %[[F]]#1, %[[D]])
+// KERNELS: call @moe_flash_dkv_b2_s200_h8_kv2_d128_causal({{.*}}, %[[F]]#1, %[[D]])
+// KERNELS-NOT: moe.attention
+func.func @causal_gqa_d128(%q: tensor<2x200x8x128xbf16>, %k: tensor<2x200x2x128xbf16>,
+                           %v: tensor<2x200x2x128xbf16>, %do: tensor<2x200x8x128xbf16>)
+    -> (tensor<2x200x8x128xf32>, tensor<2x200x8x128xf32>, tensor<2x200x2x128xf32>, tensor<2x200x2x128xf32>)
+    attributes {moe.test_tolerance = [1.0e-2, 1.0e-2, 1.0e-2]} {
+  %o = moe.attention %q, %k, %v causal
+      : tensor<2x200x8x128xbf16>, tensor<2x200x2x128xbf16>, tensor<2x200x2x128xbf16> -> tensor<2x200x8x128xf32>
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal
+      : tensor<2x200x8x128xbf16>, tensor<2x200x2x128xbf16>, tensor<2x200x2x128xbf16>, tensor<2x200x8x128xbf16>
+      -> tensor<2x200x8x128xf32>, tensor<2x200x2x128xf32>, tensor<2x200x2x128xf32>
+  return %o, %dq, %dk, %dv : tensor<2x200x8x128xf32>, tensor<2x200x8x128xf32>, tensor<2x200x2x128xf32>, tensor<2x200x2x128xf32>
+}
+
+// KERNELS-LABEL: func.func @full_mha_d64
+// KERNELS: call @moe_flash_fwd_b1_s256_h4_kv4_d64(
+func.func @full_mha_d64(%q: tensor<1x256x4x64xbf16>, %k: tensor<1x256x4x64xbf16>,
+                        %v: tensor<1x256x4x64xbf16>, %do: tensor<1x256x4x64xbf16>)
+    -> (tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>)
+    attributes {moe.test_tolerance = [1.0e-2, 1.0e-2, 1.0e-2]} {
+  %o = moe.attention %q, %k, %v
+      : tensor<1x256x4x64xbf16>, tensor<1x256x4x64xbf16>, tensor<1x256x4x64xbf16> -> tensor<1x256x4x64xf32>
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do
+      : tensor<1x256x4x64xbf16>, tensor<1x256x4x64xbf16>, tensor<1x256x4x64xbf16>, tensor<1x256x4x64xbf16>
+      -> tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>
+  return %o, %dq, %dk, %dv : tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>, tensor<1x256x4x64xf32>
+}
+
+// KERNELS-LABEL: func.func @causal_short_d64_scaled
+// KERNELS: call @moe_flash_fwd_b3_s70_h2_kv1_d64_causal_s3FB999999999999A(
+func.func @causal_short_d64_scaled(%q: tensor<3x70x2x64xbf16>, %k: tensor<3x70x1x64xbf16>,
+                                   %v: tensor<3x70x1x64xbf16>, %do: tensor<3x70x2x64xbf16>)
+    -> (tensor<3x70x2x64xf32>, tensor<3x70x2x64xf32>, tensor<3x70x1x64xf32>, tensor<3x70x1x64xf32>)
+    attributes {moe.test_tolerance = [1.0e-2, 1.0e-2, 1.0e-2]} {
+  %o = moe.attention %q, %k, %v causal scale(0.1)
+      : tensor<3x70x2x64xbf16>, tensor<3x70x1x64xbf16>, tensor<3x70x1x64xbf16> -> tensor<3x70x2x64xf32>
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal scale(0.1)
+      : tensor<3x70x2x64xbf16>, tensor<3x70x1x64xbf16>, tensor<3x70x1x64xbf16>, tensor<3x70x2x64xbf16>
+      -> tensor<3x70x2x64xf32>, tensor<3x70x1x64xf32>, tensor<3x70x1x64xf32>
+  return %o, %dq, %dk, %dv : tensor<3x70x2x64xf32>, tensor<3x70x2x64xf32>, tensor<3x70x1x64xf32>, tensor<3x70x1x64xf32>
+}
+
+// A gradient alone: its forward runs first, for the logsumexp.
+// KERNELS-LABEL: func.func @grad_alone
+// KERNELS: %[[F:.*]]:2 = call @moe_flash_fwd_b1_s130_h4_kv2_d128_causal(
+// KERNELS: call @moe_flash_dq_b1_s130_h4_kv2_d128_causal({{.*}}, %[[F]]#1,
+func.func @grad_alone(%q: tensor<1x130x4x128xbf16>, %k: tensor<1x130x2x128xbf16>,
+                      %v: tensor<1x130x2x128xbf16>, %do: tensor<1x130x4x128xbf16>)
+    -> (tensor<1x130x4x128xf32>, tensor<1x130x2x128xf32>, tensor<1x130x2x128xf32>)
+    attributes {moe.test_tolerance = [1.0e-2, 1.0e-2, 1.0e-2]} {
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal
+      : tensor<1x130x4x128xbf16>, tensor<1x130x2x128xbf16>, tensor<1x130x2x128xbf16>, tensor<1x130x4x128xbf16>
+      -> tensor<1x130x4x128xf32>, tensor<1x130x2x128xf32>, tensor<1x130x2x128xf32>
+  return %dq, %dk, %dv : tensor<1x130x4x128xf32>, tensor<1x130x2x128xf32>, tensor<1x130x2x128xf32>
+}
