@@ -4,6 +4,7 @@ scaled_dot_product_attention with each of its backends, in one GPU run:
 
     python3 bench/attention.py emit SEQ > attention_SEQ.mlir    (here, no GPU)
     python3 bench/attention.py run ARTIFACT_DIR [SEQ ...]       (bench/run-attention.sh)
+    python3 bench/attention.py stages ARTIFACT_DIR SEQ          (time by kernel)
 
 Every sequence length runs 16384 tokens (batch 16384 / SEQ, at least 1), as
 FlashAttention's benchmarks do. Ours: `fwd` (moe.attention of bf16 q, k, v;
@@ -178,6 +179,42 @@ def run(art_dir, seqs):
         torch.cuda.empty_cache()
 
 
+def stages(art_dir, seq):
+    """Our forward + backward at `seq`, GPU time by kernel (the stages: the
+    forward, delta, dQ, dK/dV), each with the TFLOP/s of the FLOPs it does."""
+    import os
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from moe_mlir import load
+    b = batch_of(seq)
+    ours = load(os.path.join(art_dir, f"attention_{seq}.sm_90a.so"))
+    q = torch.randn(b, seq, HEADS, DIM, device="cuda").to(torch.bfloat16)
+    k = torch.randn(b, seq, KV_HEADS, DIM, device="cuda").to(torch.bfloat16)
+    v = torch.randn(b, seq, KV_HEADS, DIM, device="cuda").to(torch.bfloat16)
+    do = torch.randn(b, seq, HEADS, DIM, device="cuda").to(torch.bfloat16)
+    for _ in range(2):
+        ours.fwd_bwd(q, k, v, do)
+    torch.cuda.synchronize()
+    calls = 10
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            ours.fwd_bwd(q, k, v, do)
+        torch.cuda.synchronize()
+    fwd = 4.0 * b * seq * seq * HEADS * DIM / 2  # causal: half
+    # Matmul FLOPs each kernel does: forward 2 products (S, PV); dQ 3 (S, dP,
+    # dQ); dK/dV 4 (S, dP, dV, dK).
+    flops = {"moe_flash_fwd": fwd, "moe_flash_dq": 1.5 * fwd, "moe_flash_dkv": 2 * fwd}
+    print(f"# stages of forward + backward at sequence {seq}, batch {b}: GPU ms per call")
+    for ev in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
+        if ev.device_time_total <= 0:
+            continue
+        ms = ev.device_time_total / 1e3 / calls
+        f = next((v for name, v in flops.items() if ev.key.startswith(name)), None)
+        tf = f"{f / ms / 1e9:8.1f} TFLOP/s" if f else ""
+        print(f"{ms:9.3f} ms  {tf:17} {ev.key[:70]}")
+
+
 def positive(text, what):
     if not text.isdigit() or int(text) < 1:
         sys.exit(f"bench/attention.py: {what} must be a positive integer, got {text!r}")
@@ -187,7 +224,10 @@ def positive(text, what):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "emit":
         sys.stdout.write(emit(positive(sys.argv[2], "SEQ")))
+    elif len(sys.argv) == 4 and sys.argv[1] == "stages":
+        stages(sys.argv[2], positive(sys.argv[3], "SEQ"))
     elif len(sys.argv) >= 3 and sys.argv[1] == "run":
         run(sys.argv[2], [positive(t, "SEQ") for t in sys.argv[3:]] or [1024, 2048, 4096, 8192, 16384])
     else:
-        sys.exit("usage: bench/attention.py emit SEQ | run ARTIFACT_DIR [SEQ ...]")
+        sys.exit("usage: bench/attention.py emit SEQ | run ARTIFACT_DIR [SEQ ...] | "
+                 "stages ARTIFACT_DIR SEQ")

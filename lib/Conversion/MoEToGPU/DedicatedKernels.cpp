@@ -268,50 +268,11 @@ struct MoEGPUDedicatedKernelsPass
         std::tie(out, lse) =
             createFlashForward(b, loc, *f, q, k, v, module, symbols);
       }
-      Value delta = attentionDelta(b, loc, op.getGrad(), out);
       std::array<Value, 3> grads = createFlashBackward(
-          b, loc, *f, q, k, v, op.getGrad(), lse, delta, module, symbols);
+          b, loc, *f, q, k, v, op.getGrad(), out, lse, module, symbols);
       op->replaceAllUsesWith(ValueRange(grads));
       op.erase();
     }
-  }
-
-  /// delta[b, n, s] = sum_d dout[b, s, n, d] * out[b, s, n, d] (f32): the
-  /// row term of the softmax gradient.
-  static Value attentionDelta(OpBuilder &b, Location loc, Value dout,
-                              Value out) {
-    auto t = cast<RankedTensorType>(out.getType());
-    Type f32 = b.getF32Type();
-    auto type = RankedTensorType::get(
-        {t.getDimSize(0), t.getDimSize(2), t.getDimSize(1)}, f32);
-    Value init =
-        linalg::FillOp::create(
-            b, loc,
-            arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0))
-                .getResult(),
-            tensor::EmptyOp::create(b, loc, type.getShape(), f32).getResult())
-            .getResult(0);
-    MLIRContext *ctx = b.getContext();
-    AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx),
-               d2 = getAffineDimExpr(2, ctx), d3 = getAffineDimExpr(3, ctx);
-    // Loops (b, n, s, d).
-    AffineMap in = AffineMap::get(4, 0, {d0, d2, d1, d3}, ctx);
-    AffineMap res = AffineMap::get(4, 0, {d0, d1, d2}, ctx);
-    auto par = utils::IteratorType::parallel;
-    auto generic = linalg::GenericOp::create(
-        b, loc, type, ValueRange{dout, out}, ValueRange{init},
-        ArrayRef<AffineMap>{in, in, res},
-        ArrayRef<utils::IteratorType>{par, par, par,
-                                      utils::IteratorType::reduction},
-        [&](OpBuilder &nb, Location nl, ValueRange a) {
-          Value x = a[0];
-          if (!x.getType().isF32())
-            x = arith::ExtFOp::create(nb, nl, f32, x);
-          Value p = arith::MulFOp::create(nb, nl, x, a[1]);
-          linalg::YieldOp::create(
-              nb, nl, arith::AddFOp::create(nb, nl, a[2], p).getResult());
-        });
-    return generic.getResult(0);
   }
 
   /// Weight gradients (bf16, or MXFP8 blocked along the rows).

@@ -9,13 +9,12 @@
 // difference.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels | FileCheck %s --check-prefix=KERNELS
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 20 kernel modules for sm_90a
+// CHECK: ptxas accepted 16 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 // KERNELS-LABEL: func.func @causal_gqa_d128
 // KERNELS: %[[F:.*]]:2 = call @moe_flash_fwd_b2_s200_h8_kv2_d128_causal(
-// KERNELS: %[[D:.*]] = linalg.generic
-// KERNELS-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// KERNELS: %[[D:.*]] = call @moe_flash_delta_b2_s200_h8_kv2_d128_causal({{.*}}, %[[F]]#0)
 // KERNELS: call @moe_flash_dq_b2_s200_h8_kv2_d128_causal({{.*}}, %[[F]]#1, %[[D]])
 // KERNELS: call @moe_flash_dkv_b2_s200_h8_kv2_d128_causal({{.*}}, %[[F]]#1, %[[D]])
 // KERNELS-NOT: moe.attention

@@ -21,8 +21,8 @@
 //             P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q (both
 //             summed over the group in registers: no atomics, the results
 //             are deterministic); dK = scale dK at the end.
-// delta = rowsum(dO * O) ([B, N, S] f32) is a linalg reduction before the
-// backward kernels (see lowerAttentionGrad). scale' = scale log2(e).
+// delta = rowsum(dO * O) ([B, N, S] f32), which both backward kernels read,
+// is a kernel of its own before them (a warp a row). scale' = scale log2(e).
 //
 // CTA: one warpgroup (128 threads); every MMA is m64nNk16 (N = 64 for the
 // score tiles, D for the products with V, K, Q, dO).
@@ -572,6 +572,48 @@ struct KeyTileEmitter : FlashEmitter {
   }
 };
 
+/// delta[b, n, s] = sum_d dO[b, s, n, d] * O[b, s, n, d]: one warp a row
+/// (b, s, n), D / 32 values a lane (one vector load each of dO and O), a
+/// butterfly sum over the warp.
+struct DeltaEmitter : KernelBuilder {
+  const FlashAttention &f;
+  Value dout, out, delta;
+
+  static constexpr int64_t Warps = 8;
+
+  void emit(gpu::LaunchOp launch) {
+    Value tid = launch.getThreadIds().x;
+    Value row = add(mul(launch.getBlockIds().x, idx(Warps)), div(tid, 32));
+    Value lane = rem(tid, 32);
+    int64_t rows = f.batch * f.seq * f.heads, per = f.dim / 32;
+    ifThen(cmp(P::slt, row, idx(rows)), [&] {
+      Value first = add(mul(row, idx(f.dim)), mul(lane, idx(per)));
+      SmallVector<Value> g =
+          loadVector(b.getBF16Type(), per,
+                     globalPtr(baseAddress(dout), mul(first, idx(2))), 2 * per);
+      SmallVector<Value> o =
+          loadVector(b.getF32Type(), per,
+                     globalPtr(baseAddress(out), mul(first, idx(4))), 4 * per);
+      Value sum = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+      for (int64_t i = 0; i < per; ++i)
+        sum = arith::AddFOp::create(
+            b, loc, sum, arith::MulFOp::create(b, loc, toF32(g[i]), o[i]));
+      for (int64_t d : {16, 8, 4, 2, 1})
+        sum = arith::AddFOp::create(
+            b, loc, sum,
+            gpu::ShuffleOp::create(b, loc, sum, int32(d), int32(32),
+                                   gpu::ShuffleMode::XOR)
+                .getShuffleResult());
+      // row = (b S + s) N + n.
+      Value n = rem(row, f.heads), bs = div(row, f.heads);
+      Value bb = div(bs, f.seq), sq = rem(bs, f.seq);
+      ifThen(cmp(P::eq, lane, idx(0)), [&] {
+        memref::StoreOp::create(b, loc, sum, delta, ValueRange{bb, n, sq});
+      });
+    });
+  }
+};
+
 RankedTensorType statType(const FlashAttention &f, MLIRContext *ctx) {
   return RankedTensorType::get({f.batch, f.heads, f.seq},
                                Float32Type::get(ctx));
@@ -608,15 +650,31 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
   return {call.getResult(0), call.getResult(1)};
 }
 
-std::array<Value, 3>
-createFlashBackward(OpBuilder &b, Location loc, const FlashAttention &f,
-                    Value q, Value k, Value v, Value dout, Value lse,
-                    Value delta, ModuleOp module, SymbolTable &symbols) {
+std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
+                                         const FlashAttention &f, Value q,
+                                         Value k, Value v, Value dout,
+                                         Value out, Value lse, ModuleOp module,
+                                         SymbolTable &symbols) {
   MLIRContext *ctx = b.getContext();
   auto f32Like = [&](Value x) {
     return RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
                                  Float32Type::get(ctx));
   };
+  func::FuncOp deltaFn = getOrCreateKernelCall(
+      module, symbols, f.name("delta"), "flash attention rowsum(dO * O)",
+      {dout.getType(), out.getType()}, statType(f, ctx), loc,
+      {tilesOf(f.batch * f.seq * f.heads, DeltaEmitter::Warps), 1, 1,
+       32 * DeltaEmitter::Warps, 0},
+      [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          Value result) {
+        DeltaEmitter e{{kb, loc}, f};
+        e.dout = buf[0];
+        e.out = buf[1];
+        e.delta = result;
+        e.emit(launch);
+      });
+  Value delta =
+      func::CallOp::create(b, loc, deltaFn, ValueRange{dout, out}).getResult(0);
   SmallVector<Type> argTypes = {q.getType(),    k.getType(),   v.getType(),
                                 dout.getType(), lse.getType(), delta.getType()};
   SmallVector<Value> args = {q, k, v, dout, lse, delta};

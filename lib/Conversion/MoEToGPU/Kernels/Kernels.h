@@ -265,14 +265,14 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
                                            Value k, Value v, ModuleOp module,
                                            SymbolTable &symbols);
 
-/// Calls of the backward kernels: dQ, dK, dV (f32) given the result's
-/// gradient `dout` (bf16), the forward's `lse` and delta = rowsum(dout * o)
-/// (f32 [B, N, S]).
+/// Calls of the backward kernels: delta = rowsum(dout * out) (f32
+/// [B, N, S]), then dQ, dK, dV (f32), given the result's gradient `dout`
+/// (bf16) and the forward's result `out` and `lse`.
 std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          const FlashAttention &f, Value q,
                                          Value k, Value v, Value dout,
-                                         Value lse, Value delta,
-                                         ModuleOp module, SymbolTable &symbols);
+                                         Value out, Value lse, ModuleOp module,
+                                         SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // f32 dense matmul on CUDA cores
