@@ -27,6 +27,8 @@ inputs (at the lengths where it fits).
 """
 import sys
 
+from gemm import gpu_ms  # bench/gemm.py: GPU time per call by the profiler
+
 HEADS, KV_HEADS, DIM, TOKENS = 32, 4, 128, 16384
 
 
@@ -53,22 +55,6 @@ func.func @fwd_bwd(%q: {q}, %k: {kv}, %v: {kv}, %do: {q}) -> ({qo}, {qo}, {ko}, 
   return %o, %dq, %dk, %dv : {qo}, {qo}, {ko}, {ko}
 }}
 """
-
-
-def gpu_ms(fn, calls=10, warmup=2):
-    """GPU time per call of the kernels `fn` launches (PyTorch's profiler)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total = sum(ev.device_time_total for ev in prof.events()
-                if ev.device_type == torch.autograd.DeviceType.CUDA)
-    return total / 1e3 / calls
 
 
 def peak_mb(fn):
