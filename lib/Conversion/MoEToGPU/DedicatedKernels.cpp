@@ -230,8 +230,7 @@ struct MoEGPUDedicatedKernelsPass
         });
     struct Lowered {
       Value q, k, v;
-      std::string name;
-      Operation *call;
+      FlashAttention f;
       Value out, lse;
     };
     SmallVector<Lowered> lowered;
@@ -243,8 +242,8 @@ struct MoEGPUDedicatedKernelsPass
       auto [out, lse] =
           createFlashForward(b, op.getLoc(), *f, op.getQuery(), op.getKey(),
                              op.getValue(), module, symbols);
-      lowered.push_back({op.getQuery(), op.getKey(), op.getValue(),
-                         f->name("fwd"), out.getDefiningOp(), out, lse});
+      lowered.push_back(
+          {op.getQuery(), op.getKey(), op.getValue(), *f, out, lse});
       op.getResult().replaceAllUsesWith(out);
       op.erase();
     }
@@ -256,10 +255,13 @@ struct MoEGPUDedicatedKernelsPass
       Location loc = op.getLoc();
       Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
       const Lowered *forward = nullptr;
-      for (const Lowered &l : lowered)
-        if (l.q == q && l.k == k && l.v == v && l.name == f->name("fwd") &&
-            l.call->getBlock() == op->getBlock() && l.call->isBeforeInBlock(op))
+      for (const Lowered &l : lowered) {
+        Operation *call = l.out.getDefiningOp();
+        if (l.q == q && l.k == k && l.v == v && l.f.causal == f->causal &&
+            l.f.scale == f->scale && call->getBlock() == op->getBlock() &&
+            call->isBeforeInBlock(op))
           forward = &l;
+      }
       Value out, lse;
       if (forward) {
         out = forward->out;

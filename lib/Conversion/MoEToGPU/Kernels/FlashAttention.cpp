@@ -111,22 +111,34 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op) {
   f.causal = attention ? attention.getCausal() : grad.getCausal();
   f.scale =
       attention ? attention.getScaleOrDefault() : grad.getScaleOrDefault();
-  if ((f.dim != 64 && f.dim != 128) || f.seq < 1 || f.batch < 1 ||
-      f.heads % f.kvHeads)
+  // (The verifier makes N a multiple of M.)
+  if ((f.dim != 64 && f.dim != 128) || f.seq < 1 || f.batch < 1)
     return std::nullopt;
   return f;
 }
 
 namespace {
 
-/// What the three kernels share: tile copies, descriptors, MMAs on
-/// accumulators of any N, fragment coordinates, row reductions.
+/// What the three kernels share: their buffers, tile copies, descriptors,
+/// MMAs on accumulators of any N, fragment coordinates, row reductions.
 struct FlashEmitter : HopperBuilder {
   const FlashAttention &f;
+  // The kernel's arguments in order: q, k, v, then (backward) do, lse,
+  // delta; its results (forward: o, lse; dQ: dq; dK/dV: dk, dv).
+  Value q, k, v, dout{}, lse{}, delta{};
+  SmallVector<Value> results;
   Value tid{}, warp{}, lane{};
 
-  FlashEmitter(OpBuilder &b, Location loc, const FlashAttention &f)
-      : HopperBuilder{{b, loc}}, f(f) {}
+  FlashEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
+               ArrayRef<Value> args, ArrayRef<Value> results)
+      : HopperBuilder{{b, loc}}, f(f), q(args[0]), k(args[1]), v(args[2]),
+        results(results) {
+    if (args.size() == 6) {
+      dout = args[3];
+      lse = args[4];
+      delta = args[5];
+    }
+  }
 
   int64_t tileBytes() const { return f.dim / 64 * flash::PanelBytes; }
   Type f32() { return b.getF32Type(); }
@@ -308,11 +320,10 @@ struct FlashEmitter : HopperBuilder {
 /// tile, a loop over key/value tiles double-buffered.
 struct QueryTileEmitter : FlashEmitter {
   bool dq;
-  // Buffers: q, k, v[, do, lse, delta]; results: o, lse (forward) or dq.
-  Value q, k, v, dout, lse, delta, out, outLse;
 
-  QueryTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f, bool dq)
-      : FlashEmitter(b, loc, f), dq(dq) {}
+  QueryTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
+                   ArrayRef<Value> args, ArrayRef<Value> results)
+      : FlashEmitter(b, loc, f, args, results), dq(args.size() == 6) {}
 
   // Shared memory: Q, [dO,] two (K, V) slots, the 64 x 64 P / dS tile.
   int64_t doAt() const { return tileBytes(); }
@@ -333,7 +344,7 @@ struct QueryTileEmitter : FlashEmitter {
     Value nk = f.causal ? add(qt, idx(1)) : idx(tiles);
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = dq ? baseAddress(dout) : Value();
-    Value outG = baseAddress(out);
+    Value outG = baseAddress(results[0]);
 
     Value slots = idx(slotsAt());
     loadTile(idx(0), qG, f.heads, bb, q0, head);
@@ -465,7 +476,7 @@ struct QueryTileEmitter : FlashEmitter {
       ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
                   cmp(P::eq, rem(lane, 4), idx(0))),
              [&] {
-               memref::StoreOp::create(b, loc, lse2, outLse,
+               memref::StoreOp::create(b, loc, lse2, results[1],
                                        ValueRange{bb, head, rows[h]});
              });
     }
@@ -476,11 +487,7 @@ struct QueryTileEmitter : FlashEmitter {
 /// The dK/dV kernel: a key tile of a KV head, over the query heads of its
 /// group and the query tiles that see it.
 struct KeyTileEmitter : FlashEmitter {
-  // Buffers: q, k, v, do, lse, delta; results dk, dv.
-  Value q, k, v, dout, lse, delta, outK, outV;
-
-  KeyTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f)
-      : FlashEmitter(b, loc, f) {}
+  using FlashEmitter::FlashEmitter;
 
   // Shared memory: K, V, Q, dO, then the 64 x 64 P^T and dS^T tiles.
   int64_t vAt() const { return tileBytes(); }
@@ -565,9 +572,9 @@ struct KeyTileEmitter : FlashEmitter {
                 });
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     Value sc = f32c(f.scale);
-    storeRows(values(result[0]), {sc, sc}, baseAddress(outK), f.kvHeads, bb,
-              key0, kvHead);
-    storeRows(values(result[1]), {Value(), Value()}, baseAddress(outV),
+    storeRows(values(result[0]), {sc, sc}, baseAddress(results[0]), f.kvHeads,
+              bb, key0, kvHead);
+    storeRows(values(result[1]), {Value(), Value()}, baseAddress(results[1]),
               f.kvHeads, bb, key0, kvHead);
   }
 };
@@ -638,13 +645,7 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
       {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads, smem},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        QueryTileEmitter e(kb, loc, f, /*dq=*/false);
-        e.q = buf[0];
-        e.k = buf[1];
-        e.v = buf[2];
-        e.out = outs[0];
-        e.outLse = outs[1];
-        e.emit(launch);
+        QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
       });
   auto call = func::CallOp::create(b, loc, fn, ValueRange{q, k, v});
   return {call.getResult(0), call.getResult(1)};
@@ -686,15 +687,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
        smemOf(tile * 6 + flash::PanelBytes)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        QueryTileEmitter e(kb, loc, f, /*dq=*/true);
-        e.q = buf[0];
-        e.k = buf[1];
-        e.v = buf[2];
-        e.dout = buf[3];
-        e.lse = buf[4];
-        e.delta = buf[5];
-        e.out = outs[0];
-        e.emit(launch);
+        QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
       });
   func::FuncOp dkvFn = getOrCreateKernelCall(
       module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
@@ -703,16 +696,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
        smemOf(tile * 4 + 2 * flash::PanelBytes)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        KeyTileEmitter e(kb, loc, f);
-        e.q = buf[0];
-        e.k = buf[1];
-        e.v = buf[2];
-        e.dout = buf[3];
-        e.lse = buf[4];
-        e.delta = buf[5];
-        e.outK = outs[0];
-        e.outV = outs[1];
-        e.emit(launch);
+        KeyTileEmitter(kb, loc, f, buf, outs).emit(launch);
       });
   auto dq = func::CallOp::create(b, loc, dqFn, args);
   auto dkv = func::CallOp::create(b, loc, dkvFn, args);
