@@ -47,8 +47,7 @@
 // byte row; rows past S are zero-filled (and masked: a zero key gives a
 // score of 0, not -inf). The forward and the dQ kernel double-buffer the
 // key/value tiles (the next tile's copies run under this tile's MMAs); the
-// dK/dV kernel loads Q and dO per query tile into one buffer (two CTAs an
-// SM hide each other's loads).
+// dK/dV kernel double-buffers Q and dO likewise, over its query tiles.
 //
 // Numerics: bf16 products summed in f32 by the tensor core; P and dS are
 // rounded to bf16 before their products (as FlashAttention does), which the
@@ -489,11 +488,12 @@ struct QueryTileEmitter : FlashEmitter {
 struct KeyTileEmitter : FlashEmitter {
   using FlashEmitter::FlashEmitter;
 
-  // Shared memory: K, V, Q, dO, then the 64 x 64 P^T and dS^T tiles.
+  // Shared memory: K, V, two (Q, dO) slots, then the 64 x 64 P^T and dS^T
+  // tiles (D 128: 113 KiB with the alignment slack, two CTAs an SM).
   int64_t vAt() const { return tileBytes(); }
-  int64_t qAt() const { return 2 * tileBytes(); }
-  int64_t doAt() const { return 3 * tileBytes(); }
-  int64_t pAt() const { return 4 * tileBytes(); }
+  int64_t slotsAt() const { return 2 * tileBytes(); }
+  int64_t slotBytes() const { return 2 * tileBytes(); }
+  int64_t pAt() const { return slotsAt() + 2 * slotBytes(); }
   int64_t dsAt() const { return pAt() + flash::PanelBytes; }
 
   void emit(gpu::LaunchOp launch) {
@@ -506,14 +506,33 @@ struct KeyTileEmitter : FlashEmitter {
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = baseAddress(dout);
 
-    loadTile(idx(0), kG, f.kvHeads, bb, key0, kvHead);
-    loadTile(idx(vAt()), vG, f.kvHeads, bb, key0, kvHead);
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
-
-    // Query tiles [first, tiles) of each query head of the group.
+    // Query tiles [first, tiles) of each query head of the group: step `it`
+    // is query tile first + it % perHead of head it / perHead, its Q and dO
+    // in slot it % 2 (the next step's copies run under this step's MMAs).
     Value first = f.causal ? kt : idx(0);
     Value perHead = arith::SubIOp::create(b, loc, idx(tiles), first);
     Value steps = mul(perHead, idx(group));
+    auto headOf = [&](Value it) {
+      return add(mul(kvHead, idx(group)),
+                 arith::DivUIOp::create(b, loc, it, perHead));
+    };
+    auto firstQuery = [&](Value it) {
+      return mul(add(first, arith::RemUIOp::create(b, loc, it, perHead)),
+                 idx(flash::Tile));
+    };
+    auto slotOf = [&](Value it) {
+      return add(idx(slotsAt()), mul(rem(it, 2), idx(slotBytes())));
+    };
+    auto loadStep = [&](Value it) {
+      Value slot = slotOf(it), head = headOf(it), q0 = firstQuery(it);
+      loadTile(slot, qG, f.heads, bb, q0, head);
+      loadTile(add(slot, idx(tileBytes())), doG, f.heads, bb, q0, head);
+    };
+    // K, V and step 0 in one group.
+    loadTile(idx(0), kG, f.kvHeads, bb, key0, kvHead);
+    loadTile(idx(vAt()), vG, f.kvHeads, bb, key0, kvHead);
+    loadStep(idx(0));
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
     Value scale2 = f32c(f.scale / std::log(2.0));
     Value zero = f32c(0.0);
     SmallVector<Value> keys = {add(key0, rowOf(0)), add(key0, rowOf(1))};
@@ -521,23 +540,21 @@ struct KeyTileEmitter : FlashEmitter {
     SmallVector<Value> result =
         forLoop(0, steps, {zeroAcc(f.dim), zeroAcc(f.dim)},
                 [&](Value it, ValueRange carried) -> SmallVector<Value> {
-                  Value head = add(mul(kvHead, idx(group)),
-                                   arith::DivUIOp::create(b, loc, it, perHead));
-                  Value qt =
-                      add(first, arith::RemUIOp::create(b, loc, it, perHead));
-                  Value q0 = mul(qt, idx(flash::Tile));
-                  loadTile(idx(qAt()), qG, f.heads, bb, q0, head);
-                  loadTile(idx(doAt()), doG, f.heads, bb, q0, head);
+                  Value head = headOf(it), q0 = firstQuery(it);
+                  Value next = add(it, idx(1));
+                  ifThen(cmp(P::slt, next, steps), [&] { loadStep(next); });
                   NVVM::CpAsyncCommitGroupOp::create(b, loc);
-                  NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+                  NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
                   fenceAndBarrier();
+                  Value qTile = slotOf(it);
+                  Value doTile = add(qTile, idx(tileBytes()));
 
                   NVVM::WgmmaFenceAlignedOp::create(b, loc);
                   // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
                   // queries).
-                  Value st = mma(zeroAcc(flash::Tile), idx(0), idx(qAt()),
+                  Value st = mma(zeroAcc(flash::Tile), idx(0), qTile,
                                  /*bKMajor=*/true, f.dim / 16);
-                  Value dpt = mma(zeroAcc(flash::Tile), idx(vAt()), idx(doAt()),
+                  Value dpt = mma(zeroAcc(flash::Tile), idx(vAt()), doTile,
                                   /*bKMajor=*/true, f.dim / 16);
                   commitAndWait();
                   SmallVector<Value> sv = values(st), dv = values(dpt);
@@ -560,13 +577,13 @@ struct KeyTileEmitter : FlashEmitter {
                   fenceAndBarrier();
                   NVVM::WgmmaFenceAlignedOp::create(b, loc);
                   // dV += P^T dO, dK += dS^T Q (B MN-major: rows are queries).
-                  Value accV = mma(carried[1], idx(pAt()), idx(doAt()),
+                  Value accV = mma(carried[1], idx(pAt()), doTile,
                                    /*bKMajor=*/false, flash::Tile / 16);
-                  Value accK = mma(carried[0], idx(dsAt()), idx(qAt()),
+                  Value accK = mma(carried[0], idx(dsAt()), qTile,
                                    /*bKMajor=*/false, flash::Tile / 16);
                   commitAndWait();
-                  // Everyone is done with Q, dO, P^T and dS^T before the next
-                  // loads.
+                  // Everyone is done with this slot, P^T and dS^T before the
+                  // next step's copies into the slot and its stores.
                   barrier();
                   return {accK, accV};
                 });
@@ -693,7 +710,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
       module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
       argTypes, {f32Like(k), f32Like(v)}, loc,
       {tilesOf(f.seq, flash::Tile), f.kvHeads, f.batch, flash::Threads,
-       smemOf(tile * 4 + 2 * flash::PanelBytes)},
+       smemOf(tile * 6 + 2 * flash::PanelBytes)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
         KeyTileEmitter(kb, loc, f, buf, outs).emit(launch);
