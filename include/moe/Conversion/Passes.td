@@ -143,8 +143,9 @@ def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
   let description = [{
     On tensors, before bufferization. A linalg op with one reduction loop of
     at least `min-terms` iterations and at most `max-parallel` parallel
-    iterations (a dot product, a sum to a scalar) would run as a handful of
-    GPU threads each summing all the terms. It is split
+    iterations (a dot product, a sum to a scalar, the column sums of a
+    norm's weight gradient) would run as a few GPU threads each summing all
+    the terms. It is split
     (`linalg::splitReduction`): `ratio` parallel partial reductions (the
     largest divisor of the reduction up to 1024), then a reduction of
     those. Only the order of the sum changes. Ops whose
@@ -154,7 +155,7 @@ def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
   let options = [
     Option<"minTerms", "min-terms", "int64_t", /*default=*/"8192",
            "Split reductions of at least this many terms">,
-    Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"64",
+    Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"1024",
            "... with at most this many parallel iterations around them">
   ];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",

@@ -97,15 +97,21 @@ Value lastDimSum(Emitter &e, Value v, function_ref<Value(Emitter &, Value)> f) {
                    })[0];
 }
 
+/// The reassociation of a rank-`rank` tensor that folds all dims but the
+/// last `keep` into one: keep 1 makes [..., n] rows [R, n]; keep 0, [R].
+SmallVector<ReassociationIndices> foldLeading(int64_t rank, int64_t keep) {
+  SmallVector<ReassociationIndices> assoc(1 + keep);
+  for (int64_t i = 0; i < rank; ++i)
+    assoc[std::max<int64_t>(0, i - (rank - 1 - keep))].push_back(i);
+  return assoc;
+}
+
 /// Softmax over the last dimension of a tensor of any rank (f32).
 Value lastDimSoftmax(Emitter &e, Value v) {
   auto type = cast<RankedTensorType>(v.getType());
   if (type.getRank() == 2)
     return rowSoftmax(e, v);
-  SmallVector<ReassociationIndices> assoc(2);
-  for (int64_t i = 0; i + 1 < type.getRank(); ++i)
-    assoc[0].push_back(i);
-  assoc[1].push_back(type.getRank() - 1);
+  SmallVector<ReassociationIndices> assoc = foldLeading(type.getRank(), 1);
   Value rows = tensor::CollapseShapeOp::create(e.b, e.loc, v, assoc);
   Value p = rowSoftmax(e, rows);
   return tensor::ExpandShapeOp::create(e.b, e.loc, type, p, assoc, e.sizes(v));
@@ -167,14 +173,10 @@ struct EmbeddingGradLowering : OpConversionPattern<EmbeddingGradOp> {
     unsigned r = op.getIds().getType().getRank();
     // ids [T] and grad [T, H].
     if (r != 1) {
-      SmallVector<ReassociationIndices> all(1), rows(2);
-      for (unsigned i = 0; i < r; ++i) {
-        all[0].push_back(i);
-        rows[0].push_back(i);
-      }
-      rows[1].push_back(r);
-      ids = tensor::CollapseShapeOp::create(rewriter, e.loc, ids, all);
-      grad = tensor::CollapseShapeOp::create(rewriter, e.loc, grad, rows);
+      ids = tensor::CollapseShapeOp::create(rewriter, e.loc, ids,
+                                            foldLeading(r, 0));
+      grad = tensor::CollapseShapeOp::create(rewriter, e.loc, grad,
+                                             foldLeading(r + 1, 1));
     }
     Type i32 = rewriter.getI32Type();
     Value n = e.dim(ids, 0);
@@ -337,7 +339,18 @@ struct RMSNormGradLowering : OpConversionPattern<RMSNormGradOp> {
               div(n, mul(n, mul(n, n.toF32(a[2]), r3), a[4]), n.f32(double(h)));
           return SmallVector<Value>{n.fromF32(sub(n, first, second), dxElt)};
         })[0];
-    // d_weight[h] = sum over rows of grad * x * r: loops (h, rows...).
+    // d_weight[h] = sum over rows of grad * x * r: loops (h, row), the
+    // rows folded into one dim (one reduction loop, which
+    // -moe-gpu-split-reductions can spread over the GPU).
+    if (r > 2) {
+      g = tensor::CollapseShapeOp::create(rewriter, e.loc, g,
+                                          foldLeading(r, 1));
+      x = tensor::CollapseShapeOp::create(rewriter, e.loc, x,
+                                          foldLeading(r, 1));
+      inv = tensor::CollapseShapeOp::create(rewriter, e.loc, inv,
+                                            foldLeading(r - 1, 0));
+      r = 2;
+    }
     SmallVector<AffineExpr> d = loopDims(ctx, r);
     SmallVector<AffineExpr> rows(d.begin() + 1, d.end()), rowsH = rows;
     rowsH.push_back(d[0]);

@@ -49,3 +49,24 @@ func.func @guarded(%a: tensor<65536xf32>) -> tensor<f32> {
   } -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// Column sums of many rows (a norm's weight gradient): 128 columns, each
+// 1024 partial sums of 128 rows, then their sum.
+// CHECK-LABEL: func.func @columns
+// CHECK: tensor.expand_shape {{.*}} into tensor<1024x128x128xf32>
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK-SAME: outs(%{{.*}} : tensor<128x1024xf32>)
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]
+// CHECK-SAME: outs(%{{.*}} : tensor<128xf32>)
+func.func @columns(%a: tensor<131072x128xf32>) -> tensor<128xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<128xf32>) -> tensor<128xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(h, r) -> (r, h)>, affine_map<(h, r) -> (h)>],
+                       iterator_types = ["parallel", "reduction"]} ins(%a : tensor<131072x128xf32>) outs(%z : tensor<128xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %sum = arith.addf %acc, %x : f32
+    linalg.yield %sum : f32
+  } -> tensor<128xf32>
+  return %s : tensor<128xf32>
+}

@@ -4,7 +4,7 @@
 // come from libdevice on the GPU and libm on the CPU (a few ulps apart), so
 // functions using them allow 1e-5 relative.
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 82 kernel modules for sm_90a
+// CHECK: ptxas accepted 92 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 func.func @embedding(%t: tensor<1000x64xf32>, %ids: tensor<4x128xi32> {moe.test_range = [-1, 1001]})
@@ -29,6 +29,16 @@ func.func @rms_norm(%x: tensor<512x256xf32>, %w: tensor<256xf32>, %dy: tensor<51
   %dx, %dw = moe.rms_norm_grad %x, %w, %dy eps(1.0e-6)
       : tensor<512x256xf32>, tensor<256xf32>, tensor<512x256xf32> -> tensor<512x256xf32>, tensor<256xf32>
   return %y, %dx, %dw : tensor<512x256xf32>, tensor<512x256xf32>, tensor<256xf32>
+}
+
+// Per-head norms (as q_norm / k_norm): the weight gradient sums 16384 rows
+// of 64 columns, split over 1024 partial sums each on the GPU
+// (-moe-gpu-split-reductions), so in another order than the CPU's.
+func.func @rms_norm_heads(%x: tensor<2x512x16x64xf32>, %w: tensor<64xf32>, %dy: tensor<2x512x16x64xf32>)
+    -> (tensor<2x512x16x64xf32>, tensor<64xf32>) attributes {moe.test_tolerance = [5.0e-4, 1.0e-4]} {
+  %dx, %dw = moe.rms_norm_grad %x, %w, %dy eps(1.0e-6)
+      : tensor<2x512x16x64xf32>, tensor<64xf32>, tensor<2x512x16x64xf32> -> tensor<2x512x16x64xf32>, tensor<64xf32>
+  return %dx, %dw : tensor<2x512x16x64xf32>, tensor<64xf32>
 }
 
 func.func @rotary(%x: tensor<2x128x8x64xf32>) -> (tensor<2x128x8x64xf32>, tensor<2x128x8x64xf32>)
