@@ -53,6 +53,9 @@
 //   gradient bf16), f32 results, static shapes: flash attention on wgmma,
 //   never an [S, S] matrix in memory; the forward saves its logsumexp for
 //   the backward's dQ and dK/dV kernels; see Kernels/FlashAttention.cpp.
+// Both chips: moe.cross_entropy and moe.cross_entropy_grad (static logits
+//   [N, V], f32/bf16/f16): a CTA a row, coalesced, the gradient in bf16
+//   where every user rounds it so; see Kernels/CrossEntropy.cpp.
 // Both chips: moe.dequantize of a moe.quantize (the MX rounding of a
 //   tensor, as floats) in one pass over the input; see Kernels/MXRoundTrip.cpp.
 //   Other moe.dequantize ops in one pass over data and scales; see
@@ -88,6 +91,9 @@ enum class Family {
   /// moe.attention and moe.attention_grad with bf16 inputs as flash kernels
   /// (Kernels/FlashAttention.cpp).
   FlashAttention,
+  /// moe.cross_entropy and its gradient, a CTA a row
+  /// (Kernels/CrossEntropy.cpp).
+  CrossEntropy,
   /// moe.grouped_matmul_wgrad on wgmma (Kernels/WgmmaWgrad.cpp).
   WgmmaWeightGradients,
   /// f32 linalg.matmul on CUDA cores (Kernels/SimtMatmul.cpp).
@@ -115,6 +121,8 @@ struct ChipFamily {
 };
 constexpr ChipFamily kKernelTable[] = {
     {GPUChip::sm_90a, Family::FlashAttention},
+    {GPUChip::sm_90a, Family::CrossEntropy},
+    {GPUChip::sm_100a, Family::CrossEntropy},
     {GPUChip::sm_90a, Family::WgmmaWeightGradients},
     {GPUChip::sm_90a, Family::SimtMatmuls},
     {GPUChip::sm_90a, Family::WgmmaGroupedGemms},
@@ -185,6 +193,9 @@ struct MoEGPUDedicatedKernelsPass
       switch (entry.family) {
       case Family::FlashAttention:
         lowerAttention(module, symbols);
+        break;
+      case Family::CrossEntropy:
+        lowerCrossEntropy(module, symbols);
         break;
       case Family::WgmmaWeightGradients:
         lowerWeightGradients(module, symbols);

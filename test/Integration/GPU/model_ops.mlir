@@ -4,7 +4,7 @@
 // come from libdevice on the GPU and libm on the CPU (a few ulps apart), so
 // functions using them allow 1e-5 relative.
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 92 kernel modules for sm_90a
+// CHECK: ptxas accepted 94 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 func.func @embedding(%t: tensor<1000x64xf32>, %ids: tensor<4x128xi32> {moe.test_range = [-1, 1001]})
@@ -65,6 +65,35 @@ func.func @cross_entropy(%l: tensor<256x1000xf32>, %y: tensor<256xi32> {moe.test
   %loss = moe.cross_entropy %l, %y : tensor<256x1000xf32>, tensor<256xi32> -> tensor<f32>
   %d = moe.cross_entropy_grad %l, %y, %loss : tensor<256x1000xf32>, tensor<256xi32>, tensor<f32> -> tensor<256x1000xf32>
   return %loss, %d : tensor<f32>, tensor<256x1000xf32>
+}
+
+// The recipes' form: the gradient rounded to bf16 (the LM head's GEMM
+// operand), which the kernel writes directly; an odd vocabulary (scalar
+// loads), i64 labels. A bf16 value may round one ulp (2^-8) apart.
+func.func @cross_entropy_bf16_grad(%l: tensor<300x1001xf32>, %y: tensor<300xi64> {moe.test_range = [-1, 1001]})
+    -> (tensor<f32>, tensor<300x1001xbf16>) attributes {moe.test_tolerance = [1.0e-6, 8.0e-3]} {
+  %loss = moe.cross_entropy %l, %y : tensor<300x1001xf32>, tensor<300xi64> -> tensor<f32>
+  %d = moe.cross_entropy_grad %l, %y, %loss : tensor<300x1001xf32>, tensor<300xi64>, tensor<f32> -> tensor<300x1001xf32>
+  %e = tensor.empty() : tensor<300x1001xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(n, v) -> (n, v)>, affine_map<(n, v) -> (n, v)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%d : tensor<300x1001xf32>) outs(%e : tensor<300x1001xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<300x1001xbf16>
+  return %loss, %r : tensor<f32>, tensor<300x1001xbf16>
+}
+
+// bf16 logits over a wide vocabulary (vector loads, full CTAs); a gradient
+// of logits without a loss (its row statistics computed for it).
+func.func @cross_entropy_wide(%l: tensor<48x50002xbf16>, %y: tensor<48xi32> {moe.test_range = [0, 50002]},
+                              %l2: tensor<48x50002xbf16>, %y2: tensor<48xi32> {moe.test_range = [-5, 50002]},
+                              %g: tensor<f32>)
+    -> (tensor<f32>, tensor<48x50002xf32>) attributes {moe.test_tolerance = [1.0e-6, 1.0e-5]} {
+  %loss = moe.cross_entropy %l, %y : tensor<48x50002xbf16>, tensor<48xi32> -> tensor<f32>
+  %d = moe.cross_entropy_grad %l2, %y2, %g : tensor<48x50002xbf16>, tensor<48xi32>, tensor<f32> -> tensor<48x50002xf32>
+  return %loss, %d : tensor<f32>, tensor<48x50002xf32>
 }
 
 func.func @router_combine_grad(%logits: tensor<512x16xf32>, %dw: tensor<512x4xf32>,

@@ -11,6 +11,7 @@
 //   WgmmaWgrad.cpp              Hopper: grouped weight gradients
 //   WgmmaFp8Gemm.cpp            Hopper: MXFP8 grouped GEMM on FP8 wgmma
 //   FlashAttention.cpp          Hopper: flash attention forward, dQ, dK/dV
+//   CrossEntropy.cpp            cross-entropy over the vocabulary, a CTA a row
 //   SimtMatmul.cpp              f32 dense matmul on CUDA cores
 //   MXRoundTrip.cpp             MX round trip (quantize + dequantize)
 //   MXRoundTripPair.cpp         both blockings of a matrix in one pass
@@ -273,6 +274,16 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          Value k, Value v, Value dout,
                                          Value out, Value lse, ModuleOp module,
                                          SymbolTable &symbols);
+
+//===----------------------------------------------------------------------===//
+// Both chips: cross-entropy over the vocabulary
+//===----------------------------------------------------------------------===//
+
+/// Every moe.cross_entropy and moe.cross_entropy_grad of static logits
+/// [N, V] (f32, bf16 or f16) and labels [N] (i32 or i64) becomes calls of
+/// the cross-entropy kernels (a CTA a row); a gradient whose every user
+/// rounds it to bf16 is computed in bf16 and replaces those roundings.
+void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // f32 dense matmul on CUDA cores
