@@ -24,7 +24,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 def kernel_table(step, label, top=30, steps=3, warmup=2):
     """Runs `step` (warmup + steps times) under the profiler and prints its
-    kernels by total GPU time, then by launch position in the last step."""
+    kernels by total GPU time, then by launch position in the last step.
+    Returns the GPU ms per step of each kernel name and the step's wall ms."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -79,6 +80,7 @@ def kernel_table(step, label, top=30, steps=3, warmup=2):
           f"({100 * idle / (wall * 1e3):.1f}% of the step); largest gaps:")
     for g, i in sorted(gaps, reverse=True)[:min(top, 12)]:
         print(f"{g:9.3f} ms before launch {i} ({last[i][2][:60]}), after {last[i - 1][2][:40]}")
+    return totals, wall * 1e3
 
 
 def main():

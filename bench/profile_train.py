@@ -7,9 +7,16 @@ ARTIFACT is a train step of moe-train (`--compile-only`, e.g. from
 The parameters are drawn as moe-train would (N(0, 0.02), ones for norms),
 the moments start at zero, the batch is random tokens; the state lives in
 CUDA torch tensors that the step updates in place. Prints the kernel table
-of bench/profile_layer.py for 3 profiled steps (after 2 warmup steps).
+of bench/profile_layer.py for 3 profiled steps (after 2 warmup steps), then
+the step by stage, from the kernels' names (the dedicated kernels' and the
+generic kernels', which carry the model part they belong to:
+-moe-gpu-name-kernels): attention (flash kernels; the attention block's
+norms, rotary and roundings), experts (expert GEMMs; router, dispatch,
+combine), dense GEMMs (projections, router), LM head + loss (its GEMMs,
+cross-entropy), optimizer (clipping and AdamW), the rest.
 """
 import os
+import re
 import sys
 
 import torch
@@ -47,6 +54,24 @@ def step_arguments(art):
     return values
 
 
+def stage(name, vocab):
+    """The stage of the train step a kernel (by name) belongs to."""
+    n = name.lower()
+    if "optimizer" in n:
+        return "optimizer"
+    if "moe_flash" in n or "self_attn" in n:
+        return "attention"
+    if "moe_xent" in n or "lm_head" in n or "_loss_kernel" in n or \
+            (vocab and re.search(rf"(^|[x_]){vocab}(x|_)", n)):
+        return "LM head + loss"
+    experts = re.search(r"_e(\d+)_", n)
+    if (experts and int(experts.group(1)) > 1) or "_mlp_" in n:
+        return "experts"
+    if n.startswith("moe_wgmma") or n.startswith("moe_simt"):
+        return "dense GEMMs"
+    return "the rest"
+
+
 def main():
     from moe_mlir import load
 
@@ -56,7 +81,16 @@ def main():
     args = step_arguments(art)
     tokens = next(a.numel() for a, s in zip(args, art.functions["loss_step"][0])
                   if s.input == "ids")
-    kernel_table(lambda: art.loss_step(*args), f"{path}, {tokens} tokens", top)
+    totals, wall = kernel_table(lambda: art.loss_step(*args), f"{path}, {tokens} tokens", top)
+    vocab = next((a.shape[0] for a, s in zip(args, art.functions["loss_step"][0])
+                  if s.param == "model.embed_tokens.weight"), None)
+    by_stage = {}
+    for name, ms in totals.items():
+        by_stage[stage(name, vocab)] = by_stage.get(stage(name, vocab), 0.0) + ms
+    print(f"# the step by stage ({wall:.2f} ms wall)")
+    for st in ("attention", "experts", "dense GEMMs", "LM head + loss", "optimizer", "the rest"):
+        ms = by_stage.get(st, 0.0)
+        print(f"{st:16s} {ms:9.3f} ms {100 * ms / wall:6.1f}%")
 
 
 if __name__ == "__main__":

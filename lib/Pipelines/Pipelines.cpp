@@ -175,6 +175,8 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addPass(createLowerAffinePass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(moe::createMoEGPUDeviceBuffers());
+  // Generic kernels named for the model part they belong to (profiles).
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGPUNameKernels());
   // Constants used in kernels stay in them instead of becoming kernel
   // parameters (outlining alone passes every value from above).
   pm.addPass(createGpuLaunchSinkIndexComputationsPass());

@@ -147,16 +147,19 @@ def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
     norm's weight gradient) would run as a few GPU threads each summing all
     the terms. It is split
     (`linalg::splitReduction`): `ratio` parallel partial reductions (the
-    largest divisor of the reduction up to 1024), then a reduction of
+    largest divisor of the reduction up to min(1024, `threads` / parallel
+    iterations) that leaves each at least 16 terms), then a reduction of
     those. Only the order of the sum changes. Ops whose
     combiner is not a recognized reduction (e.g. one under a select) are
     left as they are.
   }];
   let options = [
-    Option<"minTerms", "min-terms", "int64_t", /*default=*/"8192",
+    Option<"minTerms", "min-terms", "int64_t", /*default=*/"2048",
            "Split reductions of at least this many terms">,
-    Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"1024",
-           "... with at most this many parallel iterations around them">
+    Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"32768",
+           "... with at most this many parallel iterations around them">,
+    Option<"threads", "threads", "int64_t", /*default=*/"131072",
+           "About how many parallel iterations (threads) a split aims for">
   ];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect",
@@ -207,6 +210,20 @@ def MoEGPUDeviceBuffers : Pass<"moe-gpu-device-buffers", "ModuleOp"> {
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::memref::MemRefDialect"];
+}
+
+def MoEGPUNameKernels : Pass<"moe-gpu-name-kernels", "func::FuncOp"> {
+  let summary = "Name generic GPU kernels after their ops' name locations";
+  let description = [{
+    Runs on gpu.launch ops before outlining. Each launch without a kernel
+    name that carries a name location (moe-model's `model.layers.3.mlp`,
+    `lm_head`, `loss`; -moe-adamw's `optimizer`; the first one, a call
+    site's callee before its caller) is named
+    `<function>_<name>_kernel`, other characters than letters and digits
+    as `_`: a profile then says which part of a model each generic kernel
+    belongs to. Named launches (the dedicated kernels) keep their names.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
 def MoEGPUElideHostSyncs : Pass<"moe-gpu-elide-host-syncs", "func::FuncOp"> {

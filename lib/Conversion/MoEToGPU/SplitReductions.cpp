@@ -31,7 +31,10 @@ struct MoEGPUSplitReductionsPass
 
   /// The split ratio for `op`, or 0 to leave it: one reduction loop of at
   /// least `minTerms` iterations, at most `maxParallel` parallel iterations
-  /// around it, all static; the largest divisor of the reduction up to 1024.
+  /// around it, all static; the largest divisor of the reduction up to
+  /// min(1024, threads / parallel) that leaves every partial sum at least 16
+  /// terms (a GPU thread has one load in flight per term: 2048 threads
+  /// summing 4096 terms each read at a few hundred GB/s).
   int64_t ratioFor(linalg::LinalgOp op) const {
     if (!op.hasPureTensorSemantics() || op.getNumReductionLoops() != 1 ||
         op.getNumDpsInits() != 1)
@@ -49,7 +52,9 @@ struct MoEGPUSplitReductionsPass
     }
     if (parallel > maxParallel || reduction < minTerms)
       return 0;
-    for (int64_t ratio = 1024; ratio > 1; --ratio)
+    int64_t most = std::min<int64_t>(
+        {1024, std::max<int64_t>(threads / parallel, 2), reduction / 16});
+    for (int64_t ratio = most; ratio > 1; --ratio)
       if (reduction % ratio == 0)
         return ratio;
     return 0;
