@@ -34,7 +34,8 @@
 // Hopper (sm_90a): moe.grouped_matmul with bf16 lhs [R, K] and rhs
 //   [E, K, N] (or [E, N, K] with transpose_rhs), f32 result, static shapes,
 //   K a multiple of 64 and N of 128 (R arbitrary), on warpgroup MMA
-//   (wgmma.mma_async bf16 -> f32). N a multiple of 256: a warp-specialized
+//   (wgmma.mma_async bf16 -> f32). N a multiple of 256 (or of 128 above
+//   256, the last column tile half used): a warp-specialized
 //   kernel, TMA loads into an mbarrier ring, two consumer warpgroups of
 //   m64n256k16, a persistent grid over every expert's tiles; see
 //   Kernels/TmaGemmMainloop.cpp. Otherwise a 3-buffer

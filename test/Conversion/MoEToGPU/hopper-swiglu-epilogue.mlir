@@ -218,8 +218,9 @@ func.func @backward_da_used(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf1
   return %dx, %da : tensor<320x128xf32>, tensor<320x256xf32>
 }
 
-// Not fused: the interleaved layout (gate and up alternate), and a GEMM the
-// TMA kernel does not take (2F = 384 is no multiple of 256).
+// Not fused: the interleaved layout (gate and up alternate), and a GEMM
+// whose 2F = 384 is no multiple of 256 (the plain TMA kernel, its last
+// column tile half used; the epilogue needs whole tiles).
 // CHECK-LABEL: func.func @interleaved(
 // CHECK: call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma(
 // CHECK: moe.swiglu {{.*}} layout(interleaved)
@@ -235,7 +236,7 @@ func.func @interleaved(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y : tensor<300x256xf32>
 }
 // CHECK-LABEL: func.func @narrow(
-// CHECK: call @moe_wgmma_gmm_300x128x384_e3_bf16_i32_live(
+// CHECK: call @moe_wgmma_gmm_300x128x384_e3_bf16_i32_live_tma(
 // CHECK: moe.swiglu
 func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
                   %w2: tensor<3x192x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {

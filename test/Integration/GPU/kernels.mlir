@@ -6,10 +6,10 @@
 // On machines without a GPU, lit checks that the GPU pipeline compiles every
 // function and that ptxas accepts the kernels:
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 259 kernel modules for sm_90a
+// CHECK: ptxas accepted 262 kernel modules for sm_90a
 // The same kernels for Blackwell (sm_100a, PTX ISA 8.6):
 // RUN: moe-compile %s --target=sm_100a --verify-ptx -o %t.sm100.so | FileCheck %s --check-prefix=SM100
-// SM100: ptxas accepted 397 kernel modules for sm_100a
+// SM100: ptxas accepted 402 kernel modules for sm_100a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 // MXFP8 quantize, rowwise, bf16 in: bit-identical (integer/exact f32 math).
@@ -432,6 +432,29 @@ func.func @grouped_matmul_tma_uneven_transpose_rhs(%x: tensor<700x512xbf16>,
   return %y : tensor<700x256xf32>
 }
 
+// N = 384, a multiple of 128 but not of 256 (an LM head's vocabulary, such
+// as Qwen3's 151936): the TMA kernel's last column tile reads zeros past N
+// and stores its first half only, in the copy engine's boxes and in the
+// direct stores of the row tiles that cross a group's end.
+func.func @grouped_matmul_tma_half_tile(%x: tensor<700x512xbf16>, %w: tensor<5x512x384xbf16>)
+    -> tensor<700x384xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %o
+      : tensor<700x512xbf16>, tensor<5x512x384xbf16>, tensor<6xi32> -> tensor<700x384xf32>
+  return %y : tensor<700x384xf32>
+}
+
+// The same with the weights [E, N, K]: the last tile's box reads the next
+// expert's rows (or zeros past the last) for columns it does not store.
+func.func @grouped_matmul_tma_half_tile_transpose_rhs(%x: tensor<700x512xbf16>,
+                                                      %w: tensor<5x384x512xbf16>)
+    -> tensor<700x384xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %o transpose_rhs
+      : tensor<700x512xbf16>, tensor<5x384x512xbf16>, tensor<6xi32> -> tensor<700x384xf32>
+  return %y : tensor<700x384xf32>
+}
+
 // The TMA kernel reading an MX lhs 8-bit (elements and scales, as the
 // SwiGLU epilogue writes them for the second GEMM): the converter warps
 // dequantize each stage in shared memory. The same uneven groups (the last
@@ -507,6 +530,16 @@ func.func @grouped_matmul_wgrad_tma_uneven(%x: tensor<700x256xbf16>, %dy: tensor
   %dw = moe.grouped_matmul_wgrad %x, %dy, %o
       : tensor<700x256xbf16>, tensor<700x512xbf16>, tensor<6xi32> -> tensor<5x256x512xf32>
   return %dw : tensor<5x256x512xf32>
+}
+
+// The TMA weight gradient with N = 384 (the LM head's, vocabulary not a
+// multiple of 256): the last column tile half used.
+func.func @grouped_matmul_wgrad_tma_half_tile(%x: tensor<700x256xbf16>, %dy: tensor<700x384xbf16>)
+    -> tensor<5x256x384xf32> attributes {moe.test_tolerance = [2.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %dw = moe.grouped_matmul_wgrad %x, %dy, %o
+      : tensor<700x256xbf16>, tensor<700x384xbf16>, tensor<6xi32> -> tensor<5x256x384xf32>
+  return %dw : tensor<5x256x384xf32>
 }
 
 // The same on the wgmma weight-gradient kernel with MXFP8 operands blocked

@@ -84,8 +84,8 @@ struct WgmmaGemm {
   /// Nothing reads the result's rows at or past offsets[E] (LiveRows.h): they
   /// are left unwritten instead of zeroed.
   bool liveRowsOnly = false;
-  /// The TMA, warp-specialized kernel (N % 256 == 0, R >= 128), else the
-  /// cp.async one.
+  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 128),
+  /// else the cp.async one.
   bool tma = false;
   std::string name() const {
     return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}{7}",
@@ -177,6 +177,10 @@ struct TmaGemm {
   /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
   unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
   unsigned offsetsArg() const { return rhsArg() + 1; }
+  /// Column tiles of 256 (tma::TileN) covering N: N a multiple of 256, or
+  /// of 128 above 256 (the plain GEMMs and weight gradients: the last tile's
+  /// second half reads zeros past N and stores nothing).
+  int64_t columnTiles() const { return (n + 255) / 256; }
 };
 
 /// Whether the kernel stores its f32 result [rows, N] through the copy engine

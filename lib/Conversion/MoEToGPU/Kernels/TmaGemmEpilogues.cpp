@@ -63,7 +63,11 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
     }
     fenceForAsyncProxy();
     sync();
-    ifThen(leader, [&] {
+    // Boxes past N (a last tile's second half, N % 256 == 128) store none.
+    Value inside = g.n % TileN == 0
+                       ? leader
+                       : land(leader, cmp(P::slt, column(q), idx(g.n)));
+    ifThen(inside, [&] {
       Value desc = LLVM::IntToPtrOp::create(
           b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(

@@ -4,7 +4,9 @@
 // ------------------------------------------------------------------
 // The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
 // their data gradients) take this kernel instead of the cp.async one
-// (WgmmaGemm.cpp).
+// (WgmmaGemm.cpp), and so do plain GEMMs and weight gradients with N % 256 ==
+// 128 above 256 (an LM head's vocabulary): the last column tile's second
+// half reads zeros past N (the copy engine fills them) and stores nothing.
 //
 // Tiles: 128 rows x 256 columns, K in stages of 64. Tiles are per expert:
 // expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
@@ -91,7 +93,7 @@ struct TmaGemmEmitter : TmaEpilogue {
     return sharedPtrAt(add(idx(Barriers + 2 * Stages * 8), mul(s, idx(8))));
   }
   Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
-  Value columnTiles() { return idx(g.n / TileN); }
+  Value columnTiles() { return idx(g.columnTiles()); }
   /// Forward: expert e's tiles.
   Value tilesOfExpert(Value e) {
     Value lo, hi;
@@ -125,7 +127,7 @@ struct TmaGemmEmitter : TmaEpilogue {
     Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     if (g.wgrad) {
       // Tiles e * tilesPerExpert + (K tile) * N/256 + (N tile).
-      int64_t perExpert = g.k / TileM * (g.n / TileN);
+      int64_t perExpert = g.k / TileM * g.columnTiles();
       auto loop = scf::ForOp::create(b, loc, first, idx(g.experts * perExpert),
                                      grid, ValueRange{idx(0)});
       OpBuilder::InsertionGuard guard(b);
@@ -137,8 +139,8 @@ struct TmaGemmEmitter : TmaEpilogue {
       Tile t{e,
              lo,
              hi,
-             mul(div(local, g.n / TileN), idx(TileM)),
-             mul(rem(local, g.n / TileN), idx(TileN)),
+             mul(div(local, g.columnTiles()), idx(TileM)),
+             mul(rem(local, g.columnTiles()), idx(TileN)),
              ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileK)};
       scf::YieldOp::create(b, loc, body(t, loop.getRegionIterArgs()[0]));
       return;
@@ -159,8 +161,8 @@ struct TmaGemmEmitter : TmaEpilogue {
           Tile t{e,
                  lo,
                  hi,
-                 add(lo, mul(div(local, g.n / TileN), idx(TileM))),
-                 mul(rem(local, g.n / TileN), idx(TileN)),
+                 add(lo, mul(div(local, g.columnTiles()), idx(TileM))),
+                 mul(rem(local, g.columnTiles()), idx(TileN)),
                  idx(g.k / TileK)};
           Value count = body(t, args[3]);
           scf::YieldOp::create(b, loc,
@@ -442,10 +444,18 @@ struct TmaGemmEmitter : TmaEpilogue {
           Value row = add(rowBase, idx(8 * h));
           ifThen(cmp(P::slt, row, t.hi), [&] {
             Value rowAt = add(mul(row, idx(g.n)), colBase);
-            for (int64_t j = 0; j < TileN / 8; ++j)
-              storePair(outBase, add(rowAt, idx(8 * j)),
-                        accAt(acc[0], 4 * j + 2 * h),
-                        accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
+            for (int64_t j = 0; j < TileN / 8; ++j) {
+              auto store = [&] {
+                storePair(outBase, add(rowAt, idx(8 * j)),
+                          accAt(acc[0], 4 * j + 2 * h),
+                          accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
+              };
+              // A last tile past N (N % 256 == 128) stores its first half.
+              if (g.n % TileN == 0 || j < (g.n % TileN) / 8)
+                store();
+              else
+                ifThen(cmp(P::slt, add(t.n0, idx(8 * j)), idx(g.n)), store);
+            }
           });
         }
       });
@@ -581,8 +591,8 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                                          Location loc) {
   func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
   int64_t tiles = t.wgrad
-                      ? t.experts * (t.k / TileM) * (t.n / TileN)
-                      : (tilesOf(t.rows, TileM) + t.experts) * (t.n / TileN);
+                      ? t.experts * (t.k / TileM) * t.columnTiles()
+                      : (tilesOf(t.rows, TileM) + t.experts) * t.columnTiles();
   Value mapA, mapB, mapOut;
   return withGroupedArgs(
       getOrCreateKernelCall(

@@ -5,8 +5,9 @@
 // Handles moe.grouped_matmul with bf16 lhs [R, K] and rhs [E, K, N] (or,
 // with transpose_rhs, [E, N, K]), f32 result, static shapes, K % 64 == 0,
 // N % 128 == 0 (R arbitrary). Anything else keeps the generic path. Shapes
-// with N % 256 == 0 and R >= 128 take the TMA kernel (TmaGemmMainloop.cpp)
-// instead (same operands and results, the same layouts in shared memory).
+// with N % 256 == 0 or N > 256, and R >= 128, take the TMA kernel
+// (TmaGemmMainloop.cpp) instead (same operands and results, the same layouts in
+// shared memory).
 //
 // Grid (N/128, ceil(R/128)), 128 threads = one warpgroup. CTA (bx, by) owns
 // output rows [m0, m0+128), m0 = 128 by, and columns [n0, n0+128), n0 =
@@ -155,7 +156,7 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
       result.getDimSize(1) != n)
     return std::nullopt;
   WgmmaGemm g{rows, k, n, experts, offsets.getElementType(), transposed};
-  g.tma = n % 256 == 0 && rows >= 128;
+  g.tma = (n % 256 == 0 || n > 256) && rows >= 128;
   return g;
 }
 

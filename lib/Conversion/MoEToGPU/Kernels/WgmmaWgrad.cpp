@@ -45,8 +45,8 @@ namespace {
 struct WgmmaWgrad {
   int64_t rows, k, n, experts;
   Type offsetElt;
-  /// The TMA, warp-specialized kernel (N % 256 == 0, R >= 64), else the
-  /// cp.async one.
+  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 64),
+  /// else the cp.async one.
   bool tma = false;
   std::string name() const {
     return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}{5}", rows,
@@ -75,7 +75,8 @@ std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
                     n,
                     experts,
                     offsets.getElementType(),
-                    /*tma=*/n % tma::TileN == 0 && rows >= tma::TileK};
+                    /*tma=*/(n % tma::TileN == 0 || n > tma::TileN) &&
+                        rows >= tma::TileK};
 }
 
 /// Emits the body of the wgmma weight-gradient kernel's gpu.launch.
