@@ -17,8 +17,9 @@
 // CHECK-SAME: tensor<8x2xf32> {moe.updates = 1 : i64}, tensor<2xf32> {moe.updates = 2 : i64},
 // CHECK-SAME: tensor<8x2xf32> {moe.updates = 3 : i64}, tensor<2xf32> {moe.updates = 4 : i64},
 // CHECK-SAME: tensor<8x2xf32> {moe.updates = 5 : i64}, tensor<2xf32> {moe.updates = 6 : i64})
-// Sums of squares in f64, [rows, width] summed down the rows, then across.
-// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32>
+// Sums of squares in f64, [rows / u, u, width] summed down the rows (u at a
+// time), then across.
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0, 1, 2]] output_shape [1, 1, 16] : tensor<16xf32> into tensor<1x1x16xf32>
 // CHECK: arith.extf %{{.*}} : f32 to f64
 // CHECK: -> tensor<16xf64>
 // CHECK: -> tensor<f64>

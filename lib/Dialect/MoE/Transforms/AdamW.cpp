@@ -66,8 +66,14 @@ struct OptimizerBuilder {
     auto type = cast<RankedTensorType>(g.getType());
     int64_t n = type.getNumElements();
     int64_t width = sumWidth(n);
+    // Rows summed `unroll` at a time: [n / width / unroll, unroll, width],
+    // the inner reduction loop (constant trip count) unrolled into
+    // independent loads, so that a GPU thread has several in flight. The
+    // terms are added in row order either way.
+    int64_t rows = n / width;
+    int64_t unroll = rows % 8 == 0 ? 8 : rows % 4 == 0 ? 4 : 1;
     Type f64 = b.getF64Type();
-    // [n / width, width]: a view of the contiguous gradient.
+    // [n / width / unroll, unroll, width]: a view of the contiguous gradient.
     SmallVector<ReassociationIndices> all(1);
     for (int64_t i = 0; i < type.getRank(); ++i)
       all[0].push_back(i);
@@ -76,21 +82,24 @@ struct OptimizerBuilder {
       flat = tensor::CollapseShapeOp::create(
           b, loc, RankedTensorType::get({n}, type.getElementType()), g,
           type.getRank() ? all : SmallVector<ReassociationIndices>{});
-    Value rows = tensor::ExpandShapeOp::create(
+    Value view = tensor::ExpandShapeOp::create(
         b, loc,
-        RankedTensorType::get({n / width, width}, type.getElementType()), flat,
-        SmallVector<ReassociationIndices>{{0, 1}});
+        RankedTensorType::get({rows / unroll, unroll, width},
+                              type.getElementType()),
+        flat, SmallVector<ReassociationIndices>{{0, 1, 2}});
     MLIRContext *ctx = b.getContext();
-    AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
+    AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx),
+               d2 = getAffineDimExpr(2, ctx);
     auto partial =
         linalg::GenericOp::create(
-            b, loc, TypeRange{RankedTensorType::get({width}, f64)}, rows,
+            b, loc, TypeRange{RankedTensorType::get({width}, f64)}, view,
             filled({width}, f64, 0.0),
             // Column d0 (parallel, outermost: the loop mapped to threads),
-            // summed down its rows d1.
-            {AffineMap::get(2, 0, {d1, d0}, ctx),
-             AffineMap::get(2, 0, {d0}, ctx)},
-            {utils::IteratorType::parallel, utils::IteratorType::reduction},
+            // summed down its rows d1 * unroll + d2.
+            {AffineMap::get(3, 0, {d1, d2, d0}, ctx),
+             AffineMap::get(3, 0, {d0}, ctx)},
+            {utils::IteratorType::parallel, utils::IteratorType::reduction,
+             utils::IteratorType::reduction},
             [](OpBuilder &nb, Location l, ValueRange args) {
               Value x = arith::ExtFOp::create(nb, l, nb.getF64Type(), args[0]);
               Value sq = arith::MulFOp::create(nb, l, x, x);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The whole-model training table: moe-train's compiled train step (run by
+# moert-train) beside transformers' Qwen3MoeForCausalLM (bench/train_peer.py:
+# f32 weights under torch.autocast(bfloat16) and bf16 weights, grouped_mm
+# experts, fused AdamW) in one GPU run, at Qwen3-30B-A3B's dimensions with
+# LAYERS decoder layers, 1 x 4096 and 4 x 4096 tokens a step. Prints one
+# line per run (tokens/s, MFU against the H200's 989 dense bf16 TFLOP/s,
+# peak memory) and the step of the largest bf16 run split by stage
+# (bench/profile_train.py).
+#
+#   bench/run-train.sh prepare [LAYERS...]  # here (MLIR): compile the steps
+#   bench/run-train.sh run [LAYERS...]      # on the GPU machine (torch)
+#   bench/run-train.sh [all] [LAYERS...]    # both
+#
+# LAYERS: decoder layer counts (default 2 4). MOE_TRAIN_RECIPES: the
+# recipes compiled and run (default "bf16 mxfp8"; none is f32);
+# MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/gpu-artifacts/train-bench"
+. "$root/bench/common.sh"
+bench_args "2 4" "$@"
+layers=("${tokens[@]}")
+read -r -a recipes <<<"${MOE_TRAIN_RECIPES:-bf16 mxfp8}"
+read -r -a shapes <<<"${MOE_TRAIN_SHAPES:-1x4096 4x4096}"
+for s in "${shapes[@]}"; do
+  [[ "$s" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] ||
+    { echo "run-train: MOE_TRAIN_SHAPES takes BATCHxSEQ, got '$s'" >&2; exit 2; }
+done
+base="$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json"
+
+config() { echo "$dir/qwen3-30b-a3b-$1layers.json"; }
+
+prepare() {
+  "$root/scripts/build.sh"
+  mkdir -p "$dir/data"
+  cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$dir/data/"
+  for l in "${layers[@]}"; do
+    python3 - "$base" "$l" >"$(config "$l")" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hidden_layers"] = int(sys.argv[2])
+print(json.dumps(c, indent=2))
+PY
+    for s in "${shapes[@]}"; do
+      for r in "${recipes[@]}"; do
+        echo "compile: $l layers, $s tokens, --recipe $r"
+        "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${s%x*}" \
+          --seq "${s#*x}" --target sm_90a --recipe "$r" --compile-only \
+          --out "$dir/qwen-$l-$s-$r"
+      done
+    done
+  done
+}
+
+run() {
+  local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build} w=/tmp/moe-train-bench
+  "$root/scripts/build-runtime.sh" "$rt"
+  rm -rf "$w" && mkdir -p "$w"
+  local data=(--data "$dir/data/Pkinase.sto" --data "$dir/data/fn3.sto" --data "$dir/data/globins45.fa")
+  echo "# Whole-model training on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%Y-%m-%d)"
+  local largest=""
+  for l in "${layers[@]}"; do
+    for s in "${shapes[@]}"; do
+      echo "## Qwen3-30B-A3B dims, $l layers, $s tokens"
+      for r in "${recipes[@]}"; do
+        local a="$dir/qwen-$l-$s-$r"
+        [ -d "$a" ] || { echo "moe-mlir --recipe $r: not prepared ($a)"; continue; }
+        cp -r "$a" "$w/"
+        if "$rt/bin/moert-train" "$w/$(basename "$a")"/train_step-sm_90a*.so "${data[@]}" \
+          --steps "${MOE_TRAIN_STEPS:-6}" --eval-every 0 --eval-batches 1 --checkpoint-every 0 \
+          --out "$w/$(basename "$a")" --progress none >"$w/$(basename "$a").log" 2>&1; then
+          python3 - "$w/$(basename "$a")" "moe-mlir --recipe $r" $(( ${s%x*} * ${s#*x} )) <<'PY'
+import json, statistics, sys
+ms = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+st = [m for m in ms if "loss" in m]
+st = st[1:] or st
+tps = statistics.median(m["tokens_per_s"] for m in st)
+tf = statistics.median(m["tflops"] for m in st)
+print(f"{sys.argv[2]:38s} {tps:12.0f} tokens/s {1e3 * int(sys.argv[3]) / tps:10.1f} ms/step "
+      f"{max(m['memory_mib'] for m in st):10.0f} MiB peak  MFU {tf / 989:.1%}  ({tf / tps * 1e12:.4g} FLOP/token)")
+PY
+          [ "$r" = bf16 ] && largest="$w/$(basename "$a")"
+        else
+          echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/$(basename "$a").log"
+        fi
+      done
+      python3 "$root/bench/train_peer.py" "$(config "$l")" "${s%x*}" "${s#*x}" "${MOE_TRAIN_STEPS:-6}" \
+        "${MOE_TRAIN_PEERS:-autocast-grouped,bf16-grouped}" 2>&1 | grep -v Warning || true
+    done
+  done
+  if [ -n "$largest" ]; then
+    echo "## the step by stage: $(basename "$largest")"
+    PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+      python3 "$root/bench/profile_train.py" "$largest"/train_step-sm_90a*.so 12 2>&1 | grep -v Warning
+  fi
+}
+
+bench_main
