@@ -181,6 +181,8 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   // parameters (outlining alone passes every value from above).
   pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
+  // Each layer's copy of a kernel compiled once.
+  pm.addPass(moe::createMoEGPUMergeKernels());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
   pm.addNestedPass<func::FuncOp>(moe::createMoEGPUElideHostSyncs());
 

@@ -226,6 +226,20 @@ def MoEGPUNameKernels : Pass<"moe-gpu-name-kernels", "func::FuncOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def MoEGPUMergeKernels : Pass<"moe-gpu-merge-kernels", "ModuleOp"> {
+  let summary = "Keep one kernel module of each set that differ only in name";
+  let description = [{
+    Runs after outlining. Kernel modules that print the same once their
+    own name and their functions' names are set aside (the same generic
+    kernel of each decoder layer, named for its layer) are merged into the
+    first of them: its launches point at that one and the others are
+    erased. The NVVM lowering, the PTX backend and ptxas then run once per
+    distinct kernel, so a model's compile time follows its distinct layer
+    shapes rather than its depth.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def MoEGPUElideHostSyncs : Pass<"moe-gpu-elide-host-syncs", "func::FuncOp"> {
   let summary = "Keep the stream running across calls of host-only functions";
   let description = [{

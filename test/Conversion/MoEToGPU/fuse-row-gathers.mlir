@@ -8,7 +8,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 25 kernel modules for sm_90a
+// VERIFY: ptxas accepted 16 kernel modules for sm_90a
 
 // CHECK-LABEL: func.func @dispatched(
 // CHECK-NOT: moe.gathered_rows

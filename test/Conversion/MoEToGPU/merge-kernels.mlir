@@ -1,0 +1,49 @@
+// Kernel modules that differ only in their names merge into the first;
+// their launches follow it. A module whose body differs stays.
+// RUN: moe-opt %s -moe-gpu-merge-kernels | FileCheck %s
+
+// CHECK-LABEL: gpu.module @step_layers_0_kernel
+// CHECK-NOT: gpu.module @step_layers_1_kernel
+// CHECK: gpu.module @step_layers_1_other_kernel
+// CHECK-NOT: gpu.module
+// CHECK-LABEL: func.func @step
+// CHECK: gpu.launch_func @step_layers_0_kernel::@step_layers_0_kernel
+// CHECK: gpu.launch_func @step_layers_0_kernel::@step_layers_0_kernel
+// CHECK: gpu.launch_func @step_layers_1_other_kernel::@step_layers_1_other_kernel
+module attributes {gpu.container_module} {
+  gpu.module @step_layers_0_kernel {
+    gpu.func @step_layers_0_kernel(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      %w = arith.addf %v, %v : f32
+      memref.store %w, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+  }
+  gpu.module @step_layers_1_kernel {
+    gpu.func @step_layers_1_kernel(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      %w = arith.addf %v, %v : f32
+      memref.store %w, %a[%i] : memref<16xf32>
+      gpu.return
+    } loc("model.layers.1")
+  }
+  gpu.module @step_layers_1_other_kernel {
+    gpu.func @step_layers_1_other_kernel(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      %w = arith.mulf %v, %v : f32
+      memref.store %w, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+  }
+  func.func @step(%a: memref<16xf32>) {
+    %c1 = arith.constant 1 : index
+    %c16 = arith.constant 16 : index
+    gpu.launch_func @step_layers_0_kernel::@step_layers_0_kernel blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    gpu.launch_func @step_layers_1_kernel::@step_layers_1_kernel blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    gpu.launch_func @step_layers_1_other_kernel::@step_layers_1_other_kernel blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    return
+  }
+}
