@@ -28,26 +28,32 @@ using namespace mlir;
 
 namespace {
 
-/// The printed form of `module` with its name and its functions' names
+/// The ops of `module` that define a symbol, in order.
+SmallVector<Operation *> symbolOps(gpu::GPUModuleOp module) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : module.getBody()->getOperations())
+    if (op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
+      ops.push_back(&op);
+  return ops;
+}
+
+/// The printed form of `module` with its name and its symbols' names
 /// replaced by fixed ones (restored before returning).
-std::string canonicalText(gpu::GPUModuleOp module) {
-  StringAttr moduleName = module.getSymNameAttr();
-  SmallVector<std::pair<Operation *, StringAttr>> renamed;
+std::string canonicalText(gpu::GPUModuleOp module,
+                          ArrayRef<Operation *> symbols) {
   MLIRContext *ctx = module.getContext();
-  unsigned i = 0;
-  for (Operation &op : module.getBody()->getOperations()) {
-    auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
-    if (!name)
-      continue;
-    renamed.push_back({&op, name});
-    SymbolTable::setSymbolName(&op, StringAttr::get(ctx, "s" + Twine(i++)));
+  StringAttr moduleName = module.getSymNameAttr();
+  SmallVector<StringAttr> names;
+  for (auto [i, op] : llvm::enumerate(symbols)) {
+    names.push_back(SymbolTable::getSymbolName(op));
+    SymbolTable::setSymbolName(op, StringAttr::get(ctx, "s" + Twine(i)));
   }
   module.setSymName("m");
   std::string text;
   llvm::raw_string_ostream os(text);
   module->print(os, OpPrintingFlags().useLocalScope());
   module.setSymName(moduleName);
-  for (auto [op, name] : renamed)
+  for (auto [op, name] : llvm::zip_equal(symbols, names))
     SymbolTable::setSymbolName(op, name);
   return text;
 }
@@ -56,57 +62,35 @@ struct MoEGPUMergeKernelsPass
     : moe::impl::MoEGPUMergeKernelsBase<MoEGPUMergeKernelsPass> {
   void runOnOperation() override {
     ModuleOp top = getOperation();
-    llvm::StringMap<gpu::GPUModuleOp> first;
-    // A merged module's name -> the one that stays.
-    DenseMap<StringAttr, gpu::GPUModuleOp> replacement;
+    // The first module of each text, with its symbols.
+    llvm::StringMap<std::pair<gpu::GPUModuleOp, SmallVector<Operation *>>>
+        first;
+    // A merged kernel's reference -> the same symbol, by position, in the
+    // module that stays (the texts match, so the positions do).
+    DenseMap<SymbolRefAttr, SymbolRefAttr> replacement;
     SmallVector<gpu::GPUModuleOp> merged;
     for (auto module : top.getOps<gpu::GPUModuleOp>()) {
-      auto [it, inserted] = first.try_emplace(canonicalText(module), module);
+      SmallVector<Operation *> symbols = symbolOps(module);
+      auto [it, inserted] =
+          first.try_emplace(canonicalText(module, symbols), module, symbols);
       if (inserted)
         continue;
-      replacement[module.getSymNameAttr()] = it->second;
+      auto &[kept, keptSymbols] = it->second;
+      for (auto [from, to] : llvm::zip_equal(symbols, keptSymbols))
+        replacement[SymbolRefAttr::get(
+            module.getSymNameAttr(),
+            {FlatSymbolRefAttr::get(SymbolTable::getSymbolName(from))})] =
+            SymbolRefAttr::get(
+                kept.getSymNameAttr(),
+                {FlatSymbolRefAttr::get(SymbolTable::getSymbolName(to))});
       merged.push_back(module);
     }
     if (merged.empty())
       return;
-    WalkResult result = top.walk([&](gpu::LaunchFuncOp launch) {
-      SymbolRefAttr kernel = launch.getKernel();
-      auto it = replacement.find(kernel.getRootReference());
-      if (it == replacement.end())
-        return WalkResult::advance();
-      // The same function, by position, in the module that stays.
-      auto from = SymbolTable::lookupNearestSymbolFrom<gpu::GPUModuleOp>(
-          top, kernel.getRootReference());
-      int index = -1, i = 0;
-      for (Operation &op : from.getBody()->getOperations()) {
-        auto name =
-            op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
-        if (!name)
-          continue;
-        if (name == kernel.getLeafReference())
-          index = i;
-        ++i;
-      }
-      Operation *target = nullptr;
-      i = 0;
-      for (Operation &op : it->second.getBody()->getOperations()) {
-        if (!op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
-          continue;
-        if (i++ == index)
-          target = &op;
-      }
-      if (!target) {
-        launch.emitOpError("-moe-gpu-merge-kernels: kernel ")
-            << kernel << " not found";
-        return WalkResult::interrupt();
-      }
-      launch.setKernelAttr(SymbolRefAttr::get(
-          it->second.getSymNameAttr(),
-          {FlatSymbolRefAttr::get(SymbolTable::getSymbolName(target))}));
-      return WalkResult::advance();
+    top.walk([&](gpu::LaunchFuncOp launch) {
+      if (SymbolRefAttr to = replacement.lookup(launch.getKernel()))
+        launch.setKernelAttr(to);
     });
-    if (result.wasInterrupted())
-      return signalPassFailure();
     for (gpu::GPUModuleOp module : merged)
       module.erase();
   }
