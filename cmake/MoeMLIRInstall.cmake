@@ -10,7 +10,7 @@ set_target_properties(moe-opt moe-compile moe-model moe-train moert-check moert-
   moert PROPERTIES INSTALL_RPATH "${MOE_INSTALL_RPATH}")
 
 set(MOE_LIBRARIES)
-foreach(lib MoEDialect MoEUtils MoETransforms MoEConversion MoEGPUConversion
+foreach(lib MoESupport MoEDialect MoEUtils MoETransforms MoEConversion MoEGPUConversion
             MoERuntimeConversion MoEPipelines MoEModels MoECompiler)
   if(TARGET ${lib})
     list(APPEND MOE_LIBRARIES ${lib})

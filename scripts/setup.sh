@@ -11,7 +11,7 @@ log=${MOE_SETUP_LOG:-/tmp/moe-mlir-setup.log}
 fail() { echo "setup: $1 failed; last lines of $log:" >&2; tail -n 30 "$log" >&2; exit 1; }
 
 packages=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools clang-22 lld-22 clang-format-22
-          ninja-build ccache cmake libopenmpi-dev openmpi-bin python3-venv
+          libclang-rt-22-dev ninja-build ccache cmake libopenmpi-dev openmpi-bin python3-venv
           hmmer-examples zlib1g-dev nlohmann-json3-dev python3-psutil)
 missing=()
 for p in "${packages[@]}"; do

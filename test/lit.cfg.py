@@ -10,6 +10,15 @@ config.suffixes = [".mlir", ".py", ".test"]
 # torch_results.py needs a GPU: scripts/gpu-check.sh runs it there.
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "pylib",
                    "consumer", "torch_results.py"]
+# The sanitized build (scripts/build.sh --sanitized): python3 cannot load
+# sanitized libraries, so the Python tests (and the C API and install tests,
+# whose libraries that build skips) run on the Release build only.
+if config.moe_sanitizer:
+    config.suffixes = [".mlir", ".test"]
+    config.excludes += ["python", "Install", "CAPI"]
+    # (User poisoning off: see scripts/fuzz.sh.)
+    config.environment["ASAN_OPTIONS"] = "detect_leaks=0:allow_user_poisoning=0:abort_on_error=1"
+    config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moe_obj_root, "test")
 
@@ -76,7 +85,8 @@ if mpirun and moert_has_mpi:
     config.substitutions.append(("%mpirun", mpirun_cmd))
     config.environment["MOE_MPIRUN"] = mpirun_cmd
 
-tools = ["moe-opt", "moe-compile", "moe-model", "moe-train", "moe-capi-test", "mlir-runner", "FileCheck", "not", "count",
+tools = ["moe-opt", "moe-compile", "moe-model", "moe-train", "moe-capi-test", "moe-ir-fuzzer",
+         "moe-reader-fuzzer", "mlir-runner", "FileCheck", "not", "count",
          "moert-allocator-test", "moert-gpu-info", "moert-seq-info", "moert-comm-test", "moert-ep-check",
          "moert-train-test", "moert-train"]
 llvm_config.add_tool_substitutions(tools, [config.moe_tools_dir, config.llvm_tools_dir])

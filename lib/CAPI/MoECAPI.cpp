@@ -3,6 +3,7 @@
 #include "moe-c/Compiler.h"
 #include "moe-c/Dialects.h"
 #include "moe-c/Models.h"
+#include "moe-c/Parse.h"
 #include "moe-c/Passes.h"
 
 #include "moe/Compiler/Compiler.h"
@@ -11,6 +12,7 @@
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Models/LanguageModel.h"
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Nesting.h"
 
 #include "mlir/CAPI/IR.h"
 #include "mlir/CAPI/Registration.h"
@@ -28,6 +30,13 @@ MLIR_DEFINE_CAPI_DIALECT_REGISTRATION(MoE, moe, mlir::moe::MoEDialect)
 
 void moeRegisterAllDialects(MlirDialectRegistry registry) {
   moe::registerCompilerDialects(*unwrap(registry));
+}
+
+MlirModule moeModuleCreateParse(MlirContext context, MlirStringRef text) {
+  llvm::MemoryBufferRef buffer(unwrap(text), "<string>");
+  if (failed(moe::verifyNestingDepth(buffer, unwrap(context))))
+    return MlirModule{nullptr};
+  return mlirModuleCreateParse(context, text);
 }
 
 void moeRegisterPasses(void) {

@@ -9,18 +9,22 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LLVMContext.h"
@@ -59,12 +63,140 @@ static std::string describe(Type type) {
   return s;
 }
 
+/// Which dynamic argument dimensions of each public function must agree:
+/// the program indexes them with one loop, or builds one tensor from both.
+/// Found on a copy lowered to linalg (every moe op becomes structured ops
+/// with indexing maps) by joining, per op, the dimensions it requires equal:
+/// a structured op's operand dimensions read by one loop, a destination's
+/// result and init, the operands and results of same-shape ops, a
+/// tensor.empty sized by tensor.dim, a tensor.cast's two sides. Static
+/// sizes join too, so a dynamic dimension tied to a static one is fixed.
+/// Returns, per function, `sizes` manifest lines; nothing when no public
+/// function takes a dynamic dimension (the usual case: no copy is made).
+static llvm::StringMap<SmallVector<std::string>>
+sizeConstraints(ModuleOp module) {
+  llvm::StringMap<SmallVector<std::string>> lines;
+  bool dynamic = llvm::any_of(module.getOps<func::FuncOp>(), [](auto f) {
+    return !f.isExternal() && !f.isPrivate() &&
+           llvm::any_of(f.getArgumentTypes(), [](Type t) {
+             auto r = dyn_cast<RankedTensorType>(t);
+             return r && !r.hasStaticShape();
+           });
+  });
+  if (!dynamic)
+    return lines;
+  OwningOpRef<ModuleOp> copy = cast<ModuleOp>(module->clone());
+  {
+    PassManager pm(module.getContext());
+    pm.addPass(moe::createConvertMoEToLinalg());
+    pm.addPass(createCanonicalizerPass());
+    // (A failure shows again, with its diagnostics, in the real lowering.)
+    ScopedDiagnosticHandler quiet(module.getContext(),
+                                  [](Diagnostic &) { return success(); });
+    if (failed(pm.run(*copy)))
+      return lines;
+  }
+  for (auto func : copy->getOps<func::FuncOp>()) {
+    if (func.isExternal() || func.isPrivate())
+      continue;
+    // Union-find over (value, dimension), loops ((op, -1 - loop)) and
+    // static sizes ((null, size)).
+    using Key = std::pair<const void *, int64_t>;
+    llvm::DenseMap<Key, unsigned> ids;
+    SmallVector<unsigned> parent;
+    auto id = [&](Key k) {
+      auto [it, inserted] = ids.try_emplace(k, parent.size());
+      if (inserted)
+        parent.push_back(parent.size());
+      return it->second;
+    };
+    auto find = [&](unsigned x) {
+      while (parent[x] != x)
+        x = parent[x] = parent[parent[x]];
+      return x;
+    };
+    auto join = [&](Key a, Key b) { parent[find(id(a))] = find(id(b)); };
+    auto dimKey = [](Value v, int64_t d) -> Key {
+      auto t = cast<ShapedType>(v.getType());
+      if (!t.isDynamicDim(d))
+        return {nullptr, t.getDimSize(d)};
+      return {v.getAsOpaquePointer(), d};
+    };
+    auto ranked = [](Value v) {
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      return t ? t.getRank() : int64_t(-1);
+    };
+    auto joinAll = [&](ValueRange a, ValueRange b) {
+      for (Value x : a)
+        for (Value y : b)
+          if (ranked(x) >= 0 && ranked(x) == ranked(y))
+            for (int64_t d = 0; d < ranked(x); ++d)
+              join(dimKey(x, d), dimKey(y, d));
+    };
+    func.walk([&](Operation *op) {
+      if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op)) {
+        for (OpOperand &o : op->getOpOperands()) {
+          if (ranked(o.get()) < 0)
+            continue;
+          AffineMap map = linalgOp.getMatchingIndexingMap(&o);
+          for (auto [d, e] : llvm::enumerate(map.getResults()))
+            if (auto loop = dyn_cast<AffineDimExpr>(e))
+              join(dimKey(o.get(), d), {op, -1 - int64_t(loop.getPosition())});
+        }
+      }
+      if (auto dps = dyn_cast<DestinationStyleOpInterface>(op))
+        for (OpResult r : op->getResults())
+          if (ranked(r) >= 0)
+            joinAll(r, dps.getTiedOpOperand(r)->get());
+      if (op->hasTrait<OpTrait::SameOperandsAndResultShape>() ||
+          op->hasTrait<OpTrait::SameOperandsAndResultType>() ||
+          isa<tensor::CastOp>(op)) {
+        SmallVector<Value> all(op->getOperands());
+        all.append(op->getResults().begin(), op->getResults().end());
+        joinAll(all, all);
+      }
+      if (auto empty = dyn_cast<tensor::EmptyOp>(op))
+        for (int64_t d = 0; d < empty.getType().getRank(); ++d)
+          if (empty.getType().isDynamicDim(d))
+            if (auto dim =
+                    empty.getDynamicSize(d).getDefiningOp<tensor::DimOp>())
+              if (std::optional<int64_t> c = dim.getConstantIndex())
+                if (ranked(dim.getSource()) > *c)
+                  join(dimKey(empty, d), dimKey(dim.getSource(), *c));
+    });
+    // The arguments' dynamic dimensions by class, with the class's static
+    // size when it has one.
+    llvm::MapVector<unsigned, SmallVector<std::string>> members;
+    llvm::DenseMap<unsigned, int64_t> fixed;
+    for (auto [k, i] : ids)
+      if (!k.first)
+        fixed.try_emplace(find(i), k.second);
+    for (BlockArgument arg : func.getArguments())
+      for (int64_t d = 0; d < ranked(arg); ++d)
+        if (cast<ShapedType>(arg.getType()).isDynamicDim(d))
+          members[find(id(dimKey(arg, d)))].push_back(
+              (Twine(arg.getArgNumber()) + ":" + Twine(d)).str());
+    for (auto &[root, dims] : members) {
+      auto size = fixed.find(root);
+      if (dims.size() < 2 && size == fixed.end())
+        continue;
+      std::string line = "sizes " + llvm::join(dims, " ");
+      if (size != fixed.end())
+        line += " = " + std::to_string(size->second);
+      lines[func.getSymName()].push_back(line);
+    }
+  }
+  return lines;
+}
+
 /// The public functions' signatures, one item per line:
 ///   function <name>
 ///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
 ///       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
 ///       [state <exp_avg|exp_avg_sq> <arg>] [updated]
 ///   result <dtype> <rank> <dims...> [gradient_of <arg>]
+///   sizes <arg>:<dim> <arg>:<dim>... [= <size>] (dynamic argument
+///   dimensions that must be one size; when fixed, that size)
 /// An `updated` argument is written in place by the function (a result
 /// with moe.updates, which is not a result of the compiled function).
 ///   meta <key> <value> (the string entries of moe.meta)
@@ -73,6 +205,7 @@ static std::string describe(Type type) {
 static std::string manifest(ModuleOp module, StringRef targetName) {
   std::string s;
   llvm::raw_string_ostream os(s);
+  llvm::StringMap<SmallVector<std::string>> sizes = sizeConstraints(module);
   os << "target " << targetName << "\n";
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal() || func.isPrivate())
@@ -120,6 +253,8 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
         os << " gradient_of " << of.getInt();
       os << "\n";
     }
+    for (const std::string &line : sizes.lookup(func.getSymName()))
+      os << line << "\n";
     if (auto meta = func->getAttrOfType<DictionaryAttr>("moe.meta"))
       for (NamedAttribute a : meta)
         if (auto v = dyn_cast<StringAttr>(a.getValue()))

@@ -54,8 +54,10 @@ class TensorSpec:
 
 
 def parse_manifest(text):
-    """The manifest's target and functions: name -> (args, results)."""
-    target, functions, current = None, {}, None
+    """The manifest's target, functions (name -> (args, results)) and the
+    dynamic argument dimensions each function needs equal (name -> [([(arg,
+    dim), ...], size or None)])."""
+    target, functions, sizes, current, name = None, {}, {}, None, None
     for line in text.splitlines():
         words = line.split()
         if not words:
@@ -63,7 +65,14 @@ def parse_manifest(text):
         if words[0] == "target":
             target = words[1]
         elif words[0] == "function":
-            current = functions.setdefault(words[1], ([], []))
+            name = words[1]
+            current = functions.setdefault(name, ([], []))
+        elif words[0] == "sizes" and current is not None:
+            dims, fixed = words[1:], None
+            if len(dims) >= 2 and dims[-2] == "=":
+                dims, fixed = dims[:-2], int(dims[-1])
+            sizes.setdefault(name, []).append(
+                ([tuple(int(x) for x in d.split(":")) for d in dims], fixed))
         elif words[0] in ("arg", "result") and current is not None:
             rank = int(words[2])
             spec = TensorSpec(words[1], [int(d) for d in words[3:3 + rank]])
@@ -78,7 +87,7 @@ def parse_manifest(text):
                 elif w == "updated":
                     spec.updated = True
             current[0 if words[0] == "arg" else 1].append(spec)
-    return target, functions
+    return target, functions, sizes
 
 
 _moert = None
@@ -216,7 +225,7 @@ class Artifact:
         except ValueError:
             raise MLIRError(f"{path} has no moe_manifest: not made by moe-compile") from None
         text = ctypes.cast(ctypes.addressof(first), ctypes.c_char_p).value.decode()
-        self.target, self.functions = parse_manifest(text)
+        self.target, self.functions, self._sizes = parse_manifest(text)
         self.gpu = self.target != "cpu"
 
     def __getattr__(self, name):
@@ -237,7 +246,7 @@ class Artifact:
         on_device = self.gpu and all(_is_torch(a) and a.is_cuda for a in arrays)
         rt = _gpu() if self.gpu else None
         stream = rt.mgpuStreamCreate() if self.gpu else None
-        keep, pointers, staged = [], [], []
+        keep, pointers, staged, shapes = [], [], [], []
         write_back = []  # (the caller's array, what the call wrote, device copy)
         try:
             for i, (a, spec) in enumerate(zip(arrays, args)):
@@ -274,6 +283,7 @@ class Artifact:
                 if len(shape) != len(spec.shape) or any(
                         d >= 0 and d != s for d, s in zip(spec.shape, shape)):
                     raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+                shapes.append(shape)
                 if spec.updated:
                     write_back.append((given, a, ptr if self.gpu and not on_device else None))
                 desc = _descriptor_type(len(shape))()
@@ -286,6 +296,15 @@ class Artifact:
                     stride *= shape[d]
                 keep += [a, desc]
                 pointers.append(ctypes.pointer(desc))
+            # Dynamic dimensions the program needs equal (or of a fixed
+            # size): unchecked, they would index outside the arrays.
+            for dims, fixed in self._sizes.get(name, []):
+                got = [shapes[a][d] for a, d in dims]
+                want = fixed if fixed is not None else got[0]
+                if any(g != want for g in got):
+                    told = ", ".join(f"argument #{a} dim {d} is {shapes[a][d]}" for a, d in dims)
+                    raise ValueError(f"{name}: these sizes must be "
+                                     f"{want if fixed is not None else 'equal'}: {told}")
             if self.gpu:
                 rt.mgpuStreamSynchronize(stream)
                 if on_device:

@@ -9,6 +9,7 @@
 #include "moe-c/Compiler.h"
 #include "moe-c/Dialects.h"
 #include "moe-c/Models.h"
+#include "moe-c/Parse.h"
 #include "moe-c/Passes.h"
 
 #include "mlir-c/Diagnostics.h"
@@ -95,7 +96,7 @@ struct Module {
 
   static std::unique_ptr<Module> parse(const std::string &text) {
     auto context = std::make_shared<Context>();
-    MlirModule m = mlirModuleCreateParse(context->ctx, ref(text));
+    MlirModule m = moeModuleCreateParse(context->ctx, ref(text));
     if (mlirModuleIsNull(m))
       context->raise("cannot parse the module");
     auto module = std::make_unique<Module>(context, m);

@@ -199,7 +199,8 @@ bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
   Json root;
   try {
     root = Json::parse(bytes.data() + 8, bytes.data() + 8 + length);
-  } catch (const Json::parse_error &e) {
+  } catch (const Json::exception &e) {
+    // (A syntax error, or a number out of range: 1e400, 3e333333.)
     return fail(std::string("corrupt header: ") + e.what());
   }
   if (!root.is_object())

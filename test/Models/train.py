@@ -223,6 +223,16 @@ for escape in (b"\\uZZZZ", b"\\u12ZZ"):
         f.write(blob)
     r = train(*short, "--out", bad, "--resume", expect=1)
     check(refused(r, "corrupt header"), f"a header with {escape.decode()}: 'corrupt header'")
+# A number out of range in the header (once an uncaught exception, found by
+# moe-reader-fuzzer).
+header = good[8:8 + n].replace(b'"__metadata__"', b'"big": 3e333333, "__metadata__"', 1)
+blob = len(header).to_bytes(8, "little") + header + good[8 + n:]
+shutil.rmtree(bad, ignore_errors=True)
+os.makedirs(bad)
+with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
+    f.write(blob)
+r = train(*short, "--out", bad, "--resume", expect=1)
+check(refused(r, "corrupt header"), "a header with a number out of range: 'corrupt header'")
 # NaN in a tensor (once loaded and trained on), and trailing bytes after
 # the header JSON within its length (refused as a corrupt header).
 header = json.loads(good[8:8 + n])

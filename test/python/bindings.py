@@ -138,6 +138,47 @@ with tempfile.TemporaryDirectory() as tmp:
     check(ok, f"a wrong shape is refused naming the argument ({msg})")
     ok, msg = expect_error(lambda: art.moe_layer(x.astype(np.float64), rw, w1, w2), "argument #0")
     check(ok, "a wrong dtype is refused")
+
+    # Dynamic dimensions the program needs equal (once unchecked: a call
+    # with inconsistent sizes read outside the arrays and could crash the
+    # interpreter), and one tied to a static size.
+    dyn = os.path.join(tmp, "dyn.so")
+    moe_mlir.Module.parse("""
+func.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %d0 = tensor.dim %a, %c0 : tensor<?x?xf32>
+  %d1 = tensor.dim %a, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%d0, %d1) : tensor<?x?xf32>
+  %r = linalg.add ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>)
+                  outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+func.func @rows(%x: tensor<?x64xf32>, %w: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %c0 = arith.constant 0 : index
+  %d0 = tensor.dim %x, %c0 : tensor<?x64xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty(%d0) : tensor<?x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x8xf32>) -> tensor<?x8xf32>
+  %r = linalg.matmul ins(%x, %w : tensor<?x64xf32>, tensor<?x8xf32>)
+                     outs(%f : tensor<?x8xf32>) -> tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}""").compile("cpu", dyn)
+    art_dyn = moe_mlir.load(dyn)
+    a = rng.standard_normal((5, 7)).astype(np.float32)
+    check(np.array_equal(art_dyn.add(a, 2 * a), 3 * a), "dynamic sizes that agree are computed")
+    ok, msg = expect_error(lambda: art_dyn.add(np.ones((400, 500), np.float32),
+                                               np.ones((1, 1), np.float32)),
+                           "must be equal", "argument #0 dim 0 is 400", "argument #1 dim 0 is 1")
+    check(ok, f"dynamic sizes that disagree are refused naming them ({msg})")
+    ok, msg = expect_error(lambda: art_dyn.add(a, a[:, :6].copy()), "argument #1 dim 1 is 6")
+    check(ok, "either dimension")
+    xr = rng.standard_normal((3, 64)).astype(np.float32)
+    wr = rng.standard_normal((64, 8)).astype(np.float32)
+    check(np.allclose(art_dyn.rows(xr, wr), xr @ wr, atol=1e-5), "a dynamic dimension tied to 64")
+    ok, msg = expect_error(lambda: art_dyn.rows(xr, wr[:60].copy()), "must be 64",
+                           "argument #1 dim 0 is 60")
+    check(ok, f"a dynamic dimension tied to a static size is checked ({msg})")
     ok, msg = expect_error(lambda: art.moe_layer(x), "takes 4 arrays")
     check(ok, "a wrong argument count is refused")
 

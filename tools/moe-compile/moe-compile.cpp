@@ -13,6 +13,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Nesting.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -118,6 +119,11 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  if (failed(moe::verifyNestingDepth(
+          sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
+              ->getMemBufferRef(),
+          &context)))
+    return 1;
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return 1;

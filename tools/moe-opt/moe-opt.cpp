@@ -10,13 +10,17 @@
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
+#include "moe/Support/Nesting.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
@@ -31,8 +35,43 @@ int main(int argc, char **argv) {
   mlir::registerAllToLLVMIRTranslations(registry);
   registry.insert<mlir::moe::MoEDialect>();
 
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
+  auto [inputFile, outputFile] = mlir::registerAndParseCLIOptions(
       argc, argv,
       "moe-mlir optimizer: the moe dialect, its passes and pipelines\n",
-      registry));
+      registry);
+  mlir::MlirOptMainConfig config =
+      mlir::MlirOptMainConfig::createFromCLOptions();
+  std::unique_ptr<llvm::MemoryBuffer> input;
+  std::string error;
+  if (config.shouldShowDialects() || config.shouldListPasses()) {
+    input = llvm::MemoryBuffer::getMemBuffer(""); // (nothing is read)
+  } else {
+    input = mlir::openInputFile(inputFile, &error);
+    if (!input) {
+      llvm::errs() << "moe-opt: " << error << "\n";
+      return EXIT_FAILURE;
+    }
+    // Input the parser cannot take (it would overflow the stack) is refused
+    // first, with where it is.
+    llvm::SourceMgr sources;
+    sources.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBuffer(input->getMemBufferRef(),
+                                         /*RequiresNullTerminator=*/false),
+        llvm::SMLoc());
+    mlir::MLIRContext context;
+    mlir::SourceMgrDiagnosticHandler handler(sources, &context);
+    if (mlir::failed(
+            mlir::moe::verifyNestingDepth(input->getMemBufferRef(), &context)))
+      return EXIT_FAILURE;
+  }
+  auto output = mlir::openOutputFile(outputFile, &error);
+  if (!output) {
+    llvm::errs() << "moe-opt: " << error << "\n";
+    return EXIT_FAILURE;
+  }
+  if (mlir::failed(
+          mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
+    return EXIT_FAILURE;
+  output->keep();
+  return EXIT_SUCCESS;
 }

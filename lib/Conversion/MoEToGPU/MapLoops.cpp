@@ -151,6 +151,11 @@ bool isDistinctBuffer(Value root) {
 /// stores and ops free of memory effects, where nothing stored can be
 /// loaded: every stored buffer is an allocation, every loaded one a
 /// distinct buffer (isDistinctBuffer), and no load reads a stored one.
+/// (Updates in place, loading only the element they store, would be safe
+/// too, but measured slower: the AdamW update of 400M parameters took 3.95
+/// ms interleaved against 3.07 ms, at 86% of the copy rate, one iteration
+/// at a time; the extra registers cost more occupancy than the loads in
+/// flight gain.)
 bool canInterleave(Block *body) {
   SmallVector<Value> loaded, stored;
   for (Operation &op : body->without_terminator()) {
