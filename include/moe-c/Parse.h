@@ -1,7 +1,7 @@
 /*===- moe-c/Parse.h - parse moe programs from C ------------------*- C -*-===*\
 |*                                                                            *|
-|* Parsing that refuses, with a diagnostic, text the MLIR parser cannot take: *|
-|* brackets nested thousands deep overflow its recursive descent.             *|
+|* Parsing that refuses, with a diagnostic, text the MLIR parser crashes on:  *|
+|* brackets nested thousands deep, a malformed linalg permutation/dimensions. *|
 \*===----------------------------------------------------------------------===*/
 #ifndef MOE_C_PARSE_H
 #define MOE_C_PARSE_H
@@ -12,10 +12,10 @@
 extern "C" {
 #endif
 
-/// mlirModuleCreateParse after checking the nesting of `text`: a null module
-/// and an error diagnostic on `context` (with the line and column) when its
-/// brackets nest deeper than moe-opt and moe-compile accept, or when it does
-/// not parse.
+/// mlirModuleCreateParse after the checks moe-opt and moe-compile make
+/// (moe/Support/SourceChecks.h): a null module and an error diagnostic on
+/// `context` (with the line and column) when `text` would crash the parser,
+/// or when it does not parse.
 MLIR_CAPI_EXPORTED MlirModule moeModuleCreateParse(MlirContext context,
                                                    MlirStringRef text);
 

@@ -12,7 +12,7 @@
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Models/LanguageModel.h"
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Support/Nesting.h"
+#include "moe/Support/SourceChecks.h"
 
 #include "mlir/CAPI/IR.h"
 #include "mlir/CAPI/Registration.h"
@@ -34,7 +34,7 @@ void moeRegisterAllDialects(MlirDialectRegistry registry) {
 
 MlirModule moeModuleCreateParse(MlirContext context, MlirStringRef text) {
   llvm::MemoryBufferRef buffer(unwrap(text), "<string>");
-  if (failed(moe::verifyNestingDepth(buffer, unwrap(context))))
+  if (failed(moe::verifyParsable(buffer, unwrap(context))))
     return MlirModule{nullptr};
   return mlirModuleCreateParse(context, text);
 }

@@ -2,7 +2,7 @@
 //
 // libFuzzer target over moe-mlir's compiler. An input is one byte choosing a
 // pass pipeline (its value modulo the number of pipelines below), then MLIR
-// text. The text is checked for nesting as the tools check it, parsed,
+// text. The text is checked as the tools check it (SourceChecks.h), parsed,
 // verified, printed and parsed again, then the chosen pipeline runs with the
 // verifier after every pass. Diagnostics are expected (most mutated inputs
 // are invalid); a crash, a sanitizer report or a module that prints text
@@ -14,7 +14,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Support/Nesting.h"
+#include "moe/Support/SourceChecks.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -129,14 +129,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0)
     return 0;
   const std::string &pipeline = anchoredPipelines()[data[0] % kNumPipelines];
-  StringRef text(reinterpret_cast<const char *>(data) + 1, size - 1);
+  // (A copy: MLIR's lexer reads up to the NUL the buffers it is given
+  // end with, and libFuzzer's data has none.)
+  const std::string text(reinterpret_cast<const char *>(data) + 1, size - 1);
 
   MLIRContext context(registry(), MLIRContext::Threading::DISABLED);
   // Mutated inputs are mostly invalid: their diagnostics are dropped.
   ScopedDiagnosticHandler quiet(&context,
                                 [](Diagnostic &) { return success(); });
   llvm::MemoryBufferRef buffer(text, "input");
-  if (failed(moe::verifyNestingDepth(buffer, &context)))
+  if (failed(moe::verifyParsable(buffer, &context)))
     return 0;
   ParserConfig config(&context);
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, config);

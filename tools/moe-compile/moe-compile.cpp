@@ -13,7 +13,7 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Support/Nesting.h"
+#include "moe/Support/SourceChecks.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-  if (failed(moe::verifyNestingDepth(
+  if (failed(moe::verifyParsable(
           sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
               ->getMemBufferRef(),
           &context)))

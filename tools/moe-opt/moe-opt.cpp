@@ -10,7 +10,7 @@
 #include "moe/Dialect/MoE/IR/MoEDialect.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Pipelines/Pipelines.h"
-#include "moe/Support/Nesting.h"
+#include "moe/Support/SourceChecks.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -51,8 +51,8 @@ int main(int argc, char **argv) {
       llvm::errs() << "moe-opt: " << error << "\n";
       return EXIT_FAILURE;
     }
-    // Input the parser cannot take (it would overflow the stack) is refused
-    // first, with where it is.
+    // Input the parser would crash on (too deep, a malformed linalg array) is
+    // refused first, with where it is.
     llvm::SourceMgr sources;
     sources.AddNewSourceBuffer(
         llvm::MemoryBuffer::getMemBuffer(input->getMemBufferRef(),
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     mlir::MLIRContext context;
     mlir::SourceMgrDiagnosticHandler handler(sources, &context);
     if (mlir::failed(
-            mlir::moe::verifyNestingDepth(input->getMemBufferRef(), &context)))
+            mlir::moe::verifyParsable(input->getMemBufferRef(), &context)))
       return EXIT_FAILURE;
   }
   auto output = mlir::openOutputFile(outputFile, &error);
