@@ -211,28 +211,20 @@ for name, blob, message in (("truncated", good[: len(good) // 2], "truncated"),
     with open(os.path.join(bad, "checkpoint.safetensors"), "rb") as f:
         kept = f.read() == blob
     check(refused(r, message) and kept, f"a {name} checkpoint: '{message}', left as it was")
-# A header string with a bad \\u escape (once an uncaught exception that
-# aborted the trainer), whole or partial.
+# A header string with a bad \\u escape, whole or partial, and a number out
+# of range (each once an uncaught exception that aborted the trainer; the
+# number found by moe-reader-fuzzer).
 n = int.from_bytes(good[:8], "little")
-for escape in (b"\\uZZZZ", b"\\u12ZZ"):
-    header = good[8:8 + n].replace(b'"__metadata__"', b'"__metadata' + escape + b'"', 1)
+for what, key in (("\\uZZZZ", b'"__metadata\\uZZZZ"'), ("\\u12ZZ", b'"__metadata\\u12ZZ"'),
+                  ("a number out of range", b'"big": 3e333333, "__metadata__"')):
+    header = good[8:8 + n].replace(b'"__metadata__"', key, 1)
     blob = len(header).to_bytes(8, "little") + header + good[8 + n:]
     shutil.rmtree(bad, ignore_errors=True)
     os.makedirs(bad)
     with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
         f.write(blob)
     r = train(*short, "--out", bad, "--resume", expect=1)
-    check(refused(r, "corrupt header"), f"a header with {escape.decode()}: 'corrupt header'")
-# A number out of range in the header (once an uncaught exception, found by
-# moe-reader-fuzzer).
-header = good[8:8 + n].replace(b'"__metadata__"', b'"big": 3e333333, "__metadata__"', 1)
-blob = len(header).to_bytes(8, "little") + header + good[8 + n:]
-shutil.rmtree(bad, ignore_errors=True)
-os.makedirs(bad)
-with open(os.path.join(bad, "checkpoint.safetensors"), "wb") as f:
-    f.write(blob)
-r = train(*short, "--out", bad, "--resume", expect=1)
-check(refused(r, "corrupt header"), "a header with a number out of range: 'corrupt header'")
+    check(refused(r, "corrupt header"), f"a header with {what}: 'corrupt header'")
 # NaN in a tensor (once loaded and trained on), and trailing bytes after
 # the header JSON within its length (refused as a corrupt header).
 header = json.loads(good[8:8 + n])
