@@ -183,7 +183,11 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
     thread has several iterations and its loop body is loads, arithmetic
     and stores into an allocation it does not load from (copies, gathers,
     elementwise ops), it runs 4 iterations at a time, their loads before
-    their stores: 4 loads in flight a thread instead of one.
+    their stores: 4 loads in flight a thread instead of one. A reduction
+    loop's accumulator (the output element it loads and stores every
+    term) stays in a register across the loop, loaded before it and stored
+    after it, where nothing else in the loop touches that buffer: the
+    terms' loads then no longer wait on the stores before them.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",

@@ -16,12 +16,15 @@
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Transforms/CSE.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 #include "llvm/ADT/SmallBitVector.h"
 
 namespace mlir::moe {
@@ -173,6 +176,110 @@ bool canInterleave(Block *body) {
   return llvm::all_of(stored, [&](Value s) {
     return s.getDefiningOp<memref::AllocOp>() && !llvm::is_contained(loaded, s);
   });
+}
+
+/// Keeps a reduction loop's accumulator in a register:
+///
+///   scf.for ... { %a = memref.load %out[%i]; ...; memref.store %v, %out[%i] }
+///
+/// (what a bufferized linalg reduction lowers to, %i invariant in the loop)
+/// becomes a load before the loop, %v carried as an iteration argument, and
+/// one store after it. Otherwise every term's store may alias the next
+/// terms' loads: a thread has one load in flight, and a sum of squares over
+/// a large gradient runs at a third of the memory bandwidth. Only where
+/// nothing else in the loop touches %out's buffer and every buffer the loop
+/// reads or writes is a distinct one (isDistinctBuffer): the same loads and
+/// stores of the same values happen in the same order, so results are
+/// unchanged bit for bit.
+void promoteAccumulator(RewriterBase &rewriter, scf::ForOp loop) {
+  // Memory accesses in the loop (nested ones included); anything else with
+  // memory effects leaves the loop as it is.
+  SmallVector<Operation *> accesses;
+  WalkResult walk = loop.getBody()->walk([&](Operation *op) {
+    if (isa<memref::LoadOp, memref::StoreOp>(op)) {
+      accesses.push_back(op);
+      return WalkResult::advance();
+    }
+    if (op->getNumRegions() != 0 || isMemoryEffectFree(op))
+      return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  if (walk.wasInterrupted())
+    return;
+  auto memrefOf = [](Operation *op) {
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      return load.getMemRef();
+    return cast<memref::StoreOp>(op).getMemRef();
+  };
+  if (!llvm::all_of(accesses, [&](Operation *op) {
+        return isDistinctBuffer(rootOf(memrefOf(op)));
+      }))
+    return;
+  for (Operation &op : *loop.getBody()) {
+    auto store = dyn_cast<memref::StoreOp>(&op);
+    if (!store ||
+        !llvm::all_of(
+            store.getIndices(),
+            [&](Value i) { return loop.isDefinedOutsideOfLoop(i); }) ||
+        !loop.isDefinedOutsideOfLoop(store.getMemRef()))
+      continue;
+    Value root = rootOf(store.getMemRef());
+    memref::LoadOp load;
+    bool other = false;
+    for (Operation *access : accesses) {
+      if (access == store || rootOf(memrefOf(access)) != root)
+        continue;
+      auto l = dyn_cast<memref::LoadOp>(access);
+      if (!load && l && l->getBlock() == loop.getBody() &&
+          l.getMemRef() == store.getMemRef() &&
+          l.getIndices() == store.getIndices() && l->isBeforeInBlock(store))
+        load = l;
+      else
+        other = true;
+    }
+    if (!load || other)
+      continue;
+    rewriter.setInsertionPoint(loop);
+    Value init = memref::LoadOp::create(rewriter, load.getLoc(),
+                                        store.getMemRef(), store.getIndices());
+    Value stored = store.getValueToStore();
+    FailureOr<LoopLikeOpInterface> grown = loop.replaceWithAdditionalYields(
+        rewriter, init, /*replaceInitOperandUsesInLoop=*/false,
+        [&](OpBuilder &, Location, ArrayRef<BlockArgument>) {
+          return SmallVector<Value>{stored};
+        });
+    if (failed(grown))
+      return;
+    auto newLoop = cast<scf::ForOp>(grown->getOperation());
+    rewriter.replaceAllUsesWith(load.getResult(),
+                                newLoop.getRegionIterArgs().back());
+    rewriter.setInsertionPointAfter(newLoop);
+    memref::StoreOp::create(rewriter, store.getLoc(),
+                            newLoop.getResults().back(), store.getMemRef(),
+                            store.getIndices());
+    rewriter.eraseOp(store);
+    rewriter.eraseOp(load);
+    return;
+  }
+}
+
+/// promoteAccumulator on every loop inside a kernel-to-be (a parallel loop
+/// or a launch), innermost first, after common index computations are
+/// merged and loop-invariant ones hoisted (so a load and a store of one
+/// element use the same index values, defined outside the loop).
+void promoteAccumulators(RewriterBase &rewriter, func::FuncOp func) {
+  DominanceInfo dominance(func);
+  eliminateCommonSubExpressions(rewriter, dominance, func);
+  SmallVector<scf::ForOp> loops;
+  func.walk([&](scf::ForOp loop) { // (post-order: inner loops first)
+    if (loop->getParentOfType<scf::ParallelOp>() ||
+        loop->getParentOfType<gpu::LaunchOp>())
+      loops.push_back(loop);
+  });
+  for (scf::ForOp loop : loops) {
+    moveLoopInvariantCode(cast<LoopLikeOpInterface>(loop.getOperation()));
+    promoteAccumulator(rewriter, loop);
+  }
 }
 
 /// Runs `unroll` consecutive iterations of a thread's strided loop
@@ -357,6 +464,9 @@ struct MoEGPUMapLoopsPass : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
       if (failed(applyPatternsGreedily(func, std::move(fold))))
         return signalPassFailure();
     }
+
+    // Reduction loops keep their accumulators in registers.
+    promoteAccumulators(rewriter, func);
 
     // Flatten every outermost parallel loop nest to one dimension and tile
     // it by the block size: tiles become blocks, the points of a tile the

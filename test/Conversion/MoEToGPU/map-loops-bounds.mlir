@@ -110,3 +110,45 @@ func.func @through_transpose(%x: memref<32x32xf32>) -> memref<32x32xf32> {
   }
   return %out : memref<32x32xf32>
 }
+
+// -----
+
+// Row sums: each thread's sum stays in a register through its reduction
+// loop (one load of the output before it, one store after it). Where the
+// loop also reads the output elsewhere (its element 0, here), the loads and
+// stores stay in the loop.
+// RUN: moe-opt %s --split-input-file --verify-diagnostics --moe-gpu-map-loops="block-size=32" | FileCheck %s --check-prefix=ACC
+// ACC-LABEL: func.func @row_sums
+// ACC: %[[INIT:.*]] = memref.load %arg1[
+// ACC: %[[S:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (f32)
+// ACC-NOT: memref.store
+// ACC: scf.yield
+// ACC: memref.store %[[S]], %arg1[
+// ACC-LABEL: func.func @row_sums_reading_out
+// ACC: scf.for
+// ACC-NOT: iter_args
+// ACC: memref.store
+// ACC: return
+func.func @row_sums(%x: memref<64x256xf32>, %out: memref<64xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<64x256xf32>) outs(%out : memref<64xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %v = arith.addf %o, %a : f32
+    linalg.yield %v : f32
+  }
+  return
+}
+func.func @row_sums_reading_out(%x: memref<64x256xf32>, %out: memref<64xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<64x256xf32>) outs(%out : memref<64xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %c0 = arith.constant 0 : index
+    %first = memref.load %out[%c0] : memref<64xf32>
+    %t = arith.addf %a, %first : f32
+    %v = arith.addf %o, %t : f32
+    linalg.yield %v : f32
+  }
+  return
+}

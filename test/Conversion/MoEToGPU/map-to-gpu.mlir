@@ -60,9 +60,18 @@ func.func @returned_constant() -> tensor<2x4xf32> {
 }
 
 // A reduction to one scalar has no parallel dimension: it runs as a kernel
-// of one thread instead of on the host.
+// of one thread instead of on the host, its sum in a register (loaded
+// before the loop, stored once after it).
 // CHECK-LABEL: func.func @total
-// CHECK: gpu.launch_func @total_kernel_{{[0-9]+}}::@total_kernel blocks in (%[[ONE:.*]], %[[ONE]], %[[ONE]]) threads in (%[[ONE]], %[[ONE]], %[[ONE]]) args(%arg0 : memref<64xf32>
+// CHECK: gpu.launch_func @total_kernel_{{[0-9]+}}::@total_kernel blocks in (%[[ONE:.*]], %[[ONE]], %[[ONE]]) threads in (%[[ONE]], %[[ONE]], %[[ONE]]) args(%{{.*}}, %arg0 : memref<64xf32>
+// CHECK: gpu.func @total_kernel(%[[OUT:.*]]: memref<f32>, %[[X:.*]]: memref<64xf32>
+// CHECK: %[[INIT:.*]] = memref.load %[[OUT]][]
+// CHECK: %[[SUM:.*]] = scf.for {{.*}} iter_args(%[[ACC:.*]] = %[[INIT]]) -> (f32)
+// CHECK: %[[T:.*]] = memref.load %[[X]]
+// CHECK: %[[NEXT:.*]] = arith.addf %[[T]], %[[ACC]]
+// CHECK-NOT: memref.store
+// CHECK: scf.yield %[[NEXT]]
+// CHECK: memref.store %[[SUM]], %[[OUT]][]
 func.func @total(%x: tensor<64xf32>) -> tensor<f32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<f32>
