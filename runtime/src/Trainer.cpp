@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +63,10 @@ std::string trainOptionsHelp() {
          "this run\n"
          "  --seed N               initialization and data order (default 0)\n"
          "  --progress MODE        auto (a bar on a terminal), bar, lines or "
-         "none\n";
+         "none\n"
+         "SIGINT or SIGTERM: the step under way finishes, a checkpoint is "
+         "written,\n"
+         "and the run exits with 130 or 143 (--resume continues it).\n";
 }
 
 bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
@@ -437,6 +441,37 @@ bool loadData(const TrainOptions &o, int64_t seq, int64_t vocab, Batches &data,
   return true;
 }
 
+/// SIGINT or SIGTERM while training: the step under way finishes, a
+/// checkpoint is written, and train() returns 128 + the signal (130, 143),
+/// as a shell reports a process those signals ended.
+volatile std::sig_atomic_t stopSignal = 0;
+extern "C" void onStopSignal(int signal) { stopSignal = signal; }
+
+/// The handlers of SIGINT and SIGTERM for the training loop; the previous
+/// ones come back when it ends.
+struct StopSignals {
+  struct sigaction oldInt{}, oldTerm{};
+  StopSignals() {
+    stopSignal = 0;
+    struct sigaction action{};
+    action.sa_handler = onStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &oldInt);
+    sigaction(SIGTERM, &action, &oldTerm);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &oldInt, nullptr);
+    sigaction(SIGTERM, &oldTerm, nullptr);
+  }
+};
+
+/// Seconds since the Unix epoch, for the metrics' "time".
+double unixTime() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  const char *tool) {
   Loop t{o, tool};
@@ -748,6 +783,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  "%s: the checkpoint is at step %lld, which reaches --steps "
                  "%lld: nothing to train (raise --steps to continue)\n",
                  tool, (long long)t.step, (long long)o.steps);
+  StopSignals signals;
   while (t.step < o.steps) {
     auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < t.batch; ++i) {
@@ -778,9 +814,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::fprintf(metrics,
                  "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, "
                  "\"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                 "\"tflops\": %.4f, \"memory_mib\": %.1f}\n",
+                 "\"tflops\": %.4f, \"memory_mib\": %.1f, \"time\": %.3f}\n",
                  (long long)t.step, loss, lr, norm, tokensPerS,
-                 flops / seconds / 1e12, t.memory.peakMiB());
+                 flops / seconds / 1e12, t.memory.peakMiB(), unixTime());
     bool evalNow =
         (o.evalEvery > 0 && t.step % o.evalEvery == 0) || t.step == o.steps;
     if (evalNow) {
@@ -788,11 +824,14 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       evalCurve.push_back({t.step, lastEval});
       std::fprintf(metrics,
                    "{\"step\": %lld, \"held_out_loss\": %.6f, "
-                   "\"unigram_loss\": %.6f}\n",
-                   (long long)t.step, lastEval, unigram);
+                   "\"unigram_loss\": %.6f, \"time\": %.3f}\n",
+                   (long long)t.step, lastEval, unigram, unixTime());
     }
     std::fflush(metrics);
-    bool stop = o.stopAfterSteps > 0 && t.step - firstStep >= o.stopAfterSteps;
+    int signal = stopSignal;
+    bool stop =
+        (o.stopAfterSteps > 0 && t.step - firstStep >= o.stopAfterSteps) ||
+        signal != 0;
     if ((o.checkpointEvery > 0 && t.step % o.checkpointEvery == 0) ||
         t.step == o.steps || stop) {
       save();
@@ -819,6 +858,15 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       break;
   }
   closeMetrics.reset();
+  if (int signal = stopSignal) {
+    std::fprintf(stderr, "%s: %s: stopped after step %lld; wrote %s\n", tool,
+                 signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
+                 checkpoint.c_str());
+    t.releaseState();
+    if (t.memory.gpu)
+      mgpuStreamDestroy(t.memory.stream);
+    return 128 + signal;
+  }
   if (t.step == o.steps && std::isfinite(lastEval))
     std::fprintf(stderr,
                  "%s: held-out loss %.4f vs unigram %.4f; wrote %s, %s, "

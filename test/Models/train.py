@@ -163,6 +163,40 @@ check(survived == 3, "after 3 kills during per-step checkpointing the checkpoint
 r = train(*common, "--steps", "400", "--out", k, "--resume", "--stop-after-steps", "1")
 check(r.returncode == 0, "and resumes")
 
+# --- SIGTERM and SIGINT: the step under way finishes, a checkpoint is
+# written, exit 143 / 130; --resume then gives the uninterrupted run's
+# losses and checkpoint (run b) ---
+for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+    g = os.path.join(out, f"signal{code}")
+    p = subprocess.Popen([tool, "--config", config, *data, "--progress", "none", *short,
+                          "--checkpoint-every", "0", "--out", g],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    mpath = os.path.join(g, "metrics.jsonl")
+    while time.time() < deadline and p.poll() is None:  # until it is training
+        if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
+            break
+        time.sleep(0.005)
+    p.send_signal(sig)
+    err = p.communicate(timeout=300)[1]
+    stopped = [m["step"] for m in metrics(g) if "loss" in m]
+    with open(os.path.join(g, "checkpoint.safetensors"), "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    at = int(json.loads(blob[8:8 + n])["__metadata__"]["step"])
+    check(p.returncode == code and 0 < at < 24 and at == stopped[-1] and
+          f"{sig.name}: stopped after step {at}" in err,
+          f"{sig.name} at step {at}: exit {p.returncode}, a checkpoint of that step")
+    r = train(*short, "--out", g, "--resume")
+    with open(os.path.join(b, "checkpoint.safetensors"), "rb") as f1, \
+            open(os.path.join(g, "checkpoint.safetensors"), "rb") as f2:
+        same = f1.read() == f2.read()
+    check(r.returncode == 0 and losses(g) == losses(b) and same,
+          f"and --resume gives the uninterrupted run's 24 losses and checkpoint")
+t0 = metrics(b)[0]["time"]
+check(all(abs(m["time"] - t0) < 3600 and m["time"] > 1.7e9 for m in metrics(b)),
+      "every metrics line has its time (seconds since the Unix epoch)")
+
 # --- bad input ---
 ckpt = os.path.join(b, "checkpoint.safetensors")
 with open(ckpt, "rb") as f:

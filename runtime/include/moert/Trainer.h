@@ -54,7 +54,9 @@ bool checkTrainData(const TrainOptions &options, int64_t seq, int64_t vocab,
 
 /// Trains with the artifact at `artifact`; messages start with `tool`.
 /// Returns the process exit code (0 on success, else that of the error,
-/// reported on stderr); never exits.
+/// reported on stderr); never exits. While it trains, SIGINT and SIGTERM
+/// stop the run after the step under way, with a checkpoint: it returns
+/// 130 or 143 (128 + the signal). Their previous handlers are restored.
 int train(const TrainOptions &options, const std::string &artifact,
           const char *tool);
 
