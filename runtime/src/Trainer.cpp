@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <iterator>
 #include <limits>
@@ -59,6 +60,11 @@ std::string trainOptionsHelp() {
          "0 = all)\n"
          "  --checkpoint-every N   checkpoint every N steps (default 100; "
          "always at the end)\n"
+         "  --keep-checkpoints N   keep the last N checkpoints as "
+         "checkpoint-<step>.safetensors\n"
+         "                         beside checkpoint.safetensors, the latest "
+         "(default 1:\n"
+         "                         the latest only)\n"
          "  --stop-after-steps N   stop (with a checkpoint) after N steps of "
          "this run\n"
          "  --seed N               initialization and data order (default 0)\n"
@@ -147,6 +153,9 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
         return false;
     } else if (name == "--checkpoint-every") {
       if (!next() || !integer(name, value, o.checkpointEvery, 0))
+        return false;
+    } else if (name == "--keep-checkpoints") {
+      if (!next() || !integer(name, value, o.keepCheckpoints, 1))
         return false;
     } else if (name == "--stop-after-steps") {
       if (!next() || !integer(name, value, o.stopAfterSteps, 0))
@@ -439,6 +448,37 @@ bool loadData(const TrainOptions &o, int64_t seq, int64_t vocab, Batches &data,
     return false;
   }
   return true;
+}
+
+/// checkpoint-<step, 8 digits>.safetensors in `path`'s directory: a second
+/// name of the checkpoint just written (a hard link: no copy; the next
+/// write renames a new file over `path`, and this name keeps the old one),
+/// and the oldest of those names removed beyond `keep`. Throws Stop on a
+/// failure.
+void keepCheckpoint(const std::string &path, int64_t step, int64_t keep) {
+  std::string dir = path.substr(0, path.rfind('/'));
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint-%08lld.safetensors",
+                (long long)step);
+  std::string numbered = dir + "/" + name;
+  ::unlink(numbered.c_str()); // (the same step written again)
+  if (::link(path.c_str(), numbered.c_str()) != 0)
+    throw Stop{"cannot keep " + numbered + ": " + std::strerror(errno)};
+  std::vector<std::string> kept;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d)) {
+      long long s;
+      char tail[32];
+      if (std::sscanf(e->d_name, "checkpoint-%lld.%31s", &s, tail) == 2 &&
+          std::string(tail) == "safetensors" &&
+          std::strlen(e->d_name) == std::strlen(name))
+        kept.push_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(kept.begin(), kept.end()); // zero-padded: by step
+  for (size_t i = 0; i + size_t(keep) < kept.size(); ++i)
+    ::unlink((dir + "/" + kept[i]).c_str());
 }
 
 /// SIGINT or SIGTERM while training: the step under way finishes, a
@@ -758,6 +798,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::string error;
     if (!writeSafetensors(checkpoint, tensors, m, error))
       t.die(error);
+    if (o.keepCheckpoints > 1)
+      keepCheckpoint(checkpoint, t.step, o.keepCheckpoints);
   };
   auto plot = [&]() {
     std::string error;

@@ -193,6 +193,24 @@ for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
         same = f1.read() == f2.read()
     check(r.returncode == 0 and losses(g) == losses(b) and same,
           f"and --resume gives the uninterrupted run's 24 losses and checkpoint")
+# --keep-checkpoints 3: the last three checkpoints under their step, the
+# latest also as checkpoint.safetensors (hard links: no copies).
+kdir = os.path.join(out, "keep")
+r = train(*short, "--out", kdir, "--keep-checkpoints", "3")
+names = sorted(f for f in os.listdir(kdir) if f.startswith("checkpoint"))
+steps_of = {}
+for f in names:
+    with open(os.path.join(kdir, f), "rb") as fh:
+        blob = fh.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    steps_of[f] = int(json.loads(blob[8:8 + n])["__metadata__"]["step"])
+check(r.returncode == 0 and names == ["checkpoint-00000012.safetensors", "checkpoint-00000018.safetensors",
+                                      "checkpoint-00000024.safetensors", "checkpoint.safetensors"]
+      and steps_of["checkpoint-00000018.safetensors"] == 18 and steps_of["checkpoint.safetensors"] == 24
+      and os.path.samefile(os.path.join(kdir, names[2]), os.path.join(kdir, names[3])),
+      f"--keep-checkpoints 3 keeps steps 12, 18, 24 ({names})")
+r = train(*short, "--out", os.path.join(out, "keep0"), "--keep-checkpoints", "0", expect=1)
+check(r.returncode == 1 and "--keep-checkpoints" in r.stderr, "--keep-checkpoints 0 is refused")
 t0 = metrics(b)[0]["time"]
 check(all(abs(m["time"] - t0) < 3600 and m["time"] > 1.7e9 for m in metrics(b)),
       "every metrics line has its time (seconds since the Unix epoch)")

@@ -29,6 +29,9 @@ struct TrainOptions {
   bool verifyChecksum = true; ///< --resume checks the data against its CRC-32
   int64_t steps = 300, warmup = 30, evalEvery = 50, evalBatches = 8;
   int64_t checkpointEvery = 100, stopAfterSteps = 0;
+  /// Checkpoints kept as checkpoint-<step>.safetensors (1: only the
+  /// latest, checkpoint.safetensors).
+  int64_t keepCheckpoints = 1;
   double lr = 3e-3, minLRRatio = 0.1, weightDecay = 0.1, beta1 = 0.9,
          beta2 = 0.95, clip = 1.0;
   uint64_t seed = 0;
