@@ -15,7 +15,8 @@ extern "C" {
 /// mlirModuleCreateParse after the checks moe-opt and moe-compile make
 /// (moe/Support/SourceChecks.h): a null module and an error diagnostic on
 /// `context` (with the line and column) when `text` would crash the parser,
-/// or when it does not parse.
+/// or when it does not parse. `text` need not end with a NUL (MLIR's own
+/// mlirModuleCreateParse reads past an unterminated string's end).
 MLIR_CAPI_EXPORTED MlirModule moeModuleCreateParse(MlirContext context,
                                                    MlirStringRef text);
 

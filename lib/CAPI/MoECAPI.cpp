@@ -36,7 +36,11 @@ MlirModule moeModuleCreateParse(MlirContext context, MlirStringRef text) {
   llvm::MemoryBufferRef buffer(unwrap(text), "<string>");
   if (failed(moe::verifyParsable(buffer, unwrap(context))))
     return MlirModule{nullptr};
-  return mlirModuleCreateParse(context, text);
+  // MLIR's lexer reads up to a NUL after the text: a caller's slice of a
+  // larger string would be read past its end.
+  std::string terminated(text.data, text.length);
+  return mlirModuleCreateParse(
+      context, mlirStringRefCreate(terminated.data(), terminated.size()));
 }
 
 void moeRegisterPasses(void) {

@@ -7,6 +7,7 @@
 #include "moe-c/Compiler.h"
 #include "moe-c/Dialects.h"
 #include "moe-c/Models.h"
+#include "moe-c/Parse.h"
 #include "moe-c/Passes.h"
 
 #include "mlir-c/Diagnostics.h"
@@ -81,6 +82,21 @@ int main(int argc, char **argv) {
   MlirModule broken = mlirModuleCreateParse(
       ctx, mlirStringRefCreateFromCString("func.func @f( {"));
   printf("broken module rejected: %d\n", mlirModuleIsNull(broken));
+
+  // moeModuleCreateParse: text the parser would crash on is refused with a
+  // diagnostic; a slice of a larger string (no NUL after it) parses.
+  static char deep[8 * 300 + 1];
+  for (int i = 0; i < 300; ++i)
+    memcpy(deep + 8 * i, "module {", 8);
+  MlirModule nested =
+      moeModuleCreateParse(ctx, mlirStringRefCreate(deep, 8 * 300));
+  printf("deep nesting rejected: %d\n", mlirModuleIsNull(nested));
+  const char *text = "func.func @sliced() { return }}}}garbage";
+  MlirModule sliced = moeModuleCreateParse(
+      ctx, mlirStringRefCreate(text, strlen("func.func @sliced() { return }")));
+  printf("slice parsed: %d\n", !mlirModuleIsNull(sliced));
+  if (!mlirModuleIsNull(sliced))
+    mlirModuleDestroy(sliced);
 
   MlirModule plain =
       mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(layer));
