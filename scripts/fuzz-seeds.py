@@ -64,6 +64,16 @@ def safetensors(tensors, metadata):
 count["readers"] += put("readers", b"\x01" + safetensors(
     [("model.embed_tokens.weight", [2, 3], [0.5, -1, 2, 0, 1e-3, 7]),
      ("model.norm.weight", [3], [1, 1, 1])], {"step": "3", "recipe": "bf16"}))
+# Model directories' files (the fuzzer's parameters: w, norm and the
+# experts of l, fused or one tensor per expert).
+count["readers"] += put("readers", b"\x01" + safetensors(
+    [("w", [2, 3], [1, 2, 3, 4, 5, 6]), ("norm", [4], [1, 1, 1, 1]),
+     ("l.mlp.experts.gate_up_proj", [2, 6, 4], [0.25] * 48),
+     ("l.mlp.experts.down_proj", [2, 4, 3], [0.5] * 24)], {"format": "pt"}))
+count["readers"] += put("readers", b"\x01" + safetensors(
+    [("w", [2, 3], [1, 2, 3, 4, 5, 6]), ("norm", [4], [1, 1, 1, 1])]
+    + [(f"l.mlp.experts.{e}.{p}.weight", [3, 4] if p != "down_proj" else [4, 3], [0.5] * 12)
+       for e in range(2) for p in ("gate_proj", "up_proj", "down_proj")], {"format": "pt"}))
 for text in (b">a desc\nMKVL\nAC\n>b\nWWY\n",
              b"# STOCKHOLM 1.0\n#=GF ID x\ns1 MKV-L\ns2 MK.VL\n//\n"):
     count["readers"] += put("readers", b"\x02" + text)

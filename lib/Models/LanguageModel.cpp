@@ -141,7 +141,18 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
   ModelConfig c;
   c.hiddenSize = r.positive("hidden_size");
   c.moeIntermediateSize = r.positive("moe_intermediate_size");
-  c.numExperts = r.positive("num_experts");
+  // transformers 5 writes 'num_local_experts' (4.x: 'num_experts').
+  bool local = !object->get("num_experts") && object->get("num_local_experts");
+  c.numExperts = r.positive(local ? "num_local_experts" : "num_experts");
+  if (!local && object->get("num_local_experts") && !r.failed()) {
+    std::optional<int64_t> other =
+        object->get("num_local_experts")->getAsInteger();
+    if (!other || *other != c.numExperts)
+      r.fail("'num_local_experts' (" +
+             FieldReader::show(*object->get("num_local_experts")) +
+             ") and 'num_experts' (" + llvm::Twine(c.numExperts) +
+             ") disagree");
+  }
   c.numExpertsPerTok = r.positive("num_experts_per_tok");
   c.numHiddenLayers = r.positive("num_hidden_layers");
   c.numAttentionHeads = r.positive("num_attention_heads");
@@ -179,6 +190,33 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
   c.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
   c.rmsNormEps = r.number("rms_norm_eps", 1e-6, /*positiveOnly=*/false);
   c.ropeTheta = r.number("rope_theta", 1e6, /*positiveOnly=*/true);
+  // transformers 5: {"rope_theta": .., "rope_type": "default"}.
+  if (const llvm::json::Value *v = object->get("rope_parameters");
+      v && v->kind() != llvm::json::Value::Null) {
+    const llvm::json::Object *rope = v->getAsObject();
+    if (!rope) {
+      r.fail("'rope_parameters' must be an object, got " +
+             FieldReader::show(*v));
+    } else {
+      if (const llvm::json::Value *type = rope->get("rope_type");
+          type && type->kind() != llvm::json::Value::Null &&
+          type->getAsString() != std::optional<llvm::StringRef>("default"))
+        r.fail("'rope_parameters' has rope_type " + FieldReader::show(*type) +
+               ": only plain rotary embeddings (\"default\") are supported");
+      FieldReader inner{*rope, {}};
+      double theta = inner.number("rope_theta", c.ropeTheta, true);
+      if (inner.failed())
+        r.fail("'rope_parameters': " + inner.error);
+      else if (object->get("rope_theta") && theta != c.ropeTheta)
+        r.fail("'rope_theta' (" + std::to_string(c.ropeTheta) +
+               ") and 'rope_parameters.rope_theta' (" + std::to_string(theta) +
+               ") disagree");
+      c.ropeTheta = theta;
+    }
+  }
+  if (r.boolean("use_sliding_window", false))
+    r.fail("'use_sliding_window' is true: sliding-window attention is not "
+           "supported");
   c.initializerRange =
       r.number("initializer_range", 0.02, /*positiveOnly=*/false);
   if (r.boolean("attention_bias", false))

@@ -81,6 +81,8 @@ def from_config(config, tokens, recipe=None):
     if not isinstance(config, dict):
         with open(config) as f:
             config = json.load(f)
+    if "num_experts" not in config and "num_local_experts" in config:
+        config = dict(config, num_experts=config["num_local_experts"])  # transformers 5
     for field in QWEN3_MOE_FIELDS:
         if field not in config:
             raise ValueError(f"config has no '{field}' (a Qwen3-MoE config needs "

@@ -2,6 +2,8 @@
 
     model = moe_mlir.models.LanguageModel("config.json", batch=8, seq=128)
     params = model.init(seed=0)                    # {hf name: numpy array}
+    # or from a transformers model directory (config.json + safetensors):
+    model, params = LanguageModel.from_pretrained("Qwen3-MoE-dir/", batch=8, seq=128)
     opt = moe_mlir.models.AdamW(params, lr=3e-3)
     for ids, labels in batches:                    # int32 [batch, seq] each
         loss, grads = model.loss_grad(params, ids, labels)
@@ -38,7 +40,7 @@ class LanguageModel:
                 text = f.read()
         self.config = json.loads(text)
         self.batch, self.seq, self.target = batch, seq, target
-        from ._mlir import Module
+        from . import Module
         from .runtime import load
         module = Module.language_model(text, source, batch, seq)
         module.run("builtin.module(moe-autodiff)")
@@ -52,6 +54,18 @@ class LanguageModel:
         args, _ = self._artifact.functions["loss_grad"]
         self.parameters = [a for a in args if a.param]
         self.names = [a.param for a in self.parameters]
+
+    @classmethod
+    def from_pretrained(cls, model_dir, batch, seq, target="cpu", workdir=None):
+        """The model of a transformers model directory (its config.json) and
+        its weights in our layout: ``(model, params)``. The weights are read
+        by moe_mlir.hf.read_weights (single file or sharded; F32, BF16, F16;
+        experts fused or one tensor per expert)."""
+        from . import hf
+
+        model = cls(os.path.join(model_dir, "config.json"), batch, seq, target=target,
+                    workdir=workdir)
+        return model, model.from_hf(hf.read_weights(model_dir))
 
     # --- parameters ---
     def init(self, seed=0):
@@ -73,7 +87,9 @@ class LanguageModel:
         out = {}
         for a in self.parameters:
             if a.param not in state:
-                raise KeyError(f"no '{a.param}' in the state dict")
+                raise KeyError(f"no '{a.param}' in the state dict"
+                               + (" (tied to the embedding? 'tie_word_embeddings' in "
+                                  "config.json)" if a.param == "lm_head.weight" else ""))
             t = state[a.param]
             t = t.detach().cpu().float().numpy() if hasattr(t, "detach") else np.asarray(t)
             t = np.swapaxes(t, -1, -2) if a.hf_transposed else t
@@ -143,39 +159,39 @@ class AdamW:
         return norm
 
 
-def export_hf(checkpoint, config, out_dir):
-    """Writes a moe-train checkpoint as a transformers model directory:
-    ``out_dir/model.safetensors`` (the parameters in transformers' layout,
-    without the optimizer state) and ``out_dir/config.json`` (the training
-    config), loadable with ``Qwen3MoeForCausalLM.from_pretrained(out_dir)``.
-    `checkpoint` is a checkpoint.safetensors (or the run directory holding
-    it); `config` the config.json (path or dict) the run trained."""
-    from safetensors import safe_open
-    from safetensors.numpy import save_file
+def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_size="5GB",
+              alphabet=None):
+    """Writes a moe-train checkpoint as a transformers model directory
+    (moe_mlir.hf.write_model: the parameters in transformers' layout without
+    the optimizer state, experts one tensor per expert, ``dtype`` "float32"
+    or "bfloat16", sharded above ``max_shard_size``; config.json,
+    generation_config.json and the tokenizer of the run's alphabet), loadable
+    with ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
+    ``AutoTokenizer.from_pretrained(out_dir)``. `checkpoint` is a
+    checkpoint.safetensors (or the run directory holding it); `config` the
+    config.json (path or dict) the run trained, by default the one of the
+    run's --init-from directory; `alphabet` by default the run's."""
+    from . import hf
 
+    if out_dir is None:
+        raise TypeError("export_hf needs out_dir")
     if os.path.isdir(checkpoint):
         checkpoint = os.path.join(checkpoint, "checkpoint.safetensors")
-    with safe_open(checkpoint, framework="numpy") as f:
-        meta = f.metadata() or {}
-        if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
-            raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "
-                             "information (written by moe-train / moert-train)")
-        transposed = set(filter(None, meta["hf_transposed"].split(",")))
-        state = {}
-        for name in f.keys():
-            if name.startswith("optimizer."):
-                continue
-            t = f.get_tensor(name)
-            state[name] = np.ascontiguousarray(np.swapaxes(t, -1, -2) if name in transposed else t)
+    tensors, meta = hf.read_safetensors(checkpoint)
+    if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
+        raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "
+                         "information (written by moe-train / moert-train)")
+    transposed = set(filter(None, meta["hf_transposed"].split(",")))
+    state = {name: np.swapaxes(t, -1, -2) if name in transposed else t
+             for name, t in tensors.items() if not name.startswith("optimizer.")}
+    if config is None:
+        # A run started with --init-from records the directory.
+        config = os.path.join(meta.get("init_from", ""), "config.json")
+        if "init_from" not in meta or not os.path.exists(config):
+            raise ValueError(f"{checkpoint}: give the config.json the run trained (the "
+                             "checkpoint names no --init-from directory holding one)")
     if not isinstance(config, dict):
         with open(config) as cf:
             config = json.load(cf)
-    config = dict(config)
-    config.setdefault("model_type", "qwen3_moe")
-    config.setdefault("architectures", ["Qwen3MoeForCausalLM"])
-    config["torch_dtype"] = "float32"
-    os.makedirs(out_dir, exist_ok=True)
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as cf:
-        json.dump(config, cf, indent=2)
-    return out_dir
+    return hf.write_model(out_dir, state, config, dtype=dtype, max_shard_size=max_shard_size,
+                          alphabet=alphabet or meta.get("alphabet"))

@@ -165,6 +165,95 @@ void removeAbandonedTemporaries(const std::string &path) {
   ::closedir(d);
 }
 
+bool parseSafetensorsHeader(const char *header, uint64_t length,
+                            uint64_t dataSize,
+                            std::vector<SafetensorsEntry> &entries,
+                            std::map<std::string, std::string> &metadata,
+                            std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = what;
+    return false;
+  };
+  Json root;
+  try {
+    root = Json::parse(header, header + length);
+  } catch (const Json::exception &e) {
+    // (A syntax error, or a number out of range: 1e400, 3e333333.)
+    return fail(std::string("corrupt header: ") + e.what());
+  }
+  if (!root.is_object())
+    return fail("corrupt header: not a JSON object");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  entries.clear();
+  metadata.clear();
+  for (auto &[name, v] : root.items()) {
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        return fail("corrupt header: __metadata__ is not an object");
+      for (auto &[k, m] : v.items()) {
+        if (!m.is_string())
+          return fail("corrupt header: metadata '" + k + "' is not a string");
+        metadata[k] = m.get<std::string>();
+      }
+      continue;
+    }
+    auto member = [&](const char *key) -> const Json * {
+      auto it = v.is_object() ? v.find(key) : v.end();
+      return it == v.end() ? nullptr : &*it;
+    };
+    const Json *dtype = member("dtype"), *shape = member("shape"),
+               *offsets = member("data_offsets");
+    if (!v.is_object() || !dtype || !shape || !offsets || !dtype->is_string() ||
+        !shape->is_array() || !offsets->is_array() || offsets->size() != 2)
+      return fail("corrupt header: tensor '" + name +
+                  "' lacks dtype, shape or data_offsets");
+    SafetensorsEntry t;
+    t.name = name;
+    t.dtype = dtype->get<std::string>();
+    int64_t width = safetensorsDtypeBytes(t.dtype);
+    if (!width)
+      return fail("tensor '" + name + "' has the unknown dtype '" + t.dtype +
+                  "'");
+    int64_t n = 1;
+    for (const Json &d : *shape) {
+      int64_t dim;
+      if (!asIndex(d, dim) || (dim && n > (int64_t(1) << 40) / dim))
+        return fail("corrupt header: tensor '" + name + "' has a bad shape");
+      t.shape.push_back(dim);
+      n *= dim;
+    }
+    int64_t begin, end;
+    if (!asIndex((*offsets)[0], begin) || !asIndex((*offsets)[1], end) ||
+        end < begin || uint64_t(end) > dataSize)
+      return fail("truncated or corrupt: tensor '" + name +
+                  "' lies outside the file's " + std::to_string(dataSize) +
+                  " data bytes");
+    if (end - begin != n * width)
+      return fail("corrupt header: tensor '" + name + "' has " +
+                  std::to_string(end - begin) + " bytes for " +
+                  std::to_string(n) + " " + t.dtype + " values");
+    t.begin = uint64_t(begin);
+    t.end = uint64_t(end);
+    ranges.push_back({begin, end});
+    entries.push_back(std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return fail("corrupt header: tensors overlap in the data");
+  return true;
+}
+
+int64_t safetensorsDtypeBytes(const std::string &dtype) {
+  static const std::map<std::string, int64_t> widths = {
+      {"F64", 8},  {"F32", 4},     {"F16", 2},     {"BF16", 2},
+      {"I64", 8},  {"I32", 4},     {"I16", 2},     {"I8", 1},
+      {"U64", 8},  {"U32", 4},     {"U16", 2},     {"U8", 1},
+      {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1}};
+  auto it = widths.find(dtype);
+  return it == widths.end() ? 0 : it->second;
+}
+
 bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
                      std::map<std::string, std::string> &metadata,
                      std::string &error) {
@@ -196,74 +285,24 @@ bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
     return fail("truncated or corrupt: the header claims " +
                 std::to_string(length) + " bytes, the file has " +
                 std::to_string(bytes.size() - 8) + " after the length");
-  Json root;
-  try {
-    root = Json::parse(bytes.data() + 8, bytes.data() + 8 + length);
-  } catch (const Json::exception &e) {
-    // (A syntax error, or a number out of range: 1e400, 3e333333.)
-    return fail(std::string("corrupt header: ") + e.what());
-  }
-  if (!root.is_object())
-    return fail("corrupt header: not a JSON object");
-  uint64_t dataSize = bytes.size() - 8 - length;
+  std::vector<SafetensorsEntry> entries;
+  std::string what;
+  if (!parseSafetensorsHeader(bytes.data() + 8, length,
+                              bytes.size() - 8 - length, entries, metadata,
+                              what))
+    return fail(what);
   const char *data = bytes.data() + 8 + length;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
   tensors.clear();
-  metadata.clear();
-  for (auto &[name, v] : root.items()) {
-    if (name == "__metadata__") {
-      if (!v.is_object())
-        return fail("corrupt header: __metadata__ is not an object");
-      for (auto &[k, m] : v.items()) {
-        if (!m.is_string())
-          return fail("corrupt header: metadata '" + k + "' is not a string");
-        metadata[k] = m.get<std::string>();
-      }
-      continue;
-    }
-    auto member = [&](const char *key) -> const Json * {
-      auto it = v.is_object() ? v.find(key) : v.end();
-      return it == v.end() ? nullptr : &*it;
-    };
-    const Json *dtype = member("dtype"), *shape = member("shape"),
-               *offsets = member("data_offsets");
-    if (!v.is_object() || !dtype || !shape || !offsets || !dtype->is_string() ||
-        !shape->is_array() || !offsets->is_array() || offsets->size() != 2)
-      return fail("corrupt header: tensor '" + name +
-                  "' lacks dtype, shape or data_offsets");
-    if (dtype->get<std::string>() != "F32")
-      return fail("tensor '" + name + "' is " + dtype->get<std::string>() +
-                  ", expected F32");
+  for (SafetensorsEntry &e : entries) {
+    if (e.dtype != "F32")
+      return fail("tensor '" + e.name + "' is " + e.dtype + ", expected F32");
     NamedTensor t;
-    t.name = name;
-    int64_t n = 1;
-    for (const Json &d : *shape) {
-      int64_t dim;
-      if (!asIndex(d, dim) || (dim && n > (int64_t(1) << 40) / dim))
-        return fail("corrupt header: tensor '" + name + "' has a bad shape");
-      t.shape.push_back(dim);
-      n *= dim;
-    }
-    int64_t begin, end;
-    if (!asIndex((*offsets)[0], begin) || !asIndex((*offsets)[1], end) ||
-        end < begin || uint64_t(end) > dataSize)
-      return fail("truncated or corrupt: tensor '" + name +
-                  "' lies outside "
-                  "the file's " +
-                  std::to_string(dataSize) + " data bytes");
-    if (end - begin != n * 4)
-      return fail("corrupt header: tensor '" + name + "' has " +
-                  std::to_string(end - begin) + " bytes for " +
-                  std::to_string(n) + " f32 values");
-    ranges.push_back({begin, end});
-    t.data.resize(size_t(n));
-    std::memcpy(t.data.data(), data + begin, size_t(n) * 4);
+    t.name = std::move(e.name);
+    t.shape = std::move(e.shape);
+    t.data.resize(size_t((e.end - e.begin) / 4));
+    std::memcpy(t.data.data(), data + e.begin, e.end - e.begin);
     tensors.push_back(std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second)
-      return fail("corrupt header: tensors overlap in the data");
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include "moert/Artifact.h"
 #include "moert/Error.h"
 #include "moert/Gpu.h"
+#include "moert/HfWeights.h"
 #include "moert/Sequences.h"
 #include "moert/Train.h"
 
@@ -41,6 +42,10 @@ std::string trainOptionsHelp() {
          "  --alphabet NAME        protein (default) or dna\n"
          "  --out DIR              checkpoint, metrics.jsonl, loss.png "
          "(default moe-train-out)\n"
+         "  --init-from DIR        start from the weights of a transformers "
+         "model directory\n"
+         "                         (model.safetensors or sharded; F32, BF16 or "
+         "F16)\n"
          "  --resume               continue the checkpoint in --out\n"
          "  --no-checksum          resume without checking the checkpoint's "
          "data\n"
@@ -133,12 +138,13 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
         return false;
       o.data.push_back(value);
     } else if (name == "--alphabet" || name == "--out" ||
-               name == "--progress") {
+               name == "--progress" || name == "--init-from") {
       if (!next())
         return false;
-      (name == "--alphabet" ? o.alphabet
-       : name == "--out"    ? o.out
-                            : o.progress) = value;
+      (name == "--alphabet"    ? o.alphabet
+       : name == "--out"       ? o.out
+       : name == "--init-from" ? o.initFrom
+                               : o.progress) = value;
     } else if (name == "--steps") {
       if (!next() || !integer(name, value, o.steps, 1))
         return false;
@@ -186,6 +192,11 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
   }
   if (o.alphabet != "protein" && o.alphabet != "dna") {
     error = "--alphabet must be protein or dna, got '" + o.alphabet + "'";
+    return false;
+  }
+  if (o.resume && !o.initFrom.empty()) {
+    error = "--init-from starts a run from a transformers model, --resume "
+            "continues the checkpoint in --out: give one of them";
     return false;
   }
   if (o.progress != "auto" && o.progress != "bar" && o.progress != "lines" &&
@@ -549,6 +560,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die(artifactPath + ": no loss_step and loss in the manifest");
   const artifact::Function *step = t.stepFn;
   std::string hfTransposed; // names whose last two dims transformers swaps
+  std::vector<ModelParam> layout; // for --init-from
   // The step's arguments: parameters, ids, labels, the moments of every
   // parameter in the parameters' order, the optimizer's scalars.
   size_t moments[2] = {0, 0};
@@ -559,6 +571,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         t.die(artifactPath + ": parameter " + a.param +
               " is not an f32 tensor the step updates");
       t.params.push_back({a.param, a.shape, a.init == "ones"});
+      layout.push_back({a.param, a.shape, a.hfTransposed});
       if (a.hfTransposed)
         hfTransposed += (hfTransposed.empty() ? "" : ",") + a.param;
     } else if (a.input == "ids") {
@@ -639,6 +652,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       {"seed", std::to_string(o.seed)},
       {"alphabet", o.alphabet},
       {"recipe", recipe}};
+  // Where the weights came from (kept by resumed runs; not compared).
+  if (!o.initFrom.empty()) {
+    char *absolute = ::realpath(o.initFrom.c_str(), nullptr);
+    runMeta["init_from"] = absolute ? absolute : o.initFrom;
+    std::free(absolute);
+  }
   if (o.resume) {
     std::vector<NamedTensor> tensors;
     std::map<std::string, std::string> saved;
@@ -656,6 +675,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     }
     if (!saved.count("recipe"))
       saved["recipe"] = "none";
+    if (saved.count("init_from"))
+      runMeta["init_from"] = saved["init_from"];
     for (const char *key :
          {"config", "batch", "seq", "seed", "alphabet", "recipe"})
       if (saved[key] != runMeta[key])
@@ -695,6 +716,20 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.step = std::strtoll(saved["step"].c_str(), &end, 10);
     if (saved["step"].empty() || *end || t.step < 0)
       t.die(checkpoint + ": bad 'step' metadata");
+  } else if (!o.initFrom.empty()) {
+    std::vector<std::string> unused;
+    std::string error;
+    if (!readHfWeights(o.initFrom, layout, &t.values, unused, error))
+      t.die("--init-from: " + error);
+    if (!unused.empty())
+      std::fprintf(stderr,
+                   "%s: note: %zu tensors of %s are not parameters of this "
+                   "model (the first: %s)\n",
+                   tool, unused.size(), o.initFrom.c_str(), unused[0].c_str());
+    for (size_t i = 0; i < np; ++i) {
+      t.adamM[i].assign(t.values[i].size(), 0.0f);
+      t.adamV[i].assign(t.values[i].size(), 0.0f);
+    }
   } else {
     Rng rng(o.seed);
     for (size_t i = 0; i < np; ++i) {

@@ -4,7 +4,9 @@
 // choosing the reader (its value modulo 4), then the file's bytes.
 //   0  config.json: ModelConfig::parse, then (when it parses and is small)
 //      the model built from it must verify
-//   1  safetensors checkpoint: moert::readSafetensors
+//   1  safetensors: moert::readSafetensors (a checkpoint), then
+//      moert::readHfWeights (the file as a transformers model directory's
+//      model.safetensors, read for a few parameters of both expert layouts)
 //   2  protein FASTA or Stockholm: moert::readSequences, then makeBatches
 //   3  DNA, the same
 // Errors are expected; a crash, a sanitizer report, or a built model that
@@ -13,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Models/LanguageModel.h"
+#include "moert/HfWeights.h"
 #include "moert/Sequences.h"
 #include "moert/Train.h"
 
@@ -27,6 +30,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -75,6 +79,22 @@ void checkpoint(const uint8_t *data, size_t size) {
   std::string error;
   (void)moert::readSafetensors(writeInput(data, size), tensors, metadata,
                                error);
+  static const std::string dir =
+      "/tmp/moe-reader-fuzzer." + std::to_string(getpid()) + ".d";
+  ::mkdir(dir.c_str(), 0755);
+  std::string file = dir + "/model.safetensors";
+  if (std::rename(writeInput(data, size).c_str(), file.c_str()) != 0) {
+    std::perror(file.c_str());
+    std::abort();
+  }
+  static const std::vector<moert::ModelParam> params = {
+      {"w", {3, 2}, true},
+      {"norm", {4}, false},
+      {"l.mlp.experts.gate_up_proj", {2, 4, 6}, true},
+      {"l.mlp.experts.down_proj", {2, 3, 4}, true}};
+  std::vector<std::vector<float>> values;
+  std::vector<std::string> unused;
+  (void)moert::readHfWeights(dir, params, &values, unused, error);
 }
 
 void sequences(const uint8_t *data, size_t size, moert::Alphabet alphabet) {

@@ -2,7 +2,7 @@
 //
 //   moe-train --config config.json --data family.sto [--data more.fa ...]
 //             [--batch 8] [--seq 128] [--target cpu|sm_90a] [--out DIR]
-//             [--resume] [--compile-only] [training options]
+//             [--init-from HF_DIR] [--resume] [--compile-only] [options]
 //
 // Builds the model of a Qwen3-MoE-family config.json (moe-model), derives
 // its train step (-moe-autodiff) with the optimizer update in it
@@ -19,6 +19,7 @@
 #include "moe/Models/LanguageModel.h"
 #include "moe/Pipelines/Pipelines.h"
 
+#include "moert/HfWeights.h"
 #include "moert/Trainer.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,7 +40,9 @@ static const char *kUsage =
     "usage: moe-train --config FILE --data FILE [options]\n\n"
     "model and compilation:\n"
     "  --config FILE          Hugging Face config.json (Qwen3-MoE family; "
-    "required)\n"
+    "required\n"
+    "                         unless --init-from gives a directory holding "
+    "one)\n"
     "  --batch N              rows per step (default 8)\n"
     "  --seq N                tokens per row (default 128)\n"
     "  --target NAME          cpu (default), or a GPU chip such as sm_90a\n"
@@ -130,6 +133,8 @@ int main(int argc, char **argv) {
       die("unknown option '" + rest[i] + "' (see --help)");
     }
   }
+  if (configPath.empty() && !options.initFrom.empty())
+    configPath = options.initFrom + "/config.json";
   if (configPath.empty())
     die("no --config: give a Qwen3-MoE config.json (see --help)");
   if (denseGiven && recipe == "none")
@@ -157,6 +162,14 @@ int main(int argc, char **argv) {
   if (!compileOnly &&
       !moert::checkTrainData(options, seq, config->vocabSize, error))
     die(error);
+  if (!options.initFrom.empty()) {
+    std::vector<moert::ModelParam> layout;
+    for (const moe::ModelParameter &p : moe::modelParameters(*config))
+      layout.push_back({p.name, p.shape, p.hfTransposed});
+    std::vector<std::string> unused;
+    if (!moert::readHfWeights(options.initFrom, layout, nullptr, unused, error))
+      die("--init-from: " + error);
+  }
   if (llvm::sys::fs::exists(options.out) &&
       !llvm::sys::fs::is_directory(options.out))
     die("--out '" + options.out + "' is not a directory");

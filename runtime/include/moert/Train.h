@@ -63,6 +63,27 @@ bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
                      std::map<std::string, std::string> &metadata,
                      std::string &error);
 
+/// A tensor of a safetensors header: its dtype ("F32", "BF16", ...), shape
+/// and byte range in the data section.
+struct SafetensorsEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+/// Parses a safetensors header (the `length` bytes of JSON after the length
+/// field) of a file with `dataSize` bytes after the header, checking every
+/// entry: a known dtype, a shape whose size matches its byte range, ranges
+/// inside the data and not overlapping. Errors do not name the file.
+bool parseSafetensorsHeader(const char *header, uint64_t length,
+                            uint64_t dataSize,
+                            std::vector<SafetensorsEntry> &entries,
+                            std::map<std::string, std::string> &metadata,
+                            std::string &error);
+
+/// Bytes per element of a safetensors dtype; 0 for an unknown one.
+int64_t safetensorsDtypeBytes(const std::string &dtype);
+
 /// A loss curve: train losses by step, held-out losses by step and a
 /// horizontal reference line (e.g. the unigram baseline; NaN for none),
 /// drawn to a PNG (axes with tick labels, legend). Returns false with `error`

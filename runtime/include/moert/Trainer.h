@@ -26,6 +26,9 @@ struct TrainOptions {
   std::string alphabet = "protein";
   std::string out = "moe-train-out";
   bool resume = false;
+  /// A transformers model directory whose weights start the run (instead
+  /// of the seeded initialization).
+  std::string initFrom;
   bool verifyChecksum = true; ///< --resume checks the data against its CRC-32
   int64_t steps = 300, warmup = 30, evalEvery = 50, evalBatches = 8;
   int64_t checkpointEvery = 100, stopAfterSteps = 0;
