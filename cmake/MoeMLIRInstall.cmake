@@ -40,9 +40,18 @@ install(DIRECTORY ${PROJECT_BINARY_DIR}/include/moe
   FILES_MATCHING PATTERN "*.inc")
 install(EXPORT MoeMLIRTargets NAMESPACE MoeMLIR::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR)
+# (Generated outside the build directory's root, where find_package would
+# take them for a usable package: the build tree has no targets file.)
+set(MOE_PACKAGE_FILES ${PROJECT_BINARY_DIR}/install-package)
 configure_package_config_file(cmake/MoeMLIRConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/MoeMLIRConfig.cmake
+  ${MOE_PACKAGE_FILES}/MoeMLIRConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR
   PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR)
-install(FILES ${PROJECT_BINARY_DIR}/MoeMLIRConfig.cmake
+# find_package(MoeMLIR 0.1): before 1.0 a minor version may change the API,
+# so only the same major.minor is compatible.
+write_basic_package_version_file(${MOE_PACKAGE_FILES}/MoeMLIRConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${MOE_PACKAGE_FILES}/MoeMLIRConfig.cmake
+  ${MOE_PACKAGE_FILES}/MoeMLIRConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/MoeMLIR)
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/moe-mlir)

@@ -39,7 +39,7 @@ def artifact_names(tokens, hidden, ffn, experts, top_k, norm, target):
 def compile_layer(directory, tokens, hidden, ffn, experts, top_k, norm=True, target="cpu"):
     """Compiles the forward and backward of one layer shape into `directory`
     (e.g. on a machine with MLIR, for a GPU machine without); returns paths."""
-    from ._mlir import Module  # needs the compiled extension
+    from . import Module  # needs the compiled extension
     fwd, bwd = (os.path.join(directory, n) for n in
                 artifact_names(tokens, hidden, ffn, experts, top_k, norm, target))
     Module.parse(layers.moe_layer(tokens, hidden, ffn, experts, top_k, norm)).compile(target, fwd)
