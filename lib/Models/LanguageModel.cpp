@@ -219,6 +219,10 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
            "supported");
   c.initializerRange =
       r.number("initializer_range", 0.02, /*positiveOnly=*/false);
+  // transformers adds the load-balancing loss only with router logits out.
+  double auxCoef = r.number("router_aux_loss_coef", 0.001, false);
+  c.routerAuxLossCoef = r.boolean("output_router_logits", false) ? auxCoef : 0;
+  c.routerZLossCoef = r.number("router_z_loss_coef", 0, false);
   if (r.boolean("attention_bias", false))
     r.fail("'attention_bias' is true: attention projections with a bias are "
            "not supported");
@@ -316,6 +320,11 @@ std::string ModelConfig::fingerprint() const {
   os << ",shared=" << sharedExpertIntermediateSize
      << ",norm_topk=" << normTopkProb << ",tie=" << tieWordEmbeddings
      << ",eps=" << rmsNormEps << ",theta=" << ropeTheta;
+  // (Only when set: runs without router losses keep their fingerprint.)
+  if (routerAuxLossCoef != 0)
+    os << ",router_aux=" << routerAuxLossCoef;
+  if (routerZLossCoef != 0)
+    os << ",router_z=" << routerZLossCoef;
   return s;
 }
 
@@ -516,6 +525,7 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                              b.getF64FloatAttr(eps))
         .getResult();
   };
+  SmallVector<Value> routerLogits, routerCounts; // per MoE layer
   for (int64_t l = 0; l < c.numHiddenLayers; ++l) {
     std::string pre = "model.layers." + std::to_string(l) + ".";
     // Attention block.
@@ -568,6 +578,8 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
           dispatch.getOffsets(), SwigluLayout::split, ScaleMode::rceil);
       y = CombineOp::create(b, g.loc, g.t({tokens, h}), ye, router.getWeights(),
                             dispatch.getPositions());
+      routerLogits.push_back(logits);
+      routerCounts.push_back(dispatch.getCounts());
       if (c.sharedExpertIntermediateSize) {
         Value sg = g.matmul(a, arg(pre + "mlp.shared_expert.gate_proj.weight"));
         Value su = g.matmul(a, arg(pre + "mlp.shared_expert.up_proj.weight"));
@@ -599,6 +611,19 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
       b, g.loc, g.t({tokens}, i32), labels,
       SmallVector<ReassociationIndices>{{0, 1}});
   Value loss = CrossEntropyOp::create(b, g.loc, g.t({}), logits, flatLabels);
+  if (!routerLogits.empty() &&
+      (c.routerAuxLossCoef != 0 || c.routerZLossCoef != 0)) {
+    g.loc = at("router_loss");
+    Value router =
+        RouterLossOp::create(b, g.loc, g.t({}), routerLogits, routerCounts,
+                             b.getF64FloatAttr(c.routerAuxLossCoef),
+                             b.getF64FloatAttr(c.routerZLossCoef));
+    // The sum as [1] tensors (an elementwise op on 0-d tensors would run
+    // on the host).
+    Value sum = g.add(g.reshape(loss, {1}, {}, /*expand=*/true),
+                      g.reshape(router, {1}, {}, /*expand=*/true));
+    loss = g.reshape(sum, {}, {}, /*expand=*/false);
+  }
   func::ReturnOp::create(b, g.loc, loss);
   assert(next == params.size() && "unused parameters");
   return module;

@@ -57,6 +57,11 @@ struct ModelConfig {
   double rmsNormEps = 1e-6;
   double ropeTheta = 1e6;
   double initializerRange = 0.02;
+  /// The routers' auxiliary losses added to the loss (moe.router_loss):
+  /// 'router_aux_loss_coef' when 'output_router_logits' is true (as in
+  /// transformers), else 0; 'router_z_loss_coef' (default 0).
+  double routerAuxLossCoef = 0;
+  double routerZLossCoef = 0;
 
   /// Parses a config.json text. Errors name the field and say what is
   /// wrong; `source` (a path) prefixes them.

@@ -697,6 +697,171 @@ struct CrossEntropyGradLowering : OpConversionPattern<CrossEntropyGradOp> {
 };
 
 //===----------------------------------------------------------------------===//
+// Router losses
+//===----------------------------------------------------------------------===//
+
+/// What moe.router_loss and its gradient share: C, the layers' counts summed
+/// ([E] f32), and the sizes E and N (all layers' rows) as index values.
+struct RouterLossTerms {
+  Value counts, experts, rows;
+};
+
+RouterLossTerms routerLossTerms(Emitter &e, ValueRange logits,
+                                ValueRange counts) {
+  MLIRContext *ctx = e.b.getContext();
+  RouterLossTerms terms;
+  terms.experts = e.dim(logits[0], 1);
+  terms.rows = e.dim(logits[0], 0);
+  for (Value l : logits.drop_front())
+    terms.rows = arith::AddIOp::create(e.b, e.loc, terms.rows, e.dim(l, 0));
+  AffineMap id = dims(ctx, 1, getAffineDimExpr(0, ctx));
+  SmallVector<AffineMap> maps(counts.size() + 1, id);
+  terms.counts = e.generic(
+      counts, e.empty(e.sizes(counts[0]), f32Of(e)), maps, {kPar},
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter m{nb, nl};
+        Value sum = m.f32(0);
+        for (Value c : a.drop_back())
+          sum = add(m, sum, arith::SIToFPOp::create(nb, nl, f32Of(m), c));
+        return SmallVector<Value>{sum};
+      })[0];
+  return terms;
+}
+
+/// An index value as f32 (in a loop body).
+Value indexToF32(Emitter &m, Value i) {
+  Value i64 = arith::IndexCastOp::create(m.b, m.loc, m.b.getI64Type(), i);
+  return arith::SIToFPOp::create(m.b, m.loc, f32Of(m), i64);
+}
+
+/// logsumexp of a row from its max and sum of exp(x - max).
+Value logSumExp(Emitter &m, Value rowMax, Value sumExp) {
+  return add(m, rowMax, math::LogOp::create(m.b, m.loc, sumExp));
+}
+
+struct RouterLossLowering : OpConversionPattern<RouterLossOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RouterLossOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    SmallVector<Value> logits;
+    for (Value l : adaptor.getLogits())
+      logits.push_back(e.castElements(l, f32Of(e)));
+    RouterLossTerms terms = routerLossTerms(e, logits, adaptor.getCounts());
+    double auxCoef = op.getAuxCoef().convertToDouble(),
+           zCoef = op.getZCoef().convertToDouble();
+    AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
+    AffineMap rowScalar = dims(ctx, 1, {}), r1 = dims(ctx, 1, d0);
+    // sum_e C[e] * P[e], P summed over the layers' rows in row order.
+    Value dot = e.zeros({}, f32Of(e));
+    if (auxCoef != 0) {
+      Value probs = e.zeros(e.sizes(terms.counts), f32Of(e));
+      // Loops (e, t): the parallel one outermost.
+      AffineMap xtIn = dims(ctx, 2, {d1, d0}), xOut = dims(ctx, 2, d0);
+      for (Value l : logits)
+        probs = e.generic(rowSoftmax(e, l), probs, {xtIn, xOut}, {kPar, kRed},
+                          [&](OpBuilder &nb, Location nl, ValueRange a) {
+                            Emitter m{nb, nl};
+                            return SmallVector<Value>{add(m, a[1], a[0])};
+                          })[0];
+      dot = e.generic({terms.counts, probs}, dot, {r1, r1, rowScalar}, {kRed},
+                      [&](OpBuilder &nb, Location nl, ValueRange a) {
+                        Emitter m{nb, nl};
+                        return SmallVector<Value>{
+                            add(m, a[2], mul(m, a[0], a[1]))};
+                      })[0];
+    }
+    // sum over every layer's rows of logsumexp^2.
+    Value zSum = e.zeros({}, f32Of(e));
+    if (zCoef != 0)
+      for (Value l : logits) {
+        auto [rowMax, sumExp] = rowMaxAndSumExp(e, l);
+        zSum = e.generic({rowMax, sumExp}, zSum, {r1, r1, rowScalar}, {kRed},
+                         [&](OpBuilder &nb, Location nl, ValueRange a) {
+                           Emitter m{nb, nl};
+                           Value lse = logSumExp(m, a[0], a[1]);
+                           return SmallVector<Value>{
+                               add(m, a[2], mul(m, lse, lse))};
+                         })[0];
+      }
+    // aux_coef * E / N^2 * dot + z_coef / N * zSum, in a one-iteration loop
+    // (a 0-d generic would be host code; on the GPU these live on the
+    // device).
+    Value one =
+        e.generic({dot, zSum}, e.empty({rewriter.getIndexAttr(1)}, f32Of(e)),
+                  {rowScalar, rowScalar, r1}, {kPar},
+                  [&](OpBuilder &nb, Location nl, ValueRange a) {
+                    Emitter m{nb, nl};
+                    Value n = indexToF32(m, terms.rows);
+                    Value experts = indexToF32(m, terms.experts);
+                    Value aux =
+                        div(m, mul(m, mul(m, m.f32(auxCoef), experts), a[0]),
+                            mul(m, n, n));
+                    Value z = div(m, mul(m, m.f32(zCoef), a[1]), n);
+                    return SmallVector<Value>{add(m, aux, z)};
+                  })[0];
+    rewriter.replaceOp(op, tensor::CollapseShapeOp::create(
+                               rewriter, e.loc, op.getType(), one,
+                               SmallVector<ReassociationIndices>{}));
+    return success();
+  }
+};
+
+struct RouterLossGradLowering : OpConversionPattern<RouterLossGradOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(RouterLossGradOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Emitter e{rewriter, op.getLoc()};
+    MLIRContext *ctx = rewriter.getContext();
+    SmallVector<Value> logits;
+    for (Value l : adaptor.getLogits())
+      logits.push_back(e.castElements(l, f32Of(e)));
+    RouterLossTerms terms = routerLossTerms(e, logits, adaptor.getCounts());
+    double auxCoef = op.getAuxCoef().convertToDouble(),
+           zCoef = op.getZCoef().convertToDouble();
+    AffineExpr t = getAffineDimExpr(0, ctx), x = getAffineDimExpr(1, ctx);
+    AffineMap tx = dims(ctx, 2, {t, x}), col = dims(ctx, 2, x),
+              row = dims(ctx, 2, t), scalar = dims(ctx, 2, {});
+    SmallVector<Value> results;
+    for (auto [l, result] : llvm::zip(logits, op.getResults())) {
+      Value p = rowSoftmax(e, l);
+      // s[t] = sum_e C[e] p[t, e]; lse[t].
+      Value s = e.generic(
+          {p, terms.counts}, e.zeros({e.sizes(l)[0]}, f32Of(e)), {tx, col, row},
+          {kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            return SmallVector<Value>{add(m, a[2], mul(m, a[0], a[1]))};
+          })[0];
+      Value rowMax = s, sumExp = s; // (unused without a z-loss)
+      if (zCoef != 0)
+        std::tie(rowMax, sumExp) = rowMaxAndSumExp(e, l);
+      Type elt = cast<RankedTensorType>(result.getType()).getElementType();
+      results.push_back(e.generic(
+          {p, terms.counts, s, rowMax, sumExp, adaptor.getGrad()},
+          e.empty(e.sizes(l), elt), {tx, col, row, row, row, scalar, tx},
+          {kPar, kPar}, [&](OpBuilder &nb, Location nl, ValueRange a) {
+            Emitter m{nb, nl};
+            Value n = indexToF32(m, terms.rows);
+            Value experts = indexToF32(m, terms.experts);
+            Value aux = div(m, mul(m, m.f32(auxCoef), experts), mul(m, n, n));
+            Value term = mul(m, aux, sub(m, a[1], a[2]));
+            if (zCoef != 0) {
+              Value lse = logSumExp(m, a[3], a[4]);
+              term = add(m, term, div(m, mul(m, m.f32(2 * zCoef), lse), n));
+            }
+            return SmallVector<Value>{
+                m.fromF32(mul(m, a[5], mul(m, a[0], term)), elt)};
+          })[0]);
+    }
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // Routing gradients
 //===----------------------------------------------------------------------===//
 
@@ -898,10 +1063,10 @@ struct CombineGradLowering : OpConversionPattern<CombineGradOp> {
 
 void mlir::moe::detail::populateModelOpLoweringPatterns(
     const TypeConverter &converter, RewritePatternSet &patterns) {
-  patterns
-      .add<EmbeddingLowering, EmbeddingGradLowering, RMSNormLowering,
-           RMSNormGradLowering, RotaryLowering, AttentionLowering,
-           AttentionGradLowering, CrossEntropyLowering,
-           CrossEntropyGradLowering, RouterGradLowering, CombineGradLowering>(
-          converter, patterns.getContext());
+  patterns.add<EmbeddingLowering, EmbeddingGradLowering, RMSNormLowering,
+               RMSNormGradLowering, RotaryLowering, AttentionLowering,
+               AttentionGradLowering, CrossEntropyLowering,
+               CrossEntropyGradLowering, RouterLossLowering,
+               RouterLossGradLowering, RouterGradLowering, CombineGradLowering>(
+      converter, patterns.getContext());
 }

@@ -151,3 +151,43 @@ func.func @combine_grad_rows(%y: tensor<32x64xf32>, %p: tensor<16x2xi32>, %g: te
   %d = moe.combine_grad %y, %p, %g : tensor<32x64xf32>, tensor<16x2xi32>, tensor<16x32xf32> -> tensor<16x2xf32>
   return
 }
+
+// -----
+
+func.func @router_loss_pairs(%l: tensor<16x8xf32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{expects one counts per logits, got 2 logits and 1 counts}}
+  %a = moe.router_loss logits(%l, %l : tensor<16x8xf32>, tensor<16x8xf32>) counts(%c : tensor<8xi32>) aux_coef(1.0e-3) z_coef(0.0) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @router_loss_experts(%l: tensor<16x8xf32>, %c: tensor<4xi32>) {
+  // expected-error @+1 {{expects every layer to have the same number of experts, got 8 and 4 (layer 0)}}
+  %a = moe.router_loss logits(%l : tensor<16x8xf32>) counts(%c : tensor<4xi32>) aux_coef(1.0e-3) z_coef(0.0) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @router_loss_coef(%l: tensor<16x8xf32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{expects z_coef to be a finite non-negative number, got -1}}
+  %a = moe.router_loss logits(%l : tensor<16x8xf32>) counts(%c : tensor<8xi32>) aux_coef(1.0e-3) z_coef(-1.0) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @router_loss_none() {
+  // expected-error @+1 {{expects the logits of at least one layer}}
+  %a = "moe.router_loss"() {aux_coef = 1.0e-3 : f64, z_coef = 0.0 : f64, operandSegmentSizes = array<i32: 0, 0>} : () -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @router_loss_grad_shape(%l: tensor<16x8xf32>, %c: tensor<8xi32>, %g: tensor<f32>) {
+  // expected-error @+1 {{expects result #0 to have the shape of logits #0 ('tensor<16x8xf32>'), got 'tensor<8x16xf32>'}}
+  %d = moe.router_loss_grad %g logits(%l : tensor<16x8xf32>) counts(%c : tensor<8xi32>) aux_coef(1.0e-3) z_coef(0.0) : tensor<f32> -> tensor<8x16xf32>
+  return
+}

@@ -44,3 +44,16 @@ func.func @grads(%ids: tensor<2x8xi32>, %dh: tensor<2x8x64xf32>, %h: tensor<2x8x
   %dwt = moe.combine_grad %ye, %ri, %dy : tensor<32x64xf32>, tensor<16x2xi32>, tensor<16x64xf32> -> tensor<16x2xf32>
   return
 }
+
+// CHECK-LABEL: func.func @router_losses
+// CHECK: moe.router_loss logits(%{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<12x8xf32>) counts(%{{.*}}, %{{.*}} : tensor<8xi32>, tensor<8xi32>) aux_coef(1.000000e-03) z_coef(0.000000e+00) -> tensor<f32>
+// CHECK: moe.router_loss_grad %{{.*}} logits(%{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<12x8xf32>) counts(%{{.*}}, %{{.*}} : tensor<8xi32>, tensor<8xi32>) aux_coef(1.000000e-03) z_coef(2.500000e-01) : tensor<f32> -> tensor<16x8xf32>, tensor<12x8xf32>
+func.func @router_losses(%l0: tensor<16x8xf32>, %l1: tensor<12x8xf32>, %c0: tensor<8xi32>,
+                         %c1: tensor<8xi32>, %g: tensor<f32>) -> tensor<f32> {
+  %a = moe.router_loss logits(%l0, %l1 : tensor<16x8xf32>, tensor<12x8xf32>)
+      counts(%c0, %c1 : tensor<8xi32>, tensor<8xi32>) aux_coef(1.0e-3) z_coef(0.0) -> tensor<f32>
+  %d0, %d1 = moe.router_loss_grad %g logits(%l0, %l1 : tensor<16x8xf32>, tensor<12x8xf32>)
+      counts(%c0, %c1 : tensor<8xi32>, tensor<8xi32>) aux_coef(1.0e-3) z_coef(0.25)
+      : tensor<f32> -> tensor<16x8xf32>, tensor<12x8xf32>
+  return %a : tensor<f32>
+}

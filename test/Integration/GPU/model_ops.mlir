@@ -4,7 +4,7 @@
 // come from libdevice on the GPU and libm on the CPU (a few ulps apart), so
 // functions using them allow 1e-5 relative.
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 86 kernel modules for sm_90a
+// CHECK: ptxas accepted 96 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 func.func @embedding(%t: tensor<1000x64xf32>, %ids: tensor<4x128xi32> {moe.test_range = [-1, 1001]})
@@ -107,6 +107,27 @@ func.func @router_combine_grad(%logits: tensor<512x16xf32>, %dw: tensor<512x4xf3
       : tensor<512x64xf32>, tensor<512x4xi32> -> tensor<2048x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<512x4xi32>
   %dwc = moe.combine_grad %y, %p, %dy : tensor<2048x64xf32>, tensor<512x4xi32>, tensor<512x64xf32> -> tensor<512x4xf32>
   return %dl, %dwc : tensor<512x16xf32>, tensor<512x4xf32>
+}
+
+// The routers' load-balancing and z losses over two layers and their
+// gradient, with the counts a dispatch of each layer's top-4 makes (exp and
+// log from libdevice and libm, sums of 512 rows in another order once split).
+func.func @router_loss(%l0: tensor<512x16xf32>, %l1: tensor<512x16xf32>, %x: tensor<512x8xf32>,
+                       %g: tensor<f32>)
+    -> (tensor<f32>, tensor<512x16xf32>, tensor<512x16xf32>, tensor<16xi32>)
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-5]} {
+  %i0, %w0 = moe.router %l0 top_k(4) softmax : tensor<512x16xf32> -> tensor<512x4xi32>, tensor<512x4xf32>
+  %i1, %w1 = moe.router %l1 top_k(4) softmax : tensor<512x16xf32> -> tensor<512x4xi32>, tensor<512x4xf32>
+  %s0, %o0, %c0, %p0 = moe.dispatch %x, %i0 experts(16)
+      : tensor<512x8xf32>, tensor<512x4xi32> -> tensor<2048x8xf32>, tensor<17xi32>, tensor<16xi32>, tensor<512x4xi32>
+  %s1, %o1, %c1, %p1 = moe.dispatch %x, %i1 experts(16)
+      : tensor<512x8xf32>, tensor<512x4xi32> -> tensor<2048x8xf32>, tensor<17xi32>, tensor<16xi32>, tensor<512x4xi32>
+  %loss = moe.router_loss logits(%l0, %l1 : tensor<512x16xf32>, tensor<512x16xf32>)
+      counts(%c0, %c1 : tensor<16xi32>, tensor<16xi32>) aux_coef(1.0e-2) z_coef(1.0e-3) -> tensor<f32>
+  %d0, %d1 = moe.router_loss_grad %g logits(%l0, %l1 : tensor<512x16xf32>, tensor<512x16xf32>)
+      counts(%c0, %c1 : tensor<16xi32>, tensor<16xi32>) aux_coef(1.0e-2) z_coef(1.0e-3)
+      : tensor<f32> -> tensor<512x16xf32>, tensor<512x16xf32>
+  return %loss, %d0, %d1, %c1 : tensor<f32>, tensor<512x16xf32>, tensor<512x16xf32>, tensor<16xi32>
 }
 
 // Long sums to one value: -moe-gpu-split-reductions spreads them over 1024

@@ -974,6 +974,65 @@ LogicalResult CrossEntropyGradOp::verify() {
                          getLogits().getType());
 }
 
+/// moe.router_loss(_grad): one [T, E] logits and one [E] counts per layer,
+/// every layer with the same E; finite, non-negative coefficients.
+static LogicalResult verifyRouterLoss(Operation *op, TypeRange logits,
+                                      TypeRange counts, double auxCoef,
+                                      double zCoef) {
+  if (logits.empty())
+    return op->emitOpError("expects the logits of at least one layer");
+  if (logits.size() != counts.size())
+    return op->emitOpError("expects one counts per logits, got ")
+           << logits.size() << " logits and " << counts.size() << " counts";
+  int64_t experts = ShapedType::kDynamic;
+  for (auto [i, l] : llvm::enumerate(logits)) {
+    if (failed(expectRank(op, "logits #" + Twine(i), l, 2)) ||
+        failed(expectRank(op, "counts #" + Twine(i), counts[i], 1)))
+      return failure();
+    for (int64_t e : {shapeOf(l)[1], shapeOf(counts[i])[0]}) {
+      if (ShapedType::isDynamic(e))
+        continue;
+      if (!ShapedType::isDynamic(experts) && e != experts)
+        return op->emitOpError("expects every layer to have the same number "
+                               "of experts, got ")
+               << experts << " and " << e << " (layer " << i << ")";
+      experts = e;
+    }
+  }
+  for (auto [name, v] : {std::pair<const char *, double>{"aux_coef", auxCoef},
+                         {"z_coef", zCoef}})
+    if (!std::isfinite(v) || v < 0)
+      return op->emitOpError("expects ")
+             << name << " to be a finite non-negative number, got " << v;
+  return success();
+}
+
+LogicalResult RouterLossOp::verify() {
+  if (failed(verifyRouterLoss(
+          getOperation(), getLogits().getTypes(), getCounts().getTypes(),
+          getAuxCoef().convertToDouble(), getZCoef().convertToDouble())))
+    return failure();
+  return expectRank(getOperation(), "loss", getLoss().getType(), 0);
+}
+
+LogicalResult RouterLossGradOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyRouterLoss(
+          op, getLogits().getTypes(), getCounts().getTypes(),
+          getAuxCoef().convertToDouble(), getZCoef().convertToDouble())) ||
+      failed(expectRank(op, "grad (of the 0-d loss)", getGrad().getType(), 0)))
+    return failure();
+  if (getResults().size() != getLogits().size())
+    return emitOpError("expects one result per logits, got ")
+           << getResults().size() << " for " << getLogits().size();
+  for (auto [i, r] : llvm::enumerate(getResults()))
+    if (failed(expectSameShape(op, "result #" + Twine(i), r.getType(),
+                               "logits #" + Twine(i),
+                               getLogits()[i].getType())))
+      return failure();
+  return success();
+}
+
 LogicalResult RouterGradOp::verify() {
   if (failed(verifyRouting(
           getOperation(), getLogits().getType(),

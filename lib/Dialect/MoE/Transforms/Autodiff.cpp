@@ -437,6 +437,16 @@ LogicalResult Differentiator::backprop(Operation *op) {
                                    ce.getLogits(), ce.getLabels(), gradOf(0)));
     return success();
   }
+  if (auto rl = dyn_cast<RouterLossOp>(op)) {
+    if (!gradOf(0))
+      return success();
+    auto grad = RouterLossGradOp::create(
+        b, l, rl.getLogits().getTypes(), gradOf(0), rl.getLogits(),
+        rl.getCounts(), rl.getAuxCoefAttr(), rl.getZCoefAttr());
+    for (auto [logits, g] : llvm::zip(rl.getLogits(), grad.getResults()))
+      accumulate(logits, g);
+    return success();
+  }
   if (auto r = dyn_cast<RouterOp>(op)) {
     accumulate(r.getLogits(),
                RouterGradOp::create(

@@ -288,6 +288,81 @@ def MoE_CrossEntropyGradOp : MoE_Op<"cross_entropy_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def MoE_RouterLossOp : MoE_Op<"router_loss", [Pure, AttrSizedOperandSegments]> {
+  let summary = "the routers' load-balancing and z losses over all MoE layers";
+  let description = [{
+    The auxiliary losses of the routers of a model's MoE layers: for layer
+    `l`, `logits[l]` `[T_l, E]` (the router's logits) and `counts[l]` `[E]`
+    (how many of the layer's top-k assignments each expert got, as
+    `moe.dispatch` counts them). With `N = sum_l T_l` rows in all,
+    `p[l, t] = softmax(logits[l][t])`,
+    `C[e] = sum_l counts[l][e]` and `P[e] = sum_l sum_t p[l, t][e]`:
+
+    - load balancing (Switch Transformer; transformers' Qwen3-MoE and
+      Mixtral `load_balancing_loss_func` without an attention mask, every
+      layer's rows together): `aux = E * sum_e (C[e] / N) * (P[e] / N)`;
+    - router z-loss (ST-MoE): `z = sum_l sum_t logsumexp(logits[l][t])^2 / N`.
+
+    The result is `aux_coef * aux + z_coef * z`, in f32, as a 0-d tensor.
+    The counts carry no gradient (the assignment is piecewise constant).
+
+    Example:
+
+    ```mlir
+    %aux = moe.router_loss logits(%l0, %l1 : tensor<64x8xf32>, tensor<64x8xf32>)
+        counts(%c0, %c1 : tensor<8xi32>, tensor<8xi32>)
+        aux_coef(1.000000e-03) z_coef(0.000000e+00) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<MoE_FloatTensor>:$logits,
+                       Variadic<MoE_IntTensor>:$counts,
+                       F64Attr:$aux_coef, F64Attr:$z_coef);
+  let results = (outs MoE_F32Tensor:$loss);
+  let assemblyFormat = [{
+    `logits` `(` $logits `:` type($logits) `)`
+    `counts` `(` $counts `:` type($counts) `)`
+    `aux_coef` `(` $aux_coef `)` `z_coef` `(` $z_coef `)`
+    attr-dict `->` type($loss)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_RouterLossGradOp : MoE_Op<"router_loss_grad",
+                                  [Pure, AttrSizedOperandSegments]> {
+  let summary = "gradient of moe.router_loss with respect to the logits";
+  let description = [{
+    One result per `logits[l]`, of its shape: with `C`, `N`, `E` and `p` as
+    in `moe.router_loss`, `lse[l, t] = logsumexp(logits[l][t])`,
+    `s[l, t] = sum_e C[e] * p[l, t][e]` and `grad` the 0-d gradient of the
+    loss,
+    `result[l][t, j] = grad * p[l, t][j] * (aux_coef * E / N^2 *
+    (C[j] - s[l, t]) + z_coef * 2 * lse[l, t] / N)`. In f32.
+
+    Example:
+
+    ```mlir
+    %d0, %d1 = moe.router_loss_grad %g
+        logits(%l0, %l1 : tensor<64x8xf32>, tensor<64x8xf32>)
+        counts(%c0, %c1 : tensor<8xi32>, tensor<8xi32>)
+        aux_coef(1.000000e-03) z_coef(0.000000e+00)
+        : tensor<f32> -> tensor<64x8xf32>, tensor<64x8xf32>
+    ```
+  }];
+  let arguments = (ins MoE_F32Tensor:$grad,
+                       Variadic<MoE_FloatTensor>:$logits,
+                       Variadic<MoE_IntTensor>:$counts,
+                       F64Attr:$aux_coef, F64Attr:$z_coef);
+  let results = (outs Variadic<MoE_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $grad
+    `logits` `(` $logits `:` type($logits) `)`
+    `counts` `(` $counts `:` type($counts) `)`
+    `aux_coef` `(` $aux_coef `)` `z_coef` `(` $z_coef `)`
+    attr-dict `:` type($grad) `->` type($results)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Gradients of the routing ops
 //===----------------------------------------------------------------------===//
