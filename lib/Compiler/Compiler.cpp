@@ -194,7 +194,7 @@ sizeConstraints(ModuleOp module) {
 ///   arg <dtype> <rank> <dims...> [range <lo> <hi>] [shard <experts> <local>]
 ///       [param <name> init <normal|ones> [hf_transposed]] [input <role>]
 ///       [state <exp_avg|exp_avg_sq> <arg>] [updated]
-///   result <dtype> <rank> <dims...> [gradient_of <arg>]
+///   result <dtype> <rank> <dims...> [gradient_of <arg>] [output <name>]
 ///   sizes <arg>:<dim> <arg>:<dim>... [= <size>] (dynamic argument
 ///   dimensions that must be one size; when fixed, that size)
 /// An `updated` argument is written in place by the function (a result
@@ -251,6 +251,8 @@ static std::string manifest(ModuleOp module, StringRef targetName) {
       os << "result " << describe(t);
       if (auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of"))
         os << " gradient_of " << of.getInt();
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, "moe.output"))
+        os << " output " << name.getValue();
       os << "\n";
     }
     for (const std::string &line : sizes.lookup(func.getSymName()))

@@ -624,7 +624,29 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                       g.reshape(router, {1}, {}, /*expand=*/true));
     loss = g.reshape(sum, {}, {}, /*expand=*/false);
   }
-  func::ReturnOp::create(b, g.loc, loss);
+  // Output: how many top-k assignments each expert got in each MoE layer
+  // (the dispatches' counts), for the trainer's metrics.
+  SmallVector<Value> results = {loss};
+  if (!routerCounts.empty()) {
+    g.loc = at("expert_load");
+    int64_t layers = routerCounts.size(), e = c.numExperts;
+    Value load = tensor::EmptyOp::create(b, g.loc, {layers, e}, i32);
+    for (auto [l, counts] : llvm::enumerate(routerCounts)) {
+      Value row = tensor::ExpandShapeOp::create(
+          b, g.loc, g.t({1, e}, i32), counts,
+          SmallVector<ReassociationIndices>{{0, 1}});
+      load = tensor::InsertSliceOp::create(
+          b, g.loc, row, load,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(int64_t(l)), b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(e)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+    }
+    results.push_back(load);
+    func.setFunctionType(b.getFunctionType(
+        argTypes, {loss.getType(), RankedTensorType::get({layers, e}, i32)}));
+    func.setResultAttr(1, "moe.output", b.getStringAttr("expert_load"));
+  }
+  func::ReturnOp::create(b, g.loc, results);
   assert(next == params.size() && "unused parameters");
   return module;
 }

@@ -111,12 +111,21 @@ class LanguageModel:
         return [params[n] for n in self.names] + [ids, labels]
 
     def loss(self, params, ids, labels):
-        return float(self._artifact.loss(*self._args(params, ids, labels)))
+        out = self._artifact.loss(*self._args(params, ids, labels))
+        return float(out[0] if isinstance(out, (tuple, list)) else out)
 
-    def loss_grad(self, params, ids, labels):
-        """The loss and {name: gradient}."""
+    def loss_grad(self, params, ids, labels, outputs=False):
+        """The loss and {name: gradient}; with `outputs`, also the graph's
+        outputs by name ({"expert_load": int32 [MoE layers, experts]}, the
+        top-k assignments each expert got)."""
         out = self._artifact.loss_grad(*self._args(params, ids, labels))
-        return float(out[0]), dict(zip(self.names, out[1:]))
+        n = len(self.names)
+        grads = dict(zip(self.names, out[1:1 + n], strict=True))
+        if not outputs:
+            return float(out[0]), grads
+        _, results = self._artifact.functions["loss_grad"]
+        named = {r.output: v for r, v in zip(results[1 + n:], out[1 + n:], strict=True)}
+        return float(out[0]), grads, named
 
     @staticmethod
     def next_token_labels(ids, pad=0):

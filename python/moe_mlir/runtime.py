@@ -48,6 +48,9 @@ class TensorSpec:
         # Optimizer state of argument state_of (-moe-adamw), and whether the
         # call writes the argument in place (its new value).
         self.state, self.state_of, self.updated = None, None, False
+        # A result that is an output of a loss function (moe.output), not
+        # a loss or a gradient: its name.
+        self.output = None
 
     def __repr__(self):
         return f"tensor<{'x'.join('?' if d < 0 else str(d) for d in self.shape)}x{self.dtype}>"
@@ -78,7 +81,7 @@ def parse_manifest(text):
             spec = TensorSpec(words[1], [int(d) for d in words[3:3 + rank]])
             rest = words[3 + rank:]
             for i, w in enumerate(rest):
-                if w in ("param", "init", "input") and i + 1 < len(rest):
+                if w in ("param", "init", "input", "output") and i + 1 < len(rest):
                     setattr(spec, w, rest[i + 1])
                 elif w == "hf_transposed":
                     spec.hf_transposed = True

@@ -343,9 +343,15 @@ struct Loop {
         mgpuMemFree(p, memory.stream);
   }
 
+  /// The last call's `expert_load` output: top-k assignments per MoE layer
+  /// and expert (row-major [layers, experts]).
+  std::vector<int32_t> expertLoad;
+  int64_t loadExperts = 0;
+
   /// Calls `fn` (the train step or the loss) on one batch: the arguments
   /// come from the state by role; returns the 0-d results (the loss, and
-  /// for the step the gradient norm).
+  /// for the step the gradient norm; 0 in the places of outputs) and keeps
+  /// the expert load.
   std::vector<float> run(Entry entry, const artifact::Function &fn,
                          const std::vector<int32_t> &ids,
                          const std::vector<int32_t> &labels,
@@ -377,7 +383,9 @@ struct Loop {
       }
       descs.push_back(artifact::descriptor(p, a.shape));
     }
-    std::vector<size_t> ranks(fn.results.size(), 0);
+    std::vector<size_t> ranks;
+    for (const artifact::Tensor &r : fn.results)
+      ranks.push_back(r.shape.size());
     std::vector<int64_t> results(
         artifact::resultOffset(ranks, ranks.size()) / 8, 0);
     artifact::call(entry, results.data(), descs);
@@ -387,7 +395,14 @@ struct Loop {
       const int64_t *d = &results[artifact::resultOffset(ranks, i) / 8];
       void *alloc = reinterpret_cast<void *>(d[0]);
       auto *aligned = reinterpret_cast<char *>(d[1]);
-      memory.download(&out[i], aligned + d[2] * 4, 4);
+      const artifact::Tensor &r = fn.results[i];
+      if (r.output == "expert_load") { // [MoE layers, experts] i32, dense
+        expertLoad.resize(size_t(r.elements()));
+        memory.download(expertLoad.data(), aligned + d[2] * 4,
+                        expertLoad.size() * 4);
+      } else if (ranks[i] == 0) {
+        memory.download(&out[i], aligned + d[2] * 4, 4);
+      }
       if (alloc && std::find(allocated.begin(), allocated.end(), alloc) ==
                        allocated.end())
         allocated.push_back(alloc);
@@ -606,12 +621,28 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   int64_t vocab = std::atoll(meta("vocab_size").c_str());
   double initStd = std::atof(meta("init_std").c_str());
   double flops = std::atof(meta("step_flops").c_str());
+  // Outputs besides the loss (and the step's gradient norm): the expert
+  // load, an i32 [MoE layers, experts], in both functions or neither.
+  auto outputs = [&](const artifact::Function &f) {
+    size_t n = 0;
+    for (const artifact::Tensor &r : f.results)
+      if (!r.output.empty()) {
+        if (r.output != "expert_load" || r.dtype != "i32" ||
+            r.shape.size() != 2)
+          t.die(artifactPath + ": " + f.name + " has an output '" + r.output +
+                "' this trainer does not know");
+        t.loadExperts = r.shape[1];
+        ++n;
+      }
+    return n;
+  };
+  size_t stepOutputs = outputs(*step), lossOutputs = outputs(*t.lossFn);
   if (t.params.empty() || t.batch < 1 || t.seq < 1 || !scalars ||
       moments[0] != t.params.size() || moments[1] != t.params.size() ||
       3 * t.params.size() + 3 != step->args.size() ||
-      step->results.size() != 2 ||
+      stepOutputs != lossOutputs || step->results.size() != 2 + stepOutputs ||
       t.lossFn->args.size() != t.params.size() + 2 ||
-      t.lossFn->results.size() != 1)
+      t.lossFn->results.size() != 1 + lossOutputs)
     t.die(artifactPath + ": its loss_step is not a moe-model train step "
                          "with AdamW (compile it with moe-train)");
 
@@ -888,21 +919,53 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
             .count();
     double tokensPerS = double(t.batch * t.seq) / seconds;
     trainCurve.push_back({t.step, loss});
+    // Per MoE layer, the busiest expert's load against an even split.
+    std::string loadMax;
+    std::vector<int32_t> stepLoad = t.expertLoad;
+    if (t.loadExperts > 0 && !stepLoad.empty()) {
+      loadMax = ", \"load_max\": [";
+      size_t e = size_t(t.loadExperts);
+      for (size_t l = 0; l * e < stepLoad.size(); ++l) {
+        double total = 0, most = 0;
+        for (size_t x = 0; x < e; ++x) {
+          total += stepLoad[l * e + x];
+          most = std::max<double>(most, stepLoad[l * e + x]);
+        }
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.3f", l ? ", " : "",
+                      total > 0 ? most * double(e) / total : 0.0);
+        loadMax += buf;
+      }
+      loadMax += "]";
+    }
     std::fprintf(metrics,
                  "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, "
                  "\"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                 "\"tflops\": %.4f, \"memory_mib\": %.1f, \"time\": %.3f}\n",
+                 "\"tflops\": %.4f, \"memory_mib\": %.1f%s, \"time\": "
+                 "%.3f}\n",
                  (long long)t.step, loss, lr, norm, tokensPerS,
-                 flops / seconds / 1e12, t.memory.peakMiB(), unixTime());
+                 flops / seconds / 1e12, t.memory.peakMiB(), loadMax.c_str(),
+                 unixTime());
     bool evalNow =
         (o.evalEvery > 0 && t.step % o.evalEvery == 0) || t.step == o.steps;
     if (evalNow) {
       lastEval = heldOutLoss();
       evalCurve.push_back({t.step, lastEval});
+      // The train step's expert load, in full.
+      std::string load;
+      if (t.loadExperts > 0 && !stepLoad.empty()) {
+        load = ", \"expert_load\": [";
+        size_t e = size_t(t.loadExperts);
+        for (size_t i = 0; i < stepLoad.size(); ++i)
+          load += std::string(i % e == 0 ? (i ? "], [" : "[") : ", ") +
+                  std::to_string(stepLoad[i]);
+        load += "]]";
+      }
       std::fprintf(metrics,
                    "{\"step\": %lld, \"held_out_loss\": %.6f, "
-                   "\"unigram_loss\": %.6f, \"time\": %.3f}\n",
-                   (long long)t.step, lastEval, unigram, unixTime());
+                   "\"unigram_loss\": %.6f%s, \"time\": %.3f}\n",
+                   (long long)t.step, lastEval, unigram, load.c_str(),
+                   unixTime());
     }
     std::fflush(metrics);
     int signal = stopSignal;

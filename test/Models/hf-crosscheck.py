@@ -93,7 +93,22 @@ def crosscheck(name, cfg, z_coef=0.0):
     ids_np = ids.numpy().astype(np.int32)
     labels = np.full_like(ids_np, -100)
     labels[:, :-1] = ids_np[:, 1:]
-    loss, *grads = art.loss_grad(*weights, ids_np, labels)
+    loss, *rest = art.loss_grad(*weights, ids_np, labels)
+    # The gradients, then the outputs (moe.output): the expert load.
+    specs = art.functions["loss_grad"][1][1:]
+    grads = [r for r, spec in zip(rest, specs, strict=True) if spec.output is None]
+    outputs = {spec.output: r for r, spec in zip(rest, specs, strict=True) if spec.output}
+    k, experts = cfg["num_experts_per_tok"], cfg["num_experts"]
+    picked = [torch.topk(torch.softmax(lg.float(), -1), k, dim=-1).indices.flatten()
+              for lg in out_hf.router_logits] if cfg.get("output_router_logits") else None
+    load = outputs.get("expert_load")
+    check(load is not None and load.shape == (cfg["num_hidden_layers"] - 1, experts)
+          and all(int(x) == B * S * k for x in load.sum(axis=1))
+          and (picked is None or all(
+              np.array_equal(load[i], np.bincount(p.numpy(), minlength=experts))
+              for i, p in enumerate(picked))),
+          f"{name}: the expert_load output counts each MoE layer's top-{k} "
+          + ("as transformers' routers pick them" if picked else "assignments"))
     # One gradient per parameter, in order: a short list would make the zip
     # below check fewer silently.
     check(len(grads) == len(params) and len(params) == len(theirs),

@@ -123,6 +123,12 @@ r1 = train("--init-from", hub, "--steps", "1", "--lr", "1e-12", "--warmup", "0",
 check(r.returncode == 0 and r1.returncode == 0
       and metrics(os.path.join(out, "still-hub"))[0]["loss"] == metrics(still)[0]["loss"],
       "--init-from (hub layout: shards, BF16, per-expert) gives the same first loss, bit for bit")
+steps = [m for m in metrics(tuned) if "loss" in m]
+final = [m for m in metrics(tuned) if "held_out_loss" in m][-1]
+check(all(len(m["load_max"]) == 1 and 1 <= m["load_max"][0] <= 4 for m in steps)
+      and len(final["expert_load"]) == 1 and sum(final["expert_load"][0]) == 2 * 32 * 2,
+      f"metrics: the busiest expert's load per MoE layer each step ({steps[-1]['load_max']}), "
+      f"every expert's at evaluations ({final['expert_load']})")
 tensors, meta = checkpoint(tuned)
 trained = {n: tensors[n] for n in ours.names}
 moved = max(float(np.max(np.abs(trained[n] - expected[n]))) for n in ours.names)

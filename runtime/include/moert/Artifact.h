@@ -24,6 +24,7 @@ namespace moert::artifact {
 
 /// One `arg` or `result` line of a manifest:
 ///   arg|result DTYPE RANK DIMS... [range LO HI] [shard E L] [gradient_of I]
+///              [output NAME]
 ///              [param NAME init normal|ones [hf_transposed]] [input ROLE]
 ///              [state exp_avg|exp_avg_sq I] [updated]
 struct Tensor {
@@ -37,6 +38,7 @@ struct Tensor {
   bool hasRange = false;
   int64_t experts = 0, local = 0; ///< `shard E L`
   int64_t gradientOf = -1;        ///< `gradient_of I` (results)
+  std::string output;             ///< `output NAME` (results: moe.output)
   std::string state;              ///< `state KIND I`: optimizer state ...
   int64_t stateOf = -1;           ///< ... of argument I
   bool updated = false;           ///< `updated`: written in place by the call
@@ -106,6 +108,8 @@ inline std::vector<Function> parseManifest(const char *text) {
           ls >> t.experts >> t.local;
         } else if (word == "gradient_of") {
           ls >> t.gradientOf;
+        } else if (word == "output") {
+          ls >> t.output;
         } else if (word == "param") {
           ls >> t.param;
         } else if (word == "init") {

@@ -69,3 +69,22 @@ func.func @loss(%w: tensor<2x4x4xf32> {moe.expert_shard = {experts = 4 : i64, lo
   %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Outputs of the loss function (moe.output) pass through both passes: after
+// the gradients in @loss_grad, after the loss and the norm in @loss_step.
+// CHECK-LABEL: func.func @counted(
+// CHECK-LABEL: func.func @counted_step(
+// CHECK-SAME: -> (tensor<f32> {moe.loss}, tensor<f32> {moe.grad_norm}, tensor<4xi32> {moe.output = "picks"}, tensor<1x4xf32> {moe.updates = 0 : i64}
+// CHECK: return %{{.*}}, %{{.*}}, %arg1, %{{.*}}, %{{.*}}, %{{.*}} :
+func.func @counted(%w: tensor<1x4xf32>, %picks: tensor<4xi32>) -> (tensor<f32>, tensor<4xi32> {moe.output = "picks"}) {
+  %c = tensor.collapse_shape %w [[0, 1]] : tensor<1x4xf32> into tensor<4xf32>
+  %col = tensor.expand_shape %c [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%w, %col : tensor<1x4xf32>, tensor<4x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l, %picks : tensor<f32>, tensor<4xi32>
+}

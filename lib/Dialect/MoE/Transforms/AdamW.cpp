@@ -145,7 +145,12 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
       unsigned m = 0, v = 0; // the moments' argument numbers
     };
     SmallVector<Trained> trained;
+    SmallVector<std::pair<Value, StringAttr>> outputs; // passed through
     for (unsigned r = 1; r < grad.getNumResults(); ++r) {
+      if (auto name = grad.getResultAttrOfType<StringAttr>(r, "moe.output")) {
+        outputs.push_back({ret.getOperand(r), name});
+        continue;
+      }
       auto of = grad.getResultAttrOfType<IntegerAttr>(r, "moe.gradient_of");
       if (!of || of.getInt() < 0 ||
           of.getInt() >= int64_t(grad.getNumArguments()))
@@ -245,6 +250,8 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
           keep = scalar(DecayKeep), beta1 = scalar(Beta1),
           beta2 = scalar(Beta2), eps = scalar(Eps);
     SmallVector<Value> results = {ret.getOperand(0), norm};
+    for (auto &[v, name] : outputs)
+      results.push_back(v);
     SmallVector<int64_t> updates;
     SmallVector<Value> newP, newM, newV;
     for (Trained &t : trained) {
@@ -319,6 +326,9 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
         b.getDictionaryAttr({b.getNamedAttr("moe.loss", b.getUnitAttr())}),
         b.getDictionaryAttr(
             {b.getNamedAttr("moe.grad_norm", b.getUnitAttr())})};
+    for (auto &[v, name] : outputs)
+      resultAttrs.push_back(
+          b.getDictionaryAttr({b.getNamedAttr("moe.output", name)}));
     for (int64_t u : updates)
       resultAttrs.push_back(b.getDictionaryAttr(
           {b.getNamedAttr("moe.updates", b.getI64IntegerAttr(u))}));

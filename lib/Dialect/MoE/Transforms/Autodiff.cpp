@@ -548,9 +548,14 @@ LogicalResult Differentiator::backprop(Operation *op) {
 struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
   using MoEAutodiffBase::MoEAutodiffBase;
 
+  /// A 0-d f32 loss, then any outputs (results with moe.output, such as
+  /// the routers' expert loads), which are passed through undifferentiated.
   static bool isLossFunction(func::FuncOp f) {
-    if (f.isExternal() || f.getNumResults() != 1)
+    if (f.isExternal() || f.getNumResults() < 1)
       return false;
+    for (unsigned r = 1; r < f.getNumResults(); ++r)
+      if (!f.getResultAttrOfType<StringAttr>(r, "moe.output"))
+        return false;
     auto t = dyn_cast<RankedTensorType>(f.getResultTypes()[0]);
     return t && t.getRank() == 0 && t.getElementType().isF32();
   }
@@ -558,7 +563,8 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
   LogicalResult differentiate(func::FuncOp f, SymbolTable &symbols) {
     if (!isLossFunction(f))
       return f.emitOpError("-moe-autodiff: expects a loss function returning "
-                           "one tensor<f32>, got ")
+                           "one tensor<f32> (then only results marked "
+                           "moe.output), got ")
              << f.getFunctionType();
     if (!f.getBody().hasOneBlock())
       return f.emitOpError("-moe-autodiff: expects a single-block body");
@@ -619,13 +625,23 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
       types.push_back(g.getType());
       argOf.push_back(a.getArgNumber());
     }
+    // Then the outputs, as they were.
+    SmallVector<StringAttr> outputs;
+    for (unsigned r = 1; r < ret.getNumOperands(); ++r) {
+      results.push_back(ret.getOperand(r));
+      types.push_back(ret.getOperand(r).getType());
+      outputs.push_back(step.getResultAttrOfType<StringAttr>(r, "moe.output"));
+    }
     func::ReturnOp::create(b, ret.getLoc(), results);
     ret.erase();
     step.setFunctionType(
         FunctionType::get(step.getContext(), step.getArgumentTypes(), types));
+    step.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
     step.setResultAttr(0, "moe.loss", b.getUnitAttr());
     for (auto [i, arg] : llvm::enumerate(argOf))
       step.setResultAttr(i + 1, "moe.gradient_of", b.getI64IntegerAttr(arg));
+    for (auto [i, name] : llvm::enumerate(outputs))
+      step.setResultAttr(1 + argOf.size() + i, "moe.output", name);
     return success();
   }
 
