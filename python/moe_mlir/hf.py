@@ -33,7 +33,7 @@ import numpy as np
 
 try:
     import ml_dtypes
-except ImportError:  # BF16 files then cannot be read or written
+except ImportError:  # BF16 tensors then read as f32 and written from uint16
     ml_dtypes = None
 
 __all__ = ["read_safetensors", "write_safetensors", "read_weights", "write_model",
@@ -57,10 +57,17 @@ _EXPERT = re.compile(r"^(.*\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.wei
 
 
 def _dtype(name, path):
+    if name == "BF16" and ml_dtypes is None:
+        return np.uint16  # widened to f32 by read_safetensors
     if name not in _DTYPES:
-        raise ValueError(f"{path}: dtype {name} is not supported"
-                         + (" (install ml_dtypes to read BF16)" if name == "BF16" else ""))
+        raise ValueError(f"{path}: dtype {name} is not supported")
     return _DTYPES[name]
+
+
+def _bf16_bits(x):
+    """f32 -> bf16 bit patterns (uint16), rounding to nearest even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def read_safetensors(path):
@@ -98,21 +105,27 @@ def read_safetensors(path):
                 raise ValueError(f"{path}: tensor '{name}' lies outside the data or has "
                                  "another size than its shape")
             f.seek(8 + length + begin)
-            tensors[name] = np.frombuffer(f.read(end - begin), dtype=dtype).reshape(shape)
+            t = np.frombuffer(f.read(end - begin), dtype=dtype).reshape(shape)
+            if entry["dtype"] == "BF16" and ml_dtypes is None:
+                t = (t.astype(np.uint32) << 16).view(np.float32)
+            tensors[name] = t
     return tensors, metadata
 
 
-def write_safetensors(path, tensors, metadata=None):
+def write_safetensors(path, tensors, metadata=None, bf16_bits=()):
     """Writes {name: array} (and string metadata) atomically: a temporary
-    file beside `path`, renamed over it when complete."""
+    file beside `path`, renamed over it when complete. Tensors named in
+    `bf16_bits` are uint16 arrays of bf16 bit patterns, written as BF16."""
     header, offset, arrays = {}, 0, []
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, array in tensors.items():
         array = np.ascontiguousarray(array)
-        if array.dtype not in _NAMES:
+        bits = name in bf16_bits and array.dtype == np.uint16
+        if array.dtype not in _NAMES and not bits:
             raise ValueError(f"tensor '{name}': dtype {array.dtype} cannot be written")
-        header[name] = {"dtype": _NAMES[array.dtype], "shape": list(array.shape),
+        header[name] = {"dtype": "BF16" if bits else _NAMES[array.dtype],
+                        "shape": list(array.shape),
                         "data_offsets": [offset, offset + array.nbytes]}
         offset += array.nbytes
         arrays.append(array)
@@ -268,12 +281,9 @@ def write_model(out_dir, state, config, dtype="float32", max_shard_size="5GB", a
     with `alphabet`, the tokenizer files. Returns `out_dir`."""
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
-    if dtype == "bfloat16" and ml_dtypes is None:
-        raise ValueError("writing bfloat16 needs the ml_dtypes package")
     limit = _bytes(max_shard_size)
     if limit < 1:
         raise ValueError(f"max_shard_size must be positive, got {max_shard_size!r}")
-    to = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
     tensors = {}
     for name in sorted(state):
         t = np.asarray(state[name], dtype=np.float32)
@@ -288,7 +298,12 @@ def write_model(out_dir, state, config, dtype="float32", max_shard_size="5GB", a
                     tensors[f"{prefix}{e}.down_proj.weight"] = t[e]
         else:
             tensors[name] = t
-    tensors = {k: np.ascontiguousarray(v.astype(to)) for k, v in sorted(tensors.items())}
+    # bf16 by its bit patterns (rounded to nearest even, as ml_dtypes and
+    # torch round), so no ml_dtypes is needed.
+    convert = (lambda v: np.ascontiguousarray(v, dtype=np.float32)) if dtype == "float32" \
+        else _bf16_bits
+    tensors = {k: convert(v) for k, v in sorted(tensors.items())}
+    bits = set(tensors) if dtype == "bfloat16" else set()
     # Shards in name order, each up to the limit (a larger tensor alone).
     shards, size = [[]], 0
     for name, t in tensors.items():
@@ -306,7 +321,7 @@ def write_model(out_dir, state, config, dtype="float32", max_shard_size="5GB", a
         file = "model.safetensors" if len(shards) == 1 else \
             f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         write_safetensors(os.path.join(out_dir, file), {n: tensors[n] for n in names},
-                          {"format": "pt"})
+                          {"format": "pt"}, bf16_bits=bits)
         weight_map.update({n: file for n in names})
     if len(shards) > 1:
         total = sum(t.nbytes for t in tensors.values())
