@@ -186,6 +186,9 @@ def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_
         raise TypeError("export_hf needs out_dir")
     if os.path.isdir(checkpoint):
         checkpoint = os.path.join(checkpoint, "checkpoint.safetensors")
+    if not os.path.isfile(checkpoint):
+        raise ValueError(f"{checkpoint}: no moe-train checkpoint (give a run directory or "
+                         "its checkpoint.safetensors)")
     tensors, meta = hf.read_safetensors(checkpoint)
     if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
         raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "

@@ -77,7 +77,9 @@ std::string trainOptionsHelp() {
          "none\n"
          "SIGINT or SIGTERM: the step under way finishes, a checkpoint is "
          "written,\n"
-         "and the run exits with 130 or 143 (--resume continues it).\n";
+         "and the run exits with 130 or 143 (--resume continues it).\n"
+         "A checkpoint becomes a transformers model directory with\n"
+         "  python -m moe_mlir export-hf OUT_DIR HF_DIR [--dtype bfloat16]\n";
 }
 
 bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,

@@ -148,6 +148,17 @@ back = AutoModelForCausalLM.from_pretrained(bf16, attn_implementation="eager")
 theirs = transformers_loss(back, ids)
 check(back.dtype == torch.bfloat16 and abs(mine - theirs) <= 1e-2 * abs(theirs),
       f"and in bf16: loss {theirs:.6f} there, {mine:.6f} here (bound 1e-2)")
+# The command line: python -m moe_mlir export-hf.
+cli = os.path.join(out, "export-cli")
+r = subprocess.run([sys.executable, "-m", "moe_mlir", "export-hf", tuned, cli, "--dtype", "bfloat16"],
+                   capture_output=True, text=True, timeout=300)
+bad = subprocess.run([sys.executable, "-m", "moe_mlir", "export-hf", os.path.join(out, "nowhere"),
+                      os.path.join(out, "x")], capture_output=True, text=True, timeout=300)
+check(r.returncode == 0 and all(np.array_equal(a, b) for a, b in zip(
+          hf.read_weights(cli).values(), hf.read_weights(bf16).values()))
+      and bad.returncode == 1 and "nowhere" in bad.stderr,
+      "python -m moe_mlir export-hf writes the same model; a missing run is an error: "
+      + bad.stderr.strip())
 again = ours.from_hf(hf.read_weights(f32))
 check(all(np.array_equal(again[n], trained[n]) for n in ours.names),
       "the f32 export reads back to the checkpoint's weights exactly")
