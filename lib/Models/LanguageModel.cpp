@@ -223,6 +223,7 @@ llvm::Expected<ModelConfig> ModelConfig::parse(llvm::StringRef json,
   double auxCoef = r.number("router_aux_loss_coef", 0.001, false);
   c.routerAuxLossCoef = r.boolean("output_router_logits", false) ? auxCoef : 0;
   c.routerZLossCoef = r.number("router_z_loss_coef", 0, false);
+  c.routerBiasUpdateRate = r.number("router_bias_update_rate", 0, false);
   if (r.boolean("attention_bias", false))
     r.fail("'attention_bias' is true: attention projections with a bias are "
            "not supported");
@@ -325,6 +326,8 @@ std::string ModelConfig::fingerprint() const {
     os << ",router_aux=" << routerAuxLossCoef;
   if (routerZLossCoef != 0)
     os << ",router_z=" << routerZLossCoef;
+  if (routerBiasUpdateRate != 0)
+    os << ",router_bias_rate=" << routerBiasUpdateRate;
   return s;
 }
 
@@ -473,6 +476,12 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
     argTypes.push_back(RankedTensorType::get(p.shape, f32));
   argTypes.push_back(RankedTensorType::get({batch, seq}, i32));
   argTypes.push_back(RankedTensorType::get({batch, seq}, i32));
+  int64_t moeLayers = 0;
+  for (int64_t l = 0; l < c.numHiddenLayers; ++l)
+    moeLayers += c.isMoELayer(l);
+  bool routerBias = c.routerBiasUpdateRate > 0 && moeLayers > 0;
+  if (routerBias)
+    argTypes.push_back(RankedTensorType::get({moeLayers, c.numExperts}, f32));
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(
       b, top, "loss",
@@ -493,9 +502,16 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                          str(llvm::formatv("{0}", c.initializerRange))),
           b.getNamedAttr("step_flops",
                          str(llvm::formatv("{0:e}", c.stepFlops(batch, seq)))),
+          b.getNamedAttr("router_bias_update_rate",
+                         str(llvm::formatv("{0:e}", c.routerBiasUpdateRate))),
       }));
   func.setArgAttr(params.size(), "moe.input", b.getStringAttr("ids"));
   func.setArgAttr(params.size() + 1, "moe.input", b.getStringAttr("labels"));
+  if (routerBias) {
+    func.setArgAttr(params.size() + 2, "moe.input",
+                    b.getStringAttr("router_bias"));
+    func.setArgAttr(params.size() + 2, "moe.no_grad", b.getUnitAttr());
+  }
   Block *body = func.addEntryBlock();
   b.setInsertionPointToEnd(body);
 
@@ -561,8 +577,19 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
       int64_t e = c.numExperts, k = c.numExpertsPerTok,
               f = c.moeIntermediateSize, rows = tokens * k;
       Value logits = g.matmul(a, arg(pre + "mlp.gate.weight"));
+      Value bias; // this layer's row of the selection bias
+      if (routerBias) {
+        Value all = func.getArgument(params.size() + 2);
+        Value row = tensor::ExtractSliceOp::create(
+            b, g.loc, g.t({1, e}), all,
+            ArrayRef<OpFoldResult>{b.getIndexAttr(int64_t(routerLogits.size())),
+                                   b.getIndexAttr(0)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(e)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+        bias = g.reshape(row, {e}, {{0, 1}}, /*expand=*/false);
+      }
       auto router = RouterOp::create(
-          b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits,
+          b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits, bias,
           b.getI64IntegerAttr(k),
           ScoreFunctionAttr::get(context, ScoreFunction::softmax), UnitAttr(),
           c.normTopkProb ? b.getUnitAttr() : UnitAttr());

@@ -99,7 +99,7 @@ class LanguageModel:
         return out
 
     # --- forward and backward ---
-    def _args(self, params, ids, labels):
+    def _args(self, params, ids, labels, router_bias=None):
         missing = [n for n in self.names if n not in params]
         if missing:
             raise KeyError(f"missing parameters: {', '.join(missing[:3])}")
@@ -108,17 +108,33 @@ class LanguageModel:
         for what, a in (("ids", ids), ("labels", labels)):
             if a.shape != (self.batch, self.seq):
                 raise ValueError(f"{what} must be [{self.batch}, {self.seq}], got {list(a.shape)}")
-        return [params[n] for n in self.names] + [ids, labels]
+        args = [params[n] for n in self.names] + [ids, labels]
+        # The routers' selection bias (config 'router_bias_update_rate'):
+        # zeros unless given.
+        spec = self._artifact.functions["loss_grad"][0][len(self.names) + 2:]
+        if spec and spec[0].input == "router_bias":
+            bias = np.zeros(spec[0].shape, np.float32) if router_bias is None else \
+                np.ascontiguousarray(router_bias, dtype=np.float32)
+            if bias.shape != spec[0].shape:
+                raise ValueError(f"router_bias must be {list(spec[0].shape)}, "
+                                 f"got {list(bias.shape)}")
+            args.append(bias)
+        elif router_bias is not None:
+            raise ValueError("this model has no router bias ('router_bias_update_rate' "
+                             "is not set in its config)")
+        return args
 
-    def loss(self, params, ids, labels):
-        out = self._artifact.loss(*self._args(params, ids, labels))
+    def loss(self, params, ids, labels, router_bias=None):
+        out = self._artifact.loss(*self._args(params, ids, labels, router_bias))
         return float(out[0] if isinstance(out, (tuple, list)) else out)
 
-    def loss_grad(self, params, ids, labels, outputs=False):
+    def loss_grad(self, params, ids, labels, outputs=False, router_bias=None):
         """The loss and {name: gradient}; with `outputs`, also the graph's
         outputs by name ({"expert_load": int32 [MoE layers, experts]}, the
-        top-k assignments each expert got)."""
-        out = self._artifact.loss_grad(*self._args(params, ids, labels))
+        top-k assignments each expert got). `router_bias` [MoE layers,
+        experts]: the routers' selection bias of models with
+        'router_bias_update_rate' (zeros by default)."""
+        out = self._artifact.loss_grad(*self._args(params, ids, labels, router_bias))
         n = len(self.names)
         grads = dict(zip(self.names, out[1:1 + n], strict=True))
         if not outputs:
@@ -194,8 +210,11 @@ def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_
         raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "
                          "information (written by moe-train / moert-train)")
     transposed = set(filter(None, meta["hf_transposed"].split(",")))
+    # The parameters (not the optimizer's moments, nor the routers'
+    # selection bias, which transformers' Qwen3-MoE does not have).
     state = {name: np.swapaxes(t, -1, -2) if name in transposed else t
-             for name, t in tensors.items() if not name.startswith("optimizer.")}
+             for name, t in tensors.items()
+             if not name.startswith(("optimizer.", "router."))}
     if config is None:
         # A run started with --init-from records the directory.
         config = os.path.join(meta.get("init_from", ""), "config.json")

@@ -349,6 +349,32 @@ struct Loop {
   /// and expert (row-major [layers, experts]).
   std::vector<int32_t> expertLoad;
   int64_t loadExperts = 0;
+  /// The routers' selection bias ([MoE layers, experts], the `router_bias`
+  /// input; empty without one) and its update rate.
+  std::vector<float> routerBias;
+  std::vector<int64_t> routerBiasShape;
+  double routerBiasRate = 0;
+
+  /// Auxiliary-loss-free balancing: after a step with expert load `load`,
+  /// each expert's bias moves by the rate toward an even split (up below
+  /// the layer's mean load, down above it).
+  void updateRouterBias(const std::vector<int32_t> &load) {
+    if (routerBias.empty() || load.size() != routerBias.size())
+      return;
+    size_t e = size_t(routerBiasShape[1]);
+    for (size_t l = 0; l * e < load.size(); ++l) {
+      double mean = 0;
+      for (size_t x = 0; x < e; ++x)
+        mean += load[l * e + x];
+      mean /= double(e);
+      for (size_t x = 0; x < e; ++x) {
+        double d = mean - load[l * e + x];
+        routerBias[l * e + x] += float(routerBiasRate * (d > 0   ? 1
+                                                         : d < 0 ? -1
+                                                                 : 0));
+      }
+    }
+  }
 
   /// Calls `fn` (the train step or the loss) on one batch: the arguments
   /// come from the state by role; returns the 0-d results (the loss, and
@@ -378,6 +404,8 @@ struct Loop {
         p = upload(x.data(), x.size() * 4);
       } else if (a.input == "adamw") {
         p = upload(scalars.data(), scalars.size() * 4);
+      } else if (a.input == "router_bias") {
+        p = upload(routerBias.data(), routerBias.size() * 4);
       } else if (a.state == "exp_avg") {
         p = dM[m++];
       } else if (a.state == "exp_avg_sq") {
@@ -607,6 +635,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       ++k;
     } else if (a.input == "adamw") {
       scalars = a.shape == std::vector<int64_t>{8} && a.dtype == "f32";
+    } else if (a.input == "router_bias") {
+      if (a.shape.size() != 2 || a.dtype != "f32")
+        t.die(artifactPath + ": its router_bias is not an f32 [layers, "
+                             "experts] tensor");
+      t.routerBiasShape = a.shape;
     } else if (a.input != "labels") {
       t.die(artifactPath + ": loss_step has an argument of no known role");
     }
@@ -623,6 +656,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   int64_t vocab = std::atoll(meta("vocab_size").c_str());
   double initStd = std::atof(meta("init_std").c_str());
   double flops = std::atof(meta("step_flops").c_str());
+  if (!t.routerBiasShape.empty()) {
+    t.routerBiasRate = std::atof(meta("router_bias_update_rate").c_str());
+    t.routerBias.assign(size_t(t.routerBiasShape[0] * t.routerBiasShape[1]),
+                        0.0f);
+  }
   // Outputs besides the loss (and the step's gradient norm): the expert
   // load, an i32 [MoE layers, experts], in both functions or neither.
   auto outputs = [&](const artifact::Function &f) {
@@ -641,9 +679,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   size_t stepOutputs = outputs(*step), lossOutputs = outputs(*t.lossFn);
   if (t.params.empty() || t.batch < 1 || t.seq < 1 || !scalars ||
       moments[0] != t.params.size() || moments[1] != t.params.size() ||
-      3 * t.params.size() + 3 != step->args.size() ||
+      3 * t.params.size() + 3 + !t.routerBiasShape.empty() !=
+          step->args.size() ||
       stepOutputs != lossOutputs || step->results.size() != 2 + stepOutputs ||
-      t.lossFn->args.size() != t.params.size() + 2 ||
+      t.lossFn->args.size() !=
+          t.params.size() + 2 + !t.routerBiasShape.empty() ||
+      (!t.routerBiasShape.empty() && !stepOutputs) ||
       t.lossFn->results.size() != 1 + lossOutputs)
     t.die(artifactPath + ": its loss_step is not a moe-model train step "
                          "with AdamW (compile it with moe-train)");
@@ -744,6 +785,13 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                 " (a corrupt or diverged checkpoint)");
         *dst = std::move(it->second->data);
       }
+    }
+    if (!t.routerBias.empty()) {
+      auto it = byName.find("router.selection_bias");
+      if (it == byName.end() || it->second->shape != t.routerBiasShape)
+        t.die(checkpoint + ": no router.selection_bias of this model's shape "
+                           "(the routers' balancing state)");
+      t.routerBias = it->second->data;
     }
     char *end = nullptr;
     t.step = std::strtoll(saved["step"].c_str(), &end, 10);
@@ -858,6 +906,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       tensors.push_back({"optimizer.exp_avg_sq." + t.params[i].name,
                          t.params[i].shape, t.adamV[i]});
     }
+    if (!t.routerBias.empty())
+      tensors.push_back(
+          {"router.selection_bias", t.routerBiasShape, t.routerBias});
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
     m["data_crc32"] = std::to_string(dataCrc(tensors));
@@ -924,6 +975,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     // Per MoE layer, the busiest expert's load against an even split.
     std::string loadMax;
     std::vector<int32_t> stepLoad = t.expertLoad;
+    t.updateRouterBias(stepLoad);
     if (t.loadExperts > 0 && !stepLoad.empty()) {
       loadMax = ", \"load_max\": [";
       size_t e = size_t(t.loadExperts);

@@ -62,6 +62,12 @@ struct ModelConfig {
   /// transformers), else 0; 'router_z_loss_coef' (default 0).
   double routerAuxLossCoef = 0;
   double routerZLossCoef = 0;
+  /// Auxiliary-loss-free balancing (DeepSeek-V3): 'router_bias_update_rate'
+  /// > 0 gives every MoE layer's router a selection bias (the loss
+  /// function's `router_bias` input, [MoE layers, experts]) that the
+  /// trainer moves by this rate after each step, up for experts below the
+  /// mean load and down for those above.
+  double routerBiasUpdateRate = 0;
 
   /// Parses a config.json text. Errors name the field and say what is
   /// wrong; `source` (a path) prefixes them.

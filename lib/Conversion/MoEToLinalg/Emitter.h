@@ -477,6 +477,13 @@ Value routerScores(Emitter &e, ScoreFunction score, bool softmaxAfterTopk,
 /// The router's combine weights from the picked scores (f32 [T, k]).
 Value routerWeights(Emitter &e, RouterOp op, Value picked);
 
+/// What a router ranks its experts by: `scores` [T, E], plus `bias[e]`
+/// when the router has a selection bias (null: the scores themselves).
+Value routerRanking(Emitter &e, Value scores, Value bias);
+
+/// picked[t, j] = scores[t, indices[t, j]] (f32 [T, k]).
+Value gatherPicked(Emitter &e, Value scores, Value indices);
+
 /// For every row of a [T, n] f32 tensor: its max m and sum_j exp(v_j - m)
 /// (in order); the pieces of softmax and log-sum-exp.
 std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v);

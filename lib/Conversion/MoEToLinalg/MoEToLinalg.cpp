@@ -548,6 +548,33 @@ Value mlir::moe::detail::routerScores(Emitter &e, ScoreFunction score,
   return rowSoftmax(e, logits);
 }
 
+Value mlir::moe::detail::routerRanking(Emitter &e, Value scores, Value bias) {
+  if (!bias)
+    return scores;
+  MLIRContext *ctx = e.b.getContext();
+  AffineExpr t = getAffineDimExpr(0, ctx), x = getAffineDimExpr(1, ctx);
+  return e.generic(
+      {scores, bias}, e.empty(e.sizes(scores), e.b.getF32Type()),
+      {AffineMap::get(2, 0, {t, x}, ctx), AffineMap::get(2, 0, {x}, ctx),
+       AffineMap::get(2, 0, {t, x}, ctx)},
+      {IteratorType::parallel, IteratorType::parallel},
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        return SmallVector<Value>{arith::AddFOp::create(nb, nl, a[0], a[1])};
+      })[0];
+}
+
+Value mlir::moe::detail::gatherPicked(Emitter &e, Value scores, Value indices) {
+  auto id = AffineMap::getMultiDimIdentityMap(2, e.b.getContext());
+  return e.generic(indices, e.empty(e.sizes(indices), e.b.getF32Type()),
+                   {id, id}, {IteratorType::parallel, IteratorType::parallel},
+                   [&](OpBuilder &nb, Location nl, ValueRange a) {
+                     Emitter n{nb, nl};
+                     Value t = linalg::IndexOp::create(nb, nl, 0);
+                     return SmallVector<Value>{
+                         n.extract(scores, {t, n.toIndex(a[0])})};
+                   })[0];
+}
+
 Value mlir::moe::detail::routerWeights(Emitter &e, RouterOp op, Value picked) {
   if (op.getSoftmaxAfterTopk())
     return rowSoftmax(e, picked);
@@ -575,6 +602,8 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
     float inf = std::numeric_limits<float>::infinity();
     Value scores =
         routerScores(e, op.getScore(), op.getSoftmaxAfterTopk(), logits);
+    // Ranked by score (+ the selection bias); weighted by score.
+    Value ranking = routerRanking(e, scores, adaptor.getBias());
 
     // Top-k by repeated arg-max over the experts not yet taken.
     Type idxElt = op.getIndices().getType().getElementType();
@@ -593,7 +622,7 @@ struct RouterLowering : OpConversionPattern<RouterOp> {
                       // it is a number and the best so far is NaN (so a NaN
                       // never wins against a number, -inf included). Equal
                       // scores keep the lower index.
-                      Value v = q.extract(scores, {tok, ex});
+                      Value v = q.extract(ranking, {tok, ex});
                       Value isNum = arith::CmpFOp::create(
                           q.b, q.loc, arith::CmpFPredicate::ORD, v, v);
                       Value curNaN = arith::CmpFOp::create(

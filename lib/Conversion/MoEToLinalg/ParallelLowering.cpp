@@ -197,6 +197,8 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
     int64_t k = op.getTopK();
     Value scores =
         routerScores(e, op.getScore(), op.getSoftmaxAfterTopk(), logits);
+    // Ranked by score (+ the selection bias); weighted by score.
+    Value ranking = routerRanking(e, scores, adaptor.getBias());
     Type idxElt = op.getIndices().getType().getElementType();
     SmallVector<OpFoldResult> tk = {e.sizes(logits)[0],
                                     rewriter.getIndexAttr(k)};
@@ -217,7 +219,7 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
                 return llvm::to_vector(m.forLoop(
                     m.idx(0), m.idx(numExperts), {m.idx(-1), m.f32(nan)},
                     [&](Emitter &q, Value ex, ValueRange best) {
-                      Value v = q.extract(scores, {t, ex});
+                      Value v = q.extract(ranking, {t, ex});
                       Value after = arith::OrIOp::create(
                           q.b, q.loc, first,
                           ranksBefore(q, prev[1], prev[0], v, ex));
@@ -233,7 +235,9 @@ struct ParallelRouter : OpConversionPattern<RouterOp> {
               });
           return SmallVector<Value>{n.fromIndex(last[0], idxElt), last[1]};
         });
-    rewriter.replaceOp(op, {picked[0], routerWeights(e, op, picked[1])});
+    Value values =
+        adaptor.getBias() ? gatherPicked(e, scores, picked[0]) : picked[1];
+    rewriter.replaceOp(op, {picked[0], routerWeights(e, op, values)});
     return success();
   }
 };

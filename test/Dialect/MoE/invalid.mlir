@@ -1274,3 +1274,12 @@ func.func @slot_offsets_size(%c: tensor<8xi32>) {
   %o = moe.slot_offsets %c : tensor<8xi32> -> tensor<4xi32>
   return
 }
+
+// -----
+
+// router: one selection bias per expert.
+func.func @router_bias_size(%l: tensor<16x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{'moe.router' op expects bias size (the number of experts) to be 8, got 4}}
+  %i, %w = moe.router %l bias(%b : tensor<4xf32>) top_k(2) softmax : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
+  return
+}

@@ -17,6 +17,10 @@ func.func @router_forms(%logits: tensor<16x8xf32>, %lbf16: tensor<?x128xbf16>) {
   // CHECK: moe.router %[[L]] top_k(2) softmax norm_topk_prob : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
   %i1, %w1 = moe.router %logits top_k(2) softmax norm_topk_prob
       : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
+  // CHECK: moe.router %[[L]] bias(%{{.*}} : tensor<8xf32>) top_k(2) sigmoid norm_topk_prob : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
+  %bias = arith.constant dense<0.5> : tensor<8xf32>
+  %ib, %wb = moe.router %logits bias(%bias : tensor<8xf32>) top_k(2) sigmoid norm_topk_prob
+      : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
   // CHECK: moe.router %[[L]] top_k(3) softmax softmax_after_topk : tensor<16x8xf32> -> tensor<16x3xi64>, tensor<16x3xf32>
   %i2, %w2 = moe.router %logits top_k(3) softmax softmax_after_topk
       : tensor<16x8xf32> -> tensor<16x3xi64>, tensor<16x3xf32>

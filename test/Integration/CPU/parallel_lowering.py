@@ -30,6 +30,7 @@ def program(rng, tokens, k, experts, hidden, n, pad, capacity):
     idx[:, :][idx == 2] = 0                                  # expert 2 empty
     x = rng.standard_normal((tokens, hidden)).astype(np.float32)
     w = rng.standard_normal((experts, hidden, n)).astype(np.float32)
+    bias = (0.1 * rng.standard_normal(experts)).astype(np.float32)  # a selection bias
     copies = tokens * k
     cap = f" capacity_factor({capacity})" if capacity else ""
     if capacity:
@@ -78,7 +79,7 @@ def program(rng, tokens, k, experts, hidden, n, pad, capacity):
             f"  %d8, %sc8 = moe.mx_unpack %qs : {mxt} -> tensor<{R}x{H}xf8E4M3FN>, tensor<{R}x{H//32}xf8E8M0FNU>\n"
             + bytes_of("d7", "p7", H, "f8E4M3FN") + bytes_of("sc7", "r7", H // 32, "f8E8M0FNU")
             + bytes_of("d8", "p8", H, "f8E4M3FN") + bytes_of("sc8", "r8", H // 32, "f8E8M0FNU"))
-    return f"""
+    return logits, bias, f"""
 func.func private @printMemrefF32(tensor<*xf32>)
 func.func private @printMemrefI32(tensor<*xi32>)
 func.func @pf(%t: tensor<?x?xf32>) {{
@@ -102,6 +103,8 @@ func.func @main() {{
   %i, %wt = moe.router %logits top_k({K}) softmax norm_topk_prob : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %i2, %wt2 = moe.router %logits top_k({K}) softmax softmax_after_topk : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %i3, %wt3 = moe.router %logits top_k({K}) sigmoid norm_topk_prob : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
+  %bias = arith.constant dense<[{f32(bias)}]> : tensor<{E}xf32>
+  %i4, %wt4 = moe.router %logits bias(%bias : tensor<{E}xf32>) top_k({K}) sigmoid norm_topk_prob : tensor<{T}x{E}xf32> -> tensor<{T}x{K}xi32>, tensor<{T}x{K}xf32>
   %idx = arith.constant dense<{np.array2string(idx.ravel(), separator=',', threshold=10**9).replace(chr(10), '')}> : tensor<{T*K}xi32>
   %ix = tensor.expand_shape %idx [[0, 1]] output_shape [{T}, {K}] : tensor<{T*K}xi32> into tensor<{T}x{K}xi32>
   %xv = arith.constant dense<[{f32(x)}]> : tensor<{T*H}xf32>
@@ -138,6 +141,10 @@ func.func @main() {{
   call @pi2(%a3) : (tensor<?x?xi32>) -> ()
   %b3 = tensor.cast %wt3 : tensor<{T}x{K}xf32> to tensor<?x?xf32>
   call @pf(%b3) : (tensor<?x?xf32>) -> ()
+  %a4 = tensor.cast %i4 : tensor<{T}x{K}xi32> to tensor<?x?xi32>
+  call @pi2(%a4) : (tensor<?x?xi32>) -> ()
+  %b4 = tensor.cast %wt4 : tensor<{T}x{K}xf32> to tensor<?x?xf32>
+  call @pf(%b4) : (tensor<?x?xf32>) -> ()
   %c1 = tensor.cast %off : tensor<{E+1}xi32> to tensor<?xi32>
   call @pi(%c1) : (tensor<?xi32>) -> ()
   %c2 = tensor.cast %cnt : tensor<{E}xi32> to tensor<?xi32>
@@ -160,7 +167,8 @@ func.func @main() {{
 def main():
     rng = np.random.default_rng(7)
     names = ["router softmax idx", "router softmax w", "after-topk idx", "after-topk w",
-             "sigmoid idx", "sigmoid w", "offsets", "counts", "positions", "sorted",
+             "sigmoid idx", "sigmoid w", "biased idx", "biased w", "offsets", "counts",
+             "positions", "sorted",
              "grouped_matmul", "wgrad", "live-rows layer"]
     mx_names = ["mx-dispatch layer", "mx-dispatch data", "mx-dispatch scales",
                 "quantized sorted data", "quantized sorted scales"]
@@ -170,7 +178,7 @@ def main():
                  dict(tokens=200, k=4, experts=6, hidden=2, n=2, pad=4, capacity=0.8),
                  dict(tokens=96, k=2, experts=5, hidden=32, n=4, pad=1, capacity=None),
                  dict(tokens=80, k=3, experts=6, hidden=64, n=4, pad=8, capacity=0.9)]:
-        src = program(rng, **case)
+        logits, bias, src = program(rng, **case)
         # The reference computes every row; the parallel lowering only the
         # live ones.
         ref = tools.run_cpu(tools.moe_opt(src, "--convert-moe-to-linalg=live-rows=false"))
@@ -183,8 +191,28 @@ def main():
             print(f"MISMATCH: expected {len(expected)} printed tensors, got {len(ref)} and {len(par)}")
             failed += 1
             continue
-        dropped = int((ref[8] < 0).sum())
-        print(f"{case}: {dropped} dropped copies, {int(ref[7].sum())} kept")
+        at = {n: i for i, n in enumerate(expected)}
+        dropped = int((ref[at["positions"]] < 0).sum())
+        print(f"{case}: {dropped} dropped copies, {int(ref[at['counts']].sum())} kept")
+        # The selection bias against numpy: ranked by sigmoid + bias (NaN
+        # last, lower index first on ties), weighted by the unbiased
+        # sigmoid, normalized (to the 6 digits printed).
+        k = case["k"]
+        scores = (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+        rank = scores + bias
+        want = np.array([sorted(range(len(r)), key=lambda e: (bool(np.isnan(r[e])),
+                                                              0.0 if np.isnan(r[e]) else -r[e], e))[:k]
+                         for r in rank])
+        got = ref[at["biased idx"]].reshape(want.shape)
+        picked = np.take_along_axis(scores, want, 1)
+        weights = picked / picked.sum(1, keepdims=True)
+        clean = ~np.isnan(weights).any(1)
+        ok = np.array_equal(got, want) and np.allclose(
+            ref[at["biased w"]].reshape(want.shape)[clean], weights[clean], rtol=1e-5, atol=1e-6)
+        moved = int((got != ref[at["sigmoid idx"]].reshape(want.shape)).any(1).sum())
+        failed += not ok or moved == 0
+        print(f"{'ok' if ok and moved else 'MISMATCH'}: the selection bias picks by score + bias "
+              f"and weighs by score, as numpy does ({moved} tokens routed elsewhere) {case}")
         if case["capacity"] and dropped == 0:
             print("MISMATCH: the capacity case dropped nothing; it tests nothing")
             failed += 1

@@ -4,7 +4,7 @@
 // come from libdevice on the GPU and libm on the CPU (a few ulps apart), so
 // functions using them allow 1e-5 relative.
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 96 kernel modules for sm_90a
+// CHECK: ptxas accepted 100 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 func.func @embedding(%t: tensor<1000x64xf32>, %ids: tensor<4x128xi32> {moe.test_range = [-1, 1001]})
@@ -107,6 +107,15 @@ func.func @router_combine_grad(%logits: tensor<512x16xf32>, %dw: tensor<512x4xf3
       : tensor<512x64xf32>, tensor<512x4xi32> -> tensor<2048x64xf32>, tensor<17xi32>, tensor<16xi32>, tensor<512x4xi32>
   %dwc = moe.combine_grad %y, %p, %dy : tensor<2048x64xf32>, tensor<512x4xi32>, tensor<512x64xf32> -> tensor<512x4xf32>
   return %dl, %dwc : tensor<512x16xf32>, tensor<512x4xf32>
+}
+
+// A router with a selection bias (auxiliary-loss-free balancing): ranked by
+// sigmoid + bias, weighted by the unbiased sigmoid (indices bit-identical).
+func.func @router_bias(%logits: tensor<512x16xf32>, %bias: tensor<16xf32>)
+    -> (tensor<512x4xi32>, tensor<512x4xf32>) attributes {moe.test_tolerance = [1.0e-6, 1.0e-5]} {
+  %idx, %w = moe.router %logits bias(%bias : tensor<16xf32>) top_k(4) sigmoid norm_topk_prob
+      : tensor<512x16xf32> -> tensor<512x4xi32>, tensor<512x4xf32>
+  return %idx, %w : tensor<512x4xi32>, tensor<512x4xf32>
 }
 
 // The routers' load-balancing and z losses over two layers and their

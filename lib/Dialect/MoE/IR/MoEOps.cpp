@@ -142,10 +142,18 @@ verifyRouting(Operation *op, Type logitsType,
 }
 
 LogicalResult RouterOp::verify() {
-  return verifyRouting(getOperation(), getLogits().getType(),
-                       {{"indices", getIndices().getType()},
-                        {"weights", getWeights().getType()}},
-                       getTopK(), getSoftmaxAfterTopk(), getScore());
+  if (failed(verifyRouting(getOperation(), getLogits().getType(),
+                           {{"indices", getIndices().getType()},
+                            {"weights", getWeights().getType()}},
+                           getTopK(), getSoftmaxAfterTopk(), getScore())))
+    return failure();
+  if (!getBias())
+    return success();
+  if (failed(expectRank(getOperation(), "bias", getBias().getType(), 1)))
+    return failure();
+  return expectDim(getOperation(), "bias size (the number of experts)",
+                   shapeOf(getBias().getType())[0],
+                   shapeOf(getLogits().getType())[1]);
 }
 
 //===----------------------------------------------------------------------===//

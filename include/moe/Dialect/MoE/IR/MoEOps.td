@@ -50,6 +50,12 @@ def MoE_RouterOp : MoE_Op<"router", [Pure]> {
     - `sigmoid`: scores are `sigmoid(logits)`; `norm_topk_prob` divides the
       k weights by their sum (DeepSeek-V3 style).
 
+    With `bias` `[E]` (DeepSeek-V3's auxiliary-loss-free balancing), the
+    experts are ranked by `score + bias[e]` (with `softmax_after_topk`,
+    `logit + bias[e]`); the weights are computed from the unbiased scores
+    of the experts picked, so the bias steers the choice only and carries
+    no gradient.
+
     All arithmetic is f32. Ties are broken deterministically: the lower
     expert index wins. A NaN score never wins against a number.
 
@@ -58,10 +64,14 @@ def MoE_RouterOp : MoE_Op<"router", [Pure]> {
     ```mlir
     %idx, %w = moe.router %logits top_k(8) softmax norm_topk_prob
         : tensor<16384x128xf32> -> tensor<16384x8xi32>, tensor<16384x8xf32>
+    %idx2, %w2 = moe.router %logits bias(%b : tensor<128xf32>) top_k(8) sigmoid
+        norm_topk_prob
+        : tensor<16384x128xf32> -> tensor<16384x8xi32>, tensor<16384x8xf32>
     ```
   }];
   let arguments = (ins
     MoE_FloatTensor:$logits,
+    Optional<MoE_F32Tensor>:$bias,
     ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
     MoE_ScoreFunction:$score,
     UnitAttr:$softmax_after_topk,
@@ -69,7 +79,7 @@ def MoE_RouterOp : MoE_Op<"router", [Pure]> {
   );
   let results = (outs MoE_IntTensor:$indices, MoE_F32Tensor:$weights);
   let assemblyFormat = [{
-    $logits `top_k` `(` $top_k `)` $score
+    $logits (`bias` `(` $bias^ `:` type($bias) `)`)? `top_k` `(` $top_k `)` $score
     (`softmax_after_topk` $softmax_after_topk^)?
     (`norm_topk_prob` $norm_topk_prob^)?
     attr-dict `:` type($logits) `->` type($indices) `,` type($weights)
