@@ -700,16 +700,21 @@ struct CrossEntropyGradLowering : OpConversionPattern<CrossEntropyGradOp> {
 // Router losses
 //===----------------------------------------------------------------------===//
 
-/// What moe.router_loss and its gradient share: C, the layers' counts summed
-/// ([E] f32), and the sizes E and N (all layers' rows) as index values.
+/// What moe.router_loss and its gradient share: the logits in f32, C, the
+/// layers' counts summed ([E] f32), and the sizes E and N (all layers'
+/// rows) as index values.
 struct RouterLossTerms {
+  SmallVector<Value> logits;
   Value counts, experts, rows;
 };
 
-RouterLossTerms routerLossTerms(Emitter &e, ValueRange logits,
+RouterLossTerms routerLossTerms(Emitter &e, ValueRange rawLogits,
                                 ValueRange counts) {
   MLIRContext *ctx = e.b.getContext();
   RouterLossTerms terms;
+  for (Value l : rawLogits)
+    terms.logits.push_back(e.castElements(l, f32Of(e)));
+  ValueRange logits = terms.logits;
   terms.experts = e.dim(logits[0], 1);
   terms.rows = e.dim(logits[0], 0);
   for (Value l : logits.drop_front())
@@ -746,10 +751,9 @@ struct RouterLossLowering : OpConversionPattern<RouterLossOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     MLIRContext *ctx = rewriter.getContext();
-    SmallVector<Value> logits;
-    for (Value l : adaptor.getLogits())
-      logits.push_back(e.castElements(l, f32Of(e)));
-    RouterLossTerms terms = routerLossTerms(e, logits, adaptor.getCounts());
+    RouterLossTerms terms =
+        routerLossTerms(e, adaptor.getLogits(), adaptor.getCounts());
+    ArrayRef<Value> logits = terms.logits;
     double auxCoef = op.getAuxCoef().convertToDouble(),
            zCoef = op.getZCoef().convertToDouble();
     AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
@@ -816,10 +820,9 @@ struct RouterLossGradLowering : OpConversionPattern<RouterLossGradOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     MLIRContext *ctx = rewriter.getContext();
-    SmallVector<Value> logits;
-    for (Value l : adaptor.getLogits())
-      logits.push_back(e.castElements(l, f32Of(e)));
-    RouterLossTerms terms = routerLossTerms(e, logits, adaptor.getCounts());
+    RouterLossTerms terms =
+        routerLossTerms(e, adaptor.getLogits(), adaptor.getCounts());
+    ArrayRef<Value> logits = terms.logits;
     double auxCoef = op.getAuxCoef().convertToDouble(),
            zCoef = op.getZCoef().convertToDouble();
     AffineExpr t = getAffineDimExpr(0, ctx), x = getAffineDimExpr(1, ctx);
