@@ -124,7 +124,8 @@ if r.returncode != 0:
     sys.exit(1)
 losses = [json.loads(line)["loss"] for line in open(os.path.join(run, "metrics.jsonl"))
           if '"loss"' in line]
-tensors, _ = hf.read_safetensors(os.path.join(run, "checkpoint.safetensors"))
+tensors, _ = hf.read_safetensors(os.path.join(run, "checkpoint.safetensors"),
+                                 keep=set(names).__contains__)
 weights = {n: np.ascontiguousarray(tensors[n]) for n in names}
 del tensors
 f32_dir = timed("export_hf f32", lambda: export_hf(run, None, os.path.join(out, "f32")))

@@ -70,9 +70,10 @@ def _bf16_bits(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def read_safetensors(path):
+def read_safetensors(path, keep=None):
     """({name: array in its stored dtype}, {metadata}) of a safetensors
-    file, every header field checked against the file."""
+    file, every header field checked against the file. With `keep` (a
+    predicate on names) only the tensors it keeps are read."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -104,6 +105,8 @@ def read_safetensors(path):
                     or end - begin != count * dtype.itemsize:
                 raise ValueError(f"{path}: tensor '{name}' lies outside the data or has "
                                  "another size than its shape")
+            if keep is not None and not keep(name):
+                continue
             f.seek(8 + length + begin)
             t = np.frombuffer(f.read(end - begin), dtype=dtype).reshape(shape)
             if entry["dtype"] == "BF16" and ml_dtypes is None:
@@ -179,7 +182,7 @@ def read_weights(model_dir):
     infinities, and experts with a missing index or projection."""
     state = {}
     for path, names in _files(model_dir):
-        tensors, _ = read_safetensors(path)
+        tensors, _ = read_safetensors(path, None if names is None else names.__contains__)
         for name in names if names is not None else tensors:
             if name not in tensors:
                 raise ValueError(f"{path}: no tensor '{name}' (the index names it)")

@@ -205,16 +205,17 @@ def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_
     if not os.path.isfile(checkpoint):
         raise ValueError(f"{checkpoint}: no moe-train checkpoint (give a run directory or "
                          "its checkpoint.safetensors)")
-    tensors, meta = hf.read_safetensors(checkpoint)
+    # The parameters only: not the optimizer's moments (read for nothing,
+    # twice the parameters' size), nor the routers' selection bias, which
+    # transformers' Qwen3-MoE does not have.
+    tensors, meta = hf.read_safetensors(
+        checkpoint, keep=lambda name: not name.startswith(("optimizer.", "router.")))
     if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
         raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "
                          "information (written by moe-train / moert-train)")
     transposed = set(filter(None, meta["hf_transposed"].split(",")))
-    # The parameters (not the optimizer's moments, nor the routers'
-    # selection bias, which transformers' Qwen3-MoE does not have).
     state = {name: np.swapaxes(t, -1, -2) if name in transposed else t
-             for name, t in tensors.items()
-             if not name.startswith(("optimizer.", "router."))}
+             for name, t in tensors.items()}
     if config is None:
         # A run started with --init-from records the directory.
         config = os.path.join(meta.get("init_from", ""), "config.json")

@@ -77,13 +77,14 @@ void checkpoint(const uint8_t *data, size_t size) {
   std::vector<moert::NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
   std::string error;
-  (void)moert::readSafetensors(writeInput(data, size), tensors, metadata,
-                               error);
+  std::string input = writeInput(data, size);
+  (void)moert::readSafetensors(input, tensors, metadata, error);
+  // The same file, moved into a model directory.
   static const std::string dir =
       "/tmp/moe-reader-fuzzer." + std::to_string(getpid()) + ".d";
   ::mkdir(dir.c_str(), 0755);
   std::string file = dir + "/model.safetensors";
-  if (std::rename(writeInput(data, size).c_str(), file.c_str()) != 0) {
+  if (std::rename(input.c_str(), file.c_str()) != 0) {
     std::perror(file.c_str());
     std::abort();
   }

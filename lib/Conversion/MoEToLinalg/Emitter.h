@@ -491,6 +491,10 @@ std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v);
 /// Row-wise softmax of a [T, n] f32 tensor (max-subtracted, sums in order).
 Value rowSoftmax(Emitter &e, Value v);
 
+/// The same from the rows' max and sum of exp (rowMaxAndSumExp), for
+/// callers that need those too.
+Value rowSoftmaxFrom(Emitter &e, Value v, Value rowMax, Value sum);
+
 /// Divides every row of a [T, k] f32 tensor by its sum (in slot order).
 Value rowNormalize(Emitter &e, Value v);
 

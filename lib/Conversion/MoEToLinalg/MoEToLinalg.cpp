@@ -503,9 +503,13 @@ std::pair<Value, Value> rowMaxAndSumExp(Emitter &e, Value v) {
 
 /// Row-wise softmax of a [T, n] f32 tensor (max-subtracted).
 Value rowSoftmax(Emitter &e, Value v) {
+  auto [rowMax, sum] = rowMaxAndSumExp(e, v);
+  return rowSoftmaxFrom(e, v, rowMax, sum);
+}
+
+Value rowSoftmaxFrom(Emitter &e, Value v, Value rowMax, Value sum) {
   RowMaps rm(e.b.getContext());
   auto mapTE = rm.mapTE, mapT = rm.mapT;
-  auto [rowMax, sum] = rowMaxAndSumExp(e, v);
   Value init = e.empty(e.sizes(v), e.b.getF32Type());
   return e.generic({v, rowMax, sum}, init, {mapTE, mapT, mapT, mapTE},
                    {IteratorType::parallel, IteratorType::parallel},

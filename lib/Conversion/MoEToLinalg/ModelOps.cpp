@@ -758,30 +758,22 @@ struct RouterLossLowering : OpConversionPattern<RouterLossOp> {
            zCoef = op.getZCoef().convertToDouble();
     AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
     AffineMap rowScalar = dims(ctx, 1, {}), r1 = dims(ctx, 1, d0);
-    // sum_e C[e] * P[e], P summed over the layers' rows in row order.
-    Value dot = e.zeros({}, f32Of(e));
-    if (auxCoef != 0) {
-      Value probs = e.zeros(e.sizes(terms.counts), f32Of(e));
-      // Loops (e, t): the parallel one outermost.
-      AffineMap xtIn = dims(ctx, 2, {d1, d0}), xOut = dims(ctx, 2, d0);
-      for (Value l : logits)
-        probs = e.generic(rowSoftmax(e, l), probs, {xtIn, xOut}, {kPar, kRed},
+    // Per layer, once: the rows' max and sum of exp. P[e], the softmax
+    // summed over the layers' rows in row order (loops (e, t): the
+    // parallel one outermost); zSum, logsumexp^2 summed over the rows.
+    Value probs = e.zeros(e.sizes(terms.counts), f32Of(e));
+    Value zSum = e.zeros({}, f32Of(e));
+    AffineMap xtIn = dims(ctx, 2, {d1, d0}), xOut = dims(ctx, 2, d0);
+    for (Value l : auxCoef != 0 || zCoef != 0 ? logits : ArrayRef<Value>{}) {
+      auto [rowMax, sumExp] = rowMaxAndSumExp(e, l);
+      if (auxCoef != 0)
+        probs = e.generic(rowSoftmaxFrom(e, l, rowMax, sumExp), probs,
+                          {xtIn, xOut}, {kPar, kRed},
                           [&](OpBuilder &nb, Location nl, ValueRange a) {
                             Emitter m{nb, nl};
                             return SmallVector<Value>{add(m, a[1], a[0])};
                           })[0];
-      dot = e.generic({terms.counts, probs}, dot, {r1, r1, rowScalar}, {kRed},
-                      [&](OpBuilder &nb, Location nl, ValueRange a) {
-                        Emitter m{nb, nl};
-                        return SmallVector<Value>{
-                            add(m, a[2], mul(m, a[0], a[1]))};
-                      })[0];
-    }
-    // sum over every layer's rows of logsumexp^2.
-    Value zSum = e.zeros({}, f32Of(e));
-    if (zCoef != 0)
-      for (Value l : logits) {
-        auto [rowMax, sumExp] = rowMaxAndSumExp(e, l);
+      if (zCoef != 0)
         zSum = e.generic({rowMax, sumExp}, zSum, {r1, r1, rowScalar}, {kRed},
                          [&](OpBuilder &nb, Location nl, ValueRange a) {
                            Emitter m{nb, nl};
@@ -789,7 +781,16 @@ struct RouterLossLowering : OpConversionPattern<RouterLossOp> {
                            return SmallVector<Value>{
                                add(m, a[2], mul(m, lse, lse))};
                          })[0];
-      }
+    }
+    // sum_e C[e] * P[e].
+    Value dot = e.zeros({}, f32Of(e));
+    if (auxCoef != 0)
+      dot = e.generic({terms.counts, probs}, dot, {r1, r1, rowScalar}, {kRed},
+                      [&](OpBuilder &nb, Location nl, ValueRange a) {
+                        Emitter m{nb, nl};
+                        return SmallVector<Value>{
+                            add(m, a[2], mul(m, a[0], a[1]))};
+                      })[0];
     // aux_coef * E / N^2 * dot + z_coef / N * zSum, in a one-iteration loop
     // (a 0-d generic would be host code; on the GPU these live on the
     // device).
@@ -830,17 +831,15 @@ struct RouterLossGradLowering : OpConversionPattern<RouterLossGradOp> {
               row = dims(ctx, 2, t), scalar = dims(ctx, 2, {});
     SmallVector<Value> results;
     for (auto [l, result] : llvm::zip(logits, op.getResults())) {
-      Value p = rowSoftmax(e, l);
-      // s[t] = sum_e C[e] p[t, e]; lse[t].
+      auto [rowMax, sumExp] = rowMaxAndSumExp(e, l);
+      Value p = rowSoftmaxFrom(e, l, rowMax, sumExp);
+      // s[t] = sum_e C[e] p[t, e]; lse[t] from rowMax and sumExp.
       Value s = e.generic(
           {p, terms.counts}, e.zeros({e.sizes(l)[0]}, f32Of(e)), {tx, col, row},
           {kPar, kRed}, [&](OpBuilder &nb, Location nl, ValueRange a) {
             Emitter m{nb, nl};
             return SmallVector<Value>{add(m, a[2], mul(m, a[0], a[1]))};
           })[0];
-      Value rowMax = s, sumExp = s; // (unused without a z-loss)
-      if (zCoef != 0)
-        std::tie(rowMax, sumExp) = rowMaxAndSumExp(e, l);
       Type elt = cast<RankedTensorType>(result.getType()).getElementType();
       results.push_back(e.generic(
           {p, terms.counts, s, rowMax, sumExp, adaptor.getGrad()},
