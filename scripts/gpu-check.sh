@@ -19,6 +19,17 @@ prepare() {
   "$root/scripts/build.sh"
   "$root/scripts/build-runtime.sh" --vendor-json # nlohmann/json, for the GPU machine
   mkdir -p "$artifacts"
+  # moe_mlir.torch.patch's layers for test/Integration/GPU/torch_patch_gpu.py.
+  echo "compile: the torch patch's layers (cpu; $chip, recipes none and bf16)"
+  PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" - "$artifacts/torch-patch" \
+    "$chip" <<'PY'
+import sys
+import moe_mlir.torch as mt
+out, chip = sys.argv[1], sys.argv[2]
+for dtype, recipe, target in (("f32", "none", "cpu"), ("f32", "none", chip),
+                              ("bf16", "bf16", chip)):
+    mt.precompile(out, 128, 128, 8, 2, 200, dtype=dtype, recipe=recipe, target=target)
+PY
   for src in "$root"/test/Integration/GPU/*.mlir; do
     name=$(basename "$src" .mlir)
     # A file's `// GPU-CHECK-FLAGS: ...` line: moe-compile flags for its GPU build.
@@ -57,6 +68,10 @@ run() {
   PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
     python3 "$root/test/Integration/GPU/torch_results.py" "$artifacts/kernels.$chip.so" ||
     status=1
+  # moe_mlir.torch.patch on the GPU against the CPU.
+  echo "== torch patch"
+  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+    python3 "$root/test/Integration/GPU/torch_patch_gpu.py" "$artifacts/torch-patch" || status=1
   return $status
 }
 

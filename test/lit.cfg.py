@@ -7,9 +7,9 @@ from lit.llvm import llvm_config
 config.name = "MOE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".py", ".test"]
-# torch_results.py needs a GPU: scripts/gpu-check.sh runs it there.
+# torch_results.py and torch_patch_gpu.py need a GPU: scripts/gpu-check.sh runs them there.
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "pylib",
-                   "consumer", "torch_results.py"]
+                   "consumer", "torch_results.py", "torch_patch_gpu.py"]
 # The sanitized build (scripts/build.sh --sanitized): python3 cannot load
 # sanitized libraries, so the Python tests (and the C API and install tests,
 # whose libraries that build skips) run on the Release build only.

@@ -276,6 +276,77 @@ func.func @{name}(%x: tensor<{T}x{H}xf32>, %router_w: tensor<{H}x{E}xf32>,
 """
 
 
+def _sum(rows, cols):
+    """Lines summing %loss_prod (tensor<rows x cols x f32>) into %loss
+    (tensor<f32>), by rows and then over the rows (no single long sum, which
+    on a GPU would run in one thread)."""
+    t = f"tensor<{rows}x{cols}xf32>"
+    return f"""  %loss_zero = arith.constant 0.0 : f32
+  %loss_ones_c = arith.constant dense<1.0> : tensor<{cols}x1xf32>
+  %loss_er = tensor.empty() : tensor<{rows}x1xf32>
+  %loss_zr = linalg.fill ins(%loss_zero : f32) outs(%loss_er : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
+  %loss_rows = linalg.matmul ins(%loss_prod, %loss_ones_c : {t}, tensor<{cols}x1xf32>) outs(%loss_zr : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
+  %loss_flat = tensor.collapse_shape %loss_rows [[0, 1]] : tensor<{rows}x1xf32> into tensor<{rows}xf32>
+  %loss_row = tensor.expand_shape %loss_flat [[0, 1]] output_shape [1, {rows}] : tensor<{rows}xf32> into tensor<1x{rows}xf32>
+  %loss_ones_r = arith.constant dense<1.0> : tensor<{rows}x1xf32>
+  %loss_e1 = tensor.empty() : tensor<1x1xf32>
+  %loss_z1 = linalg.fill ins(%loss_zero : f32) outs(%loss_e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %loss_m = linalg.matmul ins(%loss_row, %loss_ones_r : tensor<1x{rows}xf32>, tensor<{rows}x1xf32>) outs(%loss_z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %loss = tensor.collapse_shape %loss_m [] : tensor<1x1xf32> into tensor<f32>
+"""
+
+
+#: Element types moe_layer_vjp's arguments and output may have.
+VJP_DTYPES = ("f32", "bf16")
+
+
+def moe_layer_vjp(tokens, hidden, ffn, experts, top_k, norm_topk_prob=True,
+                  dtype="f32", pad_to=1, name="moe_block"):
+    """MLIR for the layer as an autograd framework calls it (e.g. through
+    ``moe_mlir.torch``): ``@name(x, router_w, w1, w2, dy {moe.cotangent})
+    -> (sum(out * dy), y {moe.output})``, arguments and ``y`` in `dtype`
+    (f32 or bf16: widened to f32 on entry, ``y`` rounded once on exit; the
+    GEMMs' precision is the pipeline's recipe). ``-moe-autodiff`` then
+    ``-moe-split-backward`` make ``@name_grad_forward`` and
+    ``@name_grad_backward`` of it (vjp_pipeline); the gradients have the
+    arguments' dtype."""
+    if dtype not in VJP_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(VJP_DTYPES)}, got {dtype!r}")
+    T, H, F, E = tokens, hidden, ffn, experts
+    text = moe_layer(T, H, F, E, top_k, norm_topk_prob, name=name, pad_to=pad_to)
+    out_t = f"tensor<{T}x{H}xf32>"
+    shapes = {"x": f"{T}x{H}", "router_w": f"{H}x{E}", "w1": f"{E}x{H}x{2*F}",
+              "w2": f"{E}x{F}x{H}"}
+    head = text.index(f"func.func @{name}(")
+    open_ = text.index(f") -> {out_t} {{\n", head) + len(f") -> {out_t} {{\n")
+    ret = text.index(f"  return %out : {out_t}", open_)
+    body = text[open_:ret]
+    suffix = "" if dtype == "f32" else "_in"
+    args = [f"%{n}{suffix}: tensor<{d}x{dtype}>" for n, d in shapes.items()]
+    args.append(f"%dy{suffix}: tensor<{T}x{H}x{dtype}> {{moe.cotangent}}")
+    widen = "" if dtype == "f32" else "".join(
+        f"  %{n} = arith.extf %{n}_in : tensor<{d}x{dtype}> to tensor<{d}xf32>\n"
+        for n, d in {**shapes, "dy": f"{T}x{H}"}.items())
+    y, y_t = "%out", out_t
+    tail = ""
+    if dtype != "f32":
+        y, y_t = "%y_out", f"tensor<{T}x{H}x{dtype}>"
+        tail = f"  %y_out = arith.truncf %out : {out_t} to {y_t}\n"
+    return (f"func.func @{name}({', '.join(args)})\n"
+            f"    -> (tensor<f32>, {y_t} {{moe.output = \"y\"}}) {{\n"
+            + widen + body + tail
+            + f"  %loss_prod = arith.mulf %out, %dy : {out_t}\n" + _sum(T, H)
+            + f"  return %loss, {y} : tensor<f32>, {y_t}\n}}\n")
+
+
+def vjp_pipeline(recipe, name="moe_block"):
+    """The pass pipeline making ``@name_grad_forward`` / ``_backward`` of
+    moe_layer_vjp's function (recipe: none, bf16 or mxfp8), nothing else."""
+    keep = f"{name}_grad_forward,{name}_grad_backward"
+    return (f"builtin.module(moe-train-pipeline{{autodiff=true recipe={recipe}}}, "
+            f"moe-split-backward, symbol-privatize{{exclude={keep}}}, symbol-dce)")
+
+
 def as_loss(text, name, rows, cols):
     """The function @name of `text`, which returns `%out : tensor<rows x cols
     x f32>`, as a loss for -moe-autodiff: it takes one more argument, a fixed
@@ -286,20 +357,8 @@ def as_loss(text, name, rows, cols):
     head = text.index(f"func.func @{name}(")
     sig = text.index(f") -> {out_type} {{", head)
     ret = text.index(f"  return %out : {out_type}", sig)
-    body = f"""  %loss_prod = arith.mulf %out, %dy : {out_type}
-  %loss_zero = arith.constant 0.0 : f32
-  %loss_ones_c = arith.constant dense<1.0> : tensor<{cols}x1xf32>
-  %loss_er = tensor.empty() : tensor<{rows}x1xf32>
-  %loss_zr = linalg.fill ins(%loss_zero : f32) outs(%loss_er : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
-  %loss_rows = linalg.matmul ins(%loss_prod, %loss_ones_c : {out_type}, tensor<{cols}x1xf32>) outs(%loss_zr : tensor<{rows}x1xf32>) -> tensor<{rows}x1xf32>
-  %loss_flat = tensor.collapse_shape %loss_rows [[0, 1]] : tensor<{rows}x1xf32> into tensor<{rows}xf32>
-  %loss_row = tensor.expand_shape %loss_flat [[0, 1]] output_shape [1, {rows}] : tensor<{rows}xf32> into tensor<1x{rows}xf32>
-  %loss_ones_r = arith.constant dense<1.0> : tensor<{rows}x1xf32>
-  %loss_e1 = tensor.empty() : tensor<1x1xf32>
-  %loss_z1 = linalg.fill ins(%loss_zero : f32) outs(%loss_e1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %loss_m = linalg.matmul ins(%loss_row, %loss_ones_r : tensor<1x{rows}xf32>, tensor<{rows}x1xf32>) outs(%loss_z1 : tensor<1x1xf32>) -> tensor<1x1xf32>
-  %loss = tensor.collapse_shape %loss_m [] : tensor<1x1xf32> into tensor<f32>
-  return %loss : tensor<f32>"""
+    body = (f"  %loss_prod = arith.mulf %out, %dy : {out_type}\n"
+            + _sum(rows, cols) + "  return %loss : tensor<f32>")
     return (text[:sig] + f", %dy: {out_type} {{moe.no_grad}}) -> tensor<f32> {{"
             + text[sig + len(f") -> {out_type} {{"):ret] + body
             + text[ret + len(f"  return %out : {out_type}"):])

@@ -206,6 +206,19 @@ def _descriptor_type(rank):
     return type(f"MemRef{rank}", (ctypes.Structure,), {"_fields_": fields})
 
 
+def _descriptor(ptr, shape):
+    """The memref descriptor of a row-major array of `shape` at `ptr`."""
+    desc = _descriptor_type(len(shape))()
+    desc.allocated = desc.aligned = ptr
+    desc.offset = 0
+    stride = 1
+    for d in reversed(range(len(shape))):
+        desc.sizes[d] = shape[d]
+        desc.strides[d] = stride
+        stride *= shape[d]
+    return desc
+
+
 class Artifact:
     def __init__(self, path):
         if not os.path.exists(path):
@@ -289,14 +302,7 @@ class Artifact:
                 shapes.append(shape)
                 if spec.updated:
                     write_back.append((given, a, ptr if self.gpu and not on_device else None))
-                desc = _descriptor_type(len(shape))()
-                desc.allocated = desc.aligned = ptr
-                desc.offset = 0
-                stride = 1
-                for d in reversed(range(len(shape))):
-                    desc.sizes[d] = shape[d]
-                    desc.strides[d] = stride
-                    stride *= shape[d]
+                desc = _descriptor(ptr, shape)
                 keep += [a, desc]
                 pointers.append(ctypes.pointer(desc))
             # Dynamic dimensions the program needs equal (or of a fixed
@@ -391,6 +397,88 @@ class Artifact:
                 rt.mgpuStreamSynchronize(stream)
                 rt.mgpuStreamDestroy(stream)
                 _check_runtime()
+
+
+    def call_torch(self, name, *tensors):
+        """Calls `name` of a GPU artifact with CUDA torch tensors on torch's
+        current stream, without synchronizing: the program's work is queued
+        on that stream (libmoert's moert_gpu_set_stream) and the results,
+        torch tensors on the program's own allocations (bf16 ones too), are
+        ready for whatever torch queues after it. Arguments must have the
+        manifest's dtypes and shapes (non-contiguous ones are copied)."""
+        import torch
+        if not self.gpu:
+            raise TypeError(f"{self.path} is a CPU artifact: use call()")
+        args, results = self.functions[name]
+        if len(tensors) != len(args):
+            raise TypeError(f"{name} takes {len(args)} tensors, got {len(tensors)}")
+        if any(spec.updated for spec in args):
+            raise TypeError(f"{name} updates arguments in place: use call()")
+        rt = _gpu()
+        pointers, keep = [], []
+        for i, (t, spec) in enumerate(zip(tensors, args)):
+            if not (_is_torch(t) and t.is_cuda):
+                raise TypeError(f"{name} argument #{i}: expects a CUDA torch tensor")
+            if str(t.dtype) != _TORCH_ARG_TYPES.get(spec.dtype):
+                raise TypeError(f"{name} argument #{i}: expects {spec}, got {t.dtype}")
+            shape = tuple(t.shape)
+            if len(shape) != len(spec.shape) or any(
+                    d >= 0 and d != s for d, s in zip(spec.shape, shape)):
+                raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+            t = t.contiguous()
+            desc = _descriptor(t.data_ptr(), shape)
+            keep += [t, desc]
+            pointers.append(ctypes.pointer(desc))
+        cached = self.__dict__.setdefault("_torch_calls", {}).get(name)
+        if cached is None:  # the entry point and results struct, made once
+            fields = [(f"r{i}", _descriptor_type(len(r.shape))) for i, r in enumerate(results)]
+            fn = getattr(self._lib, "_mlir_ciface_" + name)
+            fn.restype = None
+            cached = self._torch_calls[name] = (
+                fn, type("Results", (ctypes.Structure,), {"_fields_": fields}))
+        fn, results_type = cached
+        out = results_type()
+        stream = torch.cuda.current_stream().cuda_stream
+        _check_runtime()
+        rt.moert_gpu_set_stream(ctypes.c_void_p(stream))
+        try:
+            fn(ctypes.pointer(out), *pointers) if results else fn(*pointers)
+        finally:
+            rt.moert_gpu_clear_stream()
+        _check_runtime()
+        values, owners = [], {}
+        inputs = {p.contents.allocated for p in pointers}
+        for i, spec in enumerate(results):
+            desc = getattr(out, f"r{i}")
+            shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
+            dtype = _TORCH_RESULT[spec.dtype]
+            nbytes = (int(np.prod(shape)) if shape else 1) * dtype[2]
+            src = desc.aligned + desc.offset * dtype[2]
+            if desc.allocated in inputs or not nbytes:
+                # An argument returned as it is (or an empty result): a copy.
+                t = torch.empty(shape, dtype=getattr(torch, dtype[0]), device="cuda")
+                if nbytes:
+                    t.view(-1).view(torch.uint8).copy_(torch.as_tensor(_DeviceView(
+                        None, src, (nbytes,), "|u1"), device="cuda"))
+                values.append(t)
+                continue
+            owner = owners.setdefault(desc.allocated, _DeviceAllocation(rt, desc.allocated))
+            t = torch.as_tensor(_DeviceView(owner, src, shape, dtype[1]), device="cuda")
+            if str(t.dtype) != "torch." + dtype[0]:
+                t = t.view(getattr(torch, dtype[0]))
+            values.append(t)
+        return values
+
+
+# Result element types as torch dtype names, __cuda_array_interface__
+# typestrs (bf16 and the 8-bit floats pass as integers and are viewed back)
+# and sizes.
+_TORCH_RESULT = {"f32": ("float32", "<f4", 4), "bf16": ("bfloat16", "<i2", 2),
+                 "f16": ("float16", "<f2", 2), "i32": ("int32", "<i4", 4),
+                 "i64": ("int64", "<i8", 8), "i8": ("int8", "|i1", 1),
+                 "f8E4M3FN": ("float8_e4m3fn", "|u1", 1),
+                 "f8E5M2": ("float8_e5m2", "|u1", 1),
+                 "f8E8M0FNU": ("float8_e8m0fnu", "|u1", 1)}
 
 
 def load(path):

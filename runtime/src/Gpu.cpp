@@ -268,7 +268,27 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   });
 }
 
+namespace {
+/// The caller's stream the programs of this thread run on
+/// (moert_gpu_set_stream), if one is set.
+thread_local bool borrowing = false;
+thread_local void *borrowed = nullptr;
+bool isBorrowed(void *stream) { return borrowing && stream == borrowed; }
+} // namespace
+
+void moert_gpu_set_stream(void *stream) {
+  borrowing = true;
+  borrowed = stream;
+}
+
+void moert_gpu_clear_stream(void) {
+  borrowing = false;
+  borrowed = nullptr;
+}
+
 void *mgpuStreamCreate(void) {
+  if (borrowing)
+    return borrowed;
   return guarded<void *>(nullptr, [&]() -> void * {
     Scoped scope;
     CUstream stream = nullptr;
@@ -278,12 +298,16 @@ void *mgpuStreamCreate(void) {
 }
 
 void mgpuStreamDestroy(void *stream) {
+  if (isBorrowed(stream))
+    return;
   guarded([&] {
     MOERT_CU(driver().cuStreamDestroy(static_cast<CUstream>(stream)));
   });
 }
 
 void mgpuStreamSynchronize(void *stream) {
+  if (isBorrowed(stream))
+    return; // the caller orders its work after the program's on its stream
   guarded([&] {
     MOERT_CU(driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
   });

@@ -131,7 +131,9 @@ def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
     or not) of a cheap all-parallel generic's result used nowhere else
     computes the elements it reads from the producer's inputs instead:
     the combine's gradient re-sorted by the backward dispatch never
-    materializes its [T, K, H] tensor.
+    materializes its [T, K, H] tensor. A rounding (`arith.truncf`) of a
+    widened tensor (`arith.extf`) back to its own type is that tensor: a
+    bf16 weight widened and rounded for a bf16 GEMM is read as it is.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",

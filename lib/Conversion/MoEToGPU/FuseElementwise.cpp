@@ -10,7 +10,8 @@
 // computation, sized on the device, stay as they are), and reshapes are left
 // alone (folding them into generics would create tensors sized on the
 // host). A gather of a cheap elementwise result used only there computes the
-// elements it reads instead (FuseIntoExtract).
+// elements it reads instead (FuseIntoExtract). Rounding a widened tensor back
+// to its own type is the tensor itself (DropRoundTrip).
 //
 //===----------------------------------------------------------------------===//
 
@@ -190,6 +191,49 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
   }
 };
 
+/// The one op of an all-parallel, identity-map generic with one input and
+/// one output whose body applies one op of type OpTy to its input, or null.
+template <typename OpTy> OpTy singleCast(linalg::GenericOp g) {
+  if (!g || g.getNumDpsInputs() != 1 || g.getNumDpsInits() != 1 ||
+      g.getNumParallelLoops() != g.getNumLoops() ||
+      !llvm::all_of(g.getIndexingMapsArray(),
+                    [](AffineMap m) { return m.isIdentity(); }))
+    return nullptr;
+  Block *body = g.getBody();
+  if (body->getOperations().size() != 2)
+    return nullptr;
+  auto op = dyn_cast<OpTy>(body->front());
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  if (!op || op->getOperand(0) != body->getArgument(0) ||
+      yield->getOperand(0) != op->getResult(0))
+    return nullptr;
+  return op;
+}
+
+/// Rounding a widened tensor back to its own type gives the tensor itself:
+/// truncf(extf(x)) == x elementwise for any x (a bf16 argument widened to
+/// f32 and rounded to bf16 for a GEMM, as the bf16 recipe does to a bf16
+/// weight). The rounding pass then reads nothing: the GEMM reads x.
+struct DropRoundTrip : OpRewritePattern<linalg::GenericOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(linalg::GenericOp round,
+                                PatternRewriter &rewriter) const override {
+    if (!singleCast<arith::TruncFOp>(round))
+      return failure();
+    Value wide = round.getDpsInputOperand(0)->get();
+    Value narrow;
+    if (auto ext = wide.getDefiningOp<arith::ExtFOp>())
+      narrow = ext.getIn();
+    else if (auto g = wide.getDefiningOp<linalg::GenericOp>();
+             g && singleCast<arith::ExtFOp>(g))
+      narrow = g.getDpsInputOperand(0)->get();
+    if (!narrow || narrow.getType() != round.getResult(0).getType())
+      return failure();
+    rewriter.replaceOp(round, narrow);
+    return success();
+  }
+};
+
 struct MoEGPUFuseElementwisePass
     : moe::impl::MoEGPUFuseElementwiseBase<MoEGPUFuseElementwisePass> {
   using MoEGPUFuseElementwiseBase::MoEGPUFuseElementwiseBase;
@@ -198,6 +242,7 @@ struct MoEGPUFuseElementwisePass
     MLIRContext *ctx = &getContext();
     RewritePatternSet patterns(ctx);
     patterns.add<FuseProducer, FuseIntoExtract>(ctx);
+    patterns.add<DropRoundTrip>(ctx, /*benefit=*/2);
     // Fusion leaves expand_shape(collapse_shape(x)) pairs between what it
     // fuses; these fold away.
     tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, ctx);

@@ -90,6 +90,17 @@ void moert_gpu_empty_cache(void);
 void moert_gpu_reset_peak_memory(void);
 /// Waits for all work on the device.
 void moert_gpu_synchronize(void);
+/// Until moert_gpu_clear_stream, programs called on this thread run on
+/// `stream` (a CUstream of the caller's, such as a framework's current
+/// stream; NULL is the legacy default stream) instead of a stream of their
+/// own: their mgpuStreamCreate returns it, and mgpuStreamDestroy and
+/// mgpuStreamSynchronize of it do nothing, so a call queues its work and
+/// returns without waiting; the caller orders what reads the results after
+/// it on the same stream. Only for programs whose host code reads no device
+/// memory (every program without collectives: those synchronize before
+/// their exchanges).
+void moert_gpu_set_stream(void *stream);
+void moert_gpu_clear_stream(void);
 
 #ifdef __cplusplus
 }

@@ -61,3 +61,48 @@ func.func @weighted_gather(%w: tensor<16x2xf32>, %g: tensor<16x64xf32>, %idx: te
       : tensor<32x64xf32>, tensor<32x1xi32> -> tensor<32x64xf32>, tensor<5xi32>, tensor<4xi32>, tensor<32x1xi32>
   return %s : tensor<32x64xf32>
 }
+
+// A bf16 weight widened to f32 and rounded back to bf16 for two GEMM
+// operands (the bf16 recipe on a bf16 argument): both roundings are the
+// argument itself, and the f32 tensor is never written.
+// CHECK-LABEL: func.func @round_trip(
+// CHECK-SAME: %[[W:.*]]: tensor<4x64x128xbf16>
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[W]], %[[W]]
+func.func @round_trip(%w: tensor<4x64x128xbf16>)
+    -> (tensor<4x64x128xbf16>, tensor<4x64x128xbf16>) {
+  %f = arith.extf %w : tensor<4x64x128xbf16> to tensor<4x64x128xf32>
+  %e = tensor.empty() : tensor<4x64x128xbf16>
+  %r1 = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                        iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%f : tensor<4x64x128xf32>) outs(%e : tensor<4x64x128xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x64x128xbf16>
+  %r2 = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                        iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%f : tensor<4x64x128xf32>) outs(%e : tensor<4x64x128xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x64x128xbf16>
+  return %r1, %r2 : tensor<4x64x128xbf16>, tensor<4x64x128xbf16>
+}
+
+// Rounded to another type (f16): a real rounding, kept.
+// CHECK-LABEL: func.func @not_a_round_trip(
+// CHECK: linalg.generic
+// CHECK: arith.truncf %{{.*}} : f32 to f16
+func.func @not_a_round_trip(%w: tensor<64xbf16>) -> tensor<64xf16> {
+  %f = arith.extf %w : tensor<64xbf16> to tensor<64xf32>
+  %e = tensor.empty() : tensor<64xf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a) -> (a)>, affine_map<(a) -> (a)>],
+                       iterator_types = ["parallel"]}
+      ins(%f : tensor<64xf32>) outs(%e : tensor<64xf16>) {
+  ^bb0(%in: f32, %out: f16):
+    %t = arith.truncf %in : f32 to f16
+    linalg.yield %t : f16
+  } -> tensor<64xf16>
+  return %r : tensor<64xf16>
+}

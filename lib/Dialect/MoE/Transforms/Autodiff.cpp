@@ -178,6 +178,10 @@ LogicalResult Differentiator::elementwise(Operation *op, Value g) {
       accumulate(y, neg(div(mul(g, op->getResult(0)), y)));
   } else if (isa<arith::NegFOp>(op)) {
     accumulate(op->getOperand(0), neg(g));
+  } else if (isa<arith::ExtFOp, arith::TruncFOp>(op)) {
+    // A precision change: the gradient changes back (accumulate casts it
+    // to the operand's element type).
+    accumulate(op->getOperand(0), g);
   } else if (isa<math::ExpOp>(op)) {
     accumulate(op->getOperand(0), mul(g, op->getResult(0)));
   } else if (isa<math::TanhOp>(op)) {
@@ -332,7 +336,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
   Location l = loc(op);
 
   if (isa<arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp,
-          arith::NegFOp, math::ExpOp, math::TanhOp>(op)) {
+          arith::NegFOp, arith::ExtFOp, arith::TruncFOp, math::ExpOp,
+          math::TanhOp>(op)) {
     if (!isa<RankedTensorType>(op->getResult(0).getType()))
       return op->emitOpError("-moe-autodiff: scalar arithmetic that the loss "
                              "depends on must be on tensors");
@@ -584,7 +589,8 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
     SmallVector<BlockArgument> wrt;
     for (BlockArgument a : body.getArguments())
       if (isFloatTensor(a.getType()) &&
-          !step.getArgAttr(a.getArgNumber(), "moe.no_grad"))
+          !step.getArgAttr(a.getArgNumber(), "moe.no_grad") &&
+          !step.getArgAttr(a.getArgNumber(), "moe.cotangent"))
         wrt.push_back(a);
 
     OpBuilder b(ret);

@@ -498,14 +498,43 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoESplitBackward : Pass<"moe-split-backward", "::mlir::ModuleOp"> {
+  let summary = "Split a train step into the forward and backward an autograd framework calls";
+  let description = [{
+    For every function with an argument marked `moe.cotangent` (the train
+    step `-moe-autodiff` makes of a loss `sum(out * dy)`, `%dy` the cotangent
+    of `out`, which the function also returns as a result marked
+    `moe.output`), makes two public functions and erases the step:
+
+    - `@<name>_forward(args)` returns the outputs (the `moe.output` results)
+      and then the residuals: the values of the forward that the backward
+      reads, each marked `moe.residual`;
+    - `@<name>_backward(args, residuals, cotangents)` returns the gradients
+      (the `moe.gradient_of` results, in the step's order). `args` are the
+      step's arguments other than the cotangents, passed again (an
+      autograd framework keeps them, so the forward returns none of them).
+
+    The forward holds exactly the ops its outputs need; the backward holds
+    the ops its gradients need that the forward does not compute. Ops
+    without operands (constants, empty tensors) and precision changes
+    (`arith.extf`, `truncf`) and reshapes of the arguments are cloned into
+    the backward instead of becoming residuals (a widened weight would be
+    kept at twice its size). The loss result is dropped: it
+    only seeds the gradients. Runs after `-moe-train-pipeline`, so the
+    recipe's quantizations of the forward are residuals and not recomputed.
+    An output depending on a cotangent, or an op with side effects, is an
+    error at that op.
+  }];
+}
+
 def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation: a loss function becomes a train step";
   let description = [{
     For every loss function (one returning a single `tensor<f32>`; or those
     named by `functions`), adds `@<name>_grad` with the same arguments,
     returning the loss and then the gradient of every float tensor argument
-    not marked `moe.no_grad`, in argument order. Result attributes:
-    `moe.loss` on the loss, `moe.gradient_of = i` on the gradient of
+    not marked `moe.no_grad` (or `moe.cotangent`), in argument order. Result
+    attributes: `moe.loss` on the loss, `moe.gradient_of = i` on the gradient of
     argument `i` (what `-moe-expert-parallel` reads to all-reduce
     data-parallel gradients).
 
@@ -522,7 +551,8 @@ def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
       `tensor.expand_shape` / `collapse_shape`, `tensor.extract_slice` /
       `insert_slice` (the chunks of `-moe-expert-parallel{chunks}`), and
       `arith.addf`, `subf`,
-      `mulf`, `divf`, `negf`, `math.exp`, `math.tanh` on tensors.
+      `mulf`, `divf`, `negf`, `extf`, `truncf`, `math.exp`, `math.tanh` on
+      tensors.
     An op the loss depends on without a rule (a `linalg.generic`, an
     `moe.experts` region, block-scaled operands) is an error at that op:
     differentiate before `-moe-quantize` and after `-moe-group-experts`.

@@ -1,0 +1,62 @@
+"""moe_mlir.torch.patch on CUDA tensors against the same patch on the CPU
+(run by scripts/gpu-check.sh on a GPU machine; needs torch, transformers and
+libmoert; the layers are precompiled by `scripts/gpu-check.sh prepare`).
+
+A Qwen3-MoE sparse block (hidden 128, expert FFN 128, 8 experts, top-2,
+200 tokens: the 224-token bucket, so padded rows too) is patched three ways:
+on the CPU (f32, the reference), on the GPU with recipe none (f32, the same
+arithmetic: output and gradients within 1e-4 of the largest entry) and on
+the GPU with recipe bf16 (a bf16 block: within 3e-2 in norm, the bf16
+roundings of GEMM inputs). The GPU calls run on a side stream made current
+(torch.cuda.stream), so their work must be queued on it: read on that
+stream, the results are right.
+
+    python3 torch_patch_gpu.py ARTIFACT_DIR
+"""
+import copy
+import sys
+
+import torch
+from transformers import Qwen3MoeConfig
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+import moe_mlir.torch
+
+artifacts = sys.argv[1]
+config = Qwen3MoeConfig(hidden_size=128, moe_intermediate_size=128, num_experts=8,
+                        num_experts_per_tok=2, norm_topk_prob=True)
+torch.manual_seed(0)
+cpu = Qwen3MoeSparseMoeBlock(config)
+for p in cpu.parameters():
+    torch.nn.init.normal_(p, std=0.1)
+blocks = {"cpu": copy.deepcopy(cpu), "gpu none": copy.deepcopy(cpu).cuda(),
+          "gpu bf16": copy.deepcopy(cpu).cuda().bfloat16()}
+for name, b in blocks.items():
+    moe_mlir.torch.patch(b, recipe=name.split()[-1] if "gpu" in name else "none",
+                         artifacts=artifacts)
+
+x = torch.randn(1, 200, 128)
+dy = torch.randn(1, 200, 128)
+results = {}
+side = torch.cuda.Stream()
+for name, b in blocks.items():
+    dev = "cuda" if "gpu" in name else "cpu"
+    dtype = torch.bfloat16 if "bf16" in name else torch.float32
+    xx = x.to(dev, dtype).requires_grad_(True)
+    with torch.cuda.stream(side):
+        y = b(xx)
+        y.backward(dy.to(dev, dtype))
+        out = [t.detach().float().cpu() for t in (y, xx.grad, b.experts.gate_up_proj.grad,
+                                                  b.experts.down_proj.grad, b.gate.weight.grad)]
+    results[name] = out
+
+failures = 0
+labels = ("output", "input grad", "gate_up_proj grad", "down_proj grad", "router grad")
+for name, bound, norm in (("gpu none", 1e-4, False), ("gpu bf16", 3e-2, True)):
+    for label, got, want in zip(labels, results[name], results["cpu"]):
+        err = float((got - want).norm() / want.norm()) if norm else \
+            float((got - want).abs().max() / want.abs().max())
+        ok = err <= bound
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'}: {name} vs cpu, {label}: {err:.1e} (bound {bound:.0e})")
+sys.exit(1 if failures else 0)
