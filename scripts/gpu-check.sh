@@ -21,7 +21,7 @@ prepare() {
   mkdir -p "$artifacts"
   # moe_mlir.torch.patch's layers for test/Integration/GPU/torch_patch_gpu.py.
   echo "compile: the torch patch's layers (cpu; $chip, recipes none and bf16)"
-  PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" - "$artifacts/torch-patch" \
+  PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" - "$artifacts/torch-patch-check" \
     "$chip" <<'PY'
 import sys
 import moe_mlir.torch as mt
@@ -71,7 +71,7 @@ run() {
   # moe_mlir.torch.patch on the GPU against the CPU.
   echo "== torch patch"
   PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/test/Integration/GPU/torch_patch_gpu.py" "$artifacts/torch-patch" || status=1
+    python3 "$root/test/Integration/GPU/torch_patch_gpu.py" "$artifacts/torch-patch-check" || status=1
   return $status
 }
 
