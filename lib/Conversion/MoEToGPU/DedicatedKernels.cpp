@@ -41,7 +41,8 @@
 //   Kernels/TmaGemmMainloop.cpp. Otherwise a 3-buffer
 //   cp.async ring of 128-byte swizzled tiles; see Kernels/WgmmaGemm.cpp
 //   for its tiles, layouts and accumulator fragment. moe.grouped_matmul_wgrad
-//   (weight gradients) likewise, on the same two kernels. MX operands blocked
+//   (weight gradients) likewise, on the same two kernels (the TMA one storing
+//   bf16 when every user rounds the gradient to bf16). MX operands blocked
 //   along K are dequantized to bf16 first (exact). f32 linalg.matmul on a
 //   CUDA-core tiled kernel (split K for few tiles over a long K).
 // Hopper (sm_90a): moe.grouped_matmul with MXFP8 operands (as for

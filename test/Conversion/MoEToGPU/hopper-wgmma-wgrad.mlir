@@ -10,7 +10,7 @@
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
 
-// VERIFY: ptxas accepted 6 kernel modules for sm_90a
+// VERIFY: ptxas accepted 7 kernel modules for sm_90a
 
 // The rows past the group are zero-filled copies (source size 0 or 16);
 // the A tile is read transposed (the 4th immediate: trans-a = 1).
@@ -67,4 +67,28 @@ func.func @generic(%x: tensor<64x64xbf16>, %g: tensor<64x128xbf16>,
   %b = moe.grouped_matmul_wgrad %xf, %xf, %off
       : tensor<64x128xf32>, tensor<64x128xf32>, tensor<3xi32> -> tensor<2x128x128xf32>
   return %a, %b : tensor<2x64x128xf32>, tensor<2x128x128xf32>
+}
+
+// A weight gradient every user rounds to bf16 (a bf16 parameter's): the TMA
+// kernel stores bf16 itself (_obf16) and the rounding goes.
+// CHECK-LABEL: func.func @rounded_to_bf16
+// CHECK: %[[W:.*]] = call @moe_wgmma_wgrad_512x128x256_e4_bf16_i32_tma_obf16({{.*}}) : ({{.*}}) -> tensor<4x128x256xbf16>
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[W]]
+// PTX-LABEL: kernel module moe_wgmma_wgrad_512x128x256_e4_bf16_i32_tma_obf16_kernel
+// PTX: cvt.rn.bf16x2.f32
+// PTX: cp.async.bulk.tensor.2d.global.shared::cta
+func.func @rounded_to_bf16(%x: tensor<512x128xbf16>, %g: tensor<512x256xbf16>,
+                           %off: tensor<5xi32> {moe.test_range = [0, 512]}) -> tensor<4x128x256xbf16> {
+  %w = moe.grouped_matmul_wgrad %x, %g, %off
+      : tensor<512x128xbf16>, tensor<512x256xbf16>, tensor<5xi32> -> tensor<4x128x256xf32>
+  %e = tensor.empty() : tensor<4x128x256xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w : tensor<4x128x256xf32>) outs(%e : tensor<4x128x256xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x128x256xbf16>
+  return %r : tensor<4x128x256xbf16>
 }

@@ -6,10 +6,10 @@
 // On machines without a GPU, lit checks that the GPU pipeline compiles every
 // function and that ptxas accepts the kernels:
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 144 kernel modules for sm_90a
+// CHECK: ptxas accepted 146 kernel modules for sm_90a
 // The same kernels for Blackwell (sm_100a, PTX ISA 8.6):
 // RUN: moe-compile %s --target=sm_100a --verify-ptx -o %t.sm100.so | FileCheck %s --check-prefix=SM100
-// SM100: ptxas accepted 205 kernel modules for sm_100a
+// SM100: ptxas accepted 207 kernel modules for sm_100a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 // MXFP8 quantize, rowwise, bf16 in: bit-identical (integer/exact f32 math).
@@ -540,6 +540,43 @@ func.func @grouped_matmul_wgrad_tma_half_tile(%x: tensor<700x256xbf16>, %dy: ten
   %dw = moe.grouped_matmul_wgrad %x, %dy, %o
       : tensor<700x256xbf16>, tensor<700x384xbf16>, tensor<6xi32> -> tensor<5x256x384xf32>
   return %dw : tensor<5x256x384xf32>
+}
+
+// The TMA weight gradient rounded to bf16 by its only user (a bf16
+// parameter's gradient): the kernel stores bf16 boxes itself, no f32 array
+// and no rounding pass. Both round the f32 sum once: results within one
+// bf16 ulp (the sums' f32 orders differ): rtol 8e-3, atol as above.
+func.func @grouped_matmul_wgrad_tma_bf16_out(%x: tensor<700x256xbf16>, %dy: tensor<700x512xbf16>)
+    -> tensor<5x256x512xbf16> attributes {moe.test_tolerance = [2.0e-3, 8.0e-3]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %dw = moe.grouped_matmul_wgrad %x, %dy, %o
+      : tensor<700x256xbf16>, tensor<700x512xbf16>, tensor<6xi32> -> tensor<5x256x512xf32>
+  %e = tensor.empty() : tensor<5x256x512xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%dw : tensor<5x256x512xf32>) outs(%e : tensor<5x256x512xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<5x256x512xbf16>
+  return %r : tensor<5x256x512xbf16>
+}
+
+// The same with N = 384: the last tile's second half of bf16 boxes is past N.
+func.func @grouped_matmul_wgrad_tma_bf16_out_half_tile(%x: tensor<700x256xbf16>, %dy: tensor<700x384xbf16>)
+    -> tensor<5x256x384xbf16> attributes {moe.test_tolerance = [2.0e-3, 8.0e-3]} {
+  %o = arith.constant dense<[0, 0, 130, 131, 520, 650]> : tensor<6xi32>
+  %dw = moe.grouped_matmul_wgrad %x, %dy, %o
+      : tensor<700x256xbf16>, tensor<700x384xbf16>, tensor<6xi32> -> tensor<5x256x384xf32>
+  %e = tensor.empty() : tensor<5x256x384xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%dw : tensor<5x256x384xf32>) outs(%e : tensor<5x256x384xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<5x256x384xbf16>
+  return %r : tensor<5x256x384xbf16>
 }
 
 // The same on the wgmma weight-gradient kernel with MXFP8 operands blocked

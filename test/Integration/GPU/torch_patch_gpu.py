@@ -42,7 +42,7 @@ side = torch.cuda.Stream()
 for name, b in blocks.items():
     dev = "cuda" if "gpu" in name else "cpu"
     dtype = torch.bfloat16 if "bf16" in name else torch.float32
-    xx = x.to(dev, dtype).requires_grad_(True)
+    xx = x.to(dev, dtype).detach().clone().requires_grad_(True)
     with torch.cuda.stream(side):
         y = b(xx)
         y.backward(dy.to(dev, dtype))

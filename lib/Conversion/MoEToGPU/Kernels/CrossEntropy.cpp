@@ -400,43 +400,6 @@ Value callRows(OpBuilder &b, Location loc, const CrossEntropy &c,
   return func::CallOp::create(b, loc, fn, args).getResult(0);
 }
 
-/// Whether every use of `v` (through reshapes) rounds it to bf16.
-bool onlyRoundedToBF16(Value v) {
-  if (v.use_empty())
-    return false;
-  for (Operation *user : v.getUsers()) {
-    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(user)) {
-      if (!onlyRoundedToBF16(user->getResult(0)))
-        return false;
-      continue;
-    }
-    if (user->getNumResults() != 1 ||
-        getRoundToBF16Input(user->getResult(0)) != v)
-      return false;
-  }
-  return true;
-}
-
-/// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
-/// same values in bf16, reshaped as the roundings' inputs were.
-void replaceRoundings(Value v, Value rounded) {
-  for (Operation *user : llvm::make_early_inc_range(v.getUsers())) {
-    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(user)) {
-      OpBuilder b(user);
-      auto type = cast<RankedTensorType>(user->getResult(0).getType())
-                      .clone(b.getBF16Type());
-      Operation *copy = b.clone(*user);
-      copy->setOperand(0, rounded);
-      copy->getResult(0).setType(type);
-      replaceRoundings(user->getResult(0), copy->getResult(0));
-      user->erase();
-      continue;
-    }
-    user->getResult(0).replaceAllUsesWith(rounded);
-    user->erase();
-  }
-}
-
 } // namespace
 
 void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols) {

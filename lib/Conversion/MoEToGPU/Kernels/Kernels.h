@@ -174,6 +174,10 @@ struct TmaGemm {
   /// its E8M0 scales, dequantized to bf16 in shared memory (see
   /// TmaGemmEmitter::converter, TmaGemmMainloop.cpp); null for a bf16 lhs.
   Type lhsF8{};
+  /// The staged result is stored in bf16 (rounded once from the f32
+  /// accumulators) instead of f32: a weight gradient whose every user
+  /// rounds it to bf16.
+  bool outBf16 = false;
   /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
   unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
   unsigned offsetsArg() const { return rhsArg() + 1; }
@@ -278,6 +282,13 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          Value k, Value v, Value dout,
                                          Value out, Value lse, ModuleOp module,
                                          SymbolTable &symbols);
+
+/// Whether every use of `v` (through reshapes) rounds it to bf16: a kernel
+/// computing `v` can then write bf16 itself.
+bool onlyRoundedToBF16(Value v);
+/// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
+/// same values in bf16, reshaped as the roundings' inputs were.
+void replaceRoundings(Value v, Value rounded);
 
 //===----------------------------------------------------------------------===//
 // Both chips: cross-entropy over the vocabulary

@@ -85,6 +85,11 @@ static_assert(SmemBytes + ColAmaxBytes <= 232448,
               "TMA kernel: shared memory (columnwise epilogue)");
 } // namespace tma
 
+/// Columns of a staging box: 128 bytes of the result's element type.
+inline int64_t boxColumns(const TmaGemm &g) {
+  return g.outBf16 ? 2 * tma::BoxColumns : tma::BoxColumns;
+}
+
 /// The epilogue collective of the TMA kernel: what a consumer warpgroup
 /// does with its accumulators once a tile's MMAs are complete. The mainloop
 /// (TmaGemmEmitter, TmaGemmMainloop.cpp) derives from it for its buffers.
@@ -126,6 +131,11 @@ struct TmaEpilogue : HopperBuilder {
   void storeBoxes(Value acc, Value map, Value outRow,
                   function_ref<Value(int64_t)> column, Value c, Value warp,
                   Value lane);
+  /// Box q of storeBoxes, staged in `box`.
+  void storeBox(Value acc, Value map, Value outRow,
+                function_ref<Value(int64_t)> column, Value c, Value warp,
+                Value lane, int64_t q, Value leader, function_ref<void()> sync,
+                Value box);
 
   /// The SwiGLU epilogue (see SwigluEpilogue). The B tile held 128 gate
   /// columns, then the up columns of the same outputs, so register

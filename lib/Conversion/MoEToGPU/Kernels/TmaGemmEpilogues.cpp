@@ -4,8 +4,9 @@
 // TmaGemmMainloop.cpp for the kernel): each consumer warpgroup holds a
 // 64 x 256 f32 accumulator (the wgmma fragment: register 4 j + 2 h + c is
 // row 16 w + l/4 + 8 h, column 8 j + 2 (l%4) + c) and
-// - storeBoxes: writes it through the copy engine (64 x 32 f32 boxes in two
-//   8 KiB staging buffers a warpgroup, tma::StagingAt);
+// - storeBoxes: writes it through the copy engine (64 x 32 f32 boxes, or
+//   64 x 64 bf16 ones, in two 8 KiB staging buffers a warpgroup,
+//   tma::StagingAt);
 // - storeSwiglu / storeSwigluGrad: computes SwiGLU (or its gradient) and the
 //   MX rounding or encoding of the result, rowwise (blocks of 32 along a row:
 //   8 values in each of 4 lanes, xor-shuffle amaxes) and, with `col`,
@@ -36,19 +37,56 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
                             NVVM::BarrierReductionAttr(), Value());
   };
   Value staging = add(idx(StagingAt), mul(c, idx(2 * BoxBytes)));
-  for (int64_t q = 0; q < TileN / BoxColumns; ++q) {
-    Value box = add(staging, idx((q % 2) * BoxBytes));
+  const int64_t columns = boxColumns(g);
+  for (int64_t q = 0; q < TileN / columns; ++q) {
+    // Boxes past N (a last tile's second half, N % 256 == 128) are skipped
+    // whole, by the warpgroup alike: written to the staging buffer, one
+    // would overwrite the box two before it while its store still reads it
+    // (no store of its own to wait for in between).
+    if (g.n % TileN == 0)
+      storeBox(acc, map, outRow, column, c, warp, lane, q, leader, sync,
+               add(staging, idx((q % 2) * BoxBytes)));
+    else
+      ifThen(cmp(P::slt, column(q), idx(g.n)), [&] {
+        storeBox(acc, map, outRow, column, c, warp, lane, q, leader, sync,
+                 add(staging, idx((q % 2) * BoxBytes)));
+      });
+  }
+}
+
+void TmaEpilogue::storeBox(Value acc, Value map, Value outRow,
+                           function_ref<Value(int64_t)> column, Value c,
+                           Value warp, Value lane, int64_t q, Value leader,
+                           function_ref<void()> sync, Value box) {
+  const int64_t columns = boxColumns(g);
+  {
     ifThen(leader, [&] {
       NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 1,
                                            UnitAttr::get(b.getContext()));
     });
     sync();
     for (int64_t h = 0; h < 2; ++h) {
+      Value r = add(add(mul(warp, idx(16)), div(lane, 4)), idx(8 * h));
+      Value rowAt = add(box, mul(r, idx(128)));
+      if (g.outBf16) {
+        // bf16 boxes of 64 columns: columns 8 jj + 2 (l%4) + {0, 1} are
+        // bytes 16 jj + 4 (l%4), chunk jj; a warp's 4-byte stores cover
+        // each bank once.
+        for (int64_t jj = 0; jj < columns / 8; ++jj) {
+          Value at = add(
+              rowAt, add(mul(arith::XOrIOp::create(b, loc, idx(jj), rem(r, 8)),
+                             idx(16)),
+                         mul(rem(lane, 4), idx(4))));
+          int64_t i = 4 * ((columns / 8) * q + jj) + 2 * h;
+          LLVM::StoreOp::create(
+              b, loc, pairOf(accAt(acc, i), accAt(acc, i + 1), b.getBF16Type()),
+              sharedPtrAt(at), /*alignment=*/4);
+        }
+        continue;
+      }
       // Row r of the box (this thread's row of the accumulator), columns
       // 8 jj + 2 (l%4) + {0, 1}: bytes 32 jj + 8 (l%4), chunk 2 jj +
       // (l%4) / 2.
-      Value r = add(add(mul(warp, idx(16)), div(lane, 4)), idx(8 * h));
-      Value rowAt = add(box, mul(r, idx(128)));
       for (int64_t jj = 0; jj < BoxColumns / 8; ++jj) {
         Value chunk = add(idx(2 * jj), div(rem(lane, 4), 2));
         Value at = add(
@@ -63,11 +101,7 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
     }
     fenceForAsyncProxy();
     sync();
-    // Boxes past N (a last tile's second half, N % 256 == 128) store none.
-    Value inside = g.n % TileN == 0
-                       ? leader
-                       : land(leader, cmp(P::slt, column(q), idx(g.n)));
-    ifThen(inside, [&] {
+    ifThen(leader, [&] {
       Value desc = LLVM::IntToPtrOp::create(
           b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(

@@ -431,8 +431,8 @@ struct TmaGemmEmitter : TmaEpilogue {
       auto boxes = [&] {
         storeBoxes(
             acc[0], mapOut, g.wgrad ? add(mul(t.e, idx(g.k)), first) : first,
-            [&](int64_t q) { return add(t.n0, idx(BoxColumns * q)); }, c, warp,
-            lane);
+            [&](int64_t q) { return add(t.n0, idx(boxColumns(g) * q)); }, c,
+            warp, lane);
       };
       if (g.wgrad) {
         boxes();
@@ -648,11 +648,11 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                   h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
-            // The f32 result [R, N] (weight gradient: [E * K, N]), stored
-            // in boxes of 64 rows.
+            // The f32 (or bf16) result [R, N] (weight gradient:
+            // [E * K, N]), stored in boxes of 64 rows.
             if (stagesF32(t))
               mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
-                           hopper::MmaM, 4);
+                           hopper::MmaM, t.outBf16 ? 2 : 4);
             if (t.wgrad) {
               // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
               mapA = map(buf[0], t.k, t.rows, TileK);

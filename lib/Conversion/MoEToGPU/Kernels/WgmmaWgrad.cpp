@@ -3,7 +3,8 @@
 // Hopper (sm_90a): bf16 grouped weight-gradient GEMM on wgmma
 // -----------------------------------------------------------
 // Handles moe.grouped_matmul_wgrad with bf16 lhs [R, K] and rhs [R, N], f32
-// result [E, K, N], static shapes, K % 128 == 0, N % 128 == 0 (R arbitrary):
+// result [E, K, N] (stored in bf16 by the TMA kernel when every user rounds
+// it to bf16), static shapes, K % 128 == 0, N % 128 == 0 (R arbitrary):
 // result[e] = lhs[lo:hi]^T @ rhs[lo:hi] over expert e's rows [lo, hi)
 // (offsets clamped to [0, R]).
 //
@@ -48,10 +49,12 @@ struct WgmmaWgrad {
   /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 64),
   /// else the cp.async one.
   bool tma = false;
+  /// The TMA kernel stores the result in bf16 (every user rounds it so).
+  bool outBf16 = false;
   std::string name() const {
-    return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}{5}", rows,
-                         k, n, experts, elementName(offsetElt),
-                         tma ? "_tma" : "")
+    return llvm::formatv("moe_wgmma_wgrad_{0}x{1}x{2}_e{3}_bf16_{4}{5}{6}",
+                         rows, k, n, experts, elementName(offsetElt),
+                         tma ? "_tma" : "", outBf16 ? "_obf16" : "")
         .str();
   }
 };
@@ -151,13 +154,19 @@ func::FuncOp
 getOrCreateWgmmaWgradFunction(ModuleOp module, SymbolTable &symbols,
                               const WgmmaWgrad &g, ArrayRef<Type> argTypes,
                               RankedTensorType resultType, Location loc) {
-  if (g.tma)
-    return getOrCreateWgmmaTmaFunction(
-        module, symbols,
-        TmaGemm{g.rows, g.k, g.n, g.experts, /*rhsTransposed=*/false,
-                /*liveRowsOnly=*/false, /*wgrad=*/true,
-                /*swiglu=*/std::nullopt},
-        g.name(), argTypes, ArrayRef(resultType), loc);
+  if (g.tma) {
+    TmaGemm t{g.rows,
+              g.k,
+              g.n,
+              g.experts,
+              /*rhsTransposed=*/false,
+              /*liveRowsOnly=*/false,
+              /*wgrad=*/true,
+              /*swiglu=*/std::nullopt};
+    t.outBf16 = g.outBf16;
+    return getOrCreateWgmmaTmaFunction(module, symbols, t, g.name(), argTypes,
+                                       ArrayRef(resultType), loc);
+  }
   return withGroupedArgs(
       getOrCreateKernelCall(
           module, symbols, g.name(), "wgmma.mma_async bf16 weight gradient",
@@ -198,12 +207,21 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
   }
   SmallVector<Type> argTypes = {x.getType(), dy.getType(),
                                 op.getOffsets().getType()};
+  // A gradient every user rounds to bf16 (a bf16 parameter's) is stored in
+  // bf16 by the TMA kernel: the f32 array and the rounding pass go.
+  w->outBf16 = w->tma && onlyRoundedToBF16(op.getResult());
+  RankedTensorType resultType = op.getType();
+  if (w->outBf16)
+    resultType = resultType.clone(b.getBF16Type());
   func::FuncOp kernel = getOrCreateWgmmaWgradFunction(
-      module, symbols, *w, argTypes, op.getType(), loc);
+      module, symbols, *w, argTypes, resultType, loc);
   auto call =
       func::CallOp::create(b, loc, kernel, ValueRange{x, dy, op.getOffsets()});
   bf16Op.erase();
-  op.getResult().replaceAllUsesWith(call.getResult(0));
+  if (w->outBf16)
+    replaceRoundings(op.getResult(), call.getResult(0));
+  else
+    op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();
   return call;
 }
