@@ -33,7 +33,11 @@ import tempfile
 import types
 
 import numpy as np
-import torch
+
+try:  # precompile() and the cache work without torch (a build machine)
+    import torch
+except ImportError:
+    torch = None
 
 from . import layers
 from .runtime import load
@@ -155,7 +159,7 @@ def _target(device):
     return _targets[device.index]
 
 
-_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"} if torch else {}
 
 
 def _call(artifact, name, tensors, device):
@@ -168,7 +172,7 @@ def _call(artifact, name, tensors, device):
     return [torch.from_numpy(np.array(o)) for o in out]
 
 
-class MoELayerFunction(torch.autograd.Function):
+class MoELayerFunction(torch.autograd.Function if torch else object):
     """y = moe_layer(x, router_w, w1, w2) with its compiled gradient."""
 
     @staticmethod
@@ -234,6 +238,8 @@ def patch(model, recipe="auto", artifacts=None):
     transformers' layout back, as save_pretrained does). Raises TypeError if a block does not have the
     expected parameters (transformers' 3-D expert weights), ValueError for
     an unknown recipe."""
+    if torch is None:
+        raise ImportError("moe_mlir.torch.patch needs torch (pip install moe-mlir[torch])")
     if recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {recipe!r}")
     if artifacts:

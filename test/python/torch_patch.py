@@ -13,6 +13,7 @@
 # compiled extension, as on a GPU machine without MLIR), precompiled folders,
 # the experts' storage in the kernels' layout, and its errors.
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -146,6 +147,25 @@ run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=T
 check(run.returncode == 0 and "refused: no compiled layer" in run.stdout,
       "without the compiler: cached and precompiled layers run, others are refused "
       f"({(run.stdout if run.returncode == 0 else run.stderr).strip().splitlines()[-1:]})")
+
+# The command line: a config.json's layers at token counts, for a machine
+# without MLIR; a config without the MoE fields is refused.
+cfg = os.path.join(work, "config.json")
+with open(cfg, "w") as f:
+    json.dump(config.to_dict(), f)
+cli = subprocess.run([sys.executable, "-m", "moe_mlir", "torch-precompile",
+                      os.path.join(work, "cli"), "--config", cfg, "--tokens", "24", "30",
+                      "--dtype", "f32", "--recipe", "none", "--target", "cpu"],
+                     capture_output=True, text=True)
+check(cli.returncode == 0 and len(os.listdir(os.path.join(work, "cli"))) == 1,
+      f"torch-precompile: {cli.stdout.strip() or cli.stderr.strip()}")
+with open(cfg, "w") as f:
+    json.dump({"hidden_size": 32}, f)
+cli = subprocess.run([sys.executable, "-m", "moe_mlir", "torch-precompile",
+                      os.path.join(work, "cli2"), "--config", cfg, "--tokens", "24"],
+                     capture_output=True, text=True)
+check(cli.returncode == 1 and "moe_intermediate_size" in cli.stderr,
+      f"torch-precompile refuses a config without the MoE fields: {cli.stderr.strip()}")
 
 # Errors.
 for kwargs, error in (({"recipe": "fp4"}, ValueError),
