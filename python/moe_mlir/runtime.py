@@ -400,8 +400,9 @@ class Artifact:
 
 
     def call_torch(self, name, *tensors):
-        """Calls `name` of a GPU artifact with CUDA torch tensors on torch's
-        current stream, without synchronizing: the program's work is queued
+        """Calls `name` of a GPU artifact with CUDA tensors (torch's, or any
+        DLPack producer's, taken without a copy) on torch's current stream,
+        without synchronizing: the program's work is queued
         on that stream (libmoert's moert_gpu_set_stream) and the results,
         torch tensors on the program's own allocations (bf16 ones too), are
         ready for whatever torch queues after it. Arguments must have the
@@ -417,8 +418,11 @@ class Artifact:
         rt = _gpu()
         pointers, keep = [], []
         for i, (t, spec) in enumerate(zip(tensors, args)):
+            if not _is_torch(t) and hasattr(t, "__dlpack__"):
+                t = torch.from_dlpack(t)  # CuPy, JAX, ... arrays: no copy
             if not (_is_torch(t) and t.is_cuda):
-                raise TypeError(f"{name} argument #{i}: expects a CUDA torch tensor")
+                raise TypeError(f"{name} argument #{i}: expects a CUDA tensor (torch, or "
+                                f"any DLPack producer), got {type(t).__name__}")
             if str(t.dtype) != _TORCH_ARG_TYPES.get(spec.dtype):
                 raise TypeError(f"{name} argument #{i}: expects {spec}, got {t.dtype}")
             shape = tuple(t.shape)

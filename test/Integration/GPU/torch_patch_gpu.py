@@ -11,6 +11,9 @@ the same bf16 weights and input, widened to f32: within 2e-2 in norm, the
 bf16 roundings of the GEMMs' activation operands and of the results). The
 GPU calls run on a side stream made current (torch.cuda.stream), so their
 work must be queued on it: read on that stream, the results are right.
+Last, the compiled forward called directly with DLPack producers (objects
+with only __dlpack__ / __dlpack_device__) gives what it gives for the torch
+tensors they wrap.
 
     python3 torch_patch_gpu.py ARTIFACT_DIR
 """
@@ -64,4 +67,30 @@ for name, ref, bound, norm in (("gpu none", "cpu", 1e-4, False),
         failures += not ok
         print(f"{'ok' if ok else 'FAIL'}: {name} vs {ref}, {label}: {err:.1e} "
               f"(bound {bound:.0e})")
+
+
+class Producer:
+    """A CUDA array known only through the DLPack protocol."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __dlpack__(self, **kwargs):
+        return self._t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+block = blocks["gpu bf16"]
+artifact = [a for k, a in moe_mlir.torch._loaded.items() if k[6] == "bf16"][0]
+xs = torch.cat([xb.reshape(200, 128), torch.zeros(24, 128)]).cuda().bfloat16()
+args = [xs, block.gate.weight.t(), block.experts.gate_up_proj.transpose(1, 2),
+        block.experts.down_proj.transpose(1, 2)]
+direct = artifact.call_torch("moe_block_grad_forward", *args)
+via = artifact.call_torch("moe_block_grad_forward",
+                          *[Producer(a.contiguous()) for a in args])
+same = all(torch.equal(a, b) for a, b in zip(direct, via))
+failures += not same
+print(f"{'ok' if same else 'FAIL'}: DLPack producers as arguments give the same results")
 sys.exit(1 if failures else 0)
