@@ -26,7 +26,6 @@ torch's peak with only their own tensors alive), and activation memory: the
 peak minus what is held before and after a step (inputs, weights, their
 gradients; ours: the train step's results).
 """
-import ctypes
 import os
 import statistics
 import sys
@@ -122,11 +121,6 @@ def grouped_mm_layer(x, rw, w1, w2, mm=torch._grouped_mm):
     return (out.view(T, K, H) * w[..., None]).sum(1)
 
 
-class Stats(ctypes.Structure):
-    _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
-                ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64), ("reuses", ctypes.c_uint64)]
-
-
 def main(art_dir, token_counts):
     rows = []
     print(f"# MoE layer forward + backward, hidden {H}, expert FFN {FF}, {E} experts, top-{K}")
@@ -151,8 +145,7 @@ def main(art_dir, token_counts):
                 lib.moert_gpu_empty_cache()
                 lib.moert_gpu_reset_peak_memory()
                 t = timed(lambda: art.loss_grad(*args), repeat)
-                stats = Stats()
-                lib.moert_gpu_get_memory_stats(ctypes.byref(stats))
+                stats = runtime.gpu_memory_stats()
                 results = sum(nbytes(r) for r in art.loss_grad(*args))
                 # libmoert's peak plus the inputs (torch's allocations: the
                 # f32 master weights among them), as the peers count theirs.

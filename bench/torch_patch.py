@@ -19,7 +19,6 @@ block on the same weights and inputs. Also one token count that is not a
 bucket (3000 -> 3072 rows) to show bucketing.
 """
 import copy
-import ctypes
 import statistics
 import sys
 import time
@@ -55,19 +54,6 @@ if sys.argv[2:3] == ["--profile"]:
 counts = [int(t) for t in sys.argv[2:]] or [2048, 4096, 8192, 16384]
 
 
-class Stats(ctypes.Structure):
-    _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
-                ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64),
-                ("reuses", ctypes.c_uint64)]
-
-
-def moert_stats():
-    s = Stats()
-    if runtime._moert is not None:
-        runtime.moert().moert_gpu_get_memory_stats(ctypes.byref(s))
-    return s
-
-
 def step(b, x, dy):
     xx = x.detach().clone().requires_grad_(True)
     b.zero_grad(set_to_none=True)
@@ -83,7 +69,7 @@ def measure(b, x, dy, repeat):
     torch.cuda.reset_peak_memory_stats()
     if runtime._moert is not None:
         runtime.moert().moert_gpu_reset_peak_memory()
-    before = torch.cuda.memory_allocated() + moert_stats().in_use
+    before = torch.cuda.memory_allocated() + runtime.gpu_memory_stats().in_use
     times, queued = [], []
     for _ in range(repeat):
         torch.cuda.synchronize()
@@ -92,7 +78,7 @@ def measure(b, x, dy, repeat):
         queued.append(time.perf_counter() - t0)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() + moert_stats().peak - before
+    peak = torch.cuda.max_memory_allocated() + runtime.gpu_memory_stats().peak - before
     return statistics.median(times), statistics.median(queued), peak, y, gx
 
 

@@ -155,14 +155,43 @@ def _is_torch(a):
     return hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
 
 
-# Result element types torch takes through __cuda_array_interface__ (it has
-# no bf16 type string: bf16 results are copied).
-_CUDA_TYPESTR = {"f32": "<f4", "f16": "<f2", "i32": "<i4", "i64": "<i8"}
+# Element types as torch dtype names, __cuda_array_interface__ typestrs
+# (torch has none for bf16 and the 8-bit floats: they pass as integers of
+# their size and are viewed back) and sizes in bytes.
+_TORCH_TYPES = {"f32": ("float32", "<f4", 4), "bf16": ("bfloat16", "<i2", 2),
+                "f16": ("float16", "<f2", 2), "i32": ("int32", "<i4", 4),
+                "i64": ("int64", "<i8", 8), "i8": ("int8", "|i1", 1),
+                "f8E4M3FN": ("float8_e4m3fn", "|u1", 1),
+                "f8E5M2": ("float8_e5m2", "|u1", 1),
+                "f8E8M0FNU": ("float8_e8m0fnu", "|u1", 1)}
 # The torch dtype (its str) a CUDA tensor argument of each element type has.
-_TORCH_ARG_TYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
-                    "i32": "torch.int32", "i64": "torch.int64",
-                    "f8E4M3FN": "torch.float8_e4m3fn", "f8E5M2": "torch.float8_e5m2",
-                    "f8E8M0FNU": "torch.float8_e8m0fnu"}
+_TORCH_ARG_TYPES = {k: "torch." + v[0] for k, v in _TORCH_TYPES.items()}
+# Result element types call() returns without a copy (its bf16 results are
+# copied; call_torch views those back instead).
+_CUDA_TYPESTR = {k: _TORCH_TYPES[k][1] for k in ("f32", "f16", "i32", "i64")}
+
+
+def _check_shape(name, i, spec, shape):
+    """Raises ValueError unless `shape` is argument #i's of `spec`."""
+    if len(shape) != len(spec.shape) or any(
+            d >= 0 and d != s for d, s in zip(spec.shape, shape)):
+        raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+
+
+class GpuMemoryStats(ctypes.Structure):
+    """libmoert's struct moert_gpu_memory_stats (moert/Gpu.h)."""
+    _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
+                ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64),
+                ("reuses", ctypes.c_uint64)]
+
+
+def gpu_memory_stats():
+    """libmoert's device memory counters (bytes in use, cached, the peak in
+    use; allocations, cache reuses); all zero before libmoert is loaded."""
+    stats = GpuMemoryStats()
+    if _moert is not None:
+        _moert.moert_gpu_get_memory_stats(ctypes.byref(stats))
+    return stats
 
 
 class _DeviceAllocation:
@@ -296,9 +325,7 @@ class Artifact:
                         rt.mgpuMemcpy(dev, ptr, a.nbytes, stream)
                         staged.append(dev)
                         ptr = dev
-                if len(shape) != len(spec.shape) or any(
-                        d >= 0 and d != s for d, s in zip(spec.shape, shape)):
-                    raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+                _check_shape(name, i, spec, shape)
                 shapes.append(shape)
                 if spec.updated:
                     write_back.append((given, a, ptr if self.gpu and not on_device else None))
@@ -426,9 +453,7 @@ class Artifact:
             if str(t.dtype) != _TORCH_ARG_TYPES.get(spec.dtype):
                 raise TypeError(f"{name} argument #{i}: expects {spec}, got {t.dtype}")
             shape = tuple(t.shape)
-            if len(shape) != len(spec.shape) or any(
-                    d >= 0 and d != s for d, s in zip(spec.shape, shape)):
-                raise ValueError(f"{name} argument #{i}: expects {spec}, got shape {shape}")
+            _check_shape(name, i, spec, shape)
             t = t.contiguous()
             desc = _descriptor(t.data_ptr(), shape)
             keep += [t, desc]
@@ -455,34 +480,21 @@ class Artifact:
         for i, spec in enumerate(results):
             desc = getattr(out, f"r{i}")
             shape = tuple(desc.sizes[d] for d in range(len(spec.shape)))
-            dtype = _TORCH_RESULT[spec.dtype]
-            nbytes = (int(np.prod(shape)) if shape else 1) * dtype[2]
-            src = desc.aligned + desc.offset * dtype[2]
-            if desc.allocated in inputs or not nbytes:
-                # An argument returned as it is (or an empty result): a copy.
-                t = torch.empty(shape, dtype=getattr(torch, dtype[0]), device="cuda")
-                if nbytes:
-                    t.view(-1).view(torch.uint8).copy_(torch.as_tensor(_DeviceView(
-                        None, src, (nbytes,), "|u1"), device="cuda"))
-                values.append(t)
+            torch_name, typestr, size = _TORCH_TYPES[spec.dtype]
+            src = desc.aligned + desc.offset * size
+            if shape and not all(shape):  # no elements: nothing to view
+                values.append(torch.empty(shape, dtype=getattr(torch, torch_name),
+                                          device="cuda"))
                 continue
-            owner = owners.setdefault(desc.allocated, _DeviceAllocation(rt, desc.allocated))
-            t = torch.as_tensor(_DeviceView(owner, src, shape, dtype[1]), device="cuda")
-            if str(t.dtype) != "torch." + dtype[0]:
-                t = t.view(getattr(torch, dtype[0]))
-            values.append(t)
+            # An argument returned as it is is copied (the caller's tensor
+            # stays the caller's); other results are used in place.
+            owner = None if desc.allocated in inputs else owners.setdefault(
+                desc.allocated, _DeviceAllocation(rt, desc.allocated))
+            t = torch.as_tensor(_DeviceView(owner, src, shape, typestr), device="cuda")
+            if str(t.dtype) != "torch." + torch_name:
+                t = t.view(getattr(torch, torch_name))
+            values.append(t if owner else t.clone())
         return values
-
-
-# Result element types as torch dtype names, __cuda_array_interface__
-# typestrs (bf16 and the 8-bit floats pass as integers and are viewed back)
-# and sizes.
-_TORCH_RESULT = {"f32": ("float32", "<f4", 4), "bf16": ("bfloat16", "<i2", 2),
-                 "f16": ("float16", "<f2", 2), "i32": ("int32", "<i4", 4),
-                 "i64": ("int64", "<i8", 8), "i8": ("int8", "|i1", 1),
-                 "f8E4M3FN": ("float8_e4m3fn", "|u1", 1),
-                 "f8E5M2": ("float8_e5m2", "|u1", 1),
-                 "f8E8M0FNU": ("float8_e8m0fnu", "|u1", 1)}
 
 
 def load(path):

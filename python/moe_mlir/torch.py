@@ -71,17 +71,23 @@ def bucket(tokens):
     return -(-tokens // step) * step
 
 
+def _check_recipe(recipe, hidden, ffn, allowed=RECIPES):
+    """Raises ValueError for a recipe not in `allowed`, or mxfp8 at dims
+    that are not multiples of 32."""
+    if recipe not in allowed:
+        raise ValueError(f"recipe must be one of {', '.join(allowed)}, got {recipe!r}")
+    if recipe == "mxfp8" and (hidden % 32 or ffn % 32):
+        raise ValueError(f"recipe mxfp8 needs hidden ({hidden}) and expert FFN ({ffn}) sizes "
+                         "that are multiples of 32; use recipe='bf16'")
+
+
 class Layer:
     """One compiled layer shape: tokens, hidden, ffn, experts, top_k,
     norm_topk_prob, dtype ('f32' or 'bf16'), recipe ('none', 'bf16',
     'mxfp8') and target ('cpu' or a chip such as 'sm_90a')."""
 
     def __init__(self, tokens, hidden, ffn, experts, top_k, norm, dtype, recipe, target):
-        if recipe not in RECIPES[1:]:
-            raise ValueError(f"recipe must be one of {', '.join(RECIPES[1:])}, got {recipe!r}")
-        if recipe == "mxfp8" and (hidden % 32 or ffn % 32):
-            raise ValueError(f"recipe mxfp8 needs hidden ({hidden}) and ffn ({ffn}) to be "
-                             "multiples of 32; use recipe='bf16'")
+        _check_recipe(recipe, hidden, ffn, RECIPES[1:])
         self.key = (tokens, hidden, ffn, experts, top_k, bool(norm), dtype, recipe, target)
         pad = 32 if recipe == "mxfp8" else 1
         self.text = layers.moe_layer_vjp(tokens, hidden, ffn, experts, top_k, bool(norm),
@@ -112,15 +118,16 @@ class Layer:
         return path
 
     def find_or_compile(self):
-        for d in artifact_dirs + [cache_dir()]:
+        folders = artifact_dirs + [cache_dir()]
+        for d in folders:
             path = os.path.join(d, self.name)
             if os.path.exists(path):
                 return path
         try:
-            return self.compile(cache_dir())
+            return self.compile(folders[-1])
         except ImportError as err:
             raise RuntimeError(
-                f"no compiled layer {self.name} in {', '.join(artifact_dirs + [cache_dir()])}, "
+                f"no compiled layer {self.name} in {', '.join(folders)}, "
                 f"and this machine cannot compile it ({err}); compile it where moe-mlir's "
                 "compiler is installed with moe_mlir.torch.precompile(...) and pass the "
                 "folder as patch(model, artifacts=...) or MOE_MLIR_ARTIFACTS") from None
@@ -132,8 +139,6 @@ def precompile(directory, hidden, ffn, experts, top_k, tokens, norm_topk_prob=Tr
     for a machine without MLIR (patch(artifacts=directory)); returns the
     paths. `tokens`: an int or a list (batch x sequence of the runs)."""
     tokens = [tokens] if isinstance(tokens, int) else list(tokens)
-    if dtype not in layers.VJP_DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(layers.VJP_DTYPES)}, got {dtype!r}")
     return [Layer(t, hidden, ffn, experts, top_k, norm_topk_prob, dtype, recipe, target)
             .compile(directory) for t in sorted({bucket(t) for t in tokens})]
 
@@ -162,7 +167,7 @@ def _target(device):
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"} if torch else {}
 
 
-def _call(artifact, name, tensors, device):
+def _call(artifact, name, tensors):
     if artifact.gpu:
         return artifact.call_torch(name, *tensors)
     out = artifact.call(name, *[
@@ -192,7 +197,7 @@ class MoELayerFunction(torch.autograd.Function if torch else object):
         artifact = _kernels(tb, H, F, E, top_k, bool(norm), dtype, recipe, _target(x.device))
         params = [p if p.dtype == x.dtype else p.to(x.dtype) for p in (router_w, w1, w2)]
         xin = x if tb == T else torch.cat([x, x.new_zeros(tb - T, H)])
-        out = _call(artifact, "moe_block_grad_forward", [xin, *params], x.device)
+        out = _call(artifact, "moe_block_grad_forward", [xin, *params])
         y, residuals = out[0], out[1:]
         ctx.save_for_backward(xin, *params, *residuals)
         ctx.artifact, ctx.tokens, ctx.dtypes = artifact, T, (x.dtype, router_w.dtype,
@@ -208,7 +213,7 @@ class MoELayerFunction(torch.autograd.Function if torch else object):
         dy = dy.to(xin.dtype) if xin.device.type == "cuda" else dy
         if tb != T:
             dy = torch.cat([dy, dy.new_zeros(tb - T, dy.shape[1])])
-        grads = _call(ctx.artifact, "moe_block_grad_backward", [*saved, dy], xin.device)
+        grads = _call(ctx.artifact, "moe_block_grad_backward", [*saved, dy])
         grads = [g.to(xin.device) for g in grads]
         grads[0] = grads[0][:T] if tb != T else grads[0]
         return (*[g.to(d) for g, d in zip(grads, ctx.dtypes)], None, None, None)
@@ -240,8 +245,7 @@ def patch(model, recipe="auto", artifacts=None):
     an unknown recipe."""
     if torch is None:
         raise ImportError("moe_mlir.torch.patch needs torch (pip install moe-mlir[torch])")
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {recipe!r}")
+    _check_recipe(recipe, 32, 32)  # the name (each block's dims below)
     if artifacts:
         if not os.path.isdir(artifacts):
             raise FileNotFoundError(f"artifacts: no folder {artifacts}")
@@ -259,9 +263,7 @@ def patch(model, recipe="auto", artifacts=None):
         act = getattr(experts, "act_fn", None)
         if act is not None and type(act).__name__ not in ("SiLUActivation", "SiLU"):
             raise TypeError(f"experts use {type(act).__name__}; moe-mlir's experts are SwiGLU")
-        if recipe == "mxfp8" and (gate.weight.shape[1] % 32 or experts.down_proj.shape[-1] % 32):
-            raise ValueError("recipe mxfp8 needs hidden and expert FFN sizes that are "
-                             "multiples of 32; use recipe='bf16'")
+        _check_recipe(recipe, gate.weight.shape[1], experts.down_proj.shape[-1])
         # The expert weights in the layout the kernels read: the same
         # parameters (shapes, values, optimizer references), their storage
         # transposed in the last two dims, so that the forward reads them in

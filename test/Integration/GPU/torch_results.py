@@ -11,7 +11,6 @@ back to where they were).
 
     python3 torch_results.py ARTIFACT.so
 """
-import ctypes
 import sys
 
 import numpy as np
@@ -20,16 +19,8 @@ import torch
 from moe_mlir import load, runtime
 
 
-class Stats(ctypes.Structure):
-    _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
-                ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64),
-                ("reuses", ctypes.c_uint64)]
-
-
 def in_use():
-    s = Stats()
-    runtime.moert().moert_gpu_get_memory_stats(ctypes.byref(s))
-    return s.in_use
+    return runtime.gpu_memory_stats().in_use
 
 
 def main(path):

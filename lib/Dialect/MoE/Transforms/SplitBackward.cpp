@@ -97,12 +97,37 @@ recomputable(Block &body, const llvm::SmallPtrSetImpl<Operation *> &forward) {
   return set;
 }
 
+/// A function `name` of the ops of `step`'s body that `keep` selects (in
+/// order), taking `inputs` (values of the body) as its arguments and
+/// returning `results`.
+func::FuncOp extract(OpBuilder &builder, func::FuncOp step, StringRef name,
+                     ArrayRef<Value> inputs, ArrayRef<Value> results,
+                     function_ref<bool(Operation *)> keep) {
+  auto types = [](ArrayRef<Value> values) {
+    return llvm::to_vector(
+        llvm::map_range(values, [](Value v) { return v.getType(); }));
+  };
+  auto f = func::FuncOp::create(
+      builder, step.getLoc(), name,
+      FunctionType::get(step.getContext(), types(inputs), types(results)));
+  Block *entry = f.addEntryBlock();
+  IRMapping map;
+  map.map(inputs, entry->getArguments());
+  OpBuilder b = OpBuilder::atBlockEnd(entry);
+  for (Operation &op : step.getBody().front().without_terminator())
+    if (keep(&op))
+      b.clone(op, map);
+  func::ReturnOp::create(b, step.getLoc(),
+                         llvm::to_vector(llvm::map_range(
+                             results, [&](Value v) { return map.lookup(v); })));
+  return f;
+}
+
 LogicalResult split(func::FuncOp step, SymbolTable &symbols) {
   if (!step.getBody().hasOneBlock())
     return step.emitOpError("-moe-split-backward: expects a single-block body");
   Block &body = step.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  MLIRContext *ctx = step.getContext();
   std::string fwdName = (step.getName() + "_forward").str();
   std::string bwdName = (step.getName() + "_backward").str();
   for (const std::string &name : {fwdName, bwdName})
@@ -206,79 +231,40 @@ LogicalResult split(func::FuncOp step, SymbolTable &symbols) {
   });
 
   OpBuilder builder(step);
-  Location loc = step.getLoc();
-  auto typesOf = [](SmallVector<Type> &types, const auto &values) {
-    for (Value v : values)
-      types.push_back(v.getType());
-  };
-  SmallVector<Type> argTypes, fwdResults, bwdArgs, bwdResults;
-  typesOf(argTypes, args);
+  SmallVector<Value> argValues(args.begin(), args.end());
 
   // The forward.
-  typesOf(fwdResults, outputValues);
-  typesOf(fwdResults, residuals);
-  auto fwd = func::FuncOp::create(builder, loc, fwdName,
-                                  FunctionType::get(ctx, argTypes, fwdResults));
-  {
-    Block *entry = fwd.addEntryBlock();
-    IRMapping map;
-    for (auto [i, a] : llvm::enumerate(args))
-      map.map(a, entry->getArgument(i));
-    OpBuilder b = OpBuilder::atBlockEnd(entry);
-    for (Operation &op : body.without_terminator())
-      if (forward.contains(&op))
-        b.clone(op, map);
-    SmallVector<Value> results;
-    for (Value v : outputValues)
-      results.push_back(map.lookup(v));
-    for (Value v : residuals)
-      results.push_back(map.lookup(v));
-    func::ReturnOp::create(b, loc, results);
-    for (auto [i, a] : llvm::enumerate(args))
-      fwd.setArgAttrs(i, step.getArgAttrDict(a.getArgNumber()));
-    for (auto [i, r] : llvm::enumerate(outputs))
-      fwd.setResultAttrs(i, step.getResultAttrDict(r));
-    for (unsigned i = 0; i < residuals.size(); ++i)
-      fwd.setResultAttr(outputs.size() + i, "moe.residual",
-                        builder.getI64IntegerAttr(i));
-  }
+  SmallVector<Value> fwdResults(outputValues);
+  llvm::append_range(fwdResults, residuals);
+  func::FuncOp fwd =
+      extract(builder, step, fwdName, argValues, fwdResults,
+              [&](Operation *op) { return forward.contains(op); });
+  for (auto [i, a] : llvm::enumerate(args))
+    fwd.setArgAttrs(i, step.getArgAttrDict(a.getArgNumber()));
+  for (auto [i, r] : llvm::enumerate(outputs))
+    fwd.setResultAttrs(i, step.getResultAttrDict(r));
+  for (unsigned i = 0; i < residuals.size(); ++i)
+    fwd.setResultAttr(outputs.size() + i, "moe.residual",
+                      builder.getI64IntegerAttr(i));
 
   // The backward.
-  bwdArgs = argTypes;
-  typesOf(bwdArgs, residuals);
-  typesOf(bwdArgs, cotangents);
-  typesOf(bwdResults, gradientValues);
-  auto bwd = func::FuncOp::create(builder, loc, bwdName,
-                                  FunctionType::get(ctx, bwdArgs, bwdResults));
-  {
-    Block *entry = bwd.addEntryBlock();
-    IRMapping map;
-    unsigned n = 0;
-    for (BlockArgument a : args)
-      map.map(a, entry->getArgument(n++));
-    for (Value v : residuals)
-      map.map(v, entry->getArgument(n++));
-    for (BlockArgument c : cotangents)
-      map.map(c, entry->getArgument(n++));
-    OpBuilder b = OpBuilder::atBlockEnd(entry);
-    for (Operation &op : body.without_terminator())
-      if (cloned.contains(&op) || backward.contains(&op))
-        b.clone(op, map);
-    SmallVector<Value> results;
-    for (Value v : gradientValues)
-      results.push_back(map.lookup(v));
-    func::ReturnOp::create(b, loc, results);
-    for (auto [i, a] : llvm::enumerate(args))
-      bwd.setArgAttrs(i, step.getArgAttrDict(a.getArgNumber()));
-    for (unsigned i = 0; i < residuals.size(); ++i)
-      bwd.setArgAttr(args.size() + i, "moe.residual",
-                     builder.getI64IntegerAttr(i));
-    for (auto [i, c] : llvm::enumerate(cotangents))
-      bwd.setArgAttrs(args.size() + residuals.size() + i,
-                      step.getArgAttrDict(c.getArgNumber()));
-    for (auto [i, r] : llvm::enumerate(gradients))
-      bwd.setResultAttrs(i, step.getResultAttrDict(r));
-  }
+  SmallVector<Value> bwdArgs(argValues);
+  llvm::append_range(bwdArgs, residuals);
+  llvm::append_range(bwdArgs, cotangents);
+  func::FuncOp bwd = extract(
+      builder, step, bwdName, bwdArgs, gradientValues, [&](Operation *op) {
+        return cloned.contains(op) || backward.contains(op);
+      });
+  for (auto [i, a] : llvm::enumerate(args))
+    bwd.setArgAttrs(i, step.getArgAttrDict(a.getArgNumber()));
+  for (unsigned i = 0; i < residuals.size(); ++i)
+    bwd.setArgAttr(args.size() + i, "moe.residual",
+                   builder.getI64IntegerAttr(i));
+  for (auto [i, c] : llvm::enumerate(cotangents))
+    bwd.setArgAttrs(args.size() + residuals.size() + i,
+                    step.getArgAttrDict(c.getArgNumber()));
+  for (auto [i, r] : llvm::enumerate(gradients))
+    bwd.setResultAttrs(i, step.getResultAttrDict(r));
   symbols.insert(fwd, Block::iterator(step));
   symbols.insert(bwd, Block::iterator(step));
   step.erase();
