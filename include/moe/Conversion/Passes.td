@@ -134,6 +134,13 @@ def MoEGPUFuseElementwise : Pass<"moe-gpu-fuse-elementwise", "func::FuncOp"> {
     materializes its [T, K, H] tensor. A rounding (`arith.truncf`) of a
     widened tensor (`arith.extf`) back to its own type is that tensor: a
     bf16 weight widened and rounded for a bf16 GEMM is read as it is.
+    Fusing moves the producer's reads to the consumer: a fusion that would
+    hold its inputs across the ops in between and so raise the most tensor
+    bytes the function holds at once (an estimate on tensors, as
+    `-moe-place-weight-gradients` makes) is not made. (The combine of a
+    backward's expert-row gradients, fused into the rounding of the input
+    gradient at the end, would hold those rows, [T x K, H] in f32, across
+    the weight-gradient GEMMs.)
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",

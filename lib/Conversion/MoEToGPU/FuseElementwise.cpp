@@ -11,11 +11,13 @@
 // alone (folding them into generics would create tensors sized on the
 // host). A gather of a cheap elementwise result used only there computes the
 // elements it reads instead (FuseIntoExtract). Rounding a widened tensor back
-// to its own type is the tensor itself (DropRoundTrip).
+// to its own type is the tensor itself (DropRoundTrip). A fusion that would
+// raise the block's peak of live tensors is not made (raisesPeak).
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -23,6 +25,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::moe {
@@ -43,6 +46,68 @@ bool staticShapes(Operation *op) {
          llvm::all_of(op->getResultTypes(), isStatic);
 }
 
+/// Whether moving `producer`'s reads to `consumer` (which fusing does: the
+/// fused op runs where the consumer ran) raises the most tensor bytes its
+/// block holds at once while the ops between them run. The values it reads
+/// (operands and values its body uses) live on to the consumer; its own
+/// result is never made. The fused op itself is not counted: reading the
+/// inputs of a quantization instead of its 8-bit result is what fusing it
+/// into its dequantization is for. A combine
+/// fused into the rounding of its sum that the backward runs last would
+/// otherwise hold the expert rows' gradients, [tokens x top-k, hidden] in
+/// f32, across the weight-gradient GEMMs that -moe-place-weight-gradients
+/// put after it to keep them apart.
+bool raisesPeak(Operation *producer, Operation *consumer) {
+  Block *block = producer->getBlock();
+  if (consumer->getBlock() != block || !producer->isBeforeInBlock(consumer))
+    return false;
+  moe::BlockLiveness live(*block);
+  int64_t before = live.peak();
+  unsigned p = live.position(producer), c = live.position(consumer);
+  // The last op of the block reading buffer `v` (through the values that
+  // are that buffer: reshapes, results written in place).
+  auto lastRead = [&](Value v) {
+    unsigned last = live.position(v.getDefiningOp());
+    SmallVector<Value> work{v};
+    while (!work.empty()) {
+      Value value = work.pop_back_val();
+      for (OpOperand &use : value.getUses()) {
+        Operation *user = use.getOwner();
+        Operation *at = block->findAncestorOpInBlock(*user);
+        if (!at)
+          continue;
+        last = std::max(last, live.position(at));
+        if (user != at)
+          continue;
+        if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp, tensor::CastOp>(
+                user))
+          work.append(user->result_begin(), user->result_end());
+        else if (auto dps = dyn_cast<DestinationStyleOpInterface>(user))
+          if (dps.isDpsInit(&use))
+            work.push_back(dps.getTiedOpResult(&use));
+      }
+    }
+    return last;
+  };
+  // The buffers it reads that the block holds (not the caller's arguments,
+  // nor a reshape of one).
+  llvm::SmallDenseSet<Value> read;
+  producer->walk([&](Operation *inner) {
+    for (Value v : inner->getOperands()) {
+      Value buffer = moe::bufferOf(v);
+      Operation *def = buffer.getDefiningOp();
+      if (def && def->getBlock() == block && !isa<tensor::EmptyOp>(def))
+        read.insert(buffer);
+    }
+  });
+  for (Value v : read)
+    if (unsigned last = lastRead(v); last < c)
+      live.add(last + 1, c, moe::tensorBytes(v));
+  for (Value r : producer->getResults())
+    live.add(p, c, -moe::tensorBytes(r));
+  return live.peak() > before;
+}
+
 /// Fuses into a generic the single-use, static-shape generic producing one of
 /// its inputs (linalg::fuseElementwiseOps, which also checks the maps).
 /// Only this: the other patterns of linalg's elementwise fusion would also
@@ -60,7 +125,8 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
       // the loop would be recomputed on every iteration.
       if (!producer || !producer->hasOneUse() || !staticShapes(producer) ||
           producer->getParentRegion() != consumer->getParentRegion() ||
-          !linalg::areElementwiseOpsFusable(operand))
+          !linalg::areElementwiseOpsFusable(operand) ||
+          raisesPeak(producer, consumer))
         continue;
       // Each produced element read by exactly one consumer iteration: a
       // broadcasting read (a row's source index read by every element of
@@ -138,6 +204,8 @@ struct FuseIntoExtract : OpRewritePattern<tensor::ExtractOp> {
                                          : WalkResult::advance();
             })
             .wasInterrupted())
+      return failure();
+    if (raisesPeak(producer, consumer))
       return failure();
 
     rewriter.setInsertionPoint(extract);

@@ -106,3 +106,103 @@ func.func @not_a_round_trip(%w: tensor<64xbf16>) -> tensor<64xf16> {
   } -> tensor<64xf16>
   return %r : tensor<64xf16>
 }
+
+// A sum over rows of a large tensor (the combine of the expert rows'
+// gradients), read where the backward ends: fused there, it would hold the
+// rows across the op that makes a large result in between (a weight
+// gradient), raising the peak of live tensors, so it is not fused and the
+// rows die at the sum. Without the op in between the pair fuses.
+// rows = x @ y (a tensor of the block, not the caller's); sum[t, h] =
+// rows[8 k + t, h] over k (the rows read inside its body).
+// CHECK-LABEL: func.func @held_across(
+// CHECK: %[[ROWS:.*]] = linalg.matmul
+// CHECK: %[[SUM:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<8x32xf32>)
+// CHECK: tensor.extract %[[ROWS]]
+// CHECK: %[[BIG:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<128x128xf32>)
+// CHECK: %[[OUT:.*]] = linalg.generic {{.*}} ins(%[[SUM]], %{{.*}} : tensor<8x32xf32>, tensor<8x32xf32>) outs(%{{.*}} : tensor<8x32xbf16>)
+// CHECK: return %[[OUT]], %[[BIG]]
+// CHECK-LABEL: func.func @adjacent(
+// CHECK: linalg.matmul
+// CHECK-NOT: outs(%{{.*}} : tensor<8x32xf32>)
+// CHECK: %[[OUT:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<8x32xbf16>)
+// CHECK: tensor.extract
+// CHECK: return %[[OUT]]
+func.func @held_across(%x: tensor<64x16xf32>, %y: tensor<16x32xf32>, %d: tensor<8x32xf32>, %w: tensor<128x128xf32>)
+    -> (tensor<8x32xbf16>, tensor<128x128xf32>) {
+  %er = tensor.empty() : tensor<64x32xf32>
+  %rows = linalg.matmul ins(%x, %y : tensor<64x16xf32>, tensor<16x32xf32>)
+                        outs(%er : tensor<64x32xf32>) -> tensor<64x32xf32>
+  %es = tensor.empty() : tensor<8x32xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(t, h) -> (t, h)>], iterator_types = ["parallel", "parallel"]}
+      outs(%es : tensor<8x32xf32>) {
+  ^bb0(%o: f32):
+    %t = linalg.index 0 : index
+    %h = linalg.index 1 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %zero = arith.constant 0.0 : f32
+    %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%a = %zero) -> f32 {
+      %r0 = arith.muli %k, %c8 : index
+      %r = arith.addi %r0, %t : index
+      %v = tensor.extract %rows[%r, %h] : tensor<64x32xf32>
+      %n = arith.addf %a, %v : f32
+      scf.yield %n : f32
+    }
+    linalg.yield %acc : f32
+  } -> tensor<8x32xf32>
+  %e2 = tensor.empty() : tensor<128x128xf32>
+  %big = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                         iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<128x128xf32>) outs(%e2 : tensor<128x128xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  } -> tensor<128x128xf32>
+  %eo = tensor.empty() : tensor<8x32xbf16>
+  %out = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>,
+                                          affine_map<(i, j) -> (i, j)>],
+                         iterator_types = ["parallel", "parallel"]}
+      ins(%sum, %d : tensor<8x32xf32>, tensor<8x32xf32>) outs(%eo : tensor<8x32xbf16>) {
+  ^bb0(%a: f32, %b: f32, %o: bf16):
+    %m = arith.addf %a, %b : f32
+    %t = arith.truncf %m : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  return %out, %big : tensor<8x32xbf16>, tensor<128x128xf32>
+}
+func.func @adjacent(%x: tensor<64x16xf32>, %y: tensor<16x32xf32>, %d: tensor<8x32xf32>) -> tensor<8x32xbf16> {
+  %er = tensor.empty() : tensor<64x32xf32>
+  %rows = linalg.matmul ins(%x, %y : tensor<64x16xf32>, tensor<16x32xf32>)
+                        outs(%er : tensor<64x32xf32>) -> tensor<64x32xf32>
+  %es = tensor.empty() : tensor<8x32xf32>
+  %sum = linalg.generic {indexing_maps = [affine_map<(t, h) -> (t, h)>], iterator_types = ["parallel", "parallel"]}
+      outs(%es : tensor<8x32xf32>) {
+  ^bb0(%o: f32):
+    %t = linalg.index 0 : index
+    %h = linalg.index 1 : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %zero = arith.constant 0.0 : f32
+    %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%a = %zero) -> f32 {
+      %r0 = arith.muli %k, %c8 : index
+      %r = arith.addi %r0, %t : index
+      %v = tensor.extract %rows[%r, %h] : tensor<64x32xf32>
+      %n = arith.addf %a, %v : f32
+      scf.yield %n : f32
+    }
+    linalg.yield %acc : f32
+  } -> tensor<8x32xf32>
+  %eo = tensor.empty() : tensor<8x32xbf16>
+  %out = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>,
+                                          affine_map<(i, j) -> (i, j)>],
+                         iterator_types = ["parallel", "parallel"]}
+      ins(%sum, %d : tensor<8x32xf32>, tensor<8x32xf32>) outs(%eo : tensor<8x32xbf16>) {
+  ^bb0(%a: f32, %b: f32, %o: bf16):
+    %m = arith.addf %a, %b : f32
+    %t = arith.truncf %m : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  return %out : tensor<8x32xbf16>
+}

@@ -67,19 +67,25 @@ bool isCastGeneric(Operation *op) {
 /// Forward ops the backward recomputes instead of reading their results as
 /// residuals:
 /// - ops without operands (constants, empty tensors), and precision
-///   changes and reshapes of the arguments (a widened weight would
-///   otherwise be kept at twice its size; recomputed, it fuses into the
-///   backward's reader);
+///   changes and reshapes of the arguments and of recomputed values (a
+///   widened weight would otherwise be kept at twice its size; recomputed,
+///   it fuses into the backward's reader);
 /// - dispatches (their rows are a gather of the tokens, which the GPU
 ///   kernels reading them read in place; their other inputs become
-///   residuals).
+///   residuals);
+/// - fused expert MLPs (`moe.grouped_mlp`): the backward's
+///   `moe.grouped_mlp_backward` recomputes the same rows' up-projection and
+///   SwiGLU from the same operands, so recomputing the MLP adds its down
+///   projection only, one GEMM, where keeping its output would hold the
+///   largest tensor of the layer ([tokens x top-k, hidden], f32) from the
+///   forward to the backward.
 llvm::SmallPtrSet<Operation *, 32>
 recomputable(Block &body, const llvm::SmallPtrSetImpl<Operation *> &forward) {
   llvm::SmallPtrSet<Operation *, 32> set;
   for (Operation &op : body.without_terminator()) {
     if (!forward.contains(&op))
       continue;
-    if (isa<moe::DispatchOp>(op)) {
+    if (isa<moe::DispatchOp, moe::GroupedMlpOp>(op)) {
       set.insert(&op);
       continue;
     }
@@ -89,8 +95,7 @@ recomputable(Block &body, const llvm::SmallPtrSetImpl<Operation *> &forward) {
                 isCastGeneric(&op);
     if (cast && llvm::all_of(op.getOperands(), [&](Value v) {
           Operation *def = v.getDefiningOp();
-          return def ? set.contains(def) && !isa<moe::DispatchOp>(def)
-                     : v.getParentBlock() == &body;
+          return def ? set.contains(def) : v.getParentBlock() == &body;
         }))
       set.insert(&op);
   }

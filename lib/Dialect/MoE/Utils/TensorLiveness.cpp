@@ -39,11 +39,7 @@ int64_t mlir::moe::tensorBytes(Value value) {
   return bytesOf(value.getType());
 }
 
-/// The value whose buffer `value` is (bufferization's in-place rules, the
-/// common cases): a reshape or cast is its source's buffer, a destination-
-/// style op's result its init's, unless the init is a tensor.empty (then the
-/// result is a buffer of its own).
-static Value bufferOf(Value value) {
+Value mlir::moe::bufferOf(Value value) {
   while (Operation *def = value.getDefiningOp()) {
     if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp, tensor::CastOp>(
             def)) {

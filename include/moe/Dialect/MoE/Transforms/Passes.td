@@ -519,7 +519,12 @@ def MoESplitBackward : Pass<"moe-split-backward", "::mlir::ModuleOp"> {
     without operands (constants, empty tensors) and precision changes
     (`arith.extf`, `truncf`) and reshapes of the arguments are cloned into
     the backward instead of becoming residuals (a widened weight would be
-    kept at twice its size). The loss result is dropped: it
+    kept at twice its size), and so are dispatches (a gather of the tokens)
+    and fused expert MLPs (`moe.grouped_mlp`): their output, [tokens x
+    top-k, hidden] in f32, would be the largest residual of an MoE layer,
+    and the backward's `moe.grouped_mlp_backward` recomputes the same up
+    projection and SwiGLU anyway, so recomputing the MLP costs its down
+    projection only. The loss result is dropped: it
     only seeds the gradients. Runs after `-moe-train-pipeline`, so the
     recipe's quantizations of the forward are residuals and not recomputed.
     An output depending on a cotangent, or an op with side effects, is an

@@ -31,6 +31,12 @@ std::optional<int64_t> shapedBytes(ShapedType type);
 /// for anything else.
 int64_t tensorBytes(Value value);
 
+/// The value whose buffer `value` is (bufferization's in-place rules, the
+/// common cases): a reshape or cast is its source's buffer, a destination-
+/// style op's result its init's, unless the init is a tensor.empty (then the
+/// result is a buffer of its own).
+Value bufferOf(Value value);
+
 /// The live tensor bytes of a block, op by op. `counted`, if given, says
 /// which values become buffers (a caller knows of values a later fusion
 /// never materializes).
