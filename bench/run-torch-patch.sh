@@ -1,35 +1,62 @@
 #!/usr/bin/env bash
 # The patched Qwen3-MoE block beside transformers (bench/torch_patch.py):
-# Qwen3-30B-A3B layer dims, bf16, forward + backward, recipes bf16 and mxfp8.
+# bf16, forward + backward, recipes bf16 and mxfp8; Qwen3-30B-A3B layer
+# dims, or those of a Qwen3-MoE config.json.
 #
-#   bench/run-torch-patch.sh prepare [TOKENS...]  # here (MLIR): the patch's
-#                                                 # layers for sm_90a
-#   bench/run-torch-patch.sh run [TOKENS...]      # on the GPU machine (torch,
-#                                                 # transformers; builds libmoert)
-#   bench/run-torch-patch.sh [all] [TOKENS...]    # both, on a machine with everything
+#   bench/run-torch-patch.sh prepare [--config FILE] [TOKENS...]  # here (MLIR):
+#                                                 # the patch's layers for sm_90a
+#   bench/run-torch-patch.sh run [--config FILE] [TOKENS...]      # on the GPU
+#                                                 # machine (torch, transformers;
+#                                                 # builds libmoert)
+#   bench/run-torch-patch.sh [all] [--config FILE] [TOKENS...]    # both, on a
+#                                                 # machine with everything
 #
 # TOKENS default to 2048 4096 8192 16384; 3000 (a bucket of 3072 rows) is
-# always added to show bucketing.
+# always added to show bucketing. --config: a Qwen3-MoE config.json
+# (hidden_size, moe_intermediate_size, num_experts, num_experts_per_tok,
+# norm_topk_prob; default test/Models/Inputs/qwen3-30b-a3b-2layers.json,
+# Qwen3-30B-A3B's); give the same one to prepare and run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/torch-patch"
 . "$root/bench/common.sh"
-bench_args "2048 4096 8192 16384" "$@"
+default_config="$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json"
+config=()
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) [ $# -ge 2 ] || { echo "run-torch-patch.sh: --config needs a file" >&2; exit 2; }
+              config=(--config "$(realpath "$2")"); shift 2 ;;
+    --config=*) config=(--config "$(realpath "${1#--config=}")"); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+for f in "${config[@]:1}"; do
+  [ -f "$f" ] || { echo "run-torch-patch.sh: no config file '$f'" >&2; exit 2; }
+done
+bench_args "2048 4096 8192 16384" "${args[@]}"
 
 prepare() {
   "$root/scripts/build.sh"
   mkdir -p "$dir"
-  PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" - "$dir" "${tokens[@]}" <<'PY'
-import sys
-import moe_mlir.torch as mt
-out, counts = sys.argv[1], [int(t) for t in sys.argv[2:]]
-for recipe, ts in (("bf16", counts + [3000]), ("mxfp8", counts)):
-    for t in ts:
-        print(f"compile: patched block, {t} tokens, recipe {recipe} (sm_90a)", flush=True)
-        mt.precompile(out, 2048, 768, 128, 8, t, dtype="bf16", recipe=recipe, target="sm_90a")
-PY
+  local cfg=("${config[@]}")
+  [ ${#cfg[@]} -gt 0 ] || cfg=(--config "$default_config")
+  for recipe in bf16 mxfp8; do
+    local ts=("${tokens[@]}")
+    [ "$recipe" = bf16 ] && ts+=(3000)
+    echo "compile: patched block, recipe $recipe, tokens ${ts[*]} (sm_90a)"
+    PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" -m moe_mlir \
+      torch-precompile "$dir" "${cfg[@]}" --tokens "${ts[@]}" --dtype bf16 \
+      --recipe "$recipe" --target sm_90a ||
+      # MXFP8 needs dims that are multiples of 32: its rows then say so.
+      [ "$recipe" = mxfp8 ] || return 1
+  done
 }
 
-run() { bench_python torch_patch.py "$dir" "${tokens[@]}"; }
+run() {
+  local cfg=("${config[@]}")
+  [ ${#cfg[@]} -gt 0 ] || cfg=(--config "$default_config")
+  bench_python torch_patch.py "$dir" "${cfg[@]}" "${tokens[@]}"
+}
 
 bench_main

@@ -1,23 +1,30 @@
 """transformers' Qwen3-MoE sparse block beside moe_mlir.torch.patch, in one
-GPU run: Qwen3-30B-A3B layer dimensions (hidden 2048, expert FFN 768, 128
-experts, top-8), bf16 block, forward + backward, per token count:
+GPU run: the layer dimensions of a Qwen3-MoE config.json (default
+Qwen3-30B-A3B's: hidden 2048, expert FFN 768, 128 experts, top-8), bf16
+block, forward + backward, per token count:
 
-    python3 bench/torch_patch.py ARTIFACT_DIR [TOKENS ...]   (bench/run-torch-patch.sh)
+    python3 bench/torch_patch.py ARTIFACT_DIR [--config FILE] [TOKENS ...]
+    python3 bench/torch_patch.py ARTIFACT_DIR [--config FILE] --profile TOKENS RECIPE
+    (bench/run-torch-patch.sh)
 
 Rows: transformers with its default experts (eager bf16, at the smallest
 token count only: it loops over experts) and with grouped_mm (bf16), then
-the same block patched with recipe bf16 and mxfp8 (layers precompiled by
+the same block patched with recipe bf16 and mxfp8 (mxfp8 where the hidden
+and FFN dims are multiples of 32; layers precompiled by
 `bench/run-torch-patch.sh prepare` into ARTIFACT_DIR; the patch finds them
 by shape, nothing compiles here). Per row: milliseconds per fwd+bwd step
 (median after a warm-up, synchronized after each step), tokens/s, peak GPU
 memory of the step (torch's peak plus, for ours, libmoert's: the weights,
 their gradients, the input and its gradient included), the host time to
 queue a step (the patch does not synchronize: queuing takes far less than
-the step), and the relative error (max |diff| / max |ref|) of the output
-and of the gradients of the input and of w1 (gate_up_proj) (||diff|| / ||ref||) against the f32
-block on the same weights and inputs. Also one token count that is not a
-bucket (3000 -> 3072 rows) to show bucketing.
+the step), and the relative error (||diff|| / ||ref||) of the output and of
+the gradients of the input and of w1 (gate_up_proj) against the f32 block on
+the same weights and inputs. Also one token count that is not a bucket
+(3000 -> 3072 rows) to show bucketing. --profile: the patched step's kernels
+(bench/profile_layer.py's table).
 """
+import argparse
+import json
 import copy
 import statistics
 import sys
@@ -30,28 +37,46 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBl
 import moe_mlir.torch
 from moe_mlir import runtime
 
-if len(sys.argv) < 2:
-    sys.exit(__doc__)
-artifacts = sys.argv[1]
-config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128,
-                        num_experts_per_tok=8, norm_topk_prob=True)
+parser = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1].strip())
+parser.add_argument("artifacts")
+parser.add_argument("--config", help="a Qwen3-MoE config.json (default Qwen3-30B-A3B's dims)")
+parser.add_argument("--profile", nargs=2, metavar=("TOKENS", "RECIPE"))
+parser.add_argument("tokens", type=int, nargs="*", default=[2048, 4096, 8192, 16384])
+args = parser.parse_args()
+artifacts = args.artifacts
+dims = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128,
+        "num_experts_per_tok": 8, "norm_topk_prob": True}
+if args.config:
+    with open(args.config) as f:
+        given = json.load(f)
+    given.setdefault("num_experts", given.get("num_local_experts"))
+    missing = [k for k in dims if k != "norm_topk_prob" and given.get(k) is None]
+    if missing:
+        sys.exit(f"torch_patch.py: {args.config} has no {', '.join(missing)}")
+    dims = {k: given.get(k, v) for k, v in dims.items()}
+H = dims["hidden_size"]
+config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=dims["moe_intermediate_size"],
+                        num_experts=dims["num_experts"],
+                        num_experts_per_tok=dims["num_experts_per_tok"],
+                        norm_topk_prob=bool(dims["norm_topk_prob"]))
 torch.manual_seed(0)
 ref = Qwen3MoeSparseMoeBlock(config).cuda().float()
 for p in ref.parameters():
     torch.nn.init.normal_(p, std=0.02)
 
-if sys.argv[2:3] == ["--profile"]:
-    # torch_patch.py DIR --profile TOKENS RECIPE: the patched step's kernels
-    # (bench/profile_layer.py's table).
+if args.profile:
     from profile_layer import kernel_table
-    T, recipe = int(sys.argv[3]), sys.argv[4]
+    T, recipe = int(args.profile[0]), args.profile[1]
     b = copy.deepcopy(ref).bfloat16()
     moe_mlir.torch.patch(b, recipe=recipe, artifacts=artifacts)
-    x = torch.randn(1, T, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(1, T, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
     kernel_table(lambda: b(x).backward(dy), f"patched block, {T} tokens, recipe {recipe}", 40)
     sys.exit(0)
-counts = [int(t) for t in sys.argv[2:]] or [2048, 4096, 8192, 16384]
+counts = args.tokens
+# MXFP8 blocks of 32 along the hidden and FFN dims.
+recipes = ["bf16"] + (["mxfp8"] if H % 32 == 0 and dims["moe_intermediate_size"] % 32 == 0
+                      else [])
 
 
 def step(b, x, dy):
@@ -90,15 +115,16 @@ def rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
-print(f"# Qwen3-MoE sparse block (hidden 2048, expert FFN 768, 128 experts, top-8), bf16,")
+print(f"# Qwen3-MoE sparse block (hidden {H}, expert FFN {dims['moe_intermediate_size']}, "
+      f"{dims['num_experts']} experts, top-{dims['num_experts_per_tok']}), bf16,")
 print(f"# forward + backward on {torch.cuda.get_device_name()}, torch {torch.__version__}")
 print(f"{'tokens':>6s} {'':34s} {'ms':>7s} {'tokens/s':>9s} {'step MiB':>9s} "
       f"{'queue ms':>9s} {'err y':>8s} {'err dx':>8s} {'err dw1':>8s}")
 failures = 0
 for T in counts + [3000]:
     g = torch.Generator(device="cuda").manual_seed(T)
-    x = torch.randn(1, T, 2048, device="cuda", generator=g)
-    dy = torch.randn(1, T, 2048, device="cuda", generator=g)
+    x = torch.randn(1, T, H, device="cuda", generator=g)
+    dy = torch.randn(1, T, H, device="cuda", generator=g)
     y0, gx0 = step(ref, x, dy)
     gw0 = ref.experts.gate_up_proj.grad.detach().clone()
     y0, gx0 = y0.detach(), gx0.detach()
@@ -107,8 +133,7 @@ for T in counts + [3000]:
         rows.append("transformers eager bf16")
     if T != 3000:
         rows.append("transformers grouped_mm bf16")
-    rows += [f"moe-mlir patch, recipe {r}" for r in ("bf16", "mxfp8")
-             if T != 3000 or r == "bf16"]
+    rows += [f"moe-mlir patch, recipe {r}" for r in recipes if T != 3000 or r == "bf16"]
     xb, dyb = x.bfloat16(), dy.bfloat16()
     for name in rows:
         b = copy.deepcopy(ref).bfloat16()  # each row's own block, made here
