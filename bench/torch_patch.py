@@ -42,7 +42,7 @@ parser.add_argument("artifacts")
 parser.add_argument("--config", help="a Qwen3-MoE config.json (default Qwen3-30B-A3B's dims)")
 parser.add_argument("--profile", nargs=2, metavar=("TOKENS", "RECIPE"))
 parser.add_argument("tokens", type=int, nargs="*", default=[2048, 4096, 8192, 16384])
-args = parser.parse_args()
+args = parser.parse_intermixed_args()
 artifacts = args.artifacts
 dims = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128,
         "num_experts_per_tok": 8, "norm_topk_prob": True}

@@ -87,6 +87,7 @@ artifact = [a for k, a in moe_mlir.torch._loaded.items() if k[6] == "bf16"][0]
 xs = torch.cat([xb.reshape(200, 128), torch.zeros(24, 128)]).cuda().bfloat16()
 args = [xs, block.gate.weight.t(), block.experts.gate_up_proj.transpose(1, 2),
         block.experts.down_proj.transpose(1, 2)]
+args = [a.detach() for a in args]  # torch exports no tensor that requires grad
 direct = artifact.call_torch("moe_block_grad_forward", *args)
 via = artifact.call_torch("moe_block_grad_forward",
                           *[Producer(a.contiguous()) for a in args])

@@ -209,23 +209,6 @@ void registerNVVMMemoryEffects(DialectRegistry &registry) {
   registry.addExtension(attachNVVMMemoryEffects);
 }
 
-/// Whether every use of `v` (through reshapes) rounds it to bf16.
-bool onlyRoundedToBF16(Value v) {
-  if (v.use_empty())
-    return false;
-  for (Operation *user : v.getUsers()) {
-    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(user)) {
-      if (!onlyRoundedToBF16(user->getResult(0)))
-        return false;
-      continue;
-    }
-    if (user->getNumResults() != 1 ||
-        getRoundToBF16Input(user->getResult(0)) != v)
-      return false;
-  }
-  return true;
-}
-
 /// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
 /// same values in bf16, reshaped as the roundings' inputs were.
 void replaceRoundings(Value v, Value rounded) {

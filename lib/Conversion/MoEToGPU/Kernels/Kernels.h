@@ -283,9 +283,6 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          Value out, Value lse, ModuleOp module,
                                          SymbolTable &symbols);
 
-/// Whether every use of `v` (through reshapes) rounds it to bf16: a kernel
-/// computing `v` can then write bf16 itself.
-bool onlyRoundedToBF16(Value v);
 /// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
 /// same values in bf16, reshaped as the roundings' inputs were.
 void replaceRoundings(Value v, Value rounded);

@@ -34,6 +34,7 @@
 #include "HopperBuilder.h"
 #include "Kernels.h"
 #include "TmaGemm.h"
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
 
 using namespace mlir;
 using namespace mlir::moe;

@@ -59,6 +59,22 @@ Value mlir::moe::getRoundToBF16Input(Value v) {
   return in;
 }
 
+bool mlir::moe::onlyRoundedToBF16(Value v) {
+  if (v.use_empty())
+    return false;
+  for (Operation *user : v.getUsers()) {
+    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(user)) {
+      if (!onlyRoundedToBF16(user->getResult(0)))
+        return false;
+      continue;
+    }
+    if (user->getNumResults() != 1 ||
+        getRoundToBF16Input(user->getResult(0)) != v)
+      return false;
+  }
+  return true;
+}
+
 bool mlir::moe::isMXElementType(Type gemmType) {
   return gemmType && isa<Float8E4M3FNType, Float8E5M2Type>(gemmType);
 }

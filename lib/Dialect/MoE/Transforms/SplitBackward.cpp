@@ -67,9 +67,11 @@ bool isCastGeneric(Operation *op) {
 /// Forward ops the backward recomputes instead of reading their results as
 /// residuals:
 /// - ops without operands (constants, empty tensors), and precision
-///   changes and reshapes of the arguments and of recomputed values (a
-///   widened weight would otherwise be kept at twice its size; recomputed,
-///   it fuses into the backward's reader);
+///   changes (MX quantizations included) and reshapes of the arguments and
+///   of recomputed values (a widened weight would otherwise be kept at twice
+///   its size; recomputed, it fuses into the backward's reader, and the
+///   backward's own quantization of the same tensor is the same op, which
+///   CSE merges);
 /// - dispatches (their rows are a gather of the tokens, which the GPU
 ///   kernels reading them read in place; their other inputs become
 ///   residuals);
@@ -90,8 +92,8 @@ recomputable(Block &body, const llvm::SmallPtrSetImpl<Operation *> &forward) {
       continue;
     }
     bool cast = (op.getNumOperands() == 0 && op.getNumRegions() == 0) ||
-                isa<arith::ExtFOp, arith::TruncFOp, tensor::ExpandShapeOp,
-                    tensor::CollapseShapeOp>(op) ||
+                isa<arith::ExtFOp, arith::TruncFOp, moe::QuantizeOp,
+                    tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op) ||
                 isCastGeneric(&op);
     if (cast && llvm::all_of(op.getOperands(), [&](Value v) {
           Operation *def = v.getDefiningOp();

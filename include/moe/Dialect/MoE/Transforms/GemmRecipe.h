@@ -26,6 +26,11 @@ Value createRoundToBF16(OpBuilder &b, Location loc, Value v);
 /// a null value.
 Value getRoundToBF16Input(Value v);
 
+/// Whether every use of `v` (through reshapes) rounds it to bf16
+/// (getRoundToBF16Input): a kernel computing `v` can then write bf16 itself,
+/// and `v` never exists in f32.
+bool onlyRoundedToBF16(Value v);
+
 /// Whether `gemmType` names an MX element type (f8E4M3FN, f8E5M2).
 bool isMXElementType(Type gemmType);
 

@@ -327,7 +327,10 @@ def MoEPlaceWeightGradients : Pass<"moe-place-weight-gradients", "func::FuncOp">
     bytes live at once over that stretch is least (ties keep it earliest).
     Tensor bytes are estimated before bufferization (`TensorLiveness.h`):
     each buffer lives from the op that defines it to the last op of the
-    block that reads it or a view of it.
+    block that reads it or a view of it. A weight gradient whose every use
+    rounds it to bf16 (the bf16 recipe; its kernel then writes bf16 itself)
+    moves with those roundings, which first move up to run right after it,
+    and its f32 result counts as never existing.
 
     In a train step of the layer, the weight gradient of w1 moves past the
     combine of the data gradient, which frees the expert rows' f32 gradient
@@ -516,18 +519,19 @@ def MoESplitBackward : Pass<"moe-split-backward", "::mlir::ModuleOp"> {
 
     The forward holds exactly the ops its outputs need; the backward holds
     the ops its gradients need that the forward does not compute. Ops
-    without operands (constants, empty tensors) and precision changes
-    (`arith.extf`, `truncf`) and reshapes of the arguments are cloned into
-    the backward instead of becoming residuals (a widened weight would be
-    kept at twice its size), and so are dispatches (a gather of the tokens)
+    without operands (constants, empty tensors), and precision changes
+    (`arith.extf`, `truncf`, `moe.quantize`) and reshapes of the arguments
+    and of recomputed values, are cloned into the backward instead of
+    becoming residuals (a widened weight would be kept at twice its size;
+    the backward's own quantization of the same tensor is the same op, and
+    CSE merges them), and so are dispatches (a gather of the tokens)
     and fused expert MLPs (`moe.grouped_mlp`): their output, [tokens x
     top-k, hidden] in f32, would be the largest residual of an MoE layer,
     and the backward's `moe.grouped_mlp_backward` recomputes the same up
     projection and SwiGLU anyway, so recomputing the MLP costs its down
-    projection only. The loss result is dropped: it
-    only seeds the gradients. Runs after `-moe-train-pipeline`, so the
-    recipe's quantizations of the forward are residuals and not recomputed.
-    An output depending on a cotangent, or an op with side effects, is an
+    projection only. The loss result is dropped: it only seeds the
+    gradients. Runs after `-moe-train-pipeline` (the recipe's
+    quantizations placed). An output depending on a cotangent, or an op with side effects, is an
     error at that op.
   }];
 }
