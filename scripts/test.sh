@@ -17,11 +17,13 @@ results=()
 extra_failed=0
 extra_passed=0
 
-# Each test stops after MOE_TEST_TIMEOUT seconds (lit's per-test timeout,
-# with Debian's python3-psutil): a hang fails that test, not the run.
+# Each test stops after MOE_TEST_TIMEOUT seconds (default 1200; lit's
+# per-test timeout, with Debian's python3-psutil): a hang fails that test,
+# not the run. The longest test, Models/train.py (22 moe-train runs of the
+# protein model, each compiling it), takes about 11.5 minutes of one core.
 run_lit() { # build-dir results-file
   rm -f "$2"
-  /usr/lib/llvm-22/bin/lit -s -v -j"${MOE_JOBS:-2}" --timeout="${MOE_TEST_TIMEOUT:-600}" \
+  /usr/lib/llvm-22/bin/lit -s -v -j"${MOE_JOBS:-2}" --timeout="${MOE_TEST_TIMEOUT:-1200}" \
     --xunit-xml-output="$2" "$1/test"
   local status=$?
   results+=("$2:$status")

@@ -52,11 +52,10 @@ bool staticShapes(Operation *op) {
 /// (operands and values its body uses) live on to the consumer; its own
 /// result is never made. The fused op itself is not counted: reading the
 /// inputs of a quantization instead of its 8-bit result is what fusing it
-/// into its dequantization is for. A combine
-/// fused into the rounding of its sum that the backward runs last would
-/// otherwise hold the expert rows' gradients, [tokens x top-k, hidden] in
-/// f32, across the weight-gradient GEMMs that -moe-place-weight-gradients
-/// put after it to keep them apart.
+/// into its dequantization is for. A combine fused into the rounding of its
+/// sum that the backward runs last would otherwise hold the expert rows'
+/// gradients, [tokens x top-k, hidden] in f32, across the weight-gradient
+/// GEMMs that -moe-place-weight-gradients put after it to keep them apart.
 bool raisesPeak(Operation *producer, Operation *consumer) {
   Block *block = producer->getBlock();
   if (consumer->getBlock() != block || !producer->isBeforeInBlock(consumer))
@@ -103,8 +102,11 @@ bool raisesPeak(Operation *producer, Operation *consumer) {
   for (Value v : read)
     if (unsigned last = lastRead(v); last < c)
       live.add(last + 1, c, moe::tensorBytes(v));
+  // Its result, where it is a buffer of its own (not written into one the
+  // block holds anyway).
   for (Value r : producer->getResults())
-    live.add(p, c, -moe::tensorBytes(r));
+    if (moe::bufferOf(r) == r)
+      live.add(p, c, -moe::tensorBytes(r));
   return live.peak() > before;
 }
 
