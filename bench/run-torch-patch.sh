@@ -57,10 +57,6 @@ sys.exit(c["hidden_size"] % 32 or c["moe_intermediate_size"] % 32)' "${cfg[1]}" 
   done
 }
 
-run() {
-  local cfg=("${config[@]}")
-  [ ${#cfg[@]} -gt 0 ] || cfg=(--config "$default_config")
-  bench_python torch_patch.py "$dir" "${cfg[@]}" "${tokens[@]}"
-}
+run() { bench_python torch_patch.py "$dir" "${config[@]}" "${tokens[@]}"; }
 
 bench_main

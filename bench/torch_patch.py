@@ -24,8 +24,9 @@ the same weights and inputs. Also one token count that is not a bucket
 (bench/profile_layer.py's table).
 """
 import argparse
-import json
 import copy
+import json
+import os
 import statistics
 import sys
 import time
@@ -39,26 +40,25 @@ from moe_mlir import runtime
 
 parser = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1].strip())
 parser.add_argument("artifacts")
-parser.add_argument("--config", help="a Qwen3-MoE config.json (default Qwen3-30B-A3B's dims)")
+parser.add_argument("--config", default=os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "test", "Models", "Inputs",
+    "qwen3-30b-a3b-2layers.json"), help="a Qwen3-MoE config.json (default Qwen3-30B-A3B's)")
 parser.add_argument("--profile", nargs=2, metavar=("TOKENS", "RECIPE"))
 parser.add_argument("tokens", type=int, nargs="*", default=[2048, 4096, 8192, 16384])
 args = parser.parse_intermixed_args()
 artifacts = args.artifacts
-dims = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128,
-        "num_experts_per_tok": 8, "norm_topk_prob": True}
-if args.config:
-    with open(args.config) as f:
-        given = json.load(f)
-    given.setdefault("num_experts", given.get("num_local_experts"))
-    missing = [k for k in dims if k != "norm_topk_prob" and given.get(k) is None]
-    if missing:
-        sys.exit(f"torch_patch.py: {args.config} has no {', '.join(missing)}")
-    dims = {k: given.get(k, v) for k, v in dims.items()}
+with open(args.config) as f:
+    dims = json.load(f)
+dims.setdefault("num_experts", dims.get("num_local_experts"))
+missing = [k for k in ("hidden_size", "moe_intermediate_size", "num_experts",
+                       "num_experts_per_tok") if dims.get(k) is None]
+if missing:
+    sys.exit(f"torch_patch.py: {args.config} has no {', '.join(missing)}")
 H = dims["hidden_size"]
 config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=dims["moe_intermediate_size"],
                         num_experts=dims["num_experts"],
                         num_experts_per_tok=dims["num_experts_per_tok"],
-                        norm_topk_prob=bool(dims["norm_topk_prob"]))
+                        norm_topk_prob=bool(dims.get("norm_topk_prob", True)))
 torch.manual_seed(0)
 ref = Qwen3MoeSparseMoeBlock(config).cuda().float()
 for p in ref.parameters():

@@ -71,12 +71,12 @@ def bucket(tokens):
     return -(-tokens // step) * step
 
 
-def _check_recipe(recipe, hidden, ffn, allowed=RECIPES):
+def _check_recipe(recipe, hidden=None, ffn=None, allowed=RECIPES):
     """Raises ValueError for a recipe not in `allowed`, or mxfp8 at dims
-    that are not multiples of 32."""
+    (when given) that are not multiples of 32."""
     if recipe not in allowed:
         raise ValueError(f"recipe must be one of {', '.join(allowed)}, got {recipe!r}")
-    if recipe == "mxfp8" and (hidden % 32 or ffn % 32):
+    if recipe == "mxfp8" and hidden is not None and (hidden % 32 or ffn % 32):
         raise ValueError(f"recipe mxfp8 needs hidden ({hidden}) and expert FFN ({ffn}) sizes "
                          "that are multiples of 32; use recipe='bf16'")
 
@@ -87,7 +87,7 @@ class Layer:
     'mxfp8') and target ('cpu' or a chip such as 'sm_90a')."""
 
     def __init__(self, tokens, hidden, ffn, experts, top_k, norm, dtype, recipe, target):
-        _check_recipe(recipe, hidden, ffn, RECIPES[1:])
+        _check_recipe(recipe, hidden, ffn, allowed=RECIPES[1:])
         self.key = (tokens, hidden, ffn, experts, top_k, bool(norm), dtype, recipe, target)
         pad = 32 if recipe == "mxfp8" else 1
         self.text = layers.moe_layer_vjp(tokens, hidden, ffn, experts, top_k, bool(norm),
@@ -245,7 +245,7 @@ def patch(model, recipe="auto", artifacts=None):
     an unknown recipe."""
     if torch is None:
         raise ImportError("moe_mlir.torch.patch needs torch (pip install moe-mlir[torch])")
-    _check_recipe(recipe, 32, 32)  # the name (each block's dims below)
+    _check_recipe(recipe)  # the name; each block's dims below
     if artifacts:
         if not os.path.isdir(artifacts):
             raise FileNotFoundError(f"artifacts: no folder {artifacts}")

@@ -25,7 +25,6 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
-#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::moe {
@@ -63,45 +62,16 @@ bool raisesPeak(Operation *producer, Operation *consumer) {
   moe::BlockLiveness live(*block);
   int64_t before = live.peak();
   unsigned p = live.position(producer), c = live.position(consumer);
-  // The last op of the block reading buffer `v` (through the values that
-  // are that buffer: reshapes, results written in place).
-  auto lastRead = [&](Value v) {
-    unsigned last = live.position(v.getDefiningOp());
-    SmallVector<Value> work{v};
-    while (!work.empty()) {
-      Value value = work.pop_back_val();
-      for (OpOperand &use : value.getUses()) {
-        Operation *user = use.getOwner();
-        Operation *at = block->findAncestorOpInBlock(*user);
-        if (!at)
-          continue;
-        last = std::max(last, live.position(at));
-        if (user != at)
-          continue;
-        if (isa<tensor::CollapseShapeOp, tensor::ExpandShapeOp, tensor::CastOp>(
-                user))
-          work.append(user->result_begin(), user->result_end());
-        else if (auto dps = dyn_cast<DestinationStyleOpInterface>(user))
-          if (dps.isDpsInit(&use))
-            work.push_back(dps.getTiedOpResult(&use));
-      }
-    }
-    return last;
-  };
-  // The buffers it reads that the block holds (not the caller's arguments,
-  // nor a reshape of one).
+  // The buffers of the block it reads (not the caller's arguments, nor a
+  // reshape of one), each made live on to the consumer.
   llvm::SmallDenseSet<Value> read;
   producer->walk([&](Operation *inner) {
-    for (Value v : inner->getOperands()) {
-      Value buffer = moe::bufferOf(v);
-      Operation *def = buffer.getDefiningOp();
-      if (def && def->getBlock() == block && !isa<tensor::EmptyOp>(def))
-        read.insert(buffer);
-    }
+    for (Value v : inner->getOperands())
+      read.insert(moe::bufferOf(v));
   });
   for (Value v : read)
-    if (unsigned last = lastRead(v); last < c)
-      live.add(last + 1, c, moe::tensorBytes(v));
+    if (std::optional<unsigned> last = live.lastUse(v); last && *last < c)
+      live.add(*last + 1, c, moe::tensorBytes(v));
   // Its result, where it is a buffer of its own (not written into one the
   // block holds anyway).
   for (Value r : producer->getResults())

@@ -8,7 +8,6 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
-#include "llvm/ADT/MapVector.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -65,7 +64,6 @@ BlockLiveness::BlockLiveness(Block &block,
     positions[&op] = n++;
   // Each buffer: defined where its value is, live until the last use of
   // any value that is that buffer.
-  llvm::MapVector<Value, unsigned> lastUse;
   for (Operation &op : block) {
     unsigned def = positions[&op];
     for (Value v : op.getResults()) {
@@ -80,13 +78,13 @@ BlockLiveness::BlockLiveness(Block &block,
       for (Operation *user : v.getUsers())
         if (Operation *at = block.findAncestorOpInBlock(*user))
           last = std::max(last, positions[at]);
-      auto [it, inserted] = lastUse.try_emplace(buffer, last);
+      auto [it, inserted] = lastUses.try_emplace(buffer, last);
       if (!inserted)
         it->second = std::max(it->second, last);
     }
   }
   SmallVector<int64_t> delta(n + 1, 0);
-  for (auto [buffer, last] : lastUse) {
+  for (auto [buffer, last] : lastUses) {
     int64_t bytes = tensorBytes(buffer);
     if (!bytes || (counted && !counted(buffer)))
       continue;
@@ -106,6 +104,13 @@ int64_t BlockLiveness::peak(unsigned from, unsigned to) const {
   for (unsigned i = from; i < to && i < live.size(); ++i)
     most = std::max(most, live[i]);
   return most;
+}
+
+std::optional<unsigned> BlockLiveness::lastUse(Value buffer) const {
+  auto it = lastUses.find(buffer);
+  if (it == lastUses.end())
+    return std::nullopt;
+  return it->second;
 }
 
 void BlockLiveness::add(unsigned from, unsigned to, int64_t bytes) {

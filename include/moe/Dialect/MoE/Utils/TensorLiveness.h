@@ -56,9 +56,14 @@ public:
   int64_t peak(unsigned from, unsigned to) const;
   /// Adds `bytes` at positions [from, to) (a value made live longer).
   void add(unsigned from, unsigned to, int64_t bytes);
+  /// The position of the last op that reads `buffer` (a bufferOf value of
+  /// the block) or a value that is that buffer; none for a value that is no
+  /// buffer of the block (an argument's, a tensor.empty).
+  std::optional<unsigned> lastUse(Value buffer) const;
 
 private:
   llvm::DenseMap<Operation *, unsigned> positions;
+  llvm::DenseMap<Value, unsigned> lastUses;
   SmallVector<int64_t> live;
 };
 
