@@ -1,11 +1,14 @@
-"""The Qwen3-30B-A3B MoE layer (hidden 2048, expert FFN 768, 128 experts,
-top-8), forward + backward, ours beside the peers, in one GPU run:
+"""An MoE layer (by default Qwen3-30B-A3B's: hidden 2048, expert FFN 768,
+128 experts, top-8), forward + backward, ours beside the peers, in one GPU
+run:
 
-    python3 bench/layer.py ARTIFACT_DIR [TOKENS ...]       (bench/run-layer.sh)
+    python3 bench/layer.py ARTIFACT_DIR [--dims H,FFN,EXPERTS,TOPK] [TOKENS ...]
+                                                           (bench/run-layer.sh)
 
 Ours: the train step of the layer's loss sum(layer(x) * dy) that
 `bench/run-layer.sh prepare` compiled for sm_90a with
--moe-train-pipeline{autodiff=true recipe=none|mxfp8} (f32 master weights;
+-moe-train-pipeline{autodiff=true recipe=none|bf16|mxfp8} (f32 master
+weights; bf16: bf16 expert GEMMs forward and backward;
 mxfp8: MXFP8 expert GEMMs forward and backward, each expert's rows padded
 to 32; `pairs always`: the same compiled with --pair-round-trips=always,
 which reads each tensor once for both MX blockings however long the
@@ -132,7 +135,8 @@ def main(art_dir, token_counts):
             routing = "skewed" if skew else "balanced"
             # --- ours ---
             from moe_mlir import load, runtime
-            names = {"none": "moe-mlir f32", "mxfp8": "moe-mlir MXFP8 experts",
+            names = {"none": "moe-mlir f32", "bf16": "moe-mlir bf16 experts",
+                     "mxfp8": "moe-mlir MXFP8 experts",
                      "mxfp8-paired": "moe-mlir MXFP8, pairs always",
                      "mxfp8-mx": "moe-mlir MXFP8, 8-bit activations"}
             for recipe in names:
@@ -239,4 +243,11 @@ def print_rows(rows, header=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], [int(t) for t in sys.argv[2:]] or [2048, 8192])
+    args = sys.argv[2:]
+    if args[:1] == ["--dims"]:
+        try:
+            H, FF, E, K = (int(d) for d in args[1].split(","))
+        except (IndexError, ValueError):
+            sys.exit("layer.py: --dims takes HIDDEN,FFN,EXPERTS,TOPK")
+        args = args[2:]
+    main(sys.argv[1], [int(t) for t in args] or [2048, 8192])

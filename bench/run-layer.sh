@@ -1,19 +1,55 @@
 #!/usr/bin/env bash
 # The MoE layer table (bench/layer.py): ours beside transformers and a
-# torch._grouped_mm layer, forward + backward, balanced and skewed routing.
+# torch._grouped_mm layer, forward + backward, balanced and skewed routing,
+# at one model's layer dims.
 #
-#   bench/run-layer.sh prepare [TOKENS...]  # here (MLIR): the layer's train
-#                                           # step for sm_90a, f32 and MXFP8
-#   bench/run-layer.sh run [TOKENS...]      # on the GPU machine (torch,
-#                                           # transformers; builds libmoert)
-#   bench/run-layer.sh [all] [TOKENS...]    # both, on a machine with everything
+#   bench/run-layer.sh prepare [DIMS] [TOKENS...]  # here (MLIR): the layer's
+#                                                  # train step for sm_90a
+#   bench/run-layer.sh run [DIMS] [TOKENS...]      # on the GPU machine (torch,
+#                                                  # transformers; libmoert)
+#   bench/run-layer.sh [all] [DIMS] [TOKENS...]    # both, where both exist
 #
-# TOKENS default to 2048 8192.
+# DIMS: --dims HIDDEN,FFN,EXPERTS,TOPK, or --config FILE (a Hugging Face
+# config.json: hidden_size, moe_intermediate_size, num_experts or
+# num_local_experts, num_experts_per_tok); default Qwen3-30B-A3B's,
+# 2048,768,128,8. Ours: f32 and --recipe bf16 always; --recipe mxfp8 (and
+# its variants) where hidden and FFN are multiples of 32, the MX block.
+# The MXFP8 variants (--pair-round-trips=always, --mx-activations=always)
+# too, unless --no-variants. The f32 recipe up to 2048 tokens only.
+# TOKENS default to 2048 8192. Each dims set has its artifacts directory,
+# so several models can be prepared before one GPU run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir="$root/gpu-artifacts/layer"
 . "$root/bench/common.sh"
-bench_args "2048 8192" "$@"
+dims=2048,768,128,8
+variants=1
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dims) [ $# -ge 2 ] || { echo "run-layer.sh: --dims needs HIDDEN,FFN,EXPERTS,TOPK" >&2; exit 2; }
+            dims=$2; shift 2 ;;
+    --config) [ $# -ge 2 ] || { echo "run-layer.sh: --config needs a config.json" >&2; exit 2; }
+              dims=$(python3 - "$2" <<'PY'
+import json, sys
+try:
+    c = json.load(open(sys.argv[1]))
+    e = c.get("num_experts", c.get("num_local_experts"))
+    print(f"{c['hidden_size']},{c['moe_intermediate_size']},{e},{c['num_experts_per_tok']}")
+except (OSError, ValueError, KeyError) as err:
+    sys.exit(f"run-layer.sh: --config {sys.argv[1]}: {type(err).__name__}: {err}")
+PY
+) || exit 2
+              shift 2 ;;
+    --no-variants) variants=0; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+[[ "$dims" =~ ^[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*$ ]] ||
+  { echo "run-layer.sh: dims must be HIDDEN,FFN,EXPERTS,TOPK (positive integers), got '$dims'" >&2; exit 2; }
+IFS=, read -r H F E K <<<"$dims"
+[ "$K" -le "$E" ] || { echo "run-layer.sh: top-k $K is more than the $E experts" >&2; exit 2; }
+bench_args "2048 8192" ${args[@]+"${args[@]}"}
+dir="$root/gpu-artifacts/layer/${H}x${F}x${E}x${K}"
 
 prepare() {
   "$root/scripts/build.sh"
@@ -22,17 +58,21 @@ prepare() {
     # f32 experts: groups as routed; MXFP8: each expert's rows padded to 32
     # (its columnwise MX blocks never mix two experts).
     for pad in 1 32; do
-      PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" "$pad" \
+      PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" "$pad" "$H" "$F" "$E" "$K" \
         >"$dir/layer_${T}_pad$pad.mlir" <<'PY'
 import sys
 from moe_mlir import layers
-T, pad = int(sys.argv[1]), int(sys.argv[2])
-H, F, E, K = 2048, 768, 128, 8
+T, pad, H, F, E, K = (int(a) for a in sys.argv[1:])
 print(layers.as_loss(layers.moe_layer(T, H, F, E, K, name="loss", pad_to=pad),
                      "loss", T, H))
 PY
     done
-    for recipe in none mxfp8; do
+    # f32 only up to 2048 tokens (it runs at about 5k tokens/s).
+    recipes=(bf16)
+    [ "$T" -le 2048 ] && recipes=(none bf16)
+    mx=0
+    [ $((H % 32)) -eq 0 ] && [ $((F % 32)) -eq 0 ] && mx=1 && recipes+=(mxfp8)
+    for recipe in "${recipes[@]}"; do
       pad=1
       [ "$recipe" = mxfp8 ] && pad=32
       echo "compile: layer $T tokens, recipe $recipe, groups padded to $pad (sm_90a)"
@@ -41,6 +81,7 @@ PY
       "$root/build/bin/moe-compile" "$dir/layer_${T}_$recipe.mlir" --target=sm_90a \
         -o "$dir/layer_${T}_$recipe.sm_90a.so"
     done
+    [ "$mx" = 1 ] && [ "$variants" = 1 ] || continue
     # The speed-first variant: every pair of MX round trips in one kernel,
     # whatever it holds (the default splits pairs that raise the peak).
     echo "compile: layer $T tokens, recipe mxfp8, --pair-round-trips=always (sm_90a)"
@@ -54,6 +95,6 @@ PY
   done
 }
 
-run() { bench_python layer.py "$dir" "${tokens[@]}"; }
+run() { bench_python layer.py "$dir" --dims "$H,$F,$E,$K" "${tokens[@]}"; }
 
 bench_main

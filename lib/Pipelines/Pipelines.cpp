@@ -127,9 +127,8 @@ static void findCUDAToolkit() {
     ::setenv("CUDA_HOME", "/usr/local/cuda", 0);
 }
 
-void mlir::moe::buildGPUPipeline(OpPassManager &pm,
-                                 const GPUPipelineOptions &options) {
-  findCUDAToolkit();
+void mlir::moe::buildGPUKernelSelection(OpPassManager &pm,
+                                        const GPUPipelineOptions &options) {
   // Collectives over several ranks -> libmoert calls, as on the CPU. They
   // stay on the host with memref descriptors of device buffers
   // (-moe-gpu-device-buffers leaves calls alone); -gpu-async-region
@@ -140,28 +139,39 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(moe::createMoEGroupExperts());
   // Ops with a kernel for this chip (Blackwell: MXFP8 grouped GEMMs on the
   // block-scaled tcgen05 MMA; Hopper sm_90a: bf16 grouped GEMMs on wgmma)
-  // become calls of those kernels; the rest takes
-  // the generic data-parallel path below.
-  if (moe::hasDedicatedGPUKernels(options.chip)) {
-    // Fused expert MLPs as their GEMMs (the same results, by definition),
-    // so that those GEMMs get the chip's kernels too.
-    pm.addPass(moe::createMoEExpandGroupedMlp());
-    // Identical quantizations (a forward and its recomputation) merged, so
-    // that the kernels see identical GEMMs.
-    pm.addPass(createCSEPass());
-    // Weight gradients where they hold the least memory (after the data
-    // gradients' combines, which free the expert rows' gradients).
-    pm.addNestedPass<func::FuncOp>(moe::createMoEPlaceWeightGradients());
-    moe::MoEGPUDedicatedKernelsOptions dedicated;
-    dedicated.chip = options.chip;
-    dedicated.fp8Mma = options.mxfp8FP8MMA;
-    dedicated.pairRoundTrips = options.pairRoundTrips;
-    dedicated.mxActivations = options.mxActivations;
-    pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
-    // GEMMs sharing an MX weight (the chunks of an expert-parallel layer, a
-    // forward and its recomputation) share its dequantization.
-    pm.addPass(createCSEPass());
+  // become calls of those kernels; the rest takes the generic data-parallel
+  // path of buildGPUPipeline.
+  moe::MoEGPUDedicatedKernelsOptions dedicated;
+  dedicated.chip = options.chip;
+  dedicated.fp8Mma = options.mxfp8FP8MMA;
+  dedicated.pairRoundTrips = options.pairRoundTrips;
+  dedicated.mxActivations = options.mxActivations;
+  dedicated.report = options.kernelReport;
+  if (!moe::hasDedicatedGPUKernels(options.chip)) {
+    // Only to say so (the program is unchanged).
+    if (options.kernelReport)
+      pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
+    return;
   }
+  // Fused expert MLPs as their GEMMs (the same results, by definition),
+  // so that those GEMMs get the chip's kernels too.
+  pm.addPass(moe::createMoEExpandGroupedMlp());
+  // Identical quantizations (a forward and its recomputation) merged, so
+  // that the kernels see identical GEMMs.
+  pm.addPass(createCSEPass());
+  // Weight gradients where they hold the least memory (after the data
+  // gradients' combines, which free the expert rows' gradients).
+  pm.addNestedPass<func::FuncOp>(moe::createMoEPlaceWeightGradients());
+  pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
+  // GEMMs sharing an MX weight (the chunks of an expert-parallel layer, a
+  // forward and its recomputation) share its dequantization.
+  pm.addPass(createCSEPass());
+}
+
+void mlir::moe::buildGPUPipeline(OpPassManager &pm,
+                                 const GPUPipelineOptions &options) {
+  findCUDAToolkit();
+  buildGPUKernelSelection(pm, options);
   addTensorLoweringAndBufferization(pm, /*parallel=*/true,
                                     options.bufferReport);
   pm.addPass(createCanonicalizerPass());
@@ -291,6 +301,12 @@ void mlir::moe::registerMoEPipelines() {
       "(data-parallel moe lowering, bufferization, loops mapped to blocks and "
       "threads, device buffers, NVVM, PTX/cubin)",
       buildGPUPipeline);
+  PassPipelineRegistration<GPUPipelineOptions>(
+      "moe-gpu-select-kernels",
+      "The GPU pipeline's first part: moe ops with a kernel for the chip "
+      "become calls of generated kernels, on tensors (kernel-report=true: "
+      "why the others do not)",
+      buildGPUKernelSelection);
   PassPipelineRegistration<>(
       "moe-cpu-pipeline",
       "Lower moe programs to the LLVM dialect for the host CPU (reference "

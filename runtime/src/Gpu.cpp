@@ -444,16 +444,24 @@ void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
 
 void mgpuSetDefaultDevice(int32_t device) { selectedDevice = device; }
 
-uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
-                          int64_t rows, int64_t rowStrideBytes,
+/// A tensor map of rank 2 (`planes` 1) or 3 (boxes of one plane): the
+/// instructions that read it name that many coordinates.
+static uint64_t tensorMap(int64_t rank, uint64_t base, int64_t elementBytes,
+                          int64_t columns, int64_t rows, int64_t planes,
+                          int64_t rowStrideBytes, int64_t planeStrideBytes,
                           int64_t boxColumns, int64_t boxRows) {
   return guarded<uint64_t>(0, [&]() -> uint64_t {
     auto bad = [&](const char *what) {
       char text[512];
+      char planesText[96] = "";
+      if (rank == 3)
+        std::snprintf(planesText, sizeof(planesText),
+                      "%lld planes %lld bytes apart of ", (long long)planes,
+                      (long long)planeStrideBytes);
       std::snprintf(text, sizeof(text),
-                    "tensor map of %lld x %lld elements of %lld bytes at %#llx "
-                    "(rows %lld bytes apart, boxes %lld x %lld): %s",
-                    (long long)rows, (long long)columns,
+                    "tensor map of %s%lld x %lld elements of %lld bytes at "
+                    "%#llx (rows %lld bytes apart, boxes %lld x %lld): %s",
+                    planesText, (long long)rows, (long long)columns,
                     (long long)elementBytes, (unsigned long long)base,
                     (long long)rowStrideBytes, (long long)boxRows,
                     (long long)boxColumns, what);
@@ -477,6 +485,10 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
         rowStrideBytes < columns * elementBytes)
       bad("the base and the row stride must be multiples of 16 bytes, the rows "
           "no longer than their stride");
+    if (rank == 3 && (planes < 1 || planeStrideBytes % 16 ||
+                      planeStrideBytes < rows * rowStrideBytes))
+      bad("the plane stride must be a multiple of 16 bytes, the planes no "
+          "longer than their stride");
     if (boxColumns < 1 || boxRows < 1 || boxRows > 256 ||
         boxColumns * elementBytes > 128 || (boxColumns * elementBytes) % 16)
       bad("a box row must be 16 to 128 bytes (a multiple of 16), at most 256 "
@@ -487,7 +499,7 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
     // and copied over once. The cache holds at most `capacity` maps; when
     // full, the device is drained (kernels queued earlier may still read any
     // map) and the slabs reused.
-    using Key = std::array<int64_t, 7>;
+    using Key = std::array<int64_t, 10>;
     struct KeyHash {
       size_t operator()(const Key &k) const {
         size_t h = 0;
@@ -501,21 +513,23 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
     static std::vector<CUdeviceptr> slabs;
     static size_t used = 0; // maps placed in the slabs
     constexpr size_t perSlab = 512, capacity = 8 * perSlab;
-    Key key = {int64_t(base),  elementBytes, columns, rows,
-               rowStrideBytes, boxColumns,   boxRows};
+    Key key = {rank,   int64_t(base),  elementBytes,     columns,    rows,
+               planes, rowStrideBytes, planeStrideBytes, boxColumns, boxRows};
     std::lock_guard<std::mutex> lock(mutex);
     auto it = maps.find(key);
     if (it != maps.end())
       return it->second;
     Scoped scope;
     CUtensorMap map;
-    cuuint64_t dims[2] = {cuuint64_t(columns), cuuint64_t(rows)};
-    cuuint64_t strides[1] = {cuuint64_t(rowStrideBytes)};
-    cuuint32_t box[2] = {cuuint32_t(boxColumns), cuuint32_t(boxRows)};
-    cuuint32_t elementStrides[2] = {1, 1};
+    cuuint64_t dims[3] = {cuuint64_t(columns), cuuint64_t(rows),
+                          cuuint64_t(planes)};
+    cuuint64_t strides[2] = {cuuint64_t(rowStrideBytes),
+                             cuuint64_t(planeStrideBytes)};
+    cuuint32_t box[3] = {cuuint32_t(boxColumns), cuuint32_t(boxRows), 1};
+    cuuint32_t elementStrides[3] = {1, 1, 1};
     MOERT_CU(driver().cuTensorMapEncodeTiled(
-        &map, type, 2, reinterpret_cast<void *>(base), dims, strides, box,
-        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        &map, type, cuuint32_t(rank), reinterpret_cast<void *>(base), dims,
+        strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
         boxColumns * elementBytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                          : CU_TENSOR_MAP_SWIZZLE_NONE,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
@@ -536,6 +550,21 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
     maps.emplace(key, at);
     return at;
   });
+}
+
+uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
+                          int64_t rows, int64_t rowStrideBytes,
+                          int64_t boxColumns, int64_t boxRows) {
+  return tensorMap(2, base, elementBytes, columns, rows, 1, rowStrideBytes,
+                   rows * rowStrideBytes, boxColumns, boxRows);
+}
+
+uint64_t moertTensorMap3D(uint64_t base, int64_t elementBytes, int64_t columns,
+                          int64_t rows, int64_t planes, int64_t rowStrideBytes,
+                          int64_t planeStrideBytes, int64_t boxColumns,
+                          int64_t boxRows) {
+  return tensorMap(3, base, elementBytes, columns, rows, planes, rowStrideBytes,
+                   planeStrideBytes, boxColumns, boxRows);
 }
 
 int moert_gpu_device_count(void) {

@@ -5,8 +5,9 @@
 // the allocator's statistics. Without a driver the first prints 0 and the
 // second fails with the runtime's message and exit status 1.
 // `moert-gpu-info --tensor-map ...` encodes a TMA tensor map twice
-// (moertTensorMap2D) and says whether the cache answered the second time; bad
-// arguments fail with the runtime's message.
+// (moertTensorMap2D; with PLANES and PLANE_STRIDE_BYTES, moertTensorMap3D) and
+// says whether the cache answered the second time; bad arguments fail with
+// the runtime's message.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,15 +40,21 @@ int run(int argc, char **argv) {
                 (unsigned long long)stats.cache_reuses, stats.bytes_cached);
     return 0;
   }
-  if (argc == 8 && !std::strcmp(argv[1], "--tensor-map")) {
+  if ((argc == 8 || argc == 10) && !std::strcmp(argv[1], "--tensor-map")) {
     // Encoded twice: the same cached map both times. (Encoding reads no
     // memory at the address, so any 16-byte aligned one will do.)
-    long long v[6];
-    for (int i = 0; i < 6; ++i)
+    long long v[8];
+    for (int i = 0; i < argc - 2; ++i)
       v[i] = std::strtoll(argv[2 + i], nullptr, 10);
     uint64_t base = 0x10000;
-    uint64_t a = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
-    uint64_t b = moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5]);
+    auto encode = [&] {
+      return argc == 8
+                 ? moertTensorMap2D(base, v[0], v[1], v[2], v[3], v[4], v[5])
+                 : moertTensorMap3D(base, v[0], v[1], v[2], v[6], v[3], v[7],
+                                    v[4], v[5]);
+    };
+    uint64_t a = encode();
+    uint64_t b = encode();
     moert::throwStickyError();
     std::printf("tensor map: %s, 64-byte aligned: %s\n",
                 a == b ? "cached" : "encoded twice", a % 64 ? "no" : "yes");
@@ -55,7 +62,8 @@ int run(int argc, char **argv) {
   }
   std::fprintf(stderr, "usage: moert-gpu-info [--alloc BYTES] [--tensor-map "
                        "ELEMENT_BYTES COLUMNS ROWS ROW_STRIDE_BYTES "
-                       "BOX_COLUMNS BOX_ROWS]\n");
+                       "BOX_COLUMNS BOX_ROWS [PLANES "
+                       "PLANE_STRIDE_BYTES]]\n");
   return 2;
 }
 

@@ -298,7 +298,19 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     `gpu.launch` (gpu, memref, arith, scf, llvm and nvvm ops) and returns
     `bufferization.to_tensor` of the result. The rest of the GPU pipeline
     lowers it with the generic kernels. Ops without a kernel are left as they
-    are, silently; chips without kernels change nothing.
+    are; chips without kernels change nothing. With `report`, every op of a
+    kind some kernel below computes that stays on the generic kernels gets a
+    remark naming why (the first condition it fails: a type, a dim that is
+    not a multiple of a tile), and so does every GEMM that takes the cp.async
+    kernel instead of the TMA one (`moe-compile --kernel-report`):
+
+    ```
+    remark: moe.grouped_matmul (tensor<4096x768xf32>): generic kernels on
+      sm_90a: the lhs is f32: the wgmma kernels take bf16 or MX operands (a
+      precision recipe, bf16 or mxfp8)
+    remark: kernels for sm_90a: 40 ops on dedicated kernels, 1 on the
+      generic kernels, 0 on a slower kernel than their family's best
+    ```
 
     Kernels:
     - sm_90a (Hopper, wgmma): `moe.grouped_matmul` with bf16 operands, an
@@ -313,8 +325,16 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       `moe.grouped_matmul_wgrad` (bf16, or MXFP8 blocked along the rows;
       K and N multiples of 128): `@moe_wgmma_wgrad_...`, one CTA per
       expert and 128x128 output tile reducing that expert's rows.
-      With N a multiple of 256, both take the TMA kernel instead
-      (`..._tma`): a producer thread's bulk tensor copies into a 4-stage
+      With N a multiple of 256 (or above 256), both take the TMA kernel
+      instead (`..._tma`), and so does every other shape (partial tiles:
+      a last K stage read with zeros past K, through a 3-D tensor map per
+      expert for an rhs `[E, K, N]`; a last column tile storing nothing
+      past N; a weight gradient's last row tile storing nothing past K,
+      through a 3-D map of its result); K or N not a multiple of 8 (rows
+      the copy engine cannot read) has its operands padded with zeros
+      (`tensor.pad`) and the result's leading part taken. Matrix-vector
+      and outer products (K or N under 16) stay generic, which is as fast.
+      The TMA kernel: a producer thread's bulk tensor copies into a 4-stage
       mbarrier ring, two consumer warpgroups on m64n256k16, a persistent
       grid over every expert's tiles; the f32 result (but for the SwiGLU
       epilogues below) leaves through the copy engine, from staging boxes
@@ -428,7 +448,13 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "(where that lowers the peak of live tensors of the block) or "
            "always (the least memory; the GEMMs reading 8-bit run 10-18% "
            "slower)",
-           "::mlir::moe::MXActivationsValues()">
+           "::mlir::moe::MXActivationsValues()">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Remark at every op of a kind the chip's kernels compute (grouped "
+           "and dense GEMMs, weight gradients, attention, cross-entropy, "
+           "dequantize) that stays on the generic kernels, naming why, and at "
+           "every GEMM on the cp.async wgmma kernel instead of the TMA one; "
+           "then one remark at the module counting both">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -67,6 +67,15 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
   /// description, sorted by name), leaving out those named in `skip`.
   std::string flagsHelp(ArrayRef<StringRef> skip = {}) const;
 
+  PassOptions::Option<bool> kernelReport{
+      *this, "kernel-report",
+      llvm::cl::desc("Print a remark at every GEMM, weight gradient, "
+                     "attention, cross-entropy or dequantize that stays on "
+                     "the generic kernels, and at every GEMM on the cp.async "
+                     "wgmma kernel instead of the TMA one, naming why; then "
+                     "the count of kernel calls "
+                     "(-moe-gpu-dedicated-kernels{report})"),
+      llvm::cl::init(false)};
   PassOptions::Option<bool> bufferReport{
       *this, "buffer-report",
       llvm::cl::desc("Print each function's peak of live buffers (bytes "
@@ -79,6 +88,13 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
 /// kernels: the data-parallel moe lowering, bufferization, loops mapped to
 /// blocks and threads, device buffers, NVVM, PTX.
 void buildGPUPipeline(OpPassManager &pm, const GPUPipelineOptions &options);
+
+/// The GPU pipeline's first part, on tensors: ops with a kernel for the
+/// chip become calls of generated kernels (-moe-gpu-dedicated-kernels and
+/// the passes that prepare for it). Registered as `-moe-gpu-select-kernels`
+/// to see which ops get which kernel (`kernel-report=true` says why not).
+void buildGPUKernelSelection(OpPassManager &pm,
+                             const GPUPipelineOptions &options);
 
 /// Options of the training pipeline.
 struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {

@@ -20,8 +20,9 @@
 // A function whose host code needs values computed before the launch (the
 // TMA kernels' tensor maps, encoded by libmoert's moertTensorMap2D, a
 // `moe.host_only` function) builds them in front of it. Ops without a kernel
-// are left exactly as they are (no diagnostic): they take the generic
-// data-parallel path of -convert-moe-to-linalg=parallel=true.
+// are left exactly as they are: they take the generic
+// data-parallel path of -convert-moe-to-linalg=parallel=true; with
+// `report`, each says why in a remark (KernelReport, Kernels/Kernels.h).
 //
 // Kernels today
 // -------------
@@ -33,12 +34,13 @@
 //   with E8M0 scales and one scale per 32 values along K (scale_vec::1X).
 // Hopper (sm_90a): moe.grouped_matmul with bf16 lhs [R, K] and rhs
 //   [E, K, N] (or [E, N, K] with transpose_rhs), f32 result, static shapes,
-//   K a multiple of 64 and N of 128 (R arbitrary), on warpgroup MMA
-//   (wgmma.mma_async bf16 -> f32). N a multiple of 256 (or of 128 above
-//   256, the last column tile half used): a warp-specialized
-//   kernel, TMA loads into an mbarrier ring, two consumer warpgroups of
-//   m64n256k16, a persistent grid over every expert's tiles; see
-//   Kernels/TmaGemmMainloop.cpp. Otherwise a 3-buffer
+//   any K and N (R arbitrary), on warpgroup MMA (wgmma.mma_async bf16 ->
+//   f32). N a multiple of 256 or above 256, or tiles that are not whole
+//   (K % 64, N % 128: partial tiles read zeros past K and store nothing
+//   past N; K or N not a multiple of 8 padded with zeros first): a
+//   warp-specialized kernel, TMA loads into an mbarrier ring, two consumer
+//   warpgroups of m64n256k16, a persistent grid over every expert's tiles;
+//   see Kernels/TmaGemmMainloop.cpp. Otherwise a 3-buffer
 //   cp.async ring of 128-byte swizzled tiles; see Kernels/WgmmaGemm.cpp
 //   for its tiles, layouts and accumulator fragment. moe.grouped_matmul_wgrad
 //   (weight gradients) likewise, on the same two kernels (the TMA one storing
@@ -160,10 +162,21 @@ struct MoEGPUDedicatedKernelsPass
     registerNVVMMemoryEffects(registry);
   }
 
+  /// The report's remarks (`report`), null when not asked for.
+  std::optional<KernelReport> kernelReport;
+  KernelReport *reporter() { return kernelReport ? &*kernelReport : nullptr; }
+
   void runOnOperation() override {
-    if (!hasDedicatedGPUKernels(chip))
-      return;
     ModuleOp module = getOperation();
+    if (report)
+      kernelReport.emplace(stringifyGPUChip(chip));
+    if (!hasDedicatedGPUKernels(chip)) {
+      if (report)
+        emitRemark(module.getLoc())
+            << "no dedicated kernels for " << stringifyGPUChip(chip)
+            << ": every op takes the generic kernels";
+      return;
+    }
     SymbolTable symbols(module);
     SmallVector<GroupedMatmulOp> candidates;
     for (auto func : module.getOps<func::FuncOp>())
@@ -197,7 +210,7 @@ struct MoEGPUDedicatedKernelsPass
         lowerAttention(module, symbols);
         break;
       case Family::CrossEntropy:
-        lowerCrossEntropy(module, symbols);
+        lowerCrossEntropy(module, symbols, reporter());
         break;
       case Family::WgmmaWeightGradients:
         lowerWeightGradients(module, symbols);
@@ -209,9 +222,14 @@ struct MoEGPUDedicatedKernelsPass
         lowerWgmmaGroupedGemms(candidates, liveRowsOnly, module, symbols);
         break;
       case Family::Tcgen05BlockScaledGemms:
-        for (GroupedMatmulOp op : candidates)
-          if (std::optional<BlockScaledGemm> gemm = matchBlockScaledGemm(op))
+        for (GroupedMatmulOp op : candidates) {
+          std::string why;
+          if (std::optional<BlockScaledGemm> gemm =
+                  matchBlockScaledGemm(op, report ? &why : nullptr))
             lowerBlockScaledGemm(op, *gemm, module, symbols);
+          else if (report)
+            reporter()->generic(op, why);
+        }
         break;
       case Family::MXRoundTripPairs:
         lowerRoundTripPairs(module, symbols,
@@ -221,10 +239,36 @@ struct MoEGPUDedicatedKernelsPass
         lowerRoundTrips(module, symbols);
         break;
       case Family::MXDequantizes:
-        lowerDequantizes(module, symbols);
+        lowerDequantizes(module, symbols, reporter());
         break;
       }
     }
+    if (report)
+      summarize(module);
+  }
+
+  /// The report's last remark: the kernel calls made, and the counts of its
+  /// other remarks.
+  void summarize(ModuleOp module) {
+    int64_t calls = 0;
+    llvm::SmallDenseSet<StringRef> kernels;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func->hasAttr("moe.dedicated_kernel"))
+        func.walk([&](func::CallOp call) {
+          auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+          if (callee && callee->hasAttr("moe.dedicated_kernel")) {
+            ++calls;
+            kernels.insert(callee.getSymName());
+          }
+        });
+    emitRemark(
+        module.getLoc(),
+        llvm::formatv(
+            "kernels for {0}: {1} calls of {2} dedicated kernels; {3} ops on "
+            "the "
+            "generic kernels, {4} on a slower kernel than their family's best",
+            stringifyGPUChip(chip), calls, kernels.size(),
+            kernelReport->genericOps, kernelReport->slowerOps));
   }
 
   /// Attention on the flash kernels. A gradient whose forward (the same
@@ -247,10 +291,15 @@ struct MoEGPUDedicatedKernelsPass
       Value out, lse;
     };
     SmallVector<Lowered> lowered;
+    std::string why;
+    WhyNot whyNot = report ? &why : nullptr;
     for (AttentionOp op : forwards) {
-      std::optional<FlashAttention> f = matchFlashAttention(op);
-      if (!f)
+      std::optional<FlashAttention> f = matchFlashAttention(op, whyNot);
+      if (!f) {
+        if (report)
+          reporter()->generic(op, why);
         continue;
+      }
       OpBuilder b(op);
       auto [out, lse] =
           createFlashForward(b, op.getLoc(), *f, op.getQuery(), op.getKey(),
@@ -261,9 +310,12 @@ struct MoEGPUDedicatedKernelsPass
       op.erase();
     }
     for (AttentionGradOp op : grads) {
-      std::optional<FlashAttention> f = matchFlashAttention(op);
-      if (!f)
+      std::optional<FlashAttention> f = matchFlashAttention(op, whyNot);
+      if (!f) {
+        if (report)
+          reporter()->generic(op, why);
         continue;
+      }
       OpBuilder b(op);
       Location loc = op.getLoc();
       Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
@@ -296,7 +348,7 @@ struct MoEGPUDedicatedKernelsPass
     for (auto func : module.getOps<func::FuncOp>())
       func.walk([&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
     for (GroupedMatmulWgradOp op : wgrads)
-      (void)lowerWgradToWgmma(op, module, symbols);
+      (void)lowerWgradToWgmma(op, module, symbols, reporter());
   }
 
   /// Dense f32 matmuls (router, projections) on CUDA cores.
@@ -306,7 +358,7 @@ struct MoEGPUDedicatedKernelsPass
       if (!func->hasAttr("moe.dedicated_kernel"))
         func.walk([&](linalg::MatmulOp op) { matmuls.push_back(op); });
     for (linalg::MatmulOp op : matmuls)
-      (void)lowerToSimtMatmul(op, module, symbols);
+      (void)lowerToSimtMatmul(op, module, symbols, reporter());
   }
 
   /// The grouped GEMMs on wgmma. MXFP8 without fp8-mma (exact through
@@ -317,22 +369,35 @@ struct MoEGPUDedicatedKernelsPass
                               const llvm::DenseSet<Operation *> &liveRowsOnly,
                               ModuleOp module, SymbolTable &symbols) {
     SmallVector<bool> live;
+    // Why a GEMM with MX operands could not be brought to bf16 form.
+    SmallVector<std::string> whyNot;
     for (GroupedMatmulOp &op : candidates) {
       live.push_back(liveRowsOnly.contains(op));
+      whyNot.emplace_back();
       bool mxOperands = isa<MXTensorType>(op.getLhs().getType()) ||
                         isa<MXTensorType>(op.getRhs().getType());
       if (!fp8Mma || !mxOperands)
-        if (std::optional<GroupedMatmulOp> rewritten = rewriteForWgmma(op))
+        if (std::optional<GroupedMatmulOp> rewritten =
+                rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
+      if (std::optional<GroupedMatmulOp> padded = padForWgmma(op))
+        op = *padded;
     }
-    for (auto [op, live] : llvm::zip(candidates, live)) {
+    for (auto [op, live, why] : llvm::zip(candidates, live, whyNot)) {
       // FP8 wgmma sums each 32-term slice at reduced precision: only on
       // request (fp8-mma); otherwise MXFP8 keeps the exact generic path.
       if (fp8Mma && lowerToFp8Wgmma(op, module, symbols))
         continue;
-      std::optional<WgmmaGemm> gemm = matchWgmmaGemm(op);
-      if (!gemm)
+      std::optional<WgmmaGemm> gemm =
+          matchWgmmaGemm(op, report && why.empty() ? &why : nullptr);
+      if (!gemm) {
+        if (report)
+          reporter()->generic(op, why);
         continue;
+      }
+      if (report && !gemm->tma)
+        reporter()->slower(op, "the cp.async wgmma kernel, not the TMA one",
+                           gemm->whyNotTma());
       gemm->liveRowsOnly = live;
       if (std::optional<SwigluFusion> fusion = matchSwigluFusion(
               op, *gemm, mxActivations == MXActivations::always)) {

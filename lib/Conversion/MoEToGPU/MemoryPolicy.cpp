@@ -87,7 +87,9 @@ static bool takesF8Lhs(GroupedMatmulOp op) {
 std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
                                                          const WgmmaGemm &g) {
   auto dq = op.getLhs().getDefiningOp<DequantizeOp>();
-  if (!g.tma || !dq)
+  // Whole K stages: the converters read each stage's scales from memory,
+  // which past K would be the next row's.
+  if (!g.tma || !dq || g.k % tma::TileK)
     return std::nullopt;
   auto pack = dq.getInput().getDefiningOp<MXPackOp>();
   if (!pack)
@@ -136,7 +138,8 @@ static bool mxLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
 
 std::optional<SwigluFusion>
 matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways) {
-  if (!g.tma || g.n % tma::TileN)
+  // Whole tiles (a partial K stage's rhs would need the 3-D map).
+  if (!g.tma || g.n % tma::TileN || g.k % tma::TileK)
     return std::nullopt;
   Value result = op.getResult();
   Operation *activation = nullptr;

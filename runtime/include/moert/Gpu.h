@@ -64,6 +64,15 @@ uint64_t moertTensorMap2D(uint64_t base, int64_t elementBytes, int64_t columns,
                           int64_t rows, int64_t rowStrideBytes,
                           int64_t boxColumns, int64_t boxRows);
 
+/// The same for a 3-D array: `planes` such arrays, `planeStrideBytes` (a
+/// multiple of 16) apart, in boxes of one plane each, so that a box reads
+/// zeros (and a store writes nothing) past the rows of its own plane. The
+/// map is of rank 3 (its copies name three coordinates), even of one plane.
+uint64_t moertTensorMap3D(uint64_t base, int64_t elementBytes, int64_t columns,
+                          int64_t rows, int64_t planes, int64_t rowStrideBytes,
+                          int64_t planeStrideBytes, int64_t boxColumns,
+                          int64_t boxRows);
+
 // --- direct entry points ---
 struct moert_gpu_memory_stats {
   size_t bytes_in_use;      ///< allocated by programs, not freed

@@ -53,11 +53,11 @@ func.func @mxfp8(%x: tensor<96x256xf32>, %g: tensor<96x128xf32>,
   return %w : tensor<4x256x128xf32>
 }
 
-// Shapes the kernel does not take (K not a multiple of 128; f32 operands)
+// K not a multiple of 128: the TMA kernel's partial row tile; f32 operands
 // keep the generic path.
 // CHECK-LABEL: func.func @generic
-// CHECK-NOT: moe_wgmma_wgrad
-// CHECK-COUNT-2: moe.grouped_matmul_wgrad
+// CHECK: call @moe_wgmma_wgrad_64x64x128_e2_bf16_i32_tma(
+// CHECK: moe.grouped_matmul_wgrad %{{.*}} : tensor<64x128xf32>, tensor<64x128xf32>
 // CHECK-NOT: moe.dequantize
 func.func @generic(%x: tensor<64x64xbf16>, %g: tensor<64x128xbf16>,
                    %xf: tensor<64x128xf32>, %off: tensor<3xi32>)

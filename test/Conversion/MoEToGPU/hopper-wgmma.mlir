@@ -56,8 +56,8 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
   return %y : tensor<4576x128xf32>
 }
 
-// Ineligible for the bf16 kernel: K not a multiple of 64, N not a multiple
-// of 128, f32 operands. They stay moe.grouped_matmul.
+// Partial tiles (K not a multiple of 64, N not a multiple of 128) take the
+// TMA kernel; f32 operands stay moe.grouped_matmul.
 // The transposed rhs is eligible as it is (the kernel reads it K-major, no
 // copy), and the MXFP8 pair (blocks along K) through its exact bf16
 // dequantization (hopper-wgmma-mxfp8.mlir has the FP8 kernel), here one
@@ -65,8 +65,8 @@ func.func @kernels_shape(%x: tensor<4576x256xbf16>, %w: tensor<16x256x128xbf16>,
 // last group are unread: `_live`).
 // CHECK-LABEL: func.func @ineligible
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<64x128xbf16>, %{{[a-z0-9]+}}: tensor<2x128x64xbf16>, %[[WT:[a-z0-9]+]]: tensor<2x128x128xbf16>
-// CHECK-NOT: call @moe_wgmma
-// CHECK-COUNT-2: moe.grouped_matmul
+// CHECK: call @moe_wgmma_gmm_64x96x128_e2_bf16_i32_tma(
+// CHECK: call @moe_wgmma_gmm_64x128x64_e2_bf16_i32_tma(
 // CHECK-NOT: linalg.transpose
 // CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_rhsT_i32(%[[X]], %[[WT]],
 // CHECK: moe.grouped_matmul %{{.*}} : tensor<64x128xf32>, tensor<2x128x128xf32>

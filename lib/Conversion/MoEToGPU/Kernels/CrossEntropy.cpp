@@ -75,14 +75,20 @@ struct CrossEntropy {
 
 bool isLogitElt(Type t) { return t.isF32() || t.isBF16() || t.isF16(); }
 
-std::optional<CrossEntropy> match(Value logits, Value labels) {
+std::optional<CrossEntropy> match(Value logits, Value labels, WhyNot why) {
   auto l = dyn_cast<RankedTensorType>(logits.getType());
   auto y = dyn_cast<RankedTensorType>(labels.getType());
-  if (!l || !y || !l.hasStaticShape() || !y.hasStaticShape() ||
-      l.getRank() != 2 || l.getNumElements() == 0 ||
+  if (!l || !y || !l.hasStaticShape() || !y.hasStaticShape())
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
+  if (l.getRank() != 2 || l.getNumElements() == 0 ||
       !isLogitElt(l.getElementType()) ||
       !(y.getElementType().isInteger(32) || y.getElementType().isInteger(64)))
-    return std::nullopt;
+    return noKernel(why,
+                    "logits {0} and labels {1}: the kernels take "
+                    "non-empty [N, V] f32, bf16 or f16 logits and i32 "
+                    "or i64 labels",
+                    l, y);
   return CrossEntropy{l.getDimSize(0), l.getDimSize(1), l.getElementType(),
                       y.getElementType()};
 }
@@ -402,7 +408,10 @@ Value callRows(OpBuilder &b, Location loc, const CrossEntropy &c,
 
 } // namespace
 
-void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols) {
+void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols,
+                       KernelReport *report) {
+  std::string why;
+  WhyNot whyNot = report ? &why : nullptr;
   SmallVector<CrossEntropyOp> forwards;
   SmallVector<CrossEntropyGradOp> grads;
   for (auto func : module.getOps<func::FuncOp>())
@@ -418,9 +427,13 @@ void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols) {
   };
   SmallVector<Lowered> lowered;
   for (CrossEntropyOp op : forwards) {
-    std::optional<CrossEntropy> c = match(op.getLogits(), op.getLabels());
-    if (!c)
+    std::optional<CrossEntropy> c =
+        match(op.getLogits(), op.getLabels(), whyNot);
+    if (!c) {
+      if (report)
+        report->generic(op, why);
       continue;
+    }
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value lse = callLse(b, loc, *c, op.getLogits(), module, symbols);
@@ -433,10 +446,19 @@ void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols) {
     op.erase();
   }
   for (CrossEntropyGradOp op : grads) {
-    std::optional<CrossEntropy> c = match(op.getLogits(), op.getLabels());
+    std::optional<CrossEntropy> c =
+        match(op.getLogits(), op.getLabels(), whyNot);
     Type resultElt = op.getType().getElementType();
-    if (!c || !isLogitElt(resultElt))
+    if (c && !isLogitElt(resultElt))
+      c = noKernel(whyNot,
+                   "a {0} gradient: the kernel writes f32, bf16 or "
+                   "f16",
+                   resultElt);
+    if (!c) {
+      if (report)
+        report->generic(op, why);
       continue;
+    }
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value lse;

@@ -85,7 +85,7 @@ std::string FlashAttention::name(StringRef kind) const {
       .str();
 }
 
-std::optional<FlashAttention> matchFlashAttention(Operation *op) {
+std::optional<FlashAttention> matchFlashAttention(Operation *op, WhyNot why) {
   auto attention = dyn_cast<AttentionOp>(op);
   auto grad = dyn_cast<AttentionGradOp>(op);
   if (!attention && !grad)
@@ -93,12 +93,18 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op) {
   SmallVector<Value> inputs(op->getOperands().take_front(grad ? 4 : 3));
   for (Value v : inputs) {
     auto t = dyn_cast<RankedTensorType>(v.getType());
-    if (!t || !t.hasStaticShape() || !t.getElementType().isBF16())
-      return std::nullopt;
+    if (!t || !t.hasStaticShape())
+      return noKernel(why, "a dynamic shape (the kernels are generated for "
+                           "static shapes)");
+    if (!t.getElementType().isBF16())
+      return noKernel(why,
+                      "{0} inputs: the flash kernels take bf16 (a precision "
+                      "recipe, bf16 or mxfp8)",
+                      t.getElementType());
   }
   for (Type t : op->getResultTypes())
     if (!cast<RankedTensorType>(t).getElementType().isF32())
-      return std::nullopt;
+      return noKernel(why, "{0} results, not f32", t);
   auto q = cast<RankedTensorType>(inputs[0].getType());
   auto k = cast<RankedTensorType>(inputs[1].getType());
   FlashAttention f;
@@ -111,8 +117,11 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op) {
   f.scale =
       attention ? attention.getScaleOrDefault() : grad.getScaleOrDefault();
   // (The verifier makes N a multiple of M.)
-  if ((f.dim != 64 && f.dim != 128) || f.seq < 1 || f.batch < 1)
-    return std::nullopt;
+  if (f.dim != 64 && f.dim != 128)
+    return noKernel(why, "head dim {0}: the flash kernels take 64 or 128",
+                    f.dim);
+  if (f.seq < 1 || f.batch < 1)
+    return noKernel(why, "no rows");
   return f;
 }
 

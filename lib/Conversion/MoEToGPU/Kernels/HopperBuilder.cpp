@@ -8,12 +8,31 @@ using namespace mlir::moe;
 
 namespace mlir::moe::kernels {
 
-/// blocks along `axis` (the contraction), which dequantizes exactly.
-bool bf16OrMXAlong(Value v, unsigned axis) {
-  if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-    return mx.getAxis() == axis;
+/// Whether `v` is a bf16 tensor; otherwise says what it is.
+static bool bf16Operand(Value v, StringRef name, WhyNot why) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.getElementType().isBF16();
+  if (t && t.getElementType().isBF16())
+    return true;
+  noKernel(why,
+           "the {0} is {1}: the wgmma kernels take bf16 or MX operands (a "
+           "precision recipe, bf16 or mxfp8)",
+           name, t ? t.getElementType() : v.getType());
+  return false;
+}
+
+/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
+/// blocks along `axis` (the contraction), which dequantizes exactly.
+bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why) {
+  if (auto mx = dyn_cast<MXTensorType>(v.getType())) {
+    if (mx.getAxis() == axis)
+      return true;
+    noKernel(why,
+             "the {0} is MX with blocks along dim {1}, not along the "
+             "contraction (dim {2})",
+             name, mx.getAxis(), axis);
+    return false;
+  }
+  return bf16Operand(v, name, why);
 }
 
 /// `v` as bf16: MX operands dequantized (the new op is added to `created`),
@@ -29,48 +48,85 @@ Value toBF16(OpBuilder &b, Location loc, Value v,
   return dq;
 }
 
-/// Brings a grouped GEMM to the form the bf16 wgmma kernel takes (bf16
+Value padWithZeros(OpBuilder &b, Location loc, Value v,
+                   ArrayRef<int64_t> shape) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getShape() == shape)
+    return v;
+  SmallVector<OpFoldResult> low, high;
+  for (auto [from, to] : llvm::zip(t.getShape(), shape)) {
+    low.push_back(b.getIndexAttr(0));
+    high.push_back(b.getIndexAttr(to - from));
+  }
+  Value zero =
+      arith::ConstantOp::create(b, loc, b.getZeroAttr(t.getElementType()));
+  return tensor::PadOp::create(b, loc, t.clone(shape), v, low, high, zero);
+}
+
+Value leadingPart(OpBuilder &b, Location loc, Value v,
+                  ArrayRef<int64_t> shape) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getShape() == shape)
+    return v;
+  SmallVector<int64_t> zeros(shape.size(), 0), ones(shape.size(), 1);
+  return tensor::ExtractSliceOp::create(b, loc, t.clone(shape), v, ValueRange{},
+                                        ValueRange{}, ValueRange{}, zeros,
+                                        shape, ones);
+}
 
 /// The operand types of a grouped GEMM a Hopper bf16 kernel can take: static
 /// bf16 lhs (rank 2) and rhs (rank `rhsRank`), an f32 result of rank
 /// `resultRank`, integer offsets; outside moe.experts regions.
 std::optional<Bf16GemmTypes> bf16GemmTypes(Operation *op, Value lhsValue,
                                            Value rhsValue, Value offsetsValue,
-                                           int64_t rhsRank,
-                                           int64_t resultRank) {
+                                           int64_t rhsRank, int64_t resultRank,
+                                           WhyNot why) {
   if (op->getParentOfType<ExpertsOp>())
+    return noKernel(why, "inside a moe.experts region (not grouped)");
+  if (!bf16Operand(lhsValue, "lhs", why) || !bf16Operand(rhsValue, "rhs", why))
     return std::nullopt;
-  auto lhs = dyn_cast<RankedTensorType>(lhsValue.getType());
-  auto rhs = dyn_cast<RankedTensorType>(rhsValue.getType());
+  auto lhs = cast<RankedTensorType>(lhsValue.getType());
+  auto rhs = cast<RankedTensorType>(rhsValue.getType());
   auto offsets = dyn_cast<RankedTensorType>(offsetsValue.getType());
   auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  if (!lhs || !rhs || !offsets || !result || lhs.getRank() != 2 ||
-      rhs.getRank() != rhsRank || result.getRank() != resultRank ||
-      offsets.getRank() != 1 || !lhs.getElementType().isBF16() ||
-      !rhs.getElementType().isBF16() || !result.getElementType().isF32() ||
-      !lhs.hasStaticShape() || !rhs.hasStaticShape() ||
-      !result.hasStaticShape() || !offsets.hasStaticShape() ||
+  if (!offsets || !result || lhs.getRank() != 2 || rhs.getRank() != rhsRank ||
+      result.getRank() != resultRank || offsets.getRank() != 1 ||
       !offsets.getElementType().isInteger())
-    return std::nullopt;
+    return noKernel(why, "operand ranks or types the kernels do not take");
+  if (!result.getElementType().isF32())
+    return noKernel(why, "the result is {0}, not f32", result.getElementType());
+  if (!lhs.hasStaticShape() || !rhs.hasStaticShape() ||
+      !result.hasStaticShape() || !offsets.hasStaticShape())
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
   return Bf16GemmTypes{lhs, rhs, offsets, result};
 }
 
-/// The declaration of libmoert's moertTensorMap2D (moert/Gpu.h).
-func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols) {
-  constexpr StringLiteral name = "moertTensorMap2D";
+/// The declaration of libmoert's function `name` taking `args` i64 values
+/// and returning a tensor map's address.
+static func::FuncOp getOrCreateMapDecl(ModuleOp module, SymbolTable &symbols,
+                                       StringRef name, unsigned args) {
   if (auto f = symbols.lookup<func::FuncOp>(name))
     return f;
   MLIRContext *ctx = module.getContext();
   auto i64 = IntegerType::get(ctx, 64);
   auto f = func::FuncOp::create(
       UnknownLoc::get(ctx), name,
-      FunctionType::get(ctx, SmallVector<Type>(7, i64), {i64}));
+      FunctionType::get(ctx, SmallVector<Type>(args, i64), {i64}));
   f.setPrivate();
   // Touches no device memory: no host synchronization around its calls
   // (-moe-gpu-elide-host-syncs).
   f->setAttr("moe.host_only", UnitAttr::get(ctx));
   symbols.insert(f);
   return f;
+}
+
+func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols) {
+  return getOrCreateMapDecl(module, symbols, "moertTensorMap2D", 7);
+}
+
+func::FuncOp getOrCreateTensorMap3DDecl(ModuleOp module, SymbolTable &symbols) {
+  return getOrCreateMapDecl(module, symbols, "moertTensorMap3D", 9);
 }
 
 } // namespace mlir::moe::kernels

@@ -188,15 +188,23 @@ struct HopperBuilder : KernelBuilder {
   /// device address `map` (i64) into shared memory `dst`, completing on
   /// mbarrier `bar`.
   void tmaLoad(Value dst, Value map, Value x, Value y, Value bar) {
+    tmaLoad(dst, map, {x, y}, bar);
+  }
+  /// The same at coordinates `at` (index values, innermost first: column,
+  /// row[, plane]).
+  void tmaLoad(Value dst, Value map, ArrayRef<Value> at, Value bar) {
+    SmallVector<Value> coords;
+    for (Value v : at)
+      coords.push_back(i32Of(v));
     Value desc = LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
     // The CTA's own shared memory, addressed as shared::cluster.
     dst = LLVM::AddrSpaceCastOp::create(
         b, loc, LLVM::LLVMPointerType::get(b.getContext(), 7), dst);
     NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-        b, loc, dst, desc, ValueRange{i32Of(x), i32Of(y)}, bar, ValueRange{},
-        Value(), Value(), NVVM::TMALoadMode::TILE, /*isCTAOnly=*/false,
-        NVVM::CTAGroupKindAttr(), Value());
+        b, loc, dst, desc, coords, bar, ValueRange{}, Value(), Value(),
+        NVVM::TMALoadMode::TILE, /*isCTAOnly=*/false, NVVM::CTAGroupKindAttr(),
+        Value());
   }
 
   /// Register `i` of an accumulator (the NVVM op's struct of f32).
@@ -315,8 +323,22 @@ struct HopperBuilder : KernelBuilder {
 };
 
 /// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
-/// blocks along `axis` (the contraction), which dequantizes exactly.
-bool bf16OrMXAlong(Value v, unsigned axis);
+/// blocks along `axis` (the contraction), which dequantizes exactly; if not,
+/// says why, naming the operand `name`.
+bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why);
+
+/// `d` rounded up to a multiple of 8: bf16 rows of a multiple of 16 bytes,
+/// which the copy engine reads.
+inline int64_t rowsOf16Bytes(int64_t d) { return (d + 7) / 8 * 8; }
+
+/// `v` (a static tensor) padded with zeros at the end of each dim to
+/// `shape`; `v` itself when it has that shape.
+Value padWithZeros(OpBuilder &b, Location loc, Value v,
+                   ArrayRef<int64_t> shape);
+
+/// The leading `shape` of `v` (a static tensor); `v` itself when it has that
+/// shape.
+Value leadingPart(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape);
 
 /// `v` as bf16: MX operands dequantized (the new op is added to `created`),
 /// bf16 ones as they are.
@@ -331,11 +353,16 @@ struct Bf16GemmTypes {
 };
 std::optional<Bf16GemmTypes> bf16GemmTypes(Operation *op, Value lhsValue,
                                            Value rhsValue, Value offsetsValue,
-                                           int64_t rhsRank, int64_t resultRank);
+                                           int64_t rhsRank, int64_t resultRank,
+                                           WhyNot why);
 
 /// The declaration of libmoert's moertTensorMap2D (moert/Gpu.h), which the
 /// TMA kernels' host code calls to encode their tensor maps.
 func::FuncOp getOrCreateTensorMapDecl(ModuleOp module, SymbolTable &symbols);
+
+/// The declaration of libmoert's moertTensorMap3D (moert/Gpu.h): the maps
+/// of [E][rows][columns] arrays whose boxes stay within one plane.
+func::FuncOp getOrCreateTensorMap3DDecl(ModuleOp module, SymbolTable &symbols);
 
 } // namespace mlir::moe::kernels
 

@@ -27,6 +27,29 @@ std::string elementName(Type t) {
   return s;
 }
 
+/// An op's name and result types, as the report names it.
+static std::string describe(Operation *op) {
+  std::string s = op->getName().getStringRef().str() + " (";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(op->getResultTypes(), os);
+  return s + ")";
+}
+
+void KernelReport::generic(Operation *op, StringRef why) {
+  if (why.empty())
+    return; // refused without a reason: the generic kernels are as good
+  ++genericOps;
+  // At the op's location, without the op printed after it.
+  emitRemark(op->getLoc()) << describe(op) << ": generic kernels on " << chip
+                           << ": " << why;
+}
+
+void KernelReport::slower(Operation *op, StringRef kernel, StringRef why) {
+  ++slowerOps;
+  emitRemark(op->getLoc()) << describe(op) << ": " << kernel << ": " << why;
+}
+
+/// A gpu.launch of `shape` (its body empty but for the terminator) that
 /// outlining turns into the kernel `name` wherever the function holding it
 /// is inlined.
 gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,

@@ -41,6 +41,45 @@ namespace mlir::moe::kernels {
 /// A type's short name in kernel names: e4m3, e5m2, or the type as printed.
 std::string elementName(Type t);
 
+/// Where a matcher says why it refuses an op (the kernel report of
+/// -moe-gpu-dedicated-kernels): the first unmet condition, in words. Null
+/// when nobody asks.
+using WhyNot = std::string *;
+
+/// Records the reason (`fmt` with `args`, as llvm::formatv) when asked;
+/// returns std::nullopt, for the matcher to return.
+template <typename... Ts>
+std::nullopt_t noKernel(WhyNot why, const char *fmt, Ts &&...args) {
+  if (why)
+    *why = llvm::formatv(fmt, std::forward<Ts>(args)...).str();
+  return std::nullopt;
+}
+
+/// Whether a GEMM contracting `k` values into `n` columns is a matrix-vector
+/// or outer product (either under the MMA's K step of 16): memory-bound, and
+/// the generic kernels' reduction or elementwise product computes it as fast
+/// as a tensor-core tile would. The matchers refuse it without a reason: it
+/// is not a fallback.
+inline bool isMatrixVector(int64_t k, int64_t n) { return k < 16 || n < 16; }
+
+/// What -moe-gpu-dedicated-kernels{report} says, as remarks at the ops: an
+/// op a family leaves to the generic kernels, or computes on a slower kernel
+/// than its best, and why. Families take a null report when nobody asks.
+class KernelReport {
+public:
+  explicit KernelReport(StringRef chip) : chip(chip.str()) {}
+  /// `op` stays on the generic kernels because of `why` (nothing is said
+  /// when `why` is empty: a matcher refused it as no fallback, as a
+  /// matrix-vector product, see isMatrixVector).
+  void generic(Operation *op, StringRef why);
+  /// `op` runs on `kernel`, not the family's fastest, because of `why`.
+  void slower(Operation *op, StringRef kernel, StringRef why);
+  int64_t genericOps = 0, slowerOps = 0;
+
+private:
+  std::string chip;
+};
+
 /// Whether `t` is an MXFP8 element type (E4M3 or E5M2).
 inline bool isMXFP8(Type t) { return isa<Float8E4M3FNType, Float8E5M2Type>(t); }
 
@@ -65,7 +104,8 @@ struct BlockScaledGemm {
 
 /// The shape of `op` if the block-scaled kernel computes it exactly as the op
 /// defines; nothing otherwise.
-std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op);
+std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op,
+                                                    WhyNot why = nullptr);
 
 /// Replaces `op` (matched as `g`) by a call of the block-scaled kernel on
 /// its operands' MX data and scales.
@@ -84,9 +124,11 @@ struct WgmmaGemm {
   /// Nothing reads the result's rows at or past offsets[E] (LiveRows.h): they
   /// are left unwritten instead of zeroed.
   bool liveRowsOnly = false;
-  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 128),
-  /// else the cp.async one.
+  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 128;
+  /// or partial tiles: K % 64 or N % 128), else the cp.async one.
   bool tma = false;
+  /// Why the cp.async kernel (for the report).
+  std::string whyNotTma() const;
   std::string name() const {
     return llvm::formatv("moe_wgmma_gmm_{0}x{1}x{2}_e{3}_bf16{5}_{4}{6}{7}",
                          rows, k, n, experts, elementName(offsetElt),
@@ -96,15 +138,29 @@ struct WgmmaGemm {
   }
 };
 
-/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
+/// The shape of `op` if a bf16 wgmma kernel computes it; nothing otherwise
+/// (and `why`).
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op,
+                                        WhyNot why = nullptr);
 
-/// The shape of `op` if a bf16 wgmma kernel computes it; nothing otherwise.
-std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op);
+/// Whether the TMA kernel takes a GEMM of `rows` rows (at least `minRows`)
+/// and N columns (whose column tiles are 256 wide); if not, says why.
+bool tmaKernelTakes(int64_t rows, int64_t n, int64_t minRows,
+                    WhyNot why = nullptr);
 
 /// Brings a grouped GEMM with MX operands to the form the bf16 wgmma kernel
 /// takes (operands dequantized exactly to bf16) when the result fits the
-/// kernel; returns the new op, or nullopt (nothing changed).
-std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op);
+/// kernel; returns the new op, or nullopt (nothing changed; and, for an op
+/// with MX operands, `why`).
+std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op,
+                                               WhyNot why = nullptr);
+
+/// A bf16 grouped GEMM whose K or N is not a multiple of 8 (rows the copy
+/// engine cannot read: a router over 60 experts) becomes the GEMM of its
+/// operands padded with zeros to multiples of 8, of which the result's
+/// first N columns are taken (the same values: the padding adds zero
+/// products); returns the new GEMM, or nullopt (nothing changed).
+std::optional<GroupedMatmulOp> padForWgmma(GroupedMatmulOp op);
 
 /// Replaces `op` (matched as `g`) by a call of its wgmma kernel.
 void lowerWgmmaGemm(GroupedMatmulOp op, const WgmmaGemm &g, ModuleOp module,
@@ -181,9 +237,9 @@ struct TmaGemm {
   /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
   unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
   unsigned offsetsArg() const { return rhsArg() + 1; }
-  /// Column tiles of 256 (tma::TileN) covering N: N a multiple of 256, or
-  /// of 128 above 256 (the plain GEMMs and weight gradients: the last tile's
-  /// second half reads zeros past N and stores nothing).
+  /// Column tiles of 256 (tma::TileN) covering N, the last one partial when
+  /// N % 256 (the plain GEMMs and weight gradients: it reads zeros past N
+  /// and stores nothing there).
   int64_t columnTiles() const { return (n + 255) / 256; }
 };
 
@@ -239,7 +295,8 @@ void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
 /// A weight gradient (bf16, or MX blocked along the rows) as a call of its
 /// wgmma kernel; returns the call, or nullptr (nothing changed).
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
-                             SymbolTable &symbols);
+                             SymbolTable &symbols,
+                             KernelReport *report = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with promotion
@@ -265,7 +322,8 @@ struct FlashAttention {
 
 /// The shape of `op` (moe.attention or moe.attention_grad) if the flash
 /// kernels compute it: bf16 inputs, f32 results.
-std::optional<FlashAttention> matchFlashAttention(Operation *op);
+std::optional<FlashAttention> matchFlashAttention(Operation *op,
+                                                  WhyNot why = nullptr);
 
 /// A call of the forward kernel on q, k, v: the result (f32 [B, S, N, D])
 /// and the base-2 logsumexp of scale * q.k per query row (f32 [B, N, S]).
@@ -295,7 +353,8 @@ void replaceRoundings(Value v, Value rounded);
 /// [N, V] (f32, bf16 or f16) and labels [N] (i32 or i64) becomes calls of
 /// the cross-entropy kernels (a CTA a row); a gradient whose every user
 /// rounds it to bf16 is computed in bf16 and replaces those roundings.
-void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols);
+void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols,
+                       KernelReport *report = nullptr);
 
 //===----------------------------------------------------------------------===//
 // f32 dense matmul on CUDA cores
@@ -304,7 +363,7 @@ void lowerCrossEntropy(ModuleOp module, SymbolTable &symbols);
 /// `op` (f32 linalg.matmul) as a call of the CUDA-core kernel if it handles
 /// the shape; returns whether it did.
 bool lowerToSimtMatmul(linalg::MatmulOp op, ModuleOp module,
-                       SymbolTable &symbols);
+                       SymbolTable &symbols, KernelReport *report = nullptr);
 
 //===----------------------------------------------------------------------===//
 // MX round trips, pairs of them, dequantize
@@ -426,7 +485,8 @@ getOrCreateRoundTripPairGather(ModuleOp module, SymbolTable &symbols,
 
 /// Every moe.dequantize the dequantize kernel handles (after the round
 /// trips) becomes a call of it on the MX value's data and scales.
-void lowerDequantizes(ModuleOp module, SymbolTable &symbols);
+void lowerDequantizes(ModuleOp module, SymbolTable &symbols,
+                      KernelReport *report = nullptr);
 
 } // namespace mlir::moe::kernels
 

@@ -46,16 +46,28 @@ struct MXDequantize {
   }
 };
 
-std::optional<MXDequantize> matchDequantize(DequantizeOp dq) {
+std::optional<MXDequantize> matchDequantize(DequantizeOp dq, WhyNot why) {
   auto mx = dyn_cast<MXTensorType>(dq.getInput().getType());
   RankedTensorType out = dq.getType();
-  if (!mx || dq->getParentOfType<ExpertsOp>() ||
-      ShapedType::isDynamicShape(mx.getShape()) || !out.hasStaticShape() ||
-      !isRoundTripFloat(out.getElementType()) ||
-      mx.getBlockSize() != roundtrip::Block ||
-      mx.getShape()[mx.getAxis()] % roundtrip::Block != 0 ||
-      mx.getShape().back() % Per != 0 || out.getNumElements() == 0)
-    return std::nullopt;
+  if (!mx)
+    return noKernel(why, "the input is not MX");
+  if (dq->getParentOfType<ExpertsOp>())
+    return noKernel(why, "inside a moe.experts region (not grouped)");
+  if (ShapedType::isDynamicShape(mx.getShape()) || !out.hasStaticShape())
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
+  if (!isRoundTripFloat(out.getElementType()))
+    return noKernel(why, "a {0} result", out.getElementType());
+  if (mx.getBlockSize() != roundtrip::Block ||
+      mx.getShape()[mx.getAxis()] % roundtrip::Block != 0)
+    return noKernel(why,
+                    "blocks of {0} over {1} values (the kernel takes "
+                    "whole blocks of {2})",
+                    mx.getBlockSize(), mx.getShape()[mx.getAxis()],
+                    roundtrip::Block);
+  if (mx.getShape().back() % Per != 0 || out.getNumElements() == 0)
+    return noKernel(why, "the last dim, {0}, is not a multiple of {1}",
+                    mx.getShape().back(), Per);
   return MXDequantize{mx, out.getElementType()};
 }
 
@@ -133,13 +145,18 @@ struct DequantizeEmitter : KernelBuilder {
 
 } // namespace
 
-void lowerDequantizes(ModuleOp module, SymbolTable &symbols) {
+void lowerDequantizes(ModuleOp module, SymbolTable &symbols,
+                      KernelReport *report) {
   SmallVector<std::pair<DequantizeOp, MXDequantize>> work;
+  std::string why;
   for (auto func : module.getOps<func::FuncOp>())
     if (!func->hasAttr("moe.dedicated_kernel"))
       func.walk([&](DequantizeOp dq) {
-        if (std::optional<MXDequantize> g = matchDequantize(dq))
+        if (std::optional<MXDequantize> g =
+                matchDequantize(dq, report ? &why : nullptr))
           work.push_back({dq, *g});
+        else if (report)
+          report->generic(dq, why);
       });
   for (auto &item : work) {
     DequantizeOp dq = item.first;

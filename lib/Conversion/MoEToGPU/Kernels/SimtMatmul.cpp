@@ -84,23 +84,34 @@ int64_t simtSplits(int64_t m, int64_t n, int64_t k) {
   return splits;
 }
 
-std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op) {
-  if (op.hasUserDefinedMaps() || op->getParentOfType<ExpertsOp>() ||
-      !op.hasPureTensorSemantics() || op.getInputs().size() != 2 ||
-      op.getOutputs().size() != 1)
-    return std::nullopt;
+/// The shape of `op` if the CUDA-core kernel takes it. `why` stays empty
+/// where the generic path is the better choice (few outputs).
+std::optional<SimtMatmul> matchSimtMatmul(linalg::MatmulOp op, WhyNot why) {
+  if (op.hasUserDefinedMaps() || !op.hasPureTensorSemantics() ||
+      op.getInputs().size() != 2 || op.getOutputs().size() != 1)
+    return noKernel(why, "indexing maps or operands the kernel does not take");
+  if (op->getParentOfType<ExpertsOp>())
+    return noKernel(why, "inside a moe.experts region (not grouped)");
   auto a = dyn_cast<RankedTensorType>(op.getInputs()[0].getType());
   auto b = dyn_cast<RankedTensorType>(op.getInputs()[1].getType());
   auto c = dyn_cast<RankedTensorType>(op.getOutputs()[0].getType());
   if (!a || !b || !c || a.getRank() != 2 || b.getRank() != 2 ||
-      c.getRank() != 2 || !a.hasStaticShape() || !b.hasStaticShape() ||
-      !c.hasStaticShape() || !a.getElementType().isF32() ||
-      !b.getElementType().isF32() || !c.getElementType().isF32())
-    return std::nullopt;
+      c.getRank() != 2)
+    return noKernel(why, "operands that are not matrices");
+  if (!a.getElementType().isF32() || !b.getElementType().isF32() ||
+      !c.getElementType().isF32())
+    return noKernel(why,
+                    "{0} x {1} -> {2}: only f32 matmuls have a dense kernel; "
+                    "under a precision recipe dense GEMMs take the wgmma "
+                    "kernels as moe.grouped_matmul (-moe-dense-to-grouped)",
+                    a.getElementType(), b.getElementType(), c.getElementType());
+  if (!a.hasStaticShape() || !b.hasStaticShape() || !c.hasStaticShape())
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
   int64_t m = a.getDimSize(0), k = a.getDimSize(1), n = b.getDimSize(1);
   if (m < 1 || n < 1 || k < 1 || b.getDimSize(0) != k || c.getDimSize(0) != m ||
       c.getDimSize(1) != n)
-    return std::nullopt;
+    return noKernel(why, "an empty or inconsistent shape");
   // Fewer than 1024 outputs (a dot product, a short matrix-vector product):
   // one or two CTAs would do all of K; the generic path splits such
   // reductions over many threads (-moe-gpu-split-reductions).
@@ -352,10 +363,14 @@ getOrCreateSimtMatmulFunction(ModuleOp module, SymbolTable &symbols,
 } // namespace
 
 bool lowerToSimtMatmul(linalg::MatmulOp op, ModuleOp module,
-                       SymbolTable &symbols) {
-  std::optional<SimtMatmul> mm = matchSimtMatmul(op);
-  if (!mm)
+                       SymbolTable &symbols, KernelReport *report) {
+  std::string why;
+  std::optional<SimtMatmul> mm = matchSimtMatmul(op, report ? &why : nullptr);
+  if (!mm) {
+    if (report)
+      report->generic(op, why);
     return false;
+  }
   Value lhs = op.getInputs()[0], rhs = op.getInputs()[1],
         init = op.getOutputs()[0];
   auto resultType = cast<RankedTensorType>(op->getResult(0).getType());

@@ -371,9 +371,13 @@ struct BlockScaledGemmEmitter : KernelBuilder {
 
 /// The shape of `op` if the block-scaled kernel computes it exactly as the op
 /// defines; nothing otherwise.
-std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op) {
-  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
-    return std::nullopt;
+std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op,
+                                                    WhyNot why) {
+  if (op->getParentOfType<ExpertsOp>())
+    return noKernel(why, "inside a moe.experts region (not grouped)");
+  if (op.getTransposeRhs())
+    return noKernel(why, "transpose_rhs (the block-scaled kernel reads the "
+                         "rhs [E, K, N])");
   auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
   auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
   auto offsets = cast<RankedTensorType>(op.getOffsets().getType());
@@ -382,17 +386,22 @@ std::optional<BlockScaledGemm> matchBlockScaledGemm(GroupedMatmulOp op) {
       lhs.getAxis() != 1 || rhs.getAxis() != 1 ||
       lhs.getBlockSize() != MXBlock || rhs.getBlockSize() != MXBlock ||
       !isMXFP8(lhs.getElementType()) || !isMXFP8(rhs.getElementType()) ||
-      !result.getElementType().isF32() || !result.hasStaticShape() ||
-      !offsets.hasStaticShape() || ShapedType::isDynamicShape(lhs.getShape()) ||
+      !result.getElementType().isF32())
+    return noKernel(why, "the operands are not MXFP8 with blocks of 32 along "
+                         "K (the block-scaled kernel's only form)");
+  if (!result.hasStaticShape() || !offsets.hasStaticShape() ||
+      ShapedType::isDynamicShape(lhs.getShape()) ||
       ShapedType::isDynamicShape(rhs.getShape()))
-    return std::nullopt;
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
   int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
-  if (rows < 1 || k < TileK || k % TileK || n < TileN || n % TileN ||
-      experts < 1 || rhs.getShape()[1] != k ||
-      offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
-      result.getDimSize(1) != n)
-    return std::nullopt;
+  if (rows < 1 || experts < 1)
+    return noKernel(why, "no rows or no experts");
+  if (k < TileK || k % TileK)
+    return noKernel(why, "K = {0} is not a multiple of {1}", k, TileK);
+  if (n < TileN || n % TileN)
+    return noKernel(why, "N = {0} is not a multiple of {1}", n, TileN);
   return BlockScaledGemm{rows,
                          k,
                          n,

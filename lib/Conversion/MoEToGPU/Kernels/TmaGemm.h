@@ -85,6 +85,28 @@ static_assert(SmemBytes + ColAmaxBytes <= 232448,
               "TMA kernel: shared memory (columnwise epilogue)");
 } // namespace tma
 
+/// Stages of 64 along K; the last one is partial when K % 64 (the copy
+/// engine reads zeros past K).
+inline int64_t kStages(const TmaGemm &g) {
+  return (g.k + tma::TileK - 1) / tma::TileK;
+}
+/// A weight gradient's row tiles of 128 along K (the last one partial when
+/// K % 128).
+inline int64_t kTiles(const TmaGemm &g) {
+  return (g.k + tma::TileM - 1) / tma::TileM;
+}
+/// Whether the rhs [E, K, N] is read through a 3-D map ([E][K][N], boxes
+/// within one expert), so that a partial last K stage reads zeros and not
+/// the next expert's first rows (whose values, were they infinite, would
+/// make 0 * inf): K % 64 with the untransposed rhs.
+inline bool rhsPlanes(const TmaGemm &g) {
+  return !g.wgrad && !g.rhsTransposed && g.k % tma::TileK;
+}
+/// Whether a weight gradient's result [E, K, N] is stored through a 3-D map,
+/// so that the last row tile stores nothing past K (into the next expert's
+/// rows): K % 128.
+inline bool outPlanes(const TmaGemm &g) { return g.wgrad && g.k % tma::TileM; }
+
 /// Columns of a staging box: 128 bytes of the result's element type.
 inline int64_t boxColumns(const TmaGemm &g) {
   return g.outBf16 ? 2 * tma::BoxColumns : tma::BoxColumns;
@@ -128,11 +150,12 @@ struct TmaEpilogue : HopperBuilder {
   /// stores cover every bank twice), fence the writes for the copy engine, and
   /// one thread issues the store. The warpgroup then moves on to its next tile
   /// while the boxes travel.
-  void storeBoxes(Value acc, Value map, Value outRow,
+  /// With `plane` (a 3-D map, outPlanes), rows of that plane.
+  void storeBoxes(Value acc, Value map, Value outRow, Value plane,
                   function_ref<Value(int64_t)> column, Value c, Value warp,
                   Value lane);
   /// Box q of storeBoxes, staged in `box`.
-  void storeBox(Value acc, Value map, Value outRow,
+  void storeBox(Value acc, Value map, Value outRow, Value plane,
                 function_ref<Value(int64_t)> column, Value c, Value warp,
                 Value lane, int64_t q, Value leader, function_ref<void()> sync,
                 Value box);

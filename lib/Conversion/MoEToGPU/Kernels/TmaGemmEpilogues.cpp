@@ -26,7 +26,7 @@ namespace mlir::moe::kernels {
 
 using namespace tma;
 
-void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
+void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow, Value plane,
                              function_ref<Value(int64_t)> column, Value c,
                              Value warp, Value lane) {
   Value local = rem(tid, 128);
@@ -44,17 +44,17 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow,
     // would overwrite the box two before it while its store still reads it
     // (no store of its own to wait for in between).
     if (g.n % TileN == 0)
-      storeBox(acc, map, outRow, column, c, warp, lane, q, leader, sync,
+      storeBox(acc, map, outRow, plane, column, c, warp, lane, q, leader, sync,
                add(staging, idx((q % 2) * BoxBytes)));
     else
       ifThen(cmp(P::slt, column(q), idx(g.n)), [&] {
-        storeBox(acc, map, outRow, column, c, warp, lane, q, leader, sync,
-                 add(staging, idx((q % 2) * BoxBytes)));
+        storeBox(acc, map, outRow, plane, column, c, warp, lane, q, leader,
+                 sync, add(staging, idx((q % 2) * BoxBytes)));
       });
   }
 }
 
-void TmaEpilogue::storeBox(Value acc, Value map, Value outRow,
+void TmaEpilogue::storeBox(Value acc, Value map, Value outRow, Value plane,
                            function_ref<Value(int64_t)> column, Value c,
                            Value warp, Value lane, int64_t q, Value leader,
                            function_ref<void()> sync, Value box) {
@@ -104,10 +104,12 @@ void TmaEpilogue::storeBox(Value acc, Value map, Value outRow,
     ifThen(leader, [&] {
       Value desc = LLVM::IntToPtrOp::create(
           b, loc, LLVM::LLVMPointerType::get(b.getContext()), map);
+      SmallVector<Value> at = {i32Of(column(q)), i32Of(outRow)};
+      if (plane)
+        at.push_back(i32Of(plane));
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp::create(
-          b, loc, desc, sharedPtrAt(box),
-          ValueRange{i32Of(column(q)), i32Of(outRow)}, Value(),
-          NVVM::TMAStoreMode::TILE, Value());
+          b, loc, desc, sharedPtrAt(box), at, Value(), NVVM::TMAStoreMode::TILE,
+          Value());
       NVVM::CpAsyncBulkCommitGroupOp::create(b, loc);
     });
   }

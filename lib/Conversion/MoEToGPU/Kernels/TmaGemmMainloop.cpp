@@ -4,9 +4,16 @@
 // ------------------------------------------------------------------
 // The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
 // their data gradients) take this kernel instead of the cp.async one
-// (WgmmaGemm.cpp), and so do plain GEMMs and weight gradients with N % 256 ==
-// 128 above 256 (an LM head's vocabulary): the last column tile's second
-// half reads zeros past N (the copy engine fills them) and stores nothing.
+// (WgmmaGemm.cpp), and so do plain GEMMs and weight gradients with N above
+// 256 (an LM head's vocabulary) or with tiles that are not whole (any K and
+// N multiples of 8; the matcher pads others): a partial last column tile
+// reads zeros past N (the copy engine fills them) and stores nothing there;
+// a partial last K stage reads zeros past K: the lhs's map ends at K, and an
+// untransposed rhs [E, K, N] is read through a 3-D map [E][K][N] whose boxes
+// stay within one expert (rhsPlanes; the 2-D map would bring in the next
+// expert's first rows, and 0 * inf is not 0). A weight gradient's partial
+// last row tile (K % 128) stores through a 3-D map of its result (outPlanes),
+// so nothing lands in the next expert's rows.
 //
 // Tiles: 128 rows x 256 columns, K in stages of 64. Tiles are per expert:
 // expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
@@ -127,7 +134,7 @@ struct TmaGemmEmitter : TmaEpilogue {
     Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     if (g.wgrad) {
       // Tiles e * tilesPerExpert + (K tile) * N/256 + (N tile).
-      int64_t perExpert = g.k / TileM * g.columnTiles();
+      int64_t perExpert = kTiles(g) * g.columnTiles();
       auto loop = scf::ForOp::create(b, loc, first, idx(g.experts * perExpert),
                                      grid, ValueRange{idx(0)});
       OpBuilder::InsertionGuard guard(b);
@@ -163,7 +170,7 @@ struct TmaGemmEmitter : TmaEpilogue {
                  hi,
                  add(lo, mul(div(local, g.columnTiles()), idx(TileM))),
                  mul(rem(local, g.columnTiles()), idx(TileN)),
-                 idx(g.k / TileK)};
+                 idx(kStages(g))};
           Value count = body(t, args[3]);
           scf::YieldOp::create(b, loc,
                                ValueRange{add(tile, grid), e, base, count});
@@ -214,14 +221,18 @@ struct TmaGemmEmitter : TmaEpilogue {
           // [E * K, N]: four 64-column blocks of K rows e * K + k0 .. + 64.
           // SwiGLU: 128 gate columns (from n0 / 2) then the 128 up columns
           // of the same outputs (F further).
+          // (A 3-D map, rhsPlanes: K rows k0 .. + 64 of plane e.)
           Value krow = add(mul(t.e, idx(g.k)), k0);
           for (int64_t q = 0; q < TileN / 64; ++q) {
             Value column = add(t.n0, idx(64 * q));
             if (g.swiglu && !g.swiglu->grad)
               column =
                   add(div(t.n0, 2), idx(64 * (q % 2) + (q / 2) * (g.n / 2)));
-            tmaLoad(sharedPtrAt(add(bTile, idx(8192 * q))), mapB, column, krow,
-                    full);
+            Value dst = sharedPtrAt(add(bTile, idx(8192 * q)));
+            if (rhsPlanes(g))
+              tmaLoad(dst, mapB, {column, k0, t.e}, full);
+            else
+              tmaLoad(dst, mapB, column, krow, full);
           }
         }
         return SmallVector<Value>{};
@@ -429,8 +440,11 @@ struct TmaGemmEmitter : TmaEpilogue {
       // rows before it directly.
       Value first = add(t.m0, mul(c, idx(hopper::MmaM)));
       auto boxes = [&] {
+        // (A 3-D map, outPlanes: rows of plane e, none past K.)
         storeBoxes(
-            acc[0], mapOut, g.wgrad ? add(mul(t.e, idx(g.k)), first) : first,
+            acc[0], mapOut,
+            g.wgrad && !outPlanes(g) ? add(mul(t.e, idx(g.k)), first) : first,
+            outPlanes(g) ? t.e : Value(),
             [&](int64_t q) { return add(t.n0, idx(boxColumns(g) * q)); }, c,
             warp, lane);
       };
@@ -590,8 +604,11 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                                          ArrayRef<RankedTensorType> resultTypes,
                                          Location loc) {
   func::FuncOp encode = getOrCreateTensorMapDecl(module, symbols);
+  func::FuncOp encode3D = rhsPlanes(t) || outPlanes(t)
+                              ? getOrCreateTensorMap3DDecl(module, symbols)
+                              : func::FuncOp();
   int64_t tiles = t.wgrad
-                      ? t.experts * (t.k / TileM) * t.columnTiles()
+                      ? t.experts * kTiles(t) * t.columnTiles()
                       : (tilesOf(t.rows, TileM) + t.experts) * t.columnTiles();
   Value mapA, mapB, mapOut;
   return withGroupedArgs(
@@ -648,9 +665,27 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                   h.int64(boxRows)};
               return func::CallOp::create(b, loc, encode, args).getResult(0);
             };
+            // `planes` such arrays one after the other, boxes within one.
+            auto map3D = [&](Value array, int64_t columns, int64_t rows,
+                             int64_t planes, int64_t boxRows,
+                             int64_t bytes = 2) {
+              SmallVector<Value> args = {h.baseAddress(array),
+                                         h.int64(bytes),
+                                         h.int64(columns),
+                                         h.int64(rows),
+                                         h.int64(planes),
+                                         h.int64(bytes * columns),
+                                         h.int64(bytes * columns * rows),
+                                         h.int64(128 / bytes),
+                                         h.int64(boxRows)};
+              return func::CallOp::create(b, loc, encode3D, args).getResult(0);
+            };
             // The f32 (or bf16) result [R, N] (weight gradient:
             // [E * K, N]), stored in boxes of 64 rows.
-            if (stagesF32(t))
+            if (outPlanes(t))
+              mapOut = map3D(outs[0], t.n, t.k, t.experts, hopper::MmaM,
+                             t.outBf16 ? 2 : 4);
+            else if (stagesF32(t))
               mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
                            hopper::MmaM, t.outBf16 ? 2 : 4);
             if (t.wgrad) {
@@ -663,6 +698,7 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                            : map(buf[0], t.k, t.rows, TileM);
             Value rhs = buf[t.rhsArg()];
             mapB = t.rhsTransposed ? map(rhs, t.k, t.experts * t.n, TileN)
+                   : rhsPlanes(t)  ? map3D(rhs, t.n, t.k, t.experts, 64)
                                    : map(rhs, t.n, t.experts * t.k, 64);
           }),
       t.wgrad   ? SmallVector<unsigned>{0, 1}

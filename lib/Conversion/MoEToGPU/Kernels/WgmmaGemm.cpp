@@ -98,6 +98,7 @@ using namespace mlir::moe;
 
 namespace mlir::moe::kernels {
 
+/// Brings a grouped GEMM to the form the bf16 wgmma kernel takes (bf16
 /// operands, rhs [E, K, N]):
 /// - Hopper has no block-scaled MMA: an MX operand whose blocks run along K
 ///   (lhs `axis = 1`; rhs `axis = 1`, or `axis = 2` with `transpose_rhs`)
@@ -110,16 +111,16 @@ namespace mlir::moe::kernels {
 /// - `transpose_rhs` (the data gradient's rhs [E, N, K]) stays: the kernel
 ///   reads such an rhs K-major, as wgmma's untransposed B.
 /// Only when the resulting GEMM fits the kernel; returns the new op, or
-/// nullopt (nothing changed).
-std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
+/// nullopt (nothing changed; `why` says why when the op has MX operands).
+std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
   bool transposed = op.getTransposeRhs();
   bool anyMX = isa<MXTensorType>(op.getLhs().getType()) ||
                isa<MXTensorType>(op.getRhs().getType());
   if (!anyMX || op->getParentOfType<ExpertsOp>())
     return std::nullopt;
   // Each operand: MX with blocks along K (dequantized), or already bf16.
-  if (!bf16OrMXAlong(op.getLhs(), 1) ||
-      !bf16OrMXAlong(op.getRhs(), transposed ? 2 : 1))
+  if (!bf16OrMXAlong(op.getLhs(), 1, "lhs", why) ||
+      !bf16OrMXAlong(op.getRhs(), transposed ? 2 : 1, "rhs", why))
     return std::nullopt;
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -128,7 +129,7 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
         w = toBF16(b, loc, op.getRhs(), created);
   auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
                                       op.getOffsets(), transposed);
-  if (!matchWgmmaGemm(gemm)) {
+  if (!matchWgmmaGemm(gemm, why)) {
     gemm.erase();
     for (Operation *c : llvm::reverse(created))
       c->erase();
@@ -139,25 +140,85 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op) {
   return gemm;
 }
 
-std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op) {
+std::optional<GroupedMatmulOp> padForWgmma(GroupedMatmulOp op) {
+  std::optional<Bf16GemmTypes> types = bf16GemmTypes(
+      op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/3,
+      /*resultRank=*/2, nullptr);
+  if (!types)
+    return std::nullopt;
+  bool transposed = op.getTransposeRhs();
+  auto [lhs, rhs, offsets, result] = *types;
+  int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1);
+  int64_t experts = rhs.getDimSize(0), n = result.getDimSize(1);
+  if ((k % 8 == 0 && n % 8 == 0) || isMatrixVector(k, n))
+    return std::nullopt;
+  int64_t k8 = rowsOf16Bytes(k), n8 = rowsOf16Bytes(n);
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value a = padWithZeros(b, loc, op.getLhs(), {rows, k8});
+  Value w = padWithZeros(b, loc, op.getRhs(),
+                         transposed ? SmallVector<int64_t>{experts, n8, k8}
+                                    : SmallVector<int64_t>{experts, k8, n8});
+  auto gemm = GroupedMatmulOp::create(b, loc, result.clone({rows, n8}), a, w,
+                                      op.getOffsets(), transposed);
+  gemm->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  op.getResult().replaceAllUsesWith(
+      leadingPart(b, loc, gemm.getResult(), {rows, n}));
+  op.erase();
+  return gemm;
+}
+
+std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op, WhyNot why) {
   bool transposed = op.getTransposeRhs();
   std::optional<Bf16GemmTypes> types = bf16GemmTypes(
       op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/3,
-      /*resultRank=*/2);
+      /*resultRank=*/2, why);
   if (!types)
     return std::nullopt;
   auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
   int64_t experts = rhs.getShape()[0], n = rhs.getShape()[transposed ? 1 : 2];
-  if (rows < 1 || k < hopper::TileK || k % hopper::TileK || n < hopper::TileN ||
-      n % hopper::TileN || experts < 1 ||
-      rhs.getShape()[transposed ? 2 : 1] != k ||
-      offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
-      result.getDimSize(1) != n)
+  if (rows < 1 || experts < 1)
+    return noKernel(why, "no rows or no experts");
+  if (isMatrixVector(k, n))
     return std::nullopt;
+  // The copy engine reads rows of multiples of 16 bytes.
+  if (k % 8)
+    return noKernel(why,
+                    "K = {0} is not a multiple of 8 (the TMA kernel's bf16 "
+                    "rows are multiples of 16 bytes)",
+                    k);
+  if (n % 8)
+    return noKernel(why,
+                    "N = {0} is not a multiple of 8 (the TMA kernel's bf16 "
+                    "rows are multiples of 16 bytes)",
+                    n);
   WgmmaGemm g{rows, k, n, experts, offsets.getElementType(), transposed};
-  g.tma = (n % 256 == 0 || n > 256) && rows >= 128;
+  // The cp.async kernel takes whole tiles only; the TMA kernel partial ones.
+  bool wholeTiles = k % hopper::TileK == 0 && n % hopper::TileN == 0;
+  g.tma = !wholeTiles || tmaKernelTakes(rows, n, hopper::TileM);
   return g;
+}
+
+std::string WgmmaGemm::whyNotTma() const {
+  std::string why;
+  tmaKernelTakes(rows, n, hopper::TileM, &why);
+  return why;
+}
+
+bool tmaKernelTakes(int64_t rows, int64_t n, int64_t minRows, WhyNot why) {
+  if (n % 256 && n < 256) {
+    noKernel(why,
+             "N = {0} is under 256 and not a multiple of it (the TMA "
+             "kernel's column tile)",
+             n);
+    return false;
+  }
+  if (rows < minRows) {
+    noKernel(why, "{0} rows, under the TMA kernel's {1}", rows, minRows);
+    return false;
+  }
+  return true;
 }
 
 namespace {

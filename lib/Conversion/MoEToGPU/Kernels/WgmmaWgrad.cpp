@@ -47,8 +47,8 @@ namespace {
 struct WgmmaWgrad {
   int64_t rows, k, n, experts;
   Type offsetElt;
-  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 64),
-  /// else the cp.async one.
+  /// The TMA, warp-specialized kernel (N % 256 == 0 or N > 256, R >= 64;
+  /// or partial tiles: K % 128 or N % 128), else the cp.async one.
   bool tma = false;
   /// The TMA kernel stores the result in bf16 (every user rounds it so).
   bool outBf16 = false;
@@ -60,27 +60,34 @@ struct WgmmaWgrad {
   }
 };
 
-std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op) {
+std::optional<WgmmaWgrad> matchWgmmaWgrad(GroupedMatmulWgradOp op, WhyNot why) {
   std::optional<Bf16GemmTypes> types = bf16GemmTypes(
       op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/2,
-      /*resultRank=*/3);
+      /*resultRank=*/3, why);
   if (!types)
     return std::nullopt;
   auto [lhs, rhs, offsets, result] = *types;
   int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1),
           n = rhs.getDimSize(1), experts = result.getDimSize(0);
-  if (rows < 1 || rhs.getDimSize(0) != rows || k < hopper::TileM ||
-      k % hopper::TileM || n < hopper::TileN || n % hopper::TileN ||
-      experts < 1 || offsets.getDimSize(0) != experts + 1 ||
-      result.getDimSize(1) != k || result.getDimSize(2) != n)
+  if (rows < 1 || experts < 1)
+    return noKernel(why, "no rows or no experts");
+  if (isMatrixVector(k, n))
     return std::nullopt;
+  // The copy engine reads rows of multiples of 16 bytes.
+  if (k % 8 || n % 8)
+    return noKernel(why,
+                    "K = {0} (the lhs's columns) or N = {1} is not a multiple "
+                    "of 8 (the TMA kernel's bf16 rows are multiples of 16 "
+                    "bytes)",
+                    k, n);
+  // The cp.async kernel takes whole tiles only; the TMA kernel partial ones.
+  bool wholeTiles = k % hopper::TileM == 0 && n % hopper::TileN == 0;
   return WgmmaWgrad{rows,
                     k,
                     n,
                     experts,
                     offsets.getElementType(),
-                    /*tma=*/(n % tma::TileN == 0 || n > tma::TileN) &&
-                        rows >= tma::TileK};
+                    /*tma=*/!wholeTiles || tmaKernelTakes(rows, n, tma::TileK)};
 }
 
 /// Emits the body of the wgmma weight-gradient kernel's gpu.launch.
@@ -189,29 +196,58 @@ getOrCreateWgmmaWgradFunction(ModuleOp module, SymbolTable &symbols,
 /// bf16, exactly as for the forward GEMM (see rewriteForWgmma). Returns the
 /// kernel's call, or nullptr (nothing changed).
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
-                             SymbolTable &symbols) {
-  if (!bf16OrMXAlong(op.getLhs(), 0) || !bf16OrMXAlong(op.getRhs(), 0))
+                             SymbolTable &symbols, KernelReport *report) {
+  std::string why;
+  WhyNot whyNot = report ? &why : nullptr;
+  if (!bf16OrMXAlong(op.getLhs(), 0, "lhs", whyNot) ||
+      !bf16OrMXAlong(op.getRhs(), 0, "rhs", whyNot)) {
+    if (report)
+      report->generic(op, why);
     return nullptr;
+  }
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Operation *> created;
   Value x = toBF16(b, loc, op.getLhs(), created),
         dy = toBF16(b, loc, op.getRhs(), created);
-  auto bf16Op = GroupedMatmulWgradOp::create(b, loc, op.getType(), x, dy,
-                                             op.getOffsets());
-  std::optional<WgmmaWgrad> w = matchWgmmaWgrad(bf16Op);
+  // K or N not a multiple of 8 (rows the copy engine cannot read): the
+  // operands padded with zeros, the result's leading [E, K, N] taken.
+  RankedTensorType resultType = op.getType();
+  ArrayRef<int64_t> shape = resultType.getShape();
+  SmallVector<int64_t> padded = {shape[0], rowsOf16Bytes(shape[1]),
+                                 rowsOf16Bytes(shape[2])};
+  if (padded != shape && !isMatrixVector(shape[1], shape[2]) &&
+      resultType.hasStaticShape()) {
+    for (auto [v, cols] : {std::pair(&x, padded[1]), std::pair(&dy, padded[2])})
+      if (auto t = dyn_cast<RankedTensorType>(v->getType());
+          t && t.hasStaticShape() && t.getDimSize(1) != cols) {
+        *v = padWithZeros(b, loc, *v, {t.getDimSize(0), cols});
+        auto pad = v->getDefiningOp<tensor::PadOp>();
+        created.push_back(pad.getConstantPaddingValue().getDefiningOp());
+        created.push_back(pad);
+      }
+    resultType = resultType.clone(padded);
+  }
+  auto bf16Op =
+      GroupedMatmulWgradOp::create(b, loc, resultType, x, dy, op.getOffsets());
+  std::optional<WgmmaWgrad> w = matchWgmmaWgrad(bf16Op, whyNot);
   if (!w) {
     bf16Op.erase();
     for (Operation *c : llvm::reverse(created))
       c->erase();
+    if (report)
+      report->generic(op, why);
     return nullptr;
+  }
+  if (report && !w->tma) {
+    tmaKernelTakes(w->rows, w->n, tma::TileK, &why);
+    report->slower(op, "the cp.async wgmma kernel, not the TMA one", why);
   }
   SmallVector<Type> argTypes = {x.getType(), dy.getType(),
                                 op.getOffsets().getType()};
   // A gradient every user rounds to bf16 (a bf16 parameter's) is stored in
   // bf16 by the TMA kernel: the f32 array and the rounding pass go.
   w->outBf16 = w->tma && onlyRoundedToBF16(op.getResult());
-  RankedTensorType resultType = op.getType();
   if (w->outBf16)
     resultType = resultType.clone(b.getBF16Type());
   func::FuncOp kernel = getOrCreateWgmmaWgradFunction(
@@ -219,10 +255,11 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
   auto call =
       func::CallOp::create(b, loc, kernel, ValueRange{x, dy, op.getOffsets()});
   bf16Op.erase();
+  Value result = leadingPart(b, loc, call.getResult(0), shape);
   if (w->outBf16)
-    replaceRoundings(op.getResult(), call.getResult(0));
+    replaceRoundings(op.getResult(), result);
   else
-    op.getResult().replaceAllUsesWith(call.getResult(0));
+    op.getResult().replaceAllUsesWith(result);
   op.erase();
   return call;
 }
