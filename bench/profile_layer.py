@@ -3,7 +3,8 @@
     python3 bench/profile_layer.py ARTIFACT.so TOKENS [TOP]
 
 ARTIFACT is a layer train step from `bench/run-layer.sh prepare`
-(gpu-artifacts/layer/layer_<T>_<recipe>.sm_90a.so). PyTorch's profiler
+(gpu-artifacts/layer/<H>x<FFN>x<EXPERTS>x<TOPK>/layer_<T>_<recipe>.sm_90a.so:
+the inputs are made at the dims its directory names). PyTorch's profiler
 (CUPTI) records every kernel launched in the process, ours included; the
 table lists the TOP (30) kernels by total GPU time over 3 profiled steps,
 then the step's wall time against the sum of its kernels' times (the rest
@@ -14,6 +15,7 @@ the last step's host call against its GPU span. Kernel names are the compiled pr
 `moe-opt --moe-gpu-pipeline` on the artifact's .mlir; `moe_wgmma_*`: the
 dedicated GEMM kernels).
 """
+import os
 import sys
 import time
 from collections import defaultdict
@@ -89,6 +91,9 @@ def main():
 
     path, T = sys.argv[1], int(sys.argv[2])
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
+    dims = os.path.basename(os.path.dirname(os.path.abspath(path))).split("x")
+    if len(dims) == 4 and all(d.isdigit() for d in dims):
+        bench_layer.H, bench_layer.FF, bench_layer.E, bench_layer.K = map(int, dims)
     art = load(path)
     args = bench_layer.inputs(T, 0)
     kernel_table(lambda: art.loss_grad(*args), f"{path}, {T} tokens", top)
