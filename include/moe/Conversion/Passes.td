@@ -302,7 +302,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     kind some kernel below computes that stays on the generic kernels gets a
     remark naming why (the first condition it fails: a type, a dim that is
     not a multiple of a tile), and so does every GEMM that takes the cp.async
-    kernel instead of the TMA one (`moe-compile --kernel-report`):
+    kernel instead of the TMA one, or whose SwiGLU (and MX rounding) its
+    epilogue cannot take (`moe-compile --kernel-report`):
 
     ```
     remark: moe.grouped_matmul (tensor<4096x768xf32>): generic kernels on
@@ -453,8 +454,9 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "Remark at every op of a kind the chip's kernels compute (grouped "
            "and dense GEMMs, weight gradients, attention, cross-entropy, "
            "dequantize) that stays on the generic kernels, naming why, and at "
-           "every GEMM on the cp.async wgmma kernel instead of the TMA one; "
-           "then one remark at the module counting both">
+           "every GEMM on the cp.async wgmma kernel instead of the TMA one or "
+           "whose SwiGLU its epilogue cannot take; then one remark at the "
+           "module counting both">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -72,7 +72,8 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
       llvm::cl::desc("Print a remark at every GEMM, weight gradient, "
                      "attention, cross-entropy or dequantize that stays on "
                      "the generic kernels, and at every GEMM on the cp.async "
-                     "wgmma kernel instead of the TMA one, naming why; then "
+                     "wgmma kernel instead of the TMA one or whose SwiGLU "
+                     "its epilogue cannot take, naming why; then "
                      "the count of kernel calls "
                      "(-moe-gpu-dedicated-kernels{report})"),
       llvm::cl::init(false)};

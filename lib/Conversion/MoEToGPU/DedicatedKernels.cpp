@@ -399,11 +399,18 @@ struct MoEGPUDedicatedKernelsPass
         reporter()->slower(op, "the cp.async wgmma kernel, not the TMA one",
                            gemm->whyNotTma());
       gemm->liveRowsOnly = live;
+      std::string unfused;
       if (std::optional<SwigluFusion> fusion = matchSwigluFusion(
-              op, *gemm, mxActivations == MXActivations::always)) {
+              op, *gemm, mxActivations == MXActivations::always,
+              report ? &unfused : nullptr)) {
         lowerSwigluFusion(op, *gemm, *fusion, module, symbols);
         continue;
       }
+      if (!unfused.empty())
+        reporter()->slower(op,
+                           "its SwiGLU (and MX rounding) on the generic "
+                           "kernels, not in this GEMM's epilogue",
+                           unfused);
       if (auto f8 = f8LhsOf(op, *gemm)) {
         lowerF8LhsGemm(op, *gemm, f8->first, f8->second, module, symbols);
         continue;

@@ -136,11 +136,9 @@ static bool mxLowersPeak(GroupedMatmulOp op, const SwigluFusion &fusion) {
   return lowered < live.peak();
 }
 
-std::optional<SwigluFusion>
-matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways) {
-  // Whole tiles (a partial K stage's rhs would need the 3-D map).
-  if (!g.tma || g.n % tma::TileN || g.k % tma::TileK)
-    return std::nullopt;
+std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
+                                              const WgmmaGemm &g, bool mxAlways,
+                                              WhyNot why) {
   Value result = op.getResult();
   Operation *activation = nullptr;
   for (OpOperand &use : result.getUses()) {
@@ -160,6 +158,17 @@ matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways) {
   }
   if (!activation)
     return std::nullopt;
+  // Whole tiles: N a multiple of the TMA kernel's 256 columns (128 outputs
+  // and their 128 gates a tile), K of its stage (a partial K stage's rhs
+  // would need the 3-D map).
+  if (!g.tma)
+    return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
+                         "epilogues");
+  if (g.n % tma::TileN || g.k % tma::TileK)
+    return noKernel(why,
+                    "N = {0} and K = {1}: the SwiGLU epilogue takes N a "
+                    "multiple of {2} and K of {3}",
+                    g.n, g.k, tma::TileN, tma::TileK);
   SwigluFusion fusion{activation, {}, {}, {}, {}, {}};
   fusion.epilogue.grad = g.rhsTransposed;
   Value values = activation->getResult(0);

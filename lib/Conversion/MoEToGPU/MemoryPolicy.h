@@ -18,9 +18,11 @@ namespace mlir::moe::kernels {
 /// compute the activation and the next GEMM's operand rounding in its
 /// epilogue, with the epilogue chosen for memory (`mxAlways`: the MX
 /// encoding wherever the readers can take it, else only where it lowers the
-/// block's peak).
-std::optional<SwigluFusion>
-matchSwigluFusion(GroupedMatmulOp op, const WgmmaGemm &g, bool mxAlways);
+/// block's peak). A GEMM read by a SwiGLU whose dims the epilogue does not
+/// take says why (`why`); other misses are no SwiGLU pattern and say nothing.
+std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
+                                              const WgmmaGemm &g, bool mxAlways,
+                                              WhyNot why = nullptr);
 
 /// The bf16 dequantize a TMA GEMM's lhs is and the moe.mx_pack it reads (an
 /// epilogue's MX result, blocks of 32 along K), when the kernel can read
