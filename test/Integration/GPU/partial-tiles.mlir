@@ -127,3 +127,38 @@ func.func @gemm_partial_mxfp8(%x: tensor<700x544xf32>, %w: tensor<5x544x96xf32>)
       : !moe.mx<700x544xf8E4M3FN, axis = 1>, !moe.mx<5x544x96xf8E4M3FN, axis = 1>, tensor<6xi32> -> tensor<700x96xf32>
   return %y : tensor<700x96xf32>
 }
+
+// More tiles than CTAs (each CTA stores several tiles) with an odd number of
+// staging boxes a tile: N = 96 is three f32 boxes of 32 (the next tile's
+// first box goes to the buffer the last one used). 17000 rows over 5
+// uneven groups: 138 row tiles. Sums of 64 products: atol 1e-3.
+func.func @gemm_odd_boxes(%x: tensor<17000x64xbf16>, %w: tensor<5x64x96xbf16>)
+    -> tensor<17000x96xf32> attributes {moe.test_tolerance = [1.0e-3, 1.0e-4]} {
+  %o = arith.constant dense<[0, 0, 5000, 5001, 12000, 16900]> : tensor<6xi32>
+  %y = moe.grouped_matmul %x, %w, %o
+      : tensor<17000x64xbf16>, tensor<5x64x96xbf16>, tensor<6xi32> -> tensor<17000x96xf32>
+  return %y : tensor<17000x96xf32>
+}
+
+// The same for a bf16 weight gradient: N = 2880 leaves one bf16 box of 64
+// in the last column tile; 5 experts x 4 row tiles x 12 column tiles = 240
+// tiles on 132 CTAs, so the CTAs that store the last column tile store it
+// again next (132 is a multiple of 12). Expert 3 is empty: its tiles have no
+// stages, so their boxes follow the CTA's previous tile (of expert 0) at
+// once. Sums of up to 4000 products (~63): atol 1e-2, rtol 8e-3 (one bf16
+// ulp).
+func.func @wgrad_odd_boxes_bf16_out(%x: tensor<8000x512xbf16>, %dy: tensor<8000x2880xbf16>)
+    -> tensor<5x512x2880xbf16> attributes {moe.test_tolerance = [1.0e-2, 8.0e-3]} {
+  %o = arith.constant dense<[0, 3000, 3001, 7000, 7000, 7900]> : tensor<6xi32>
+  %dw = moe.grouped_matmul_wgrad %x, %dy, %o
+      : tensor<8000x512xbf16>, tensor<8000x2880xbf16>, tensor<6xi32> -> tensor<5x512x2880xf32>
+  %e = tensor.empty() : tensor<5x512x2880xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c) -> (a, b, c)>, affine_map<(a, b, c) -> (a, b, c)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%dw : tensor<5x512x2880xf32>) outs(%e : tensor<5x512x2880xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<5x512x2880xbf16>
+  return %r : tensor<5x512x2880xbf16>
+}

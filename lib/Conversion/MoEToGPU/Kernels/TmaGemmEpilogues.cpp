@@ -60,8 +60,14 @@ void TmaEpilogue::storeBox(Value acc, Value map, Value outRow, Value plane,
                            function_ref<void()> sync, Value box) {
   const int64_t columns = boxColumns(g);
   {
+    // The store that last read this buffer, two boxes ago, has read it.
+    // When a partial last column tile stores an odd number of boxes, the
+    // previous tile's last box may be in this buffer: a tile's first box
+    // then waits for every store.
+    int64_t lastBoxes = (g.n % TileN + columns - 1) / columns;
+    int64_t pending = q == 0 && lastBoxes % 2 ? 0 : 1;
     ifThen(leader, [&] {
-      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, 1,
+      NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, pending,
                                            UnitAttr::get(b.getContext()));
     });
     sync();
