@@ -265,8 +265,8 @@ struct MoEGPUDedicatedKernelsPass
         module.getLoc(),
         llvm::formatv(
             "kernels for {0}: {1} calls of {2} dedicated kernels; {3} ops on "
-            "the "
-            "generic kernels, {4} on a slower kernel than their family's best",
+            "the generic kernels, {4} on a slower kernel than their family's "
+            "best",
             stringifyGPUChip(chip), calls, kernels.size(),
             kernelReport->genericOps, kernelReport->slowerOps));
   }
@@ -369,7 +369,7 @@ struct MoEGPUDedicatedKernelsPass
                               const llvm::DenseSet<Operation *> &liveRowsOnly,
                               ModuleOp module, SymbolTable &symbols) {
     SmallVector<bool> live;
-    // Why a GEMM with MX operands could not be brought to bf16 form.
+    // Why a GEMM could not be brought to the kernels' form (rewriteForWgmma).
     SmallVector<std::string> whyNot;
     for (GroupedMatmulOp &op : candidates) {
       live.push_back(liveRowsOnly.contains(op));
@@ -380,8 +380,6 @@ struct MoEGPUDedicatedKernelsPass
         if (std::optional<GroupedMatmulOp> rewritten =
                 rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
-      if (std::optional<GroupedMatmulOp> padded = padForWgmma(op))
-        op = *padded;
     }
     for (auto [op, live, why] : llvm::zip(candidates, live, whyNot)) {
       // FP8 wgmma sums each 32-term slice at reduced precision: only on

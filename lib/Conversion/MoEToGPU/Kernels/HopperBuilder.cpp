@@ -48,8 +48,8 @@ Value toBF16(OpBuilder &b, Location loc, Value v,
   return dq;
 }
 
-Value padWithZeros(OpBuilder &b, Location loc, Value v,
-                   ArrayRef<int64_t> shape) {
+Value padWithZeros(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape,
+                   SmallVectorImpl<Operation *> &created) {
   auto t = cast<RankedTensorType>(v.getType());
   if (t.getShape() == shape)
     return v;
@@ -58,9 +58,12 @@ Value padWithZeros(OpBuilder &b, Location loc, Value v,
     low.push_back(b.getIndexAttr(0));
     high.push_back(b.getIndexAttr(to - from));
   }
-  Value zero =
+  auto zero =
       arith::ConstantOp::create(b, loc, b.getZeroAttr(t.getElementType()));
-  return tensor::PadOp::create(b, loc, t.clone(shape), v, low, high, zero);
+  auto pad =
+      tensor::PadOp::create(b, loc, t.clone(shape), v, low, high, Value(zero));
+  created.append({zero, pad});
+  return pad;
 }
 
 Value leadingPart(OpBuilder &b, Location loc, Value v,

@@ -332,9 +332,10 @@ bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why);
 inline int64_t rowsOf16Bytes(int64_t d) { return (d + 7) / 8 * 8; }
 
 /// `v` (a static tensor) padded with zeros at the end of each dim to
-/// `shape`; `v` itself when it has that shape.
-Value padWithZeros(OpBuilder &b, Location loc, Value v,
-                   ArrayRef<int64_t> shape);
+/// `shape`; `v` itself when it has that shape. The ops made are added to
+/// `created`.
+Value padWithZeros(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape,
+                   SmallVectorImpl<Operation *> &created);
 
 /// The leading `shape` of `v` (a static tensor); `v` itself when it has that
 /// shape.

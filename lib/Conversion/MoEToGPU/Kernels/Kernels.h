@@ -148,19 +148,13 @@ std::optional<WgmmaGemm> matchWgmmaGemm(GroupedMatmulOp op,
 bool tmaKernelTakes(int64_t rows, int64_t n, int64_t minRows,
                     WhyNot why = nullptr);
 
-/// Brings a grouped GEMM with MX operands to the form the bf16 wgmma kernel
-/// takes (operands dequantized exactly to bf16) when the result fits the
+/// Brings a grouped GEMM with MX operands, or K or N not a multiple of 8, to
+/// the form the bf16 wgmma kernel takes (operands dequantized exactly to
+/// bf16, padded with zeros to multiples of 8) when the result fits the
 /// kernel; returns the new op, or nullopt (nothing changed; and, for an op
-/// with MX operands, `why`).
+/// that needed the rewrite, `why`).
 std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op,
                                                WhyNot why = nullptr);
-
-/// A bf16 grouped GEMM whose K or N is not a multiple of 8 (rows the copy
-/// engine cannot read: a router over 60 experts) becomes the GEMM of its
-/// operands padded with zeros to multiples of 8, of which the result's
-/// first N columns are taken (the same values: the padding adds zero
-/// products); returns the new GEMM, or nullopt (nothing changed).
-std::optional<GroupedMatmulOp> padForWgmma(GroupedMatmulOp op);
 
 /// Replaces `op` (matched as `g`) by a call of its wgmma kernel.
 void lowerWgmmaGemm(GroupedMatmulOp op, const WgmmaGemm &g, ModuleOp module,

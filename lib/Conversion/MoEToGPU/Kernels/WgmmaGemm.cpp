@@ -99,7 +99,7 @@ using namespace mlir::moe;
 namespace mlir::moe::kernels {
 
 /// Brings a grouped GEMM to the form the bf16 wgmma kernel takes (bf16
-/// operands, rhs [E, K, N]):
+/// operands whose rows the copy engine reads, rhs [E, K, N]):
 /// - Hopper has no block-scaled MMA: an MX operand whose blocks run along K
 ///   (lhs `axis = 1`; rhs `axis = 1`, or `axis = 2` with `transpose_rhs`)
 ///   becomes `moe.dequantize` to bf16. The dequantization is exact: an
@@ -108,15 +108,41 @@ namespace mlir::moe::kernels {
 ///   subnormal, 2^-133: scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above,
 ///   beneath which elements are far below anything a GEMM sums); bf16
 ///   products are exact in the f32 accumulator.
+/// - K or N not a multiple of 8 (bf16 rows the copy engine cannot read: a
+///   router over 60 experts): the operands padded with zeros to multiples of
+///   8, of which the result's first N columns are taken (the same values:
+///   the padding adds zero products).
 /// - `transpose_rhs` (the data gradient's rhs [E, N, K]) stays: the kernel
 ///   reads such an rhs K-major, as wgmma's untransposed B.
 /// Only when the resulting GEMM fits the kernel; returns the new op, or
-/// nullopt (nothing changed; `why` says why when the op has MX operands).
+/// nullopt (nothing changed; `why` says why when the op needed a rewrite).
 std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
   bool transposed = op.getTransposeRhs();
+  // The operands' shapes (of tensors or MX values), static.
+  auto staticShape = [](Value v) -> std::optional<ArrayRef<int64_t>> {
+    ArrayRef<int64_t> shape;
+    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+      shape = mx.getShape();
+    else if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+      shape = t.getShape();
+    else
+      return std::nullopt;
+    if (ShapedType::isDynamicShape(shape))
+      return std::nullopt;
+    return shape;
+  };
+  std::optional<ArrayRef<int64_t>> lhs = staticShape(op.getLhs()),
+                                   rhs = staticShape(op.getRhs());
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || lhs->size() != 2 || rhs->size() != 3 ||
+      !result.hasStaticShape() || op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  int64_t rows = result.getDimSize(0), n = result.getDimSize(1);
+  int64_t k = (*lhs)[1], experts = (*rhs)[0];
   bool anyMX = isa<MXTensorType>(op.getLhs().getType()) ||
                isa<MXTensorType>(op.getRhs().getType());
-  if (!anyMX || op->getParentOfType<ExpertsOp>())
+  bool pad = (k % 8 || n % 8) && !isMatrixVector(k, n);
+  if (!anyMX && !pad)
     return std::nullopt;
   // Each operand: MX with blocks along K (dequantized), or already bf16.
   if (!bf16OrMXAlong(op.getLhs(), 1, "lhs", why) ||
@@ -127,40 +153,23 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
   SmallVector<Operation *> created;
   Value a = toBF16(b, loc, op.getLhs(), created),
         w = toBF16(b, loc, op.getRhs(), created);
-  auto gemm = GroupedMatmulOp::create(b, loc, op.getType(), a, w,
-                                      op.getOffsets(), transposed);
+  int64_t k8 = rowsOf16Bytes(k), n8 = rowsOf16Bytes(n);
+  if (pad) {
+    a = padWithZeros(b, loc, a, {rows, k8}, created);
+    w = padWithZeros(b, loc, w,
+                     transposed ? SmallVector<int64_t>{experts, n8, k8}
+                                : SmallVector<int64_t>{experts, k8, n8},
+                     created);
+  }
+  auto gemm =
+      GroupedMatmulOp::create(b, loc, pad ? result.clone({rows, n8}) : result,
+                              a, w, op.getOffsets(), transposed);
   if (!matchWgmmaGemm(gemm, why)) {
     gemm.erase();
     for (Operation *c : llvm::reverse(created))
       c->erase();
     return std::nullopt;
   }
-  op.getResult().replaceAllUsesWith(gemm.getResult());
-  op.erase();
-  return gemm;
-}
-
-std::optional<GroupedMatmulOp> padForWgmma(GroupedMatmulOp op) {
-  std::optional<Bf16GemmTypes> types = bf16GemmTypes(
-      op, op.getLhs(), op.getRhs(), op.getOffsets(), /*rhsRank=*/3,
-      /*resultRank=*/2, nullptr);
-  if (!types)
-    return std::nullopt;
-  bool transposed = op.getTransposeRhs();
-  auto [lhs, rhs, offsets, result] = *types;
-  int64_t rows = lhs.getDimSize(0), k = lhs.getDimSize(1);
-  int64_t experts = rhs.getDimSize(0), n = result.getDimSize(1);
-  if ((k % 8 == 0 && n % 8 == 0) || isMatrixVector(k, n))
-    return std::nullopt;
-  int64_t k8 = rowsOf16Bytes(k), n8 = rowsOf16Bytes(n);
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  Value a = padWithZeros(b, loc, op.getLhs(), {rows, k8});
-  Value w = padWithZeros(b, loc, op.getRhs(),
-                         transposed ? SmallVector<int64_t>{experts, n8, k8}
-                                    : SmallVector<int64_t>{experts, k8, n8});
-  auto gemm = GroupedMatmulOp::create(b, loc, result.clone({rows, n8}), a, w,
-                                      op.getOffsets(), transposed);
   gemm->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   op.getResult().replaceAllUsesWith(
       leadingPart(b, loc, gemm.getResult(), {rows, n}));

@@ -220,12 +220,8 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
       resultType.hasStaticShape()) {
     for (auto [v, cols] : {std::pair(&x, padded[1]), std::pair(&dy, padded[2])})
       if (auto t = dyn_cast<RankedTensorType>(v->getType());
-          t && t.hasStaticShape() && t.getDimSize(1) != cols) {
-        *v = padWithZeros(b, loc, *v, {t.getDimSize(0), cols});
-        auto pad = v->getDefiningOp<tensor::PadOp>();
-        created.push_back(pad.getConstantPaddingValue().getDefiningOp());
-        created.push_back(pad);
-      }
+          t && t.hasStaticShape())
+        *v = padWithZeros(b, loc, *v, {t.getDimSize(0), cols}, created);
     resultType = resultType.clone(padded);
   }
   auto bf16Op =
