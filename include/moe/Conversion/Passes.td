@@ -346,6 +346,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       (`..._swiglu_<f8>_<scale>`); a `transpose_rhs` GEMM read only by
       `moe.swiglu_grad` (h, da) followed by the rowwise round trip of dh
       likewise reads h and returns the rounded dh (`..._swiglu_grad_...`).
+      Both take partial tiles (any K; F any multiple of the MX block of 32,
+      a last tile storing only its blocks within F).
       h, the activation and dh become further results only where other ops
       read them (`_h`, `_a`, `_dh`). When every group starts at a multiple
       of 32 rows (the offsets of a dispatch or `moe.slot_offsets` with such
@@ -354,10 +356,11 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       operand), the epilogue can round those blocks too
       (`_col_<f8>_<scale>`; each block's column amaxes are shared by two
       warps through shared memory), so the values are never written in
-      f32. The forward epilogue always does; the backward one only where
-      the f32 dh would raise its block's peak of live tensors (estimated
-      before bufferization, `TensorLiveness.h`): its columnwise pass slows
-      the epilogue more than the round trip it saves takes. Where only TMA GEMMs read the
+      f32. The forward epilogue always does; the backward one only with
+      `mx-activations=always`, where the f32 dh would raise its block's
+      peak of live tensors (estimated before bufferization,
+      `TensorLiveness.h`): its columnwise pass slows the epilogue more than
+      the round trip it saves takes. Where only TMA GEMMs read the
       rowwise rounding, as their lhs, and it is live at the block's peak
       (or with `mx-activations=always`), the epilogue returns the MX
       encoding instead (`_mx`: 8-bit elements and E8M0 scales, packed with
@@ -448,7 +451,8 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "dequantize in shared memory) instead of its bf16 rounding: peak "
            "(where that lowers the peak of live tensors of the block) or "
            "always (the least memory; the GEMMs reading 8-bit run 10-18% "
-           "slower)",
+           "slower, and the backward epilogue also rounds dh columnwise "
+           "where that lowers the peak, which doubles its time)",
            "::mlir::moe::MXActivationsValues()">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Remark at every op of a kind the chip's kernels compute (grouped "

@@ -57,7 +57,9 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "epilogues' MX activations 8-bit instead of as bf16: "
                      "peak (where that lowers the peak of live tensors) or "
                      "always (the least memory; those GEMMs are 10-18% "
-                     "slower)"),
+                     "slower, and the backward SwiGLU epilogue also rounds "
+                     "dh columnwise where that lowers the peak, which "
+                     "doubles its time)"),
       llvm::cl::init(MXActivations::peak), MXActivationsValues()};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",

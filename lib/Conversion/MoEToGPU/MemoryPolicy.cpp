@@ -87,9 +87,7 @@ static bool takesF8Lhs(GroupedMatmulOp op) {
 std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
                                                          const WgmmaGemm &g) {
   auto dq = op.getLhs().getDefiningOp<DequantizeOp>();
-  // Whole K stages: the converters read each stage's scales from memory,
-  // which past K would be the next row's.
-  if (!g.tma || !dq || g.k % tma::TileK)
+  if (!g.tma || !dq)
     return std::nullopt;
   auto pack = dq.getInput().getDefiningOp<MXPackOp>();
   if (!pack)
@@ -158,17 +156,6 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   }
   if (!activation)
     return std::nullopt;
-  // Whole tiles: N a multiple of the TMA kernel's 256 columns (128 outputs
-  // and their 128 gates a tile), K of its stage (a partial K stage's rhs
-  // would need the 3-D map).
-  if (!g.tma)
-    return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
-                         "epilogues");
-  if (g.n % tma::TileN || g.k % tma::TileK)
-    return noKernel(why,
-                    "N = {0} and K = {1}: the SwiGLU epilogue takes N a "
-                    "multiple of {2} and K of {3}",
-                    g.n, g.k, tma::TileN, tma::TileK);
   SwigluFusion fusion{activation, {}, {}, {}, {}, {}};
   fusion.epilogue.grad = g.rhsTransposed;
   Value values = activation->getResult(0);
@@ -188,6 +175,12 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   }
   if (!fusion.quantize)
     return std::nullopt;
+  // Any K and F (the TMA kernel's partial stages and column tiles; the
+  // epilogue stores whole MX blocks of 32 outputs, which F, the quantize's
+  // blocked dim, is a multiple of).
+  if (!g.tma)
+    return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
+                         "epilogues");
   fusion.epilogue.f8 = fusion.quantize.getType().getElementType();
   fusion.epilogue.mode = fusion.quantize.getScaleMode();
   // Whether the f32 values must stay a result: something besides their
@@ -213,11 +206,14 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
         fusion.colQuantize = q;
     }
     // Only where it takes the f32 values out: forward (a, for the second
-    // GEMM's weight gradient) always, backward (dh) where that lowers the
-    // peak (the backward's columnwise pass slows its epilogue more than
-    // the round trip it saves takes).
+    // GEMM's weight gradient) always; backward (dh) only for the least
+    // memory (`mxAlways`), where that lowers the peak: its columnwise pass
+    // (an amax and a scale for every 2 values here) makes the epilogue
+    // ALU-bound, the kernel about twice as long (138 against 330 TFLOP/s
+    // measured), more than the round trip it saves takes.
     if (fusion.colQuantize && !f32Read(fusion.colQuantize) &&
-        (!fusion.epilogue.grad || colRoundingLowersPeak(op, fusion))) {
+        (!fusion.epilogue.grad ||
+         (mxAlways && colRoundingLowersPeak(op, fusion)))) {
       fusion.epilogue.col = true;
       fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();

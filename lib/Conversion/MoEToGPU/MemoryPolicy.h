@@ -17,9 +17,11 @@ namespace mlir::moe::kernels {
 /// The SwiGLU fusion of `op` (matched as `g`) when its TMA kernel can
 /// compute the activation and the next GEMM's operand rounding in its
 /// epilogue, with the epilogue chosen for memory (`mxAlways`: the MX
-/// encoding wherever the readers can take it, else only where it lowers the
-/// block's peak). A GEMM read by a SwiGLU whose dims the epilogue does not
-/// take says why (`why`); other misses are no SwiGLU pattern and say nothing.
+/// encoding wherever the readers can take it, and the backward's columnwise
+/// rounding where it lowers the block's peak; else the encoding only where
+/// it lowers the peak, and no backward columnwise rounding). A GEMM read by a
+/// SwiGLU whose dims the epilogue does not take says why (`why`); other misses
+/// are no SwiGLU pattern and say nothing.
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                                               const WgmmaGemm &g, bool mxAlways,
                                               WhyNot why = nullptr);

@@ -18,7 +18,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 44 kernel modules for sm_90a
+// VERIFY: ptxas accepted 41 kernel modules for sm_90a
 
 // Forward: h and the f32 activation are never materialized; the activation
 // only as its MX encoding, which the second GEMM reads (the rounding would
@@ -159,14 +159,19 @@ func.func @backward_mx(%dy: tensor<320x256xbf16>, %w1: tensor<3x256x512xbf16>,
   return %dx, %r0 : tensor<320x256xf32>, tensor<320x512xf32>
 }
 
-// Groups padded to 32 rows (the dispatch's pad_to): dh's columnwise MX
-// rounding (blocks of 32 rows, the weight gradient's operand) comes out of
-// the same epilogue, and dh in f32 is not written.
+// Groups padded to 32 rows (the dispatch's pad_to): with
+// mx-activations=always, dh's columnwise MX rounding (blocks of 32 rows,
+// the weight gradient's operand) comes out of the same epilogue, and dh in
+// f32 is not written; by default (that pass doubles the epilogue's time)
+// dh is written and rounded columnwise by its own kernel.
+// ALWAYS-LABEL: func.func @backward_col(
+// ALWAYS: %[[S:.*]], %[[OFF:.*]], %{{.*}}, %{{.*}} = moe.dispatch
+// ALWAYS-NEXT: %[[R:.*]]:2 = call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor(%[[S]], %{{.*}}, %[[OFF]], %{{.*}}) : ({{.*}}) -> (tensor<416x512xbf16>, tensor<416x512xbf16>)
+// ALWAYS-NEXT: %[[DX:.*]] = call @moe_wgmma_gmm_416x512x128_e3_bf16_rhsT_i32(%[[R]]#0,
+// ALWAYS-NEXT: return %[[DX]], %[[R]]#1
 // CHECK-LABEL: func.func @backward_col(
-// CHECK: %[[S:.*]], %[[OFF:.*]], %{{.*}}, %{{.*}} = moe.dispatch
-// CHECK-NEXT: %[[R:.*]]:2 = call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor(%[[S]], %{{.*}}, %[[OFF]], %{{.*}}) : ({{.*}}) -> (tensor<416x512xbf16>, tensor<416x512xbf16>)
-// CHECK-NEXT: %[[DX:.*]] = call @moe_wgmma_gmm_416x512x128_e3_bf16_rhsT_i32(%[[R]]#0,
-// CHECK-NEXT: return %[[DX]], %[[R]]#1
+// CHECK: call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh(
+// CHECK: call @moe_mx_round_trip_416x512_a0_e5m2_floor_f32_to_bf16(
 // Without the padding the columnwise rounding stays its own kernel.
 // CHECK-LABEL: func.func @backward_col_unaligned(
 // CHECK: call @moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_dh(
@@ -218,9 +223,9 @@ func.func @backward_da_used(%dy: tensor<320x256xbf16>, %w1: tensor<3x128x512xbf1
   return %dx, %da : tensor<320x128xf32>, tensor<320x256xf32>
 }
 
-// Not fused: the interleaved layout (gate and up alternate), and a GEMM
-// whose 2F = 384 is no multiple of 256 (the plain TMA kernel, its last
-// column tile half used; the epilogue needs whole tiles).
+// Not fused: the interleaved layout (gate and up alternate). Fused: a GEMM
+// whose 2F = 384 is no multiple of 256 (its last tile holds 64 outputs; the
+// blocks past F store nothing).
 // CHECK-LABEL: func.func @interleaved(
 // CHECK: call @moe_wgmma_gmm_300x128x512_e3_bf16_i32_live_tma(
 // CHECK: moe.swiglu {{.*}} layout(interleaved)
@@ -236,8 +241,9 @@ func.func @interleaved(%x: tensor<300x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y : tensor<300x256xf32>
 }
 // CHECK-LABEL: func.func @narrow(
-// CHECK: call @moe_wgmma_gmm_300x128x384_e3_bf16_i32_live_tma(
-// CHECK: moe.swiglu
+// CHECK: call @moe_wgmma_gmm_300x128x384_e3_bf16_i32_live_tma_swiglu_e4m3_rceil_mx(
+// CHECK-NOT: moe.swiglu
+// CHECK: call @moe_wgmma_gmm_300x192x256_e3_bf16_i32_tma_e4m3_lhs(
 func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
                   %w2: tensor<3x192x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
   %h = moe.grouped_matmul %x, %w1, %off
@@ -328,14 +334,16 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 // PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
 // PTX: cvt.rn.satfinite.e4m3x2.f32
 
-// With the columnwise rounding: each warp's column amaxes over its 16 rows
-// (xor shuffles 4, 8, 16), handed to the other warp of its 32-row pair
-// through shared memory at a 64-thread named barrier.
-// PTX-LABEL: .entry moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor_kernel(
-// PTX: shfl.sync.bfly.b32 {{.*}}, 4, 31, -1;
-// PTX: shfl.sync.bfly.b32 {{.*}}, 8, 31, -1;
-// PTX: shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
-// PTX: st.shared.v4.b32
-// PTX: bar.sync {{.*}}, 64;
-// PTX: ld.shared.v4.b32
-// PTX: cvt.rn.satfinite.e5m2x2.f32
+// With the columnwise rounding (mx-activations=always): each warp's column
+// amaxes over its 16 rows (xor shuffles 4, 8, 16), handed to the other warp
+// of its 32-row pair through shared memory at a 64-thread named barrier.
+// RUN: moe-compile %s --target=sm_90a --mx-activations=always --emit-ptx=%t.always.ptx -o %t.always.so
+// RUN: FileCheck %s --check-prefix=PTXALWAYS < %t.always.ptx
+// PTXALWAYS-LABEL: .entry moe_wgmma_gmm_416x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_e4m3_rceil_col_e5m2_floor_kernel(
+// PTXALWAYS: shfl.sync.bfly.b32 {{.*}}, 4, 31, -1;
+// PTXALWAYS: shfl.sync.bfly.b32 {{.*}}, 8, 31, -1;
+// PTXALWAYS: shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
+// PTXALWAYS: st.shared.v4.b32
+// PTXALWAYS: bar.sync {{.*}}, 64;
+// PTXALWAYS: ld.shared.v4.b32
+// PTXALWAYS: cvt.rn.satfinite.e5m2x2.f32

@@ -83,18 +83,20 @@ func.func @dynamic_matmul(%a: tensor<?x32xf32>, %b: tensor<32x64xf32>, %c: tenso
   return %r : tensor<?x64xf32>
 }
 
-// An expert MLP whose first GEMM has N = 2F = 384 (not a multiple of 256):
-// both GEMMs on the TMA kernel, the SwiGLU and the MX rounding separate.
-// CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<300x384xf32>): its SwiGLU (and MX rounding) on the generic kernels, not in this GEMM's epilogue: N = 384 and K = 128: the SwiGLU epilogue takes N a multiple of 256 and K of 64
-func.func @mlp_unfused(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
-                       %w2: tensor<3x192x256xbf16>, %off: tensor<4xi32>) -> tensor<300x256xf32> {
+// An expert MLP of 100 rows (under the TMA kernel's 128; whole tiles):
+// both GEMMs on the cp.async kernel, which has no epilogues, so the SwiGLU
+// and the MX rounding run separately.
+// CHECK-DAG: kernel-report.mlir:[[@LINE+4]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<100x512xf32>): the cp.async wgmma kernel, not the TMA one: 100 rows, under the TMA kernel's 128
+// CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<100x512xf32>): its SwiGLU (and MX rounding) on the generic kernels, not in this GEMM's epilogue: the GEMM is on the cp.async kernel, which has no epilogues
+func.func @mlp_unfused(%x: tensor<100x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                       %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>) -> tensor<100x256xf32> {
   %h = moe.grouped_matmul %x, %w1, %off
-      : tensor<300x128xbf16>, tensor<3x128x384xbf16>, tensor<4xi32> -> tensor<300x384xf32>
-  %a = moe.swiglu %h : tensor<300x384xf32> -> tensor<300x192xf32>
-  %q = moe.quantize %a : tensor<300x192xf32> -> !moe.mx<300x192xf8E4M3FN, axis = 1>
+      : tensor<100x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<100x512xf32>
+  %a = moe.swiglu %h : tensor<100x512xf32> -> tensor<100x256xf32>
+  %q = moe.quantize %a : tensor<100x256xf32> -> !moe.mx<100x256xf8E4M3FN, axis = 1>
   %y = moe.grouped_matmul %q, %w2, %off
-      : !moe.mx<300x192xf8E4M3FN, axis = 1>, tensor<3x192x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
-  return %y : tensor<300x256xf32>
+      : !moe.mx<100x256xf8E4M3FN, axis = 1>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<100x256xf32>
+  return %y : tensor<100x256xf32>
 }
 
-// CHECK: remark: kernels for sm_90a: 5 calls of 5 dedicated kernels; 5 ops on the generic kernels, 2 on a slower kernel than their family's best
+// CHECK: remark: kernels for sm_90a: 5 calls of 5 dedicated kernels; 5 ops on the generic kernels, 3 on a slower kernel than their family's best

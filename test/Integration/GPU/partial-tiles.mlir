@@ -162,3 +162,35 @@ func.func @wgrad_odd_boxes_bf16_out(%x: tensor<8000x512xbf16>, %dy: tensor<8000x
   } -> tensor<5x512x2880xbf16>
   return %r : tensor<5x512x2880xbf16>
 }
+
+// A train step's expert MLP (as kernels.mlir's grouped_mlp_train) at hidden
+// 288 and F = 160, dims no tile divides: every GEMM's last K stage is half
+// zeros (K = 288, or 160 for the second GEMM), the first GEMM's SwiGLU
+// epilogue has a last column tile of 32 outputs (its B boxes read, past F,
+// the up columns and zeros, whose products it stores nowhere), the backward
+// one a last tile of 160 columns of da (its loads of h past F clamped to F),
+// and the second GEMM and the data gradients partial column tiles too.
+// Tolerances as kernels.mlir's.
+func.func @grouped_mlp_train_partial(%x: tensor<1024x288xbf16>, %logits: tensor<1024x16xf32>,
+                                     %w1: tensor<16x288x320xbf16>, %w2: tensor<16x160x288xbf16>,
+                                     %dy: tensor<4576x288xf32>)
+    -> (tensor<4576x288xf32>, tensor<4576x288xf32>, tensor<16x288x320xf32>, tensor<16x160x288xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 2.0e-2, 1.0e-3]} {
+  %i, %wt = moe.router %logits top_k(4) softmax
+      : tensor<1024x16xf32> -> tensor<1024x4xi32>, tensor<1024x4xf32>
+  %s, %o, %c, %p = moe.dispatch %x, %i experts(16) pad_to(32)
+      : tensor<1024x288xbf16>, tensor<1024x4xi32>
+      -> tensor<4576x288xbf16>, tensor<17xi32>, tensor<16xi32>, tensor<1024x4xi32>
+  %sq = moe.quantize %s : tensor<4576x288xbf16> -> !moe.mx<4576x288xf8E4M3FN, axis = 1>
+  %w1q = moe.quantize %w1 : tensor<16x288x320xbf16> -> !moe.mx<16x288x320xf8E4M3FN, axis = 1>
+  %w2q = moe.quantize %w2 : tensor<16x160x288xbf16> -> !moe.mx<16x160x288xf8E4M3FN, axis = 1>
+  %y = moe.grouped_mlp %sq, %w1q, %w2q, %o
+      : !moe.mx<4576x288xf8E4M3FN, axis = 1>, !moe.mx<16x288x320xf8E4M3FN, axis = 1>,
+        !moe.mx<16x160x288xf8E4M3FN, axis = 1>, tensor<17xi32> -> tensor<4576x288xf32>
+  %dx, %dw1, %dw2 = moe.grouped_mlp_backward %s, %w1, %w2, %o, %dy gemm_type(f8E4M3FN)
+      : tensor<4576x288xbf16>, tensor<16x288x320xbf16>, tensor<16x160x288xbf16>, tensor<17xi32>,
+        tensor<4576x288xf32> -> tensor<4576x288xf32>, tensor<16x288x320xf32>, tensor<16x160x288xf32>
+  return %y, %dx, %dw1, %dw2
+      : tensor<4576x288xf32>, tensor<4576x288xf32>, tensor<16x288x320xf32>, tensor<16x160x288xf32>
+}
+

@@ -45,7 +45,9 @@ void KernelReport::generic(Operation *op, StringRef why) {
 }
 
 void KernelReport::slower(Operation *op, StringRef kernel, StringRef why) {
-  ++slowerOps;
+  if (op != lastSlower)
+    ++slowerOps;
+  lastSlower = op;
   emitRemark(op->getLoc()) << describe(op) << ": " << kernel << ": " << why;
 }
 

@@ -72,12 +72,14 @@ public:
   /// when `why` is empty: a matcher refused it as no fallback, as a
   /// matrix-vector product, see isMatrixVector).
   void generic(Operation *op, StringRef why);
-  /// `op` runs on `kernel`, not the family's fastest, because of `why`.
+  /// `op` runs on `kernel`, not the family's fastest, because of `why` (an
+  /// op told several such reasons in a row counts once).
   void slower(Operation *op, StringRef kernel, StringRef why);
   int64_t genericOps = 0, slowerOps = 0;
 
 private:
   std::string chip;
+  Operation *lastSlower = nullptr;
 };
 
 /// Whether `t` is an MXFP8 element type (E4M3 or E5M2).
@@ -232,8 +234,8 @@ struct TmaGemm {
   unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
   unsigned offsetsArg() const { return rhsArg() + 1; }
   /// Column tiles of 256 (tma::TileN) covering N, the last one partial when
-  /// N % 256 (the plain GEMMs and weight gradients: it reads zeros past N
-  /// and stores nothing there).
+  /// N % 256: it stores nothing past N (and, with the forward SwiGLU
+  /// epilogue, whose tiles hold 128 outputs, nothing past F = N / 2).
   int64_t columnTiles() const { return (n + 255) / 256; }
 };
 

@@ -72,6 +72,10 @@ static_assert(Barriers + 3 * Stages * 8 <= StagingAt,
 // Persistent CTAs: the SM count of an H100 / H200 SXM (on a GPU with fewer
 // SMs the last wave is simply shorter).
 constexpr int64_t Ctas = 132;
+// The grouped raster (rasterRows): 8 row tiles a group, where a row of
+// tiles reads more than 32 MiB of B (the H200's L2: 50 MiB).
+constexpr int64_t RasterRows = 8;
+constexpr int64_t RasterBytes = int64_t(32) << 20;
 // The SwiGLU epilogue's MX blocks: 8 values in each of 4 lanes.
 constexpr int64_t SwigluBlock = 32;
 // The backward epilogue's columnwise MX blocks (see SwigluEpilogue::col):
@@ -106,6 +110,22 @@ inline bool rhsPlanes(const TmaGemm &g) {
 /// so that the last row tile stores nothing past K (into the next expert's
 /// rows): K % 128.
 inline bool outPlanes(const TmaGemm &g) { return g.wgrad && g.k % tma::TileM; }
+
+/// The order of an expert's tiles: row tile after row tile (its column tiles
+/// side by side), or, where a row of tiles reads more of B than
+/// tma::RasterBytes (an expert of 4096 x 28672, an LM head), groups of
+/// RasterRows row
+/// tiles walked column tile after column tile, so that the CTAs in flight
+/// share their A and B tiles in L2 instead of streaming all of B from
+/// memory for every row tile (CUTLASS's and Triton's grouped raster).
+/// Forward: B is [K, N] an expert; weight gradient: the rhs rows of an
+/// expert (its average group) by N.
+inline int64_t rasterRows(const TmaGemm &g) {
+  int64_t depth = g.wgrad ? g.rows / g.experts : g.k;
+  return g.columnTiles() * tma::TileN * depth * 2 > tma::RasterBytes
+             ? tma::RasterRows
+             : 1;
+}
 
 /// Columns of a staging box: 128 bytes of the result's element type.
 inline int64_t boxColumns(const TmaGemm &g) {
@@ -159,6 +179,21 @@ struct TmaEpilogue : HopperBuilder {
                 function_ref<Value(int64_t)> column, Value c, Value warp,
                 Value lane, int64_t q, Value leader, function_ref<void()> sync,
                 Value box);
+
+  /// Whether the MX block of 32 output columns from `first` lies within the
+  /// result's `columns` (the SwiGLU epilogues' last tile may hold columns
+  /// past them, whose values it computes from whatever the B tile held and
+  /// stores nowhere); null when every tile of `tileColumns` is whole.
+  Value blockWithin(Value first, int64_t columns, int64_t tileColumns) {
+    if (columns % tileColumns == 0)
+      return Value();
+    return cmp(P::slt, first, idx(columns));
+  }
+  /// `row` < `hi`, and `within` when not null.
+  Value rowAndBlock(Value row, Value hi, Value within) {
+    Value valid = cmp(P::slt, row, hi);
+    return within ? land(valid, within) : valid;
+  }
 
   /// The SwiGLU epilogue (see SwigluEpilogue). The B tile held 128 gate
   /// columns, then the up columns of the same outputs, so register
@@ -215,9 +250,11 @@ struct TmaEpilogue : HopperBuilder {
   /// m and m + 1), rows h = 0 (`first`) and h = 1 (`second`), through the
   /// warp pair's shared-memory slot `slot` (alternating: see
   /// storeSwigluGrad). Value 2 i + cc of half `half` is stored at column
-  /// col + halfAt[half] + 8 i + cc of the bf16 result's rows of `rowStride`.
+  /// col + halfAt[half] + 8 i + cc of the bf16 result's rows of `rowStride`,
+  /// when `within[half]` (see blockWithin; null: always).
   void storeColumnBlock(const Tile &t, int64_t slot, int64_t rowStride,
                         std::array<int64_t, 2> halfAt,
+                        std::array<Value, 2> within,
                         std::array<ArrayRef<Value>, 2> first,
                         std::array<ArrayRef<Value>, 2> second,
                         const ColumnExchange &x, Value rowBase, Value col,

@@ -134,21 +134,36 @@ void TmaEpilogue::storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
   auto reg = [&](int64_t h, int64_t j, int64_t cc) {
     return accAt(acc, 4 * j + 2 * h + cc);
   };
+  // Whether block m (outputs c0 + 32 m .. + 32) lies within F: a last tile
+  // past F (F % 128) holds, past it, products of whatever the B boxes read
+  // there (up columns, zeros) and stores none of them.
+  auto within = [&](int64_t m) {
+    return blockWithin(add(c0, idx(32 * m)), f, TileN / 2);
+  };
   if (hBase)
     for (int64_t h = 0; h < 2; ++h) {
       Value row = rowOf(h);
       ifThen(cmp(P::slt, row, t.hi), [&] {
         Value hAt = add(mul(row, idx(g.n)), col);
-        for (int64_t j = 0; j < 32; ++j)
-          storePair(hBase, add(hAt, idx(8 * (j % 16) + (j / 16) * f)),
-                    reg(h, j, 0), reg(h, j, 1), f32);
+        for (int64_t m = 0; m < 4; ++m) {
+          auto store = [&] {
+            for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
+              for (int64_t up = 0; up < 2; ++up)
+                storePair(hBase, add(hAt, idx(8 * j + up * f)),
+                          reg(h, j + 16 * up, 0), reg(h, j + 16 * up, 1), f32);
+          };
+          if (Value w = within(m))
+            ifThen(w, store);
+          else
+            store();
+        }
       });
     }
   // Row h's MX block m (its accumulators die after it): output columns
   // col + 8 j + cc for j in [4 m, 4 m + 4). Returns its activations.
   auto rowBlock = [&](int64_t h, int64_t m) {
     Value row = rowOf(h);
-    Value valid = cmp(P::slt, row, t.hi);
+    Value valid = rowAndBlock(row, t.hi, within(m));
     Value rowAt = add(mul(row, idx(f)), col);
     SmallVector<Value> act;
     for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
@@ -196,7 +211,8 @@ void TmaEpilogue::storeSwiglu(const Tile &t, Value acc, Value rowBase, Value c,
       first[k] = rowBlock(0, m + k);
       second[k] = rowBlock(1, m + k);
     }
-    storeColumnBlock(t, m / 2, f, {32 * m, 32 * (m + 1)}, {first[0], first[1]},
+    storeColumnBlock(t, m / 2, f, {32 * m, 32 * (m + 1)},
+                     {within(m), within(m + 1)}, {first[0], first[1]},
                      {second[0], second[1]}, x, rowBase, col, lane);
   }
 }
@@ -252,17 +268,30 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase,
   auto hOf = [&](int64_t k) { return mMajor ? k % 2 : k / blocksPerRow; };
   auto mOf = [&](int64_t k) { return mMajor ? k / 2 : k % blocksPerRow; };
   auto rowOf = [&](int64_t h) { return add(rowBase, idx(8 * h)); };
-  // gate and up of h at da's columns 8 j + 2 (l%4) + {0, 1}, j in the block.
+  // Whether block m (columns n0 + 32 m .. + 32 of da, and of dh's gate and
+  // up halves) lies within F: a last tile past F (F % 256) computes
+  // columns past it from the rhs rows its box read there and stores none.
+  auto within = [&](int64_t m) {
+    return blockWithin(add(t.n0, idx(32 * m)), f, TileN);
+  };
+  // gate and up of h at da's columns 8 j + 2 (l%4) + {0, 1}, j in the block
+  // (past F: at F - 2, in bounds).
   auto loadBlock = [&](int64_t k) {
     int64_t h = hOf(k), m = mOf(k);
-    Value hRowAt = add(mul(minS(rowOf(h), lastRow), idx(twoF)), col);
+    Value hRowAt = mul(minS(rowOf(h), lastRow), idx(twoF));
     SmallVector<Value> values; // gate 0, gate 1, up 0, up 1 for each j
-    for (int64_t j = 4 * m; j < 4 * m + 4; ++j)
-      for (int64_t at : {8 * j, f + 8 * j})
+    for (int64_t j = 4 * m; j < 4 * m + 4; ++j) {
+      Value column = add(col, idx(8 * j));
+      if (f % TileN)
+        column = minS(column, idx(f - 2));
+      for (int64_t at : {int64_t(0), f})
         llvm::append_range(
             values,
             loadVector(f32, 2,
-                       globalPtr(hBase, mul(add(hRowAt, idx(at)), idx(4))), 8));
+                       globalPtr(hBase, mul(add(hRowAt, add(column, idx(at))),
+                                            idx(4))),
+                       8));
+    }
     return values;
   };
   ColumnExchange x;
@@ -300,7 +329,7 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase,
     }
     if (k + 1 < 2 * blocksPerRow)
       next = loadBlock(k + 1);
-    ifThen(cmp(P::slt, row, t.hi), [&] {
+    ifThen(rowAndBlock(row, t.hi, within(m)), [&] {
       if (g.swiglu->mx) {
         Value at = add(rowAt, idx(32 * m));
         Value scaleAt = add(mul(row, idx(twoF / SwigluBlock)),
@@ -332,17 +361,16 @@ void TmaEpilogue::storeSwigluGrad(const Tile &t, Value acc, Value rowBase,
       continue;
     }
     storeColumnBlock(t, m % 2, twoF, {8 * 4 * m, 8 * 4 * m + f},
-                     {firstGate, firstUp}, {dg, du}, x, rowBase, col, lane);
+                     {within(m), within(m)}, {firstGate, firstUp}, {dg, du}, x,
+                     rowBase, col, lane);
   }
 }
 
-void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot,
-                                   int64_t rowStride,
-                                   std::array<int64_t, 2> halfAt,
-                                   std::array<ArrayRef<Value>, 2> first,
-                                   std::array<ArrayRef<Value>, 2> second,
-                                   const ColumnExchange &x, Value rowBase,
-                                   Value col, Value lane) {
+void TmaEpilogue::storeColumnBlock(
+    const Tile &t, int64_t slot, int64_t rowStride,
+    std::array<int64_t, 2> halfAt, std::array<Value, 2> within,
+    std::array<ArrayRef<Value>, 2> first, std::array<ArrayRef<Value>, 2> second,
+    const ColumnExchange &x, Value rowBase, Value col, Value lane) {
   Value own = x.own, partner = x.partner, pairBarrier = x.pairBarrier;
   Type f32 = b.getF32Type();
   // Column v: half v / 8 (gate, up), value v % 8 = 2 i + cc.
@@ -380,12 +408,19 @@ void TmaEpilogue::storeColumnBlock(const Tile &t, int64_t slot,
     Value row = add(rowBase, idx(8 * h));
     Value rowAt = add(mul(row, idx(rowStride)), col);
     ifThen(cmp(P::slt, row, t.hi), [&] {
-      for (int64_t half = 0; half < 2; ++half)
-        for (int64_t i = 0; i < 4; ++i) {
-          Value at = add(rowAt, idx(halfAt[half] + 8 * i));
-          storePair(colOutBase, at, rounded[8 * half + 2 * i][h],
-                    rounded[8 * half + 2 * i + 1][h], b.getBF16Type());
-        }
+      for (int64_t half = 0; half < 2; ++half) {
+        auto store = [&] {
+          for (int64_t i = 0; i < 4; ++i) {
+            Value at = add(rowAt, idx(halfAt[half] + 8 * i));
+            storePair(colOutBase, at, rounded[8 * half + 2 * i][h],
+                      rounded[8 * half + 2 * i + 1][h], b.getBF16Type());
+          }
+        };
+        if (within[half])
+          ifThen(within[half], store);
+        else
+          store();
+      }
     });
   }
 }

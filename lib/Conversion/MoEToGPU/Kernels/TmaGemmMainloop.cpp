@@ -4,10 +4,12 @@
 // ------------------------------------------------------------------
 // The forward kernel's shapes with N % 256 == 0 (the expert MLP's GEMMs and
 // their data gradients) take this kernel instead of the cp.async one
-// (WgmmaGemm.cpp), and so do plain GEMMs and weight gradients with N above
-// 256 (an LM head's vocabulary) or with tiles that are not whole (any K and
-// N multiples of 8; the matcher pads others): a partial last column tile
-// reads zeros past N (the copy engine fills them) and stores nothing there;
+// (WgmmaGemm.cpp), and so do GEMMs and weight gradients with N above 256
+// (an LM head's vocabulary) or with tiles that are not whole (any K and N
+// multiples of 8; the matcher pads others), the SwiGLU epilogues included:
+// a partial last column tile reads zeros past N (the copy engine fills
+// them; a SwiGLU tile's gate boxes past F read up columns) and stores
+// nothing there;
 // a partial last K stage reads zeros past K: the lhs's map ends at K, and an
 // untransposed rhs [E, K, N] is read through a 3-D map [E][K][N] whose boxes
 // stay within one expert (rhsPlanes; the 2-D map would bring in the next
@@ -19,8 +21,10 @@
 // expert e's clamped rows [lo, hi) give ceil((hi - lo) / 128) row tiles of
 // N/256 column tiles, numbered expert after expert, row tile after row tile
 // (the column tiles of one row tile run side by side: they share the A rows,
-// and the few experts in flight share their B in L2). A tile past hi reads
-// rows of the next expert (or zeros past R) and stores none of them.
+// and the few experts in flight share their B in L2), or, where a row of
+// tiles reads more than 32 MiB of B, in groups of 8 row tiles
+// walked column after column (tma::rasterRows). A tile past hi reads rows
+// of the next expert (or zeros past R) and stores none of them.
 //
 // Persistent grid: min(132, tile bound) CTAs; CTA b takes tiles b, b + grid,
 // ... Every warpgroup walks the same tile sequence: the expert of a tile is
@@ -101,6 +105,20 @@ struct TmaGemmEmitter : TmaEpilogue {
   }
   Value ceilDiv(Value x, int64_t d) { return div(add(x, idx(d - 1)), d); }
   Value columnTiles() { return idx(g.columnTiles()); }
+  /// Tile `local` of an expert's `rowTiles` x columnTiles() as (row tile,
+  /// column tile), in the order rasterRows gives.
+  std::pair<Value, Value> tileAt(Value local, Value rowTiles) {
+    int64_t group = rasterRows(g);
+    if (group == 1)
+      return {div(local, g.columnTiles()), rem(local, g.columnTiles())};
+    // Groups of `group` row tiles (the last one shorter), column-major.
+    Value first = mul(div(local, group * g.columnTiles()), idx(group));
+    Value rows =
+        minS(arith::SubIOp::create(b, loc, rowTiles, first), idx(group));
+    Value within = rem(local, group * g.columnTiles());
+    return {add(first, arith::RemUIOp::create(b, loc, within, rows)),
+            arith::DivUIOp::create(b, loc, within, rows)};
+  }
   /// Forward: expert e's tiles.
   Value tilesOfExpert(Value e) {
     Value lo, hi;
@@ -143,11 +161,12 @@ struct TmaGemmEmitter : TmaEpilogue {
       Value e = div(tile, perExpert), local = rem(tile, perExpert);
       Value lo, hi;
       std::tie(lo, hi) = groupRows(offsets, e, g.rows);
+      auto [kTile, nTile] = tileAt(local, idx(kTiles(g)));
       Tile t{e,
              lo,
              hi,
-             mul(div(local, g.columnTiles()), idx(TileM)),
-             mul(rem(local, g.columnTiles()), idx(TileN)),
+             mul(kTile, idx(TileM)),
+             mul(nTile, idx(TileN)),
              ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileK)};
       scf::YieldOp::create(b, loc, body(t, loop.getRegionIterArgs()[0]));
       return;
@@ -165,11 +184,13 @@ struct TmaGemmEmitter : TmaEpilogue {
           Value lo, hi;
           std::tie(lo, hi) = groupRows(offsets, e, g.rows);
           Value local = arith::SubIOp::create(b, loc, tile, base);
+          auto [rowTile, colTile] = tileAt(
+              local, ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileM));
           Tile t{e,
                  lo,
                  hi,
-                 add(lo, mul(div(local, g.columnTiles()), idx(TileM))),
-                 mul(rem(local, g.columnTiles()), idx(TileN)),
+                 add(lo, mul(rowTile, idx(TileM))),
+                 mul(colTile, idx(TileN)),
                  idx(kStages(g))};
           Value count = body(t, args[3]);
           scf::YieldOp::create(b, loc,
@@ -253,8 +274,8 @@ struct TmaGemmEmitter : TmaEpilogue {
   /// f8 -> f16, times the block's scale in f32, rounded once to bf16), so
   /// the MMAs see exactly the bf16 operand this kernel would otherwise read.
   /// A unit's scale (block 2 kt + q / 2 of its row) is loaded from global
-  /// memory a stage ahead; rows past R (the copy's zeros) take scale byte
-  /// 0. Each thread then fences its writes for the tensor cores
+  /// memory a stage ahead; rows past R and blocks past K (the copy's zeros)
+  /// take scale byte 0. Each thread then fences its writes for the tensor cores
   /// and arrives on the stage's `full` barrier (the producer's expect-tx of
   /// the B bytes and these 96 arrivals).
   void converter(Value grid) {
@@ -272,16 +293,24 @@ struct TmaGemmEmitter : TmaEpilogue {
       rows.push_back(div(u, 4));
       quarters.push_back(rem(u, 4));
     }
-    // The units' scale bytes in stage kt of the tile from row m0.
+    // The units' scale bytes in stage kt of the tile from row m0 (0 for
+    // rows past R and, in a partial last stage, blocks past K: the copy's
+    // zeros, whose products must stay 0).
     auto loadScales = [&](Value m0, Value kt) {
       SmallVector<Value> scales;
       for (int64_t i = 0; i < rounds; ++i) {
         Value row = add(m0, rows[i]);
+        Value block =
+            add(mul(kt, idx(TileK / SwigluBlock)), div(quarters[i], 2));
+        Value valid = cmp(P::slt, row, idx(g.rows));
+        if (g.k % TileK) {
+          valid = land(valid, cmp(P::slt, block, idx(blocksPerRow)));
+          block = minS(block, idx(blocksPerRow - 1));
+        }
         Value at =
-            add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)),
-                add(mul(kt, idx(TileK / SwigluBlock)), div(quarters[i], 2)));
+            add(mul(minS(row, idx(g.rows - 1)), idx(blocksPerRow)), block);
         Value byte = LLVM::LoadOp::create(b, loc, i8(), globalPtr(sBase, at));
-        scales.push_back(select(cmp(P::slt, row, idx(g.rows)), byte, int8(0)));
+        scales.push_back(select(valid, byte, int8(0)));
       }
       return scales;
     };
@@ -295,7 +324,7 @@ struct TmaGemmEmitter : TmaEpilogue {
             Value stage = mul(s, idx(StageBytes));
             SmallVector<Value> scales(carried.begin(), carried.end()), elements;
             SmallVector<Value> next =
-                loadScales(t.m0, minS(add(kt, idx(1)), idx(g.k / TileK - 1)));
+                loadScales(t.m0, minS(add(kt, idx(1)), idx(kStages(g) - 1)));
             wait(elementsBarrier(s), rem(div(it, Stages), 2));
             for (int64_t i = 0; i < rounds; ++i)
               elements.push_back(LLVM::LoadOp::create(
