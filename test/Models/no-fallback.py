@@ -7,8 +7,10 @@
 # where the dims are multiples of the MX block (32), mxfp8, and the GPU
 # pipeline's kernel selection for sm_90a asked for its report
 # (kernel-report=true). Any remark saying "generic kernels on" fails, and the
-# report's count must say 0. Also dims nobody tuned for: multiples of 32 but
-# not of the tiles, and a vocabulary that is not even a multiple of 8.
+# report's count must say 0; and under mxfp8 every expert GEMM's SwiGLU and
+# MX rounding must be in its epilogue (any F a multiple of 32: no remark
+# "not in this GEMM's epilogue"). Also dims nobody tuned for: multiples of 32 but not of
+# the tiles, and a vocabulary that is not even a multiple of 8.
 import json
 import os
 import re
@@ -64,6 +66,11 @@ for name, (hidden, ffn, experts, top_k, heads, kv, head_dim, vocab) in MODELS.it
         if not check(summary is not None and not generic and summary.group(2) == "0",
                      f"{name} --recipe {recipe}: no op on the generic kernels"):
             print("\n".join(generic) or report[-2000:])
+        unfused = [line for line in report.splitlines()
+                   if "not in this GEMM's epilogue" in line]
+        if recipe == "mxfp8" and not check(
+                not unfused, f"{name} --recipe mxfp8: SwiGLU in the GEMMs' epilogues"):
+            print("\n".join(unfused))
         check(summary is not None and int(summary.group(1)) >= 10,
               f"{name} --recipe {recipe}: the GEMMs, attention and loss on kernels")
 
