@@ -452,7 +452,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "(where that lowers the peak of live tensors of the block) or "
            "always (the least memory; the GEMMs reading 8-bit run 10-18% "
            "slower, and the backward epilogue also rounds dh columnwise "
-           "where that lowers the peak, which doubles its time)",
+           "where that lowers the peak, which more than doubles its time)",
            "::mlir::moe::MXActivationsValues()">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Remark at every op of a kind the chip's kernels compute (grouped "

@@ -59,7 +59,7 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "always (the least memory; those GEMMs are 10-18% "
                      "slower, and the backward SwiGLU epilogue also rounds "
                      "dh columnwise where that lowers the peak, which "
-                     "doubles its time)"),
+                     "more than doubles its time)"),
       llvm::cl::init(MXActivations::peak), MXActivationsValues()};
   PassOptions::Option<int64_t> blockSize{
       *this, "block-size",

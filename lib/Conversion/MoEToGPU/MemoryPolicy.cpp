@@ -209,8 +209,9 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
     // GEMM's weight gradient) always; backward (dh) only for the least
     // memory (`mxAlways`), where that lowers the peak: its columnwise pass
     // (an amax and a scale for every 2 values here) makes the epilogue
-    // ALU-bound, the kernel about twice as long (138 against 330 TFLOP/s
-    // measured), more than the round trip it saves takes.
+    // ALU-bound, the kernel more than twice as long (138 TFLOP/s measured
+    // at DeepSeek-V2-Lite's dims; the rowwise-only kernel 330-383 at
+    // others'), more than the round trip it saves takes.
     if (fusion.colQuantize && !f32Read(fusion.colQuantize) &&
         (!fusion.epilogue.grad ||
          (mxAlways && colRoundingLowersPeak(op, fusion)))) {

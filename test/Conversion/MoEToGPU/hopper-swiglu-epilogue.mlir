@@ -162,7 +162,7 @@ func.func @backward_mx(%dy: tensor<320x256xbf16>, %w1: tensor<3x256x512xbf16>,
 // Groups padded to 32 rows (the dispatch's pad_to): with
 // mx-activations=always, dh's columnwise MX rounding (blocks of 32 rows,
 // the weight gradient's operand) comes out of the same epilogue, and dh in
-// f32 is not written; by default (that pass doubles the epilogue's time)
+// f32 is not written; by default (that pass more than doubles the epilogue's time)
 // dh is written and rounded columnwise by its own kernel.
 // ALWAYS-LABEL: func.func @backward_col(
 // ALWAYS: %[[S:.*]], %[[OFF:.*]], %{{.*}}, %{{.*}} = moe.dispatch

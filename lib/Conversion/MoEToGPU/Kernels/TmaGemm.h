@@ -114,10 +114,10 @@ inline bool outPlanes(const TmaGemm &g) { return g.wgrad && g.k % tma::TileM; }
 /// The order of an expert's tiles: row tile after row tile (its column tiles
 /// side by side), or, where a row of tiles reads more of B than
 /// tma::RasterBytes (an expert of 4096 x 28672, an LM head), groups of
-/// RasterRows row
-/// tiles walked column tile after column tile, so that the CTAs in flight
-/// share their A and B tiles in L2 instead of streaming all of B from
-/// memory for every row tile (CUTLASS's and Triton's grouped raster).
+/// tma::RasterRows row tiles walked column tile after column tile, so that
+/// the CTAs in flight share their A and B tiles in L2 instead of streaming
+/// all of B from memory for every row tile (CUTLASS's and Triton's grouped
+/// raster).
 /// Forward: B is [K, N] an expert; weight gradient: the rhs rows of an
 /// expert (its average group) by N.
 inline int64_t rasterRows(const TmaGemm &g) {

@@ -8,8 +8,8 @@
 // (an LM head's vocabulary) or with tiles that are not whole (any K and N
 // multiples of 8; the matcher pads others), the SwiGLU epilogues included:
 // a partial last column tile reads zeros past N (the copy engine fills
-// them; a SwiGLU tile's gate boxes past F read up columns) and stores
-// nothing there;
+// them; a SwiGLU tile's gate boxes past F read up columns, a transposed
+// rhs's box the next expert's rows) and stores nothing there;
 // a partial last K stage reads zeros past K: the lhs's map ends at K, and an
 // untransposed rhs [E, K, N] is read through a 3-D map [E][K][N] whose boxes
 // stay within one expert (rhsPlanes; the 2-D map would bring in the next
@@ -151,7 +151,8 @@ struct TmaGemmEmitter : TmaEpilogue {
     Type index = b.getIndexType();
     Value first = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
     if (g.wgrad) {
-      // Tiles e * tilesPerExpert + (K tile) * N/256 + (N tile).
+      // Tiles e * tilesPerExpert + (local tile), local tiles in tileAt's
+      // order of (K tile, N tile).
       int64_t perExpert = kTiles(g) * g.columnTiles();
       auto loop = scf::ForOp::create(b, loc, first, idx(g.experts * perExpert),
                                      grid, ValueRange{idx(0)});
