@@ -86,9 +86,22 @@ struct KernelBuilder {
     return arith::IndexCastOp::create(b, loc, i64(), index);
   }
   Value int64(int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 64); }
-  /// A view of a static buffer as one dimension.
+  /// A view of a static buffer as one dimension. A buffer with the identity
+  /// layout is reinterpreted, not collapsed: loads and stores through a
+  /// collapse_shape are folded into the buffer's own indices
+  /// (-moe-gpu-map-loops), which costs a 64-bit division by every dim that
+  /// is not a power of two at every access.
   Value flat(Value buffer) {
     auto type = cast<MemRefType>(buffer.getType());
+    if (type.getLayout().isIdentity() && type.hasStaticShape()) {
+      int64_t n = type.getNumElements();
+      return memref::ReinterpretCastOp::create(
+          b, loc,
+          MemRefType::get({n}, type.getElementType(), AffineMap(),
+                          type.getMemorySpace()),
+          buffer, /*offset=*/0, /*sizes=*/ArrayRef<int64_t>{n},
+          /*strides=*/ArrayRef<int64_t>{1});
+    }
     SmallVector<ReassociationIndices> all(1);
     for (int64_t d = 0; d < type.getRank(); ++d)
       all[0].push_back(d);
