@@ -108,6 +108,9 @@ enum class Family {
   WgmmaGroupedGemms,
   /// MXFP8 moe.grouped_matmul on tcgen05 (Kernels/Tcgen05BlockScaledGemm.cpp).
   Tcgen05BlockScaledGemms,
+  /// moe.grouped_matmul with N under 16: matrix-vector products on CUDA
+  /// cores (Kernels/MatrixVector.cpp).
+  MatrixVectors,
   /// Both blockings of a matrix in one pass (Kernels/MXRoundTripPair.cpp).
   MXRoundTripPairs,
   /// moe.dequantize(moe.quantize x) (Kernels/MXRoundTrip.cpp).
@@ -131,6 +134,8 @@ constexpr ChipFamily kKernelTable[] = {
     {GPUChip::sm_90a, Family::SimtMatmuls},
     {GPUChip::sm_90a, Family::WgmmaGroupedGemms},
     {GPUChip::sm_100a, Family::Tcgen05BlockScaledGemms},
+    {GPUChip::sm_90a, Family::MatrixVectors},
+    {GPUChip::sm_100a, Family::MatrixVectors},
     {GPUChip::sm_90a, Family::MXRoundTripPairs},
     {GPUChip::sm_100a, Family::MXRoundTripPairs},
     {GPUChip::sm_90a, Family::MXRoundTrips},
@@ -180,7 +185,13 @@ struct MoEGPUDedicatedKernelsPass
     SymbolTable symbols(module);
     SmallVector<GroupedMatmulOp> candidates;
     for (auto func : module.getOps<func::FuncOp>())
-      func.walk([&](GroupedMatmulOp op) { candidates.push_back(op); });
+      func.walk([&](GroupedMatmulOp op) {
+        // Matrix-vector products are the matrix-vector kernel's, not the
+        // tile GEMMs' (every chip with dedicated kernels has it; it says why
+        // where it cannot take one).
+        if (!isMatrixVectorGemm(op))
+          candidates.push_back(op);
+      });
 
     // GEMMs whose rows past the last group nothing reads (asked before
     // anything is rewritten).
@@ -230,6 +241,9 @@ struct MoEGPUDedicatedKernelsPass
           else if (report)
             reporter()->generic(op, why);
         }
+        break;
+      case Family::MatrixVectors:
+        lowerMatrixVectors(module, symbols, reporter());
         break;
       case Family::MXRoundTripPairs:
         lowerRoundTripPairs(module, symbols,

@@ -1,7 +1,7 @@
 // -moe-gpu-dedicated-kernels{report}: every op of a kind the chip's kernels
 // compute that stays on the generic kernels gets a remark naming why, and so
-// does a GEMM on the cp.async kernel; a matrix-vector product (not a
-// fallback) gets none; the module gets the count.
+// does a GEMM on the cp.async kernel; a matrix-vector product takes the
+// matrix-vector kernel (or says why not); the module gets the count.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a report=true" -o %t.mlir 2>&1 | FileCheck %s
 // RUN: FileCheck %s --check-prefix=IR --input-file=%t.mlir
 // The pipeline option and moe-compile's flag say the same.
@@ -46,15 +46,24 @@ func.func @padded_gemm(%x: tensor<256x60xbf16>, %w: tensor<1x60x60xbf16>) -> ten
   return %y : tensor<256x60xf32>
 }
 
-// A row sum as a GEMM with one column: no kernel, and nothing said (the
-// count below has 5 ops on the generic kernels, not 6).
+// A row sum as a GEMM with one column: the matrix-vector kernel, nothing
+// said of the tile GEMMs.
 // IR-LABEL: func.func @row_sum
-// IR: moe.grouped_matmul
+// IR: call @moe_matvec_256x64x1_e1_bf16_bf16_i32
 func.func @row_sum(%x: tensor<256x64xbf16>, %w: tensor<1x64x1xbf16>) -> tensor<256x1xf32> {
   %o = arith.constant dense<[0, 256]> : tensor<2xi32>
   %y = moe.grouped_matmul %x, %w, %o
       : tensor<256x64xbf16>, tensor<1x64x1xbf16>, tensor<2xi32> -> tensor<256x1xf32>
   return %y : tensor<256x1xf32>
+}
+
+// A matrix-vector product the kernel does not take says so.
+// CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<256x2xf32>): generic kernels on sm_90a: a f16 lhs and bf16 rhs (the matrix-vector kernel takes f32 or bf16)
+func.func @f16_matvec(%x: tensor<256x64xf16>, %w: tensor<1x64x2xbf16>) -> tensor<256x2xf32> {
+  %o = arith.constant dense<[0, 256]> : tensor<2xi32>
+  %y = moe.grouped_matmul %x, %w, %o
+      : tensor<256x64xf16>, tensor<1x64x2xbf16>, tensor<2xi32> -> tensor<256x2xf32>
+  return %y : tensor<256x2xf32>
 }
 
 // CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul_wgrad (tensor<2x64x128xf32>): generic kernels on sm_90a: the rhs is f32: the wgmma kernels take bf16 or MX operands (a precision recipe, bf16 or mxfp8)
@@ -99,4 +108,4 @@ func.func @mlp_unfused(%x: tensor<100x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y : tensor<100x256xf32>
 }
 
-// CHECK: remark: kernels for sm_90a: 5 calls of 5 dedicated kernels; 5 ops on the generic kernels, 3 on a slower kernel than their family's best
+// CHECK: remark: kernels for sm_90a: 6 calls of 6 dedicated kernels; 6 ops on the generic kernels, 3 on a slower kernel than their family's best

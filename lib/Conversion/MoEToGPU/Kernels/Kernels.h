@@ -13,6 +13,7 @@
 //   FlashAttention.cpp          Hopper: flash attention forward, dQ, dK/dV
 //   CrossEntropy.cpp            cross-entropy over the vocabulary, a CTA a row
 //   SimtMatmul.cpp              f32 dense matmul on CUDA cores
+//   MatrixVector.cpp            grouped matrix-vector products, CUDA cores
 //   MXRoundTrip.cpp             MX round trip (quantize + dequantize)
 //   MXRoundTripPair.cpp         both blockings of a matrix in one pass
 //   MXDequantize.cpp            MX data and scales to floats
@@ -56,10 +57,11 @@ std::nullopt_t noKernel(WhyNot why, const char *fmt, Ts &&...args) {
 }
 
 /// Whether a GEMM contracting `k` values into `n` columns is a matrix-vector
-/// or outer product (either under the MMA's K step of 16): memory-bound, and
-/// the generic kernels' reduction or elementwise product computes it as fast
-/// as a tensor-core tile would. The matchers refuse it without a reason: it
-/// is not a fallback.
+/// or outer product (either under the MMA's K step of 16): memory-bound, no
+/// tensor-core tile's work. The tile GEMMs' matchers refuse it without a
+/// reason: matrix-vector products (K of 16 or more) take the matrix-vector
+/// kernel (MatrixVector.cpp), outer products the generic kernels'
+/// elementwise product, which reads and writes each element once.
 inline bool isMatrixVector(int64_t k, int64_t n) { return k < 16 || n < 16; }
 
 /// What -moe-gpu-dedicated-kernels{report} says, as remarks at the ops: an
@@ -478,6 +480,20 @@ getOrCreateRoundTripPairGather(ModuleOp module, SymbolTable &symbols,
                                ArrayRef<Type> argTypes,
                                ArrayRef<RankedTensorType> resultTypes,
                                Location loc, const GatheredRows &rows);
+
+//===----------------------------------------------------------------------===//
+// Grouped matrix-vector products
+//===----------------------------------------------------------------------===//
+
+/// Every moe.grouped_matmul with N under 16 and K of 16 or more
+/// (isMatrixVector) of static f32 or bf16 operands becomes a call of the
+/// matrix-vector kernel (a warp or a CTA a row); `report` hears why one is not.
+void lowerMatrixVectors(ModuleOp module, SymbolTable &symbols,
+                        KernelReport *report);
+
+/// Whether `op` is a matrix-vector product of static K and N (N under 16, K
+/// of 16 or more): the matrix-vector kernel's, whatever its element types.
+bool isMatrixVectorGemm(GroupedMatmulOp op);
 
 /// Every moe.dequantize the dequantize kernel handles (after the round
 /// trips) becomes a call of it on the MX value's data and scales.
