@@ -16,9 +16,10 @@
 // threads walk K in chunks of W consecutive values (16-byte loads: W = 8
 // bf16 or 4 f32; W = 1 when K is not a multiple of W, or where a buffer is
 // not 16-byte aligned), thread t taking chunks t, t + T, ... (a warp's loads
-// of one step are 512 contiguous bytes); the rhs's W values of column n are
-// one vector load where they are consecutive (transposed, or N = 1), else
-// W loads (rhs is small and stays in cache). Each thread keeps N f32 sums;
+// of one step are 512 contiguous bytes, bf16); the rhs's W values of column
+// n are one vector load where they are consecutive (transposed, or N = 1:
+// 8 to 32 bytes by the rhs's type, assumed aligned to at most 16), else W
+// loads (rhs is small and stays in cache). Each thread keeps N f32 sums;
 // the warp adds them with xor shuffles, and a CTA row's 8 warps through
 // shared memory (warp order). The row's group g(r) is the last expert whose
 // clamped rows [lo, hi) hold r, as the reference computes it (the lanes
@@ -95,14 +96,14 @@ std::optional<MatrixVector> matchMatrixVector(GroupedMatmulOp op, WhyNot why) {
   auto rhs = dyn_cast<RankedTensorType>(op.getRhs().getType());
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
   RankedTensorType out = op.getType();
-  // Only matrix-vector products (N under 16, K of 16 or more) are this
-  // family's; an MX operand is a tile GEMM's.
-  if (!lhs || !rhs || !offsets || !lhs.hasStaticShape() ||
-      !rhs.hasStaticShape() || !offsets.hasStaticShape() ||
-      !out.hasStaticShape())
+  // Only matrix-vector products (N under 16, K of 16 or more, float
+  // tensors) are this family's.
+  if (!lhs || !rhs || !offsets || !isMatrixVectorGemm(op))
     return std::nullopt;
-  if (!isMatrixVectorGemm(op))
-    return std::nullopt;
+  if (!lhs.hasStaticShape() || !rhs.hasStaticShape() ||
+      !offsets.hasStaticShape() || !out.hasStaticShape())
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
   bool transposed = op.getTransposeRhs();
   int64_t k = lhs.getDimSize(1), n = rhs.getDimSize(transposed ? 1 : 2);
   if (op->getParentOfType<ExpertsOp>())
@@ -211,7 +212,7 @@ struct MatrixVectorEmitter : KernelBuilder {
         if (w > 1)
           v = loadVector(g.rhsElt, w,
                          globalPtr(rhsBase, mul(from, idx(rhsBytes))),
-                         w * rhsBytes);
+                         std::min(w * rhsBytes, VectorBytes));
         else
           v.push_back(
               memref::LoadOp::create(b, loc, rhsFlat, ValueRange{from}));
