@@ -164,6 +164,15 @@ void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel) {
   op.erase();
 }
 
+void replaceByGemmCall(GroupedMatmulOp op, func::FuncOp kernel) {
+  OpBuilder b(op);
+  auto call = func::CallOp::create(
+      b, op.getLoc(), kernel,
+      ValueRange{op.getLhs(), op.getRhs(), op.getOffsets()});
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+}
+
 namespace {
 //===----------------------------------------------------------------------===//
 // Memory effects of the NVVM ops the kernels use

@@ -459,6 +459,9 @@ SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op);
 /// scales (moe.mx_unpack) and the offsets.
 void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel);
 
+/// Replaces `op` by a call of `kernel` on its lhs, rhs and offsets.
+void replaceByGemmCall(GroupedMatmulOp op, func::FuncOp kernel);
+
 /// Registers memory-effect models for the NVVM ops the kernels use where
 /// upstream declares none (the buffer deallocation rejects unknown effects).
 void registerNVVMMemoryEffects(DialectRegistry &registry);

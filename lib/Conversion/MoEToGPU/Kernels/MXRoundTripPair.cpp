@@ -83,11 +83,15 @@ struct RoundTripPairEmitter : KernelBuilder {
     };
     Value xs = flat(x);
     Value ks = outK ? flat(outK) : Value(), ns = outN ? flat(outN) : Value();
+    // A result's address and whether it takes 16-byte stores (storeRun).
+    auto aligned16 = [&](Value base) {
+      return cmp(P::eq, arith::AndIOp::create(b, loc, base, int64(15)),
+                 int64(0));
+    };
     Value nBase = ns ? baseAddress(ns) : Value();
-    Value nAligned =
-        ns ? cmp(P::eq, arith::AndIOp::create(b, loc, nBase, int64(15)),
-                 int64(0))
-           : Value();
+    Value nAligned = ns ? aligned16(nBase) : Value();
+    Value kBase = kThroughSlab() ? baseAddress(ks) : Value();
+    Value kAligned = kThroughSlab() ? aligned16(kBase) : Value();
     int64_t rows = g.rows(), cols = g.cols();
     int64_t colTiles = cols / 32, rowTiles = rows / 32;
     Type f32 = b.getF32Type();
@@ -100,6 +104,20 @@ struct RoundTripPairEmitter : KernelBuilder {
           add(mul(add(mul(m, idx(rows)), mul(div(rc, colTiles), idx(32))),
                   idx(cols)),
               mul(rem(rc, colTiles), idx(32)));
+      // Where lane l's row of the tile starts (a run of 32 results), made
+      // where it is stored (made up front, it took 16 more registers).
+      auto runAt = [&] { return add(corner, mul(lane, idx(cols))); };
+      // Row `lane` of the slab, once every lane's column is in it; the slab
+      // is free for the next writes after.
+      auto readRow = [&] {
+        syncWarp();
+        SmallVector<Value> row;
+        for (int64_t j = 0; j < 32; ++j)
+          row.push_back(
+              LLVM::LoadOp::create(b, loc, f32, slot(lane, idx(j)), 4));
+        syncWarp();
+        return row;
+      };
       // Column `lane` (a K block): loads coalesced across the warp.
       SmallVector<Value> at, column;
       // Gathered: lane i reads row i's source, shuffled to every lane.
@@ -159,36 +177,22 @@ struct RoundTripPairEmitter : KernelBuilder {
           for (int64_t i = 0; i < 32; ++i)
             LLVM::StoreOp::create(b, loc, toF32(alongK[i]), slot(idx(i), lane),
                                   4);
-          syncWarp();
-          SmallVector<Value> row;
-          for (int64_t j = 0; j < 32; ++j) {
-            Value v = LLVM::LoadOp::create(b, loc, f32, slot(lane, idx(j)), 4);
-            row.push_back(
-                g.alongK.outElt.isF32()
-                    ? v
-                    : arith::TruncFOp::create(b, loc, g.alongK.outElt, v)
-                          .getResult());
-          }
-          syncWarp(); // the slab is free for the next tile
-          Value kBase = baseAddress(ks);
-          storeRun(ks, kBase, add(corner, mul(lane, idx(cols))), row,
-                   cmp(P::eq, arith::AndIOp::create(b, loc, kBase, int64(15)),
-                       int64(0)));
+          SmallVector<Value> row = readRow();
+          if (!g.alongK.outElt.isF32())
+            for (Value &v : row)
+              v = arith::TruncFOp::create(b, loc, g.alongK.outElt, v);
+          storeRun(ks, kBase, runAt(), row, kAligned);
         }
       }
       if (!ns)
         return;
       // Row `lane` (an N block), through shared memory: 32 consecutive
       // results stored as one run.
-      syncWarp();
-      SmallVector<Value> row;
-      for (int64_t j = 0; j < 32; ++j)
-        row.push_back(LLVM::LoadOp::create(b, loc, f32, slot(lane, idx(j)), 4));
-      syncWarp(); // the slab is free for the next tile
+      SmallVector<Value> row = readRow();
       SmallVector<Value> alongN =
           mxRoundTrip(row, amaxOf(row), g.alongN.mx.getElementType(),
                       g.alongN.mode, g.alongN.outElt);
-      storeRun(ns, nBase, add(corner, mul(lane, idx(cols))), alongN, nAligned);
+      storeRun(ns, nBase, runAt(), alongN, nAligned);
     });
   }
 };

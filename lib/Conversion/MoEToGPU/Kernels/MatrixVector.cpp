@@ -347,12 +347,7 @@ void lowerMatrixVectors(ModuleOp module, SymbolTable &symbols,
                                 buf[1],           buf[2], out};
           k.emit(launch);
         });
-    OpBuilder b(op);
-    auto call = func::CallOp::create(
-        b, op.getLoc(), kernel,
-        ValueRange{op.getLhs(), op.getRhs(), op.getOffsets()});
-    op.getResult().replaceAllUsesWith(call.getResult(0));
-    op.erase();
+    replaceByGemmCall(op, kernel);
   }
 }
 

@@ -337,12 +337,7 @@ void lowerWgmmaGemm(GroupedMatmulOp op, const WgmmaGemm &g, ModuleOp module,
                                 op.getOffsets().getType()};
   func::FuncOp kernel = getOrCreateWgmmaFunction(module, symbols, g, argTypes,
                                                  op.getType(), op.getLoc());
-  OpBuilder b(op);
-  auto call = func::CallOp::create(
-      b, op.getLoc(), kernel,
-      ValueRange{op.getLhs(), op.getRhs(), op.getOffsets()});
-  op.getResult().replaceAllUsesWith(call.getResult(0));
-  op.erase();
+  replaceByGemmCall(op, kernel);
 }
 
 } // namespace mlir::moe::kernels
