@@ -189,7 +189,7 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(moe::createMoEGPUNameKernels());
   // Constants used in kernels stay in them instead of becoming kernel
   // parameters (outlining alone passes every value from above).
-  pm.addPass(createGpuLaunchSinkIndexComputationsPass());
+  pm.addNestedPass<func::FuncOp>(moe::createMoEGPUSinkIndexComputations());
   pm.addPass(createGpuKernelOutliningPass());
   // Each layer's copy of a kernel compiled once.
   pm.addPass(moe::createMoEGPUMergeKernels());

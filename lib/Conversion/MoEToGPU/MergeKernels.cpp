@@ -10,6 +10,12 @@
 // form with those names fixed (no locations), so two modules merge only when
 // their bodies are the same text.
 //
+// The dedicated kernels are functions that launch; inlined at each call,
+// every call outlines its own copy of the kernel into the same module
+// (`..._kernel_0`, `..._kernel_1`, ...). Within each kept module, kernel
+// functions that print the same but for their own name are merged the same
+// way.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/Passes.h"
@@ -58,6 +64,18 @@ std::string canonicalText(gpu::GPUModuleOp module,
   return text;
 }
 
+/// The printed form of kernel `func` with its name fixed (restored before
+/// returning).
+std::string canonicalText(gpu::GPUFuncOp func) {
+  StringAttr name = func.getNameAttr();
+  SymbolTable::setSymbolName(func, "k");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  func->print(os, OpPrintingFlags().useLocalScope());
+  SymbolTable::setSymbolName(func, name);
+  return text;
+}
+
 struct MoEGPUMergeKernelsPass
     : moe::impl::MoEGPUMergeKernelsBase<MoEGPUMergeKernelsPass> {
   void runOnOperation() override {
@@ -85,12 +103,34 @@ struct MoEGPUMergeKernelsPass
                 {FlatSymbolRefAttr::get(SymbolTable::getSymbolName(to))});
       merged.push_back(module);
     }
-    if (merged.empty())
+    // Copies of one kernel inside a module that stays.
+    SmallVector<gpu::GPUFuncOp> copies;
+    for (auto module : top.getOps<gpu::GPUModuleOp>()) {
+      if (llvm::is_contained(merged, module))
+        continue;
+      llvm::StringMap<gpu::GPUFuncOp> firstKernel;
+      for (auto func : module.getOps<gpu::GPUFuncOp>()) {
+        if (!func.isKernel())
+          continue;
+        auto [it, inserted] =
+            firstKernel.try_emplace(canonicalText(func), func);
+        if (inserted)
+          continue;
+        replacement[SymbolRefAttr::get(module.getSymNameAttr(),
+                                       {FlatSymbolRefAttr::get(func)})] =
+            SymbolRefAttr::get(module.getSymNameAttr(),
+                               {FlatSymbolRefAttr::get(it->second)});
+        copies.push_back(func);
+      }
+    }
+    if (replacement.empty())
       return;
     top.walk([&](gpu::LaunchFuncOp launch) {
       if (SymbolRefAttr to = replacement.lookup(launch.getKernel()))
         launch.setKernelAttr(to);
     });
+    for (gpu::GPUFuncOp func : copies)
+      func.erase();
     for (gpu::GPUModuleOp module : merged)
       module.erase();
   }
