@@ -8,7 +8,6 @@
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
-#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/Pipelines/Passes.h"
@@ -69,8 +68,20 @@ static void addTensorLoweringAndBufferization(OpPassManager &pm, bool parallel,
   pm.addPass(bufferization::createOneShotBufferizePass(bufferization));
   // Train steps write the new parameters and moments over the old ones.
   pm.addNestedPass<func::FuncOp>(moe::createMoEUpdateArgumentsInPlace());
-  bufferization::BufferDeallocationPipelineOptions dealloc;
-  bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  // Upstream's buffer deallocation pipeline, with the block-end deallocs
+  // split (-moe-split-deallocs) before its simplification pairs their
+  // thousands of operands.
+  memref::ExpandReallocPassOptions expand;
+  expand.emitDeallocs = false;
+  pm.addPass(memref::createExpandReallocPass(expand));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(bufferization::createOwnershipBasedBufferDeallocationPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addNestedPass<func::FuncOp>(moe::createMoESplitDeallocs());
+  pm.addPass(bufferization::createBufferDeallocationSimplificationPass());
+  pm.addPass(bufferization::createLowerDeallocationsPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createCanonicalizerPass());
   // bufferization.clone (from deallocation) -> memref.alloc + memref.copy.
   pm.addPass(createConvertBufferizationToMemRefPass());
   // Buffers allocated where their tensors were created and freed at the end

@@ -97,15 +97,16 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
       // the loop would be recomputed on every iteration.
       if (!producer || !producer->hasOneUse() || !staticShapes(producer) ||
           producer->getParentRegion() != consumer->getParentRegion() ||
-          !linalg::areElementwiseOpsFusable(operand) ||
-          raisesPeak(producer, consumer))
+          !linalg::areElementwiseOpsFusable(operand))
         continue;
       // Each produced element read by exactly one consumer iteration: a
       // broadcasting read (a row's source index read by every element of
       // the row) would recompute the producer's body that many times.
+      // (Checked before the peak, which takes a pass over the block.)
       auto result = cast<OpResult>(operand->get());
       if (!consumer.getMatchingIndexingMap(operand).isPermutation() ||
-          !producer.getIndexingMapMatchingResult(result).isPermutation())
+          !producer.getIndexingMapMatchingResult(result).isPermutation() ||
+          raisesPeak(producer, consumer))
         continue;
       FailureOr<linalg::ElementwiseOpFusionResult> fused =
           linalg::fuseElementwiseOps(rewriter, operand);

@@ -9,12 +9,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Utils/BufferOrigin.h"
 #include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -29,25 +28,11 @@ using namespace mlir;
 
 namespace {
 
-/// The allocation `value` is, or is a view of (through view-like ops and
-/// memref.extract_strided_metadata's base buffer); null when it is neither.
+/// The allocation `value` is, or is a view of; null when it is neither (a
+/// view of an argument, or of something else).
 Value allocationOf(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    if (auto view = dyn_cast<ViewLikeOpInterface>(def)) {
-      value = view.getViewSource();
-      continue;
-    }
-    if (auto metadata = dyn_cast<memref::ExtractStridedMetadataOp>(def)) {
-      if (value != metadata.getBaseBuffer())
-        return {};
-      value = metadata.getSource();
-      continue;
-    }
-    if (hasEffect<MemoryEffects::Allocate>(def, value))
-      return value;
-    return {};
-  }
-  return {};
+  Value buffer = moe::viewedBuffer(value);
+  return buffer && buffer.getDefiningOp() ? buffer : Value();
 }
 
 /// The last op of `block` that reaches `buffer` (uses it or a value computed
@@ -93,6 +78,19 @@ Operation *firstUse(Value buffer, Block *block) {
   return first;
 }
 
+/// Moves `op` to just before `to` in its block. Operation::moveBefore
+/// splices, which invalidates the order of the whole block, so the next
+/// isBeforeInBlock renumbers every op of it: a pass over the block per move,
+/// quadratic over a train step's thousands of buffers. Removed and inserted
+/// again, only `op` loses its number and takes one between its neighbors'.
+void moveInBlock(Operation *op, Block::iterator to) {
+  if (to == op->getIterator())
+    return;
+  Block *block = op->getBlock();
+  op->remove();
+  block->getOperations().insert(to, op);
+}
+
 struct BufferLifetimesPass
     : moe::impl::MoEBufferLifetimesBase<BufferLifetimesPass> {
   void runOnOperation() override {
@@ -115,10 +113,10 @@ struct BufferLifetimesPass
       // before it, so they still dominate it).
       if (Operation *first = firstUse(buffer, block);
           first && first != dealloc && allocation->isBeforeInBlock(first))
-        allocation->moveBefore(first);
+        moveInBlock(allocation, first->getIterator());
       Operation *after = *last ? *last : allocation.getOperation();
       if (after->isBeforeInBlock(dealloc))
-        dealloc->moveAfter(after);
+        moveInBlock(dealloc, std::next(after->getIterator()));
     }
   }
 };

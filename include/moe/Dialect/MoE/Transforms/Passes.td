@@ -261,6 +261,32 @@ def MoEHoistQuantize : Pass<"moe-hoist-quantize", "func::FuncOp"> {
   let dependentDialects = ["moe::MoEDialect"];
 }
 
+def MoESplitDeallocs : Pass<"moe-split-deallocs", "func::FuncOp"> {
+  let summary = "Free each allocation no other dealloc operand can alias on its own";
+  let description = [{
+    Ownership-based deallocation ends a block with one `bufferization.dealloc`
+    of every buffer the block allocated. This pass splits off each operand
+    whose buffer (through views) is an allocation that no other operand,
+    freed or retained, views: it is freed by a dealloc of its own, under its
+    own condition, retaining nothing.
+
+    ```mlir
+    %r:1 = bufferization.dealloc (%a, %b, %arg0 : ...) if (%true, %c, %d)
+                                 retain (%v : memref<4xf32>)
+    // with %a and %b allocations and %v a view of neither:
+    bufferization.dealloc (%a : memref<8xf32>) if (%true)
+    bufferization.dealloc (%b : memref<8xf32>) if (%c)
+    %r:1 = bufferization.dealloc (%arg0 : ...) if (%d) retain (%v : ...)
+    ```
+
+    This is what `-buffer-deallocation-simplification` concludes with alias
+    analysis over every pair of operands, found without it, in time linear
+    in the operands (a train step's dealloc has thousands). A dealloc with
+    an operand whose buffer is unknown (a call's result, a loaded memref)
+    is left whole to the simplification.
+  }];
+}
+
 def MoEBufferLifetimes : Pass<"moe-buffer-lifetimes", "func::FuncOp"> {
   let summary = "Allocate each buffer at its first use and free it after its last";
   let description = [{
