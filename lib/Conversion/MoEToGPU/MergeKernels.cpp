@@ -125,9 +125,14 @@ struct MoEGPUMergeKernelsPass
     }
     if (replacement.empty())
       return;
+    // (A launch of a merged module's copy goes to the kept module's copy,
+    // and from there to the first copy: follow the chain.)
     top.walk([&](gpu::LaunchFuncOp launch) {
-      if (SymbolRefAttr to = replacement.lookup(launch.getKernel()))
-        launch.setKernelAttr(to);
+      SymbolRefAttr kernel = launch.getKernel();
+      while (SymbolRefAttr to = replacement.lookup(kernel))
+        kernel = to;
+      if (kernel != launch.getKernel())
+        launch.setKernelAttr(kernel);
     });
     for (gpu::GPUFuncOp func : copies)
       func.erase();

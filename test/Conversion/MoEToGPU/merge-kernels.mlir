@@ -94,3 +94,53 @@ module attributes {gpu.container_module} {
     return
   }
 }
+
+// -----
+
+// A launch of a copy in a module merged away goes to the kept module's copy,
+// which merges into the first copy in turn.
+// CHECK-LABEL: gpu.module @a_kernel
+// CHECK: gpu.func @a_kernel(
+// CHECK-NOT: gpu.func
+// CHECK-NOT: gpu.module @b_kernel
+// CHECK-LABEL: func.func @step3
+// CHECK-COUNT-4: gpu.launch_func @a_kernel::@a_kernel blocks
+module attributes {gpu.container_module} {
+  gpu.module @a_kernel {
+    gpu.func @a_kernel(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      memref.store %v, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+    gpu.func @a_kernel_0(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      memref.store %v, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+  }
+  gpu.module @b_kernel {
+    gpu.func @b_kernel(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      memref.store %v, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+    gpu.func @b_kernel_0(%a: memref<16xf32>) kernel {
+      %i = gpu.thread_id x
+      %v = memref.load %a[%i] : memref<16xf32>
+      memref.store %v, %a[%i] : memref<16xf32>
+      gpu.return
+    }
+  }
+  func.func @step3(%a: memref<16xf32>) {
+    %c1 = arith.constant 1 : index
+    %c16 = arith.constant 16 : index
+    gpu.launch_func @a_kernel::@a_kernel blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    gpu.launch_func @a_kernel::@a_kernel_0 blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    gpu.launch_func @b_kernel::@b_kernel blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    gpu.launch_func @b_kernel::@b_kernel_0 blocks in (%c1, %c1, %c1) threads in (%c16, %c1, %c1) args(%a : memref<16xf32>)
+    return
+  }
+}
