@@ -23,13 +23,16 @@ the peers), TFLOP/s with causal FLOPs counted as half (forward 4 B S^2 H D
 its inputs (torch's allocator; ours allocates through libmoert, whose
 results are counted from their shapes), and the forward's difference
 ||o - ref|| / ||ref|| from SDPA's math backend in f32 on the same bf16
-inputs (at the lengths where it fits).
+inputs (at the lengths where it fits). A row of ours with documents
+(packed rows of 512-token documents, moe.attention's `documents`): its
+TFLOP/s count the masked problem's FLOPs (each document's causal square).
 """
 import sys
 
 from gemm import gpu_ms  # bench/gemm.py: GPU time per call by the profiler
 
 HEADS, KV_HEADS, DIM, TOKENS = 32, 4, 128, 16384
+DOC = 512  # tokens a document, for the packed-row rows
 
 
 def batch_of(seq):
@@ -42,6 +45,7 @@ def emit(seq):
     kv = f"tensor<{b}x{seq}x{KV_HEADS}x{DIM}xbf16>"
     qo = f"tensor<{b}x{seq}x{HEADS}x{DIM}xf32>"
     ko = f"tensor<{b}x{seq}x{KV_HEADS}x{DIM}xf32>"
+    d = f"tensor<{b}x{seq}xi32>"
     return f"""// Attention at sequence {seq}, batch {b} (bench/attention.py emit {seq}).
 func.func @fwd(%q: {q}, %k: {kv}, %v: {kv}) -> {qo} {{
   %o = moe.attention %q, %k, %v causal : {q}, {kv}, {kv} -> {qo}
@@ -51,6 +55,19 @@ func.func @fwd(%q: {q}, %k: {kv}, %v: {kv}) -> {qo} {{
 func.func @fwd_bwd(%q: {q}, %k: {kv}, %v: {kv}, %do: {q}) -> ({qo}, {qo}, {ko}, {ko}) {{
   %o = moe.attention %q, %k, %v causal : {q}, {kv}, {kv} -> {qo}
   %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal
+      : {q}, {kv}, {kv}, {q} -> {qo}, {ko}, {ko}
+  return %o, %dq, %dk, %dv : {qo}, {qo}, {ko}, {ko}
+}}
+
+func.func @fwd_docs(%q: {q}, %k: {kv}, %v: {kv}, %d: {d}) -> {qo} {{
+  %o = moe.attention %q, %k, %v causal documents(%d : {d}) : {q}, {kv}, {kv} -> {qo}
+  return %o : {qo}
+}}
+
+func.func @fwd_bwd_docs(%q: {q}, %k: {kv}, %v: {kv}, %do: {q}, %d: {d})
+    -> ({qo}, {qo}, {ko}, {ko}) {{
+  %o = moe.attention %q, %k, %v causal documents(%d : {d}) : {q}, {kv}, {kv} -> {qo}
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal documents(%d : {d})
       : {q}, {kv}, {kv}, {q} -> {qo}, {ko}, {ko}
   return %o, %dq, %dk, %dv : {qo}, {qo}, {ko}, {ko}
 }}
@@ -117,6 +134,14 @@ def run(art_dir, seqs):
                 rows.append(("moe-mlir flash (f32 out)", f_ms, fb_ms - f_ms, mib,
                              rel(o, ref) if ref is not None else float("nan")))
                 del o
+                # Packed rows of DOC-token documents: FLOPs counted are the
+                # masked problem's (each document's causal square).
+                if seq > DOC:
+                    docs = (torch.arange(seq, device="cuda", dtype=torch.int32) // DOC).expand(b, seq).contiguous()
+                    f_ms = gpu_ms(lambda: ours.fwd_docs(q, k, v, docs))
+                    fb_ms = gpu_ms(lambda: ours.fwd_bwd_docs(q, k, v, do, docs))
+                    rows.append((f"moe-mlir flash, documents {DOC}", f_ms, fb_ms - f_ms, mib,
+                                 float("nan"), DOC / seq))
             except Exception as err:  # report, do not hide
                 print(f"# moe-mlir failed at {seq}: {str(err).splitlines()[0][:100]}")
         else:
@@ -158,9 +183,11 @@ def run(art_dir, seqs):
             except Exception as err:  # report, do not hide
                 print(f"# {label} unavailable at {seq}: {str(err).splitlines()[0][:90]}")
             torch.cuda.empty_cache()
-        for label, f_ms, b_ms, mib, d in rows:
-            print(f"{seq:6d} {b:5d} {label:28} {f_ms:8.3f} {fwd_flops / f_ms / 1e9:8.1f} "
-                  f"{b_ms:8.3f} {bwd_flops / b_ms / 1e9:8.1f} {mib:7.0f} {d:9.1e}", flush=True)
+        for label, f_ms, b_ms, mib, d, *share in rows:
+            part = share[0] if share else 1.0  # of the causal row's FLOPs
+            print(f"{seq:6d} {b:5d} {label:28} {f_ms:8.3f} {part * fwd_flops / f_ms / 1e9:8.1f} "
+                  f"{b_ms:8.3f} {part * bwd_flops / b_ms / 1e9:8.1f} {mib:7.0f} {d:9.1e}",
+                  flush=True)
         q = k = v = do = ref = None
         torch.cuda.empty_cache()
 

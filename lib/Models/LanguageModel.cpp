@@ -460,8 +460,8 @@ struct GraphBuilder {
 
 OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                                                     const ModelConfig &c,
-                                                    int64_t batch,
-                                                    int64_t seq) {
+                                                    int64_t batch, int64_t seq,
+                                                    bool documents) {
   context->loadDialect<MoEDialect, arith::ArithDialect, func::FuncDialect,
                        linalg::LinalgDialect, math::MathDialect,
                        tensor::TensorDialect>();
@@ -482,6 +482,8 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
   bool routerBias = c.routerBiasUpdateRate > 0 && moeLayers > 0;
   if (routerBias)
     argTypes.push_back(RankedTensorType::get({moeLayers, c.numExperts}, f32));
+  if (documents)
+    argTypes.push_back(RankedTensorType::get({batch, seq}, i32));
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(
       b, top, "loss",
@@ -512,6 +514,9 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                     b.getStringAttr("router_bias"));
     func.setArgAttr(params.size() + 2, "moe.no_grad", b.getUnitAttr());
   }
+  if (documents)
+    func.setArgAttr(argTypes.size() - 1, "moe.input",
+                    b.getStringAttr("documents"));
   Block *body = func.addEntryBlock();
   b.setInsertionPointToEnd(body);
 
@@ -530,6 +535,7 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
   double eps = c.rmsNormEps;
   Value ids = body->getArgument(params.size());
   Value labels = body->getArgument(params.size() + 1);
+  Value docs = documents ? body->getArgument(argTypes.size() - 1) : Value();
 
   GraphBuilder g{b, at("model.embed_tokens"), f32};
   Value embed = arg("model.embed_tokens.weight");
@@ -564,7 +570,7 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
     Value q = rotary(rmsNorm(heads(wq, nq), qNorm));
     Value k = rotary(rmsNorm(heads(wk, nkv), kNorm));
     Value v = heads(wv, nkv);
-    Value o = AttentionOp::create(b, g.loc, q.getType(), q, k, v,
+    Value o = AttentionOp::create(b, g.loc, q.getType(), q, k, v, docs,
                                   b.getUnitAttr(), FloatAttr());
     o = g.reshape(o, {tokens, nq * d}, {{0, 1}, {2, 3}}, /*expand=*/false);
     x = g.add(x, g.matmul(o, arg(pre + "self_attn.o_proj.weight")));

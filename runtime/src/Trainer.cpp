@@ -269,6 +269,18 @@ struct Memory {
 
 using Entry = void *; // a packed entry point (moert::artifact::call)
 
+/// The document of each token of `ids` (rows of `seq` tokens): the number
+/// of <bos> tokens at or before it in its row. Every sequence starts with
+/// one, so the tokens of one sequence share a number, and the tail of a
+/// sequence begun in the row before has 0.
+std::vector<int32_t> documentsOf(const std::vector<int32_t> &ids, int64_t seq) {
+  std::vector<int32_t> documents(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    documents[i] =
+        (i % size_t(seq) ? documents[i - 1] : 0) + (ids[i] == Tokenizer::bos);
+  return documents;
+}
+
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
@@ -402,6 +414,9 @@ struct Loop {
       } else if (a.input == "ids" || a.input == "labels") {
         const std::vector<int32_t> &x = a.input == "ids" ? ids : labels;
         p = upload(x.data(), x.size() * 4);
+      } else if (a.input == "documents") {
+        std::vector<int32_t> documents = documentsOf(ids, a.shape.back());
+        p = upload(documents.data(), documents.size() * 4);
       } else if (a.input == "adamw") {
         p = upload(scalars.data(), scalars.size() * 4);
       } else if (a.input == "router_bias") {
@@ -607,9 +622,10 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   std::string hfTransposed; // names whose last two dims transformers swaps
   std::vector<ModelParam> layout; // for --init-from
   // The step's arguments: parameters, ids, labels, the moments of every
-  // parameter in the parameters' order, the optimizer's scalars.
+  // parameter in the parameters' order, the optimizer's scalars (and the
+  // router biases and the documents where the model has them).
   size_t moments[2] = {0, 0};
-  bool scalars = false;
+  bool scalars = false, documents = false;
   for (const artifact::Tensor &a : step->args) {
     if (!a.param.empty()) {
       if (a.dtype != "f32" || !a.updated)
@@ -640,6 +656,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         t.die(artifactPath + ": its router_bias is not an f32 [layers, "
                              "experts] tensor");
       t.routerBiasShape = a.shape;
+    } else if (a.input == "documents") {
+      if (a.shape.size() != 2 || a.dtype != "i32")
+        t.die(artifactPath + ": its documents are not an i32 [batch, seq] "
+                             "tensor");
+      documents = true;
     } else if (a.input != "labels") {
       t.die(artifactPath + ": loss_step has an argument of no known role");
     }
@@ -679,11 +700,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   size_t stepOutputs = outputs(*step), lossOutputs = outputs(*t.lossFn);
   if (t.params.empty() || t.batch < 1 || t.seq < 1 || !scalars ||
       moments[0] != t.params.size() || moments[1] != t.params.size() ||
-      3 * t.params.size() + 3 + !t.routerBiasShape.empty() !=
+      3 * t.params.size() + 3 + !t.routerBiasShape.empty() + documents !=
           step->args.size() ||
       stepOutputs != lossOutputs || step->results.size() != 2 + stepOutputs ||
       t.lossFn->args.size() !=
-          t.params.size() + 2 + !t.routerBiasShape.empty() ||
+          t.params.size() + 2 + !t.routerBiasShape.empty() + documents ||
       (!t.routerBiasShape.empty() && !stepOutputs) ||
       t.lossFn->results.size() != 1 + lossOutputs)
     t.die(artifactPath + ": its loss_step is not a moe-model train step "

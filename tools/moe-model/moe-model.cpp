@@ -49,6 +49,11 @@ static cl::opt<bool> trainStep(
     cl::desc("Also emit @loss_grad, the loss and every parameter's gradient "
              "(-moe-autodiff)"),
     cl::init(false), cl::cat(moeModelOptions));
+static cl::opt<bool> documentMask(
+    "document-mask",
+    cl::desc("Attention within documents: @loss takes the document of each "
+             "token of the packed rows (i32 [batch, seq], role 'documents')"),
+    cl::init(false), cl::cat(moeModelOptions));
 static cl::opt<bool> listParameters(
     "parameters",
     cl::desc("List the parameters (name, shape, init) instead of the graph"),
@@ -104,7 +109,7 @@ int main(int argc, char **argv) {
 
   MLIRContext context;
   OwningOpRef<ModuleOp> module =
-      moe::buildLanguageModel(&context, *config, batch, seq);
+      moe::buildLanguageModel(&context, *config, batch, seq, documentMask);
   if (failed(verify(*module))) {
     llvm::errs() << "moe-model: the built model does not verify\n";
     return 1;

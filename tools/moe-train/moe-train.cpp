@@ -58,6 +58,10 @@ static const char *kUsage =
     "  --dense NAME           with a recipe: the dense GEMMs' precision, bf16 "
     "(default)\n"
     "                         or mxfp8\n"
+    "  --document-mask        each sequence packed into a row attends only "
+    "to\n"
+    "                         itself (attention masked where a <bos> starts "
+    "the next)\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
@@ -82,7 +86,7 @@ int main(int argc, char **argv) {
 
   std::string configPath, target = "cpu", recipe = "none", dense = "bf16";
   int64_t batch = 8, seq = 128;
-  bool compileOnly = false, denseGiven = false;
+  bool compileOnly = false, denseGiven = false, documentMask = false;
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string name = rest[i], value;
     bool inline_ = false;
@@ -129,6 +133,8 @@ int main(int argc, char **argv) {
       integer(seq);
     } else if (name == "--compile-only" && !inline_) {
       compileOnly = true;
+    } else if (name == "--document-mask" && !inline_) {
+      documentMask = true;
     } else {
       die("unknown option '" + rest[i] + "' (see --help)");
     }
@@ -182,7 +188,7 @@ int main(int argc, char **argv) {
     moe::registerCompilerDialects(registry);
     MLIRContext context(registry);
     OwningOpRef<ModuleOp> module =
-        moe::buildLanguageModel(&context, *config, batch, seq);
+        moe::buildLanguageModel(&context, *config, batch, seq, documentMask);
     PassManager pm(&context);
     moe::TrainPipelineOptions train;
     train.autodiff = true;

@@ -99,10 +99,14 @@ struct ModelParameter {
 /// The parameters of `config`'s model, in the order of @loss's arguments.
 std::vector<ModelParameter> modelParameters(const ModelConfig &config);
 
-/// Builds the loss function for `batch` sequences of `seq` tokens.
+/// Builds the loss function for `batch` sequences of `seq` tokens. With
+/// `documents`, @loss takes a last argument of role `documents`, i32
+/// [batch, seq]: the document of each token of the packed rows, and
+/// attention stays within documents.
 OwningOpRef<ModuleOp> buildLanguageModel(MLIRContext *context,
                                          const ModelConfig &config,
-                                         int64_t batch, int64_t seq);
+                                         int64_t batch, int64_t seq,
+                                         bool documents = false);
 
 } // namespace mlir::moe
 

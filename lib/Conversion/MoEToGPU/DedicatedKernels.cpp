@@ -300,7 +300,7 @@ struct MoEGPUDedicatedKernelsPass
             grads.push_back(g);
         });
     struct Lowered {
-      Value q, k, v;
+      Value q, k, v, documents;
       FlashAttention f;
       Value out, lse;
     };
@@ -317,9 +317,9 @@ struct MoEGPUDedicatedKernelsPass
       OpBuilder b(op);
       auto [out, lse] =
           createFlashForward(b, op.getLoc(), *f, op.getQuery(), op.getKey(),
-                             op.getValue(), module, symbols);
-      lowered.push_back(
-          {op.getQuery(), op.getKey(), op.getValue(), *f, out, lse});
+                             op.getValue(), op.getDocuments(), module, symbols);
+      lowered.push_back({op.getQuery(), op.getKey(), op.getValue(),
+                         op.getDocuments(), *f, out, lse});
       op.getResult().replaceAllUsesWith(out);
       op.erase();
     }
@@ -333,12 +333,13 @@ struct MoEGPUDedicatedKernelsPass
       OpBuilder b(op);
       Location loc = op.getLoc();
       Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
+      Value documents = op.getDocuments();
       const Lowered *forward = nullptr;
       for (const Lowered &l : lowered) {
         Operation *call = l.out.getDefiningOp();
-        if (l.q == q && l.k == k && l.v == v && l.f.causal == f->causal &&
-            l.f.scale == f->scale && call->getBlock() == op->getBlock() &&
-            call->isBeforeInBlock(op))
+        if (l.q == q && l.k == k && l.v == v && l.documents == documents &&
+            l.f.causal == f->causal && l.f.scale == f->scale &&
+            call->getBlock() == op->getBlock() && call->isBeforeInBlock(op))
           forward = &l;
       }
       Value out, lse;
@@ -347,10 +348,11 @@ struct MoEGPUDedicatedKernelsPass
         lse = forward->lse;
       } else {
         std::tie(out, lse) =
-            createFlashForward(b, loc, *f, q, k, v, module, symbols);
+            createFlashForward(b, loc, *f, q, k, v, documents, module, symbols);
       }
-      std::array<Value, 3> grads = createFlashBackward(
-          b, loc, *f, q, k, v, op.getGrad(), out, lse, module, symbols);
+      std::array<Value, 3> grads =
+          createFlashBackward(b, loc, *f, q, k, v, op.getGrad(), out, lse,
+                              documents, module, symbols);
       op->replaceAllUsesWith(ValueRange(grads));
       op.erase();
     }

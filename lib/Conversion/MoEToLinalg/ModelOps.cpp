@@ -435,9 +435,10 @@ struct RotaryLowering : OpConversionPattern<RotaryOp> {
 //===----------------------------------------------------------------------===//
 
 /// The attention probabilities p [B, N, S, S] (f32) of query [B, S, N, D]
-/// and key [B, S, M, D].
-Value attentionProbs(Emitter &e, Value q, Value k, int64_t group, bool causal,
-                     double scale) {
+/// and key [B, S, M, D], keys of other documents hidden where `documents`
+/// [B, S] is given.
+Value attentionProbs(Emitter &e, Value q, Value k, Value documents,
+                     int64_t group, bool causal, double scale) {
   MLIRContext *ctx = e.b.getContext();
   // scores[b, n, i, j] = sum_d q[b, i, n, d] * k[b, j, n / G, d]
   SmallVector<AffineExpr> d = loopDims(ctx, 5); // b n i j d
@@ -451,12 +452,19 @@ Value attentionProbs(Emitter &e, Value q, Value k, int64_t group, bool causal,
   float inf = std::numeric_limits<float>::infinity();
   Value masked = e.map(scores, f32Of(e), [&](Emitter &m, ValueRange a) {
     Value v = mul(m, a[0], m.f32(scale));
-    if (!causal)
-      return v;
     // linalg.map-style body of a generic: the loop indices are available.
-    Value future =
-        m.cmpI(arith::CmpIPredicate::sgt, loopIndex(m, 3), loopIndex(m, 2));
-    return m.sel(future, m.f32(-inf), v);
+    Value hidden;
+    if (causal)
+      hidden =
+          m.cmpI(arith::CmpIPredicate::sgt, loopIndex(m, 3), loopIndex(m, 2));
+    if (documents) {
+      Value batch = loopIndex(m, 0);
+      Value other = m.cmpI(arith::CmpIPredicate::ne,
+                           m.extract(documents, {batch, loopIndex(m, 2)}),
+                           m.extract(documents, {batch, loopIndex(m, 3)}));
+      hidden = hidden ? arith::OrIOp::create(m.b, m.loc, hidden, other) : other;
+    }
+    return hidden ? m.sel(hidden, m.f32(-inf), v) : v;
   });
   return lastDimSoftmax(e, masked);
 }
@@ -471,8 +479,8 @@ struct AttentionLowering : OpConversionPattern<AttentionOp> {
     Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
     int64_t group = op.getQuery().getType().getDimSize(2) /
                     op.getKey().getType().getDimSize(2);
-    Value p =
-        attentionProbs(e, q, k, group, op.getCausal(), op.getScaleOrDefault());
+    Value p = attentionProbs(e, q, k, adaptor.getDocuments(), group,
+                             op.getCausal(), op.getScaleOrDefault());
     // out[b, i, n, d] = sum_j p[b, n, i, j] * v[b, j, n / G, d]
     SmallVector<AffineExpr> d = loopDims(ctx, 5); // b i n d j
     AffineExpr b = d[0], i = d[1], n = d[2], dd = d[3], j = d[4];
@@ -498,7 +506,8 @@ struct AttentionGradLowering : OpConversionPattern<AttentionGradOp> {
     int64_t kvHeads = op.getKey().getType().getDimSize(2);
     int64_t group = heads / kvHeads;
     double scale = op.getScaleOrDefault();
-    Value p = attentionProbs(e, q, k, group, op.getCausal(), scale);
+    Value p = attentionProbs(e, q, k, adaptor.getDocuments(), group,
+                             op.getCausal(), scale);
     SmallVector<AffineExpr> d = loopDims(ctx, 5);
     SmallVector<IteratorType> red5 = {kPar, kPar, kPar, kPar, kRed};
     SmallVector<OpFoldResult> qs = e.sizes(q);

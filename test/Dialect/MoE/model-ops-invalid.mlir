@@ -82,6 +82,30 @@ func.func @attention_groups(%q: tensor<2x8x6x16xf32>, %k: tensor<2x8x4x16xf32>) 
 
 // -----
 
+func.func @attention_documents_rank(%q: tensor<2x8x4x16xf32>, %d: tensor<16xi32>) {
+  // expected-error @+1 {{expects documents [batch, seq] to have rank 2, got rank 1}}
+  %o = moe.attention %q, %q, %q documents(%d : tensor<16xi32>) : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32> -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_documents_seq(%q: tensor<2x8x4x16xf32>, %dq: tensor<2x8x4x16xf32>, %d: tensor<2x9xi32>) {
+  // expected-error @+1 {{expects documents dim 1 (sequence) to be 8, got 9}}
+  %g:3 = moe.attention_grad %q, %q, %q, %dq causal documents(%d : tensor<2x9xi32>) : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32> -> tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_documents_type(%q: tensor<2x8x4x16xf32>, %d: tensor<2x8xf32>) {
+  // expected-error @+1 {{operand #3 must be ranked tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %o = moe.attention %q, %q, %q documents(%d : tensor<2x8xf32>) : tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32> -> tensor<2x8x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @attention_head_dim(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x2x8xf32>) {
   // expected-error @+1 {{expects key dim 3 (head dim) to be 16, got 8}}
   %o = moe.attention %q, %k, %k : tensor<2x8x4x16xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32> -> tensor<2x8x4x16xf32>

@@ -24,6 +24,15 @@
 // delta = rowsum(dO * O) ([B, N, S] f32), which both backward kernels read,
 // is a kernel of its own before them (a warp a row). scale' = scale log2(e).
 //
+// Documents ([B, S] i32 or i64, packed rows): a key of another document is
+// hidden as a future one is. Each thread reads the documents of its fragment
+// rows once and those of its columns once a tile (global loads, cached). A
+// kernel of its own first finds each 64-row tile's range of ids
+// ([B, tiles, 2]); a CTA then visits only the tiles from the first to the
+// last whose range meets its own tile's (tiles outside share no document
+// with it: exact for any ids, and for the sorted ids of packed rows the
+// tiles of its documents alone).
+//
 // CTA: one warpgroup (128 threads); every MMA is m64nNk16 (N = 64 for the
 // score tiles, D for the products with V, K, Q, dO).
 //
@@ -79,9 +88,13 @@ std::string FlashAttention::name(StringRef kind) const {
   std::string scaleName;
   if (scale != 1.0 / std::sqrt(double(dim)))
     scaleName = "_s" + llvm::utohexstr(llvm::bit_cast<uint64_t>(scale));
-  return llvm::formatv("moe_flash_{0}_b{1}_s{2}_h{3}_kv{4}_d{5}{6}{7}", kind,
+  std::string documentsName;
+  if (documents)
+    documentsName =
+        llvm::formatv("_docs_i{0}", documents.getIntOrFloatBitWidth());
+  return llvm::formatv("moe_flash_{0}_b{1}_s{2}_h{3}_kv{4}_d{5}{6}{7}{8}", kind,
                        batch, seq, heads, kvHeads, dim, causal ? "_causal" : "",
-                       scaleName)
+                       documentsName, scaleName)
       .str();
 }
 
@@ -116,6 +129,13 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op, WhyNot why) {
   f.causal = attention ? attention.getCausal() : grad.getCausal();
   f.scale =
       attention ? attention.getScaleOrDefault() : grad.getScaleOrDefault();
+  Value documents = attention ? attention.getDocuments() : grad.getDocuments();
+  if (documents) {
+    auto t = cast<RankedTensorType>(documents.getType());
+    if (!t.hasStaticShape())
+      return noKernel(why, "dynamic documents");
+    f.documents = t.getElementType();
+  }
   // (The verifier makes N a multiple of M.)
   if (f.dim != 64 && f.dim != 128)
     return noKernel(why, "head dim {0}: the flash kernels take 64 or 128",
@@ -132,20 +152,32 @@ namespace {
 struct FlashEmitter : HopperBuilder {
   const FlashAttention &f;
   // The kernel's arguments in order: q, k, v, then (backward) do, lse,
-  // delta; its results (forward: o, lse; dQ: dq; dK/dV: dk, dv).
-  Value q, k, v, dout{}, lse{}, delta{};
+  // delta, then the documents if any; its results (forward: o, lse; dQ: dq;
+  // dK/dV: dk, dv).
+  Value q, k, v, dout{}, lse{}, delta{}, documents{}, ranges{};
   SmallVector<Value> results;
   Value tid{}, warp{}, lane{};
+  /// The batch entry of the CTA (what `hidden` reads the documents of).
+  Value batch{};
 
   FlashEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
                ArrayRef<Value> args, ArrayRef<Value> results)
       : HopperBuilder{{b, loc}}, f(f), q(args[0]), k(args[1]), v(args[2]),
         results(results) {
+    if (f.documents) {
+      documents = args[args.size() - 2];
+      ranges = args.back();
+      args = args.drop_back(2);
+    }
     if (args.size() == 6) {
       dout = args[3];
       lse = args[4];
       delta = args[5];
     }
+  }
+  /// Whether this is a backward kernel (it reads dO).
+  static bool backward(const FlashAttention &f, ArrayRef<Value> args) {
+    return args.size() - (f.documents ? 2 : 0) == 6;
   }
 
   int64_t tileBytes() const { return f.dim / 64 * flash::PanelBytes; }
@@ -277,16 +309,55 @@ struct FlashEmitter : HopperBuilder {
     return v;
   }
 
+  /// The document of position `s` (clamped to S), where there are
+  /// documents; null otherwise.
+  Value documentOf(Value s) {
+    if (!documents)
+      return {};
+    return memref::LoadOp::create(b, loc, documents,
+                                  ValueRange{batch, minS(s, idx(f.seq - 1))});
+  }
+
+  /// The tiles in [from, to) from the first to the last whose range of
+  /// document ids meets tile `t`'s (index values, the same in every
+  /// thread), as [first, end); tile `t` itself, if in [from, to), is among
+  /// them.
+  std::pair<Value, Value> tilesSharing(Value t, Value from, Value to) {
+    auto rangeAt = [&](Value tile, int64_t bound) {
+      return memref::LoadOp::create(b, loc, ranges,
+                                    ValueRange{batch, tile, idx(bound)})
+          .getResult();
+    };
+    Value lo = rangeAt(t, 0), hi = rangeAt(t, 1);
+    SmallVector<Value> found =
+        forLoop(from, to, {to, from},
+                [&](Value u, ValueRange bounds) -> SmallVector<Value> {
+                  Value meets = land(cmp(P::sge, rangeAt(u, 1), lo),
+                                     cmp(P::sle, rangeAt(u, 0), hi));
+                  return {select(meets, minS(bounds[0], u), bounds[0]),
+                          select(meets, add(u, idx(1)), bounds[1])};
+                });
+    return {found[0], maxS(found[1], found[0])};
+  }
+
   /// Whether key `key` is hidden from query `query` (index values): past S
-  /// (the query too, with `queries`), or in the query's future with
-  /// `causal`. (The forward keeps the rows past S finite: key 0 is never
-  /// hidden from them.)
-  Value hidden(Value query, Value key, bool queries = true) {
+  /// (the query too, with `queries`), in the query's future with `causal`,
+  /// or (with documents: theirs, from documentOf) in another document.
+  /// (The forward keeps the rows past S finite: key 0 is never hidden from
+  /// them.)
+  Value hidden(Value query, Value key, bool queries, Value queryDocument,
+               Value keyDocument) {
     Value h = cmp(P::sge, key, idx(f.seq));
     if (queries)
       h = lor(h, cmp(P::sge, query, idx(f.seq)));
     if (f.causal)
       h = lor(h, cmp(P::sgt, key, query));
+    if (documents) {
+      Value other = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                          queryDocument, keyDocument);
+      h = lor(h, arith::AndIOp::create(b, loc, cmp(P::slt, query, idx(f.seq)),
+                                       other));
+    }
     return h;
   }
 
@@ -331,7 +402,7 @@ struct QueryTileEmitter : FlashEmitter {
 
   QueryTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
                    ArrayRef<Value> args, ArrayRef<Value> results)
-      : FlashEmitter(b, loc, f, args, results), dq(args.size() == 6) {}
+      : FlashEmitter(b, loc, f, args, results), dq(backward(f, args)) {}
 
   // Shared memory: Q, [dO,] two (K, V) slots, the 64 x 64 P / dS tile.
   int64_t doAt() const { return tileBytes(); }
@@ -347,9 +418,14 @@ struct QueryTileEmitter : FlashEmitter {
     Value qt =
         arith::SubIOp::create(b, loc, idx(tiles - 1), launch.getBlockIds().x);
     Value head = launch.getBlockIds().y, bb = launch.getBlockIds().z;
+    batch = bb;
     Value kvHead = div(head, group);
     Value q0 = mul(qt, idx(flash::Tile));
+    // Key tiles [kFirst, nk).
+    Value kFirst = idx(0);
     Value nk = f.causal ? add(qt, idx(1)) : idx(tiles);
+    if (documents)
+      std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk);
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = dq ? baseAddress(dout) : Value();
     Value outG = baseAddress(results[0]);
@@ -362,11 +438,11 @@ struct QueryTileEmitter : FlashEmitter {
       return add(slots, mul(slot, idx(slotBytes())));
     };
     {
-      // Stage 0 in slot 0, with Q (and dO).
-      Value k0 = idx(0);
-      loadTile(slotBase(idx(0)), kG, f.kvHeads, bb, k0, kvHead);
-      loadTile(add(slotBase(idx(0)), idx(tileBytes())), vG, f.kvHeads, bb, k0,
-               kvHead);
+      // The first stage, with Q (and dO).
+      Value k0 = mul(kFirst, idx(flash::Tile));
+      Value base = slotBase(rem(kFirst, 2));
+      loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
+      loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
     }
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
@@ -375,9 +451,10 @@ struct QueryTileEmitter : FlashEmitter {
     Value negInf = f32c(-INFINITY);
     // Per fragment row h: the query, its lse and delta (dQ) or the running
     // max and partial sum (forward).
-    SmallVector<Value> rows, rowLse, rowDelta;
+    SmallVector<Value> rows, rowLse, rowDelta, rowDocument;
     for (int64_t h = 0; h < 2; ++h) {
       rows.push_back(add(q0, rowOf(h)));
+      rowDocument.push_back(documentOf(rows[h]));
       if (dq) {
         rowLse.push_back(loadStat(lse, bb, head, rows[h]));
         rowDelta.push_back(loadStat(delta, bb, head, rows[h]));
@@ -388,7 +465,8 @@ struct QueryTileEmitter : FlashEmitter {
     if (!dq)
       inits.append({negInf, negInf, zero, zero}); // m0, m1, l0, l1
     SmallVector<Value> result = forLoop(
-        0, nk, inits, [&](Value kt, ValueRange carried) -> SmallVector<Value> {
+        kFirst, nk, inits,
+        [&](Value kt, ValueRange carried) -> SmallVector<Value> {
           Value next = add(kt, idx(1));
           ifThen(cmp(P::slt, next, nk), [&] {
             Value base = slotBase(rem(next, 2));
@@ -418,11 +496,13 @@ struct QueryTileEmitter : FlashEmitter {
           SmallVector<Value> next2(carried.begin() + 1, carried.end());
           // Scores in base 2, hidden keys -inf (forward) or P = 0 (dQ).
           for (int64_t j = 0; j < 8; ++j)
-            for (int64_t h = 0; h < 2; ++h)
-              for (int64_t c = 0; c < 2; ++c) {
+            for (int64_t c = 0; c < 2; ++c) {
+              Value key = add(key0, colOf(j, c));
+              Value keyDocument = documentOf(key);
+              for (int64_t h = 0; h < 2; ++h) {
                 int64_t i = 4 * j + 2 * h + c;
-                Value hide =
-                    hidden(rows[h], add(key0, colOf(j, c)), /*queries=*/dq);
+                Value hide = hidden(rows[h], key, /*queries=*/dq,
+                                    rowDocument[h], keyDocument);
                 Value x = fmul(sv[i], scale2);
                 if (dq) {
                   Value p = exp2(fsub(x, rowLse[h]));
@@ -432,6 +512,7 @@ struct QueryTileEmitter : FlashEmitter {
                   sv[i] = select(hide, negInf, x);
                 }
               }
+            }
           if (!dq) {
             for (int64_t h = 0; h < 2; ++h) {
               Value mOld = carried[1 + h], lOld = carried[3 + h];
@@ -440,12 +521,21 @@ struct QueryTileEmitter : FlashEmitter {
                 for (int64_t c = 0; c < 2; ++c)
                   m = fmax(m, sv[4 * j + 2 * h + c]);
               m = rowReduce(m, /*max=*/true);
-              Value corr = exp2(fsub(mOld, m));
+              // With documents a row can see no key of its first tiles
+              // (its document starts later): m stays -inf, and the
+              // exponents are taken from 0 (p = 0, nothing to rescale)
+              // instead of -inf - -inf.
+              Value base = m;
+              if (documents)
+                base = select(arith::CmpFOp::create(
+                                  b, loc, arith::CmpFPredicate::OEQ, m, negInf),
+                              zero, m);
+              Value corr = exp2(fsub(mOld, base));
               Value l = fmul(lOld, corr);
               for (int64_t j = 0; j < 8; ++j)
                 for (int64_t c = 0; c < 2; ++c) {
                   int64_t i = 4 * j + 2 * h + c;
-                  sv[i] = exp2(fsub(sv[i], m));
+                  sv[i] = exp2(fsub(sv[i], base));
                   l = fadd(l, sv[i]);
                 }
               for (int64_t j = 0; j < f.dim / 8; ++j)
@@ -511,15 +601,18 @@ struct KeyTileEmitter : FlashEmitter {
     int64_t group = f.heads / f.kvHeads;
     Value kt = launch.getBlockIds().x;
     Value kvHead = launch.getBlockIds().y, bb = launch.getBlockIds().z;
+    batch = bb;
     Value key0 = mul(kt, idx(flash::Tile));
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = baseAddress(dout);
 
-    // Query tiles [first, tiles) of each query head of the group: step `it`
+    // Query tiles [first, end) of each query head of the group: step `it`
     // is query tile first + it % perHead of head it / perHead, its Q and dO
     // in slot it % 2 (the next step's copies run under this step's MMAs).
-    Value first = f.causal ? kt : idx(0);
-    Value perHead = arith::SubIOp::create(b, loc, idx(tiles), first);
+    Value first = f.causal ? kt : idx(0), end = idx(tiles);
+    if (documents)
+      std::tie(first, end) = tilesSharing(kt, first, end);
+    Value perHead = arith::SubIOp::create(b, loc, end, first);
     Value steps = mul(perHead, idx(group));
     auto headOf = [&](Value it) {
       return add(mul(kvHead, idx(group)),
@@ -545,6 +638,7 @@ struct KeyTileEmitter : FlashEmitter {
     Value scale2 = f32c(f.scale / std::log(2.0));
     Value zero = f32c(0.0);
     SmallVector<Value> keys = {add(key0, rowOf(0)), add(key0, rowOf(1))};
+    SmallVector<Value> keyDocument = {documentOf(keys[0]), documentOf(keys[1])};
 
     SmallVector<Value> result =
         forLoop(0, steps, {zeroAcc(f.dim), zeroAcc(f.dim)},
@@ -571,12 +665,15 @@ struct KeyTileEmitter : FlashEmitter {
                   for (int64_t j = 0; j < 8; ++j)
                     for (int64_t c = 0; c < 2; ++c) {
                       Value query = add(q0, colOf(j, c));
+                      Value queryDocument = documentOf(query);
                       Value l = loadStat(lse, bb, head, query);
                       Value d = loadStat(delta, bb, head, query);
                       for (int64_t h = 0; h < 2; ++h) {
                         int64_t i = 4 * j + 2 * h + c;
                         Value p = exp2(fsub(fmul(sv[i], scale2), l));
-                        p = select(hidden(query, keys[h]), zero, p);
+                        p = select(hidden(query, keys[h], /*queries=*/true,
+                                          queryDocument, keyDocument[h]),
+                                   zero, p);
                         pv[i] = p;
                         dsv[i] = fmul(p, fsub(dv[i], d));
                       }
@@ -647,6 +744,64 @@ struct DeltaEmitter : KernelBuilder {
   }
 };
 
+/// ranges[b, t] = the least and the greatest document id of rows
+/// [64 t, 64 t + 64) of batch entry b (rows past S not counted): a thread a
+/// tile.
+struct RangesEmitter : KernelBuilder {
+  const FlashAttention &f;
+  Value documents, ranges;
+
+  static constexpr int64_t Threads = 128;
+
+  void emit(gpu::LaunchOp launch) {
+    int64_t tiles = tilesOf(f.seq, flash::Tile);
+    Value r =
+        add(mul(launch.getBlockIds().x, idx(Threads)), launch.getThreadIds().x);
+    ifThen(cmp(P::slt, r, idx(f.batch * tiles)), [&] {
+      Value bb = div(r, tiles), t = rem(r, tiles);
+      Value s0 = mul(t, idx(flash::Tile));
+      auto at = [&](Value s) {
+        return memref::LoadOp::create(b, loc, documents, ValueRange{bb, s})
+            .getResult();
+      };
+      Value first = at(s0);
+      SmallVector<Value> bounds =
+          forLoop(1, idx(flash::Tile), {first, first},
+                  [&](Value i, ValueRange lohi) -> SmallVector<Value> {
+                    Value x = at(minS(add(s0, i), idx(f.seq - 1)));
+                    return {minS(lohi[0], x), maxS(lohi[1], x)};
+                  });
+      for (int64_t i = 0; i < 2; ++i)
+        memref::StoreOp::create(b, loc, bounds[i], ranges,
+                                ValueRange{bb, t, idx(i)});
+    });
+  }
+};
+
+/// The call of the ranges kernel on `documents` (RangesEmitter).
+Value documentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
+                     Value documents, ModuleOp module, SymbolTable &symbols) {
+  int64_t tiles = tilesOf(f.seq, flash::Tile);
+  auto type = RankedTensorType::get({f.batch, tiles, 2}, f.documents);
+  func::FuncOp fn = getOrCreateKernelCall(
+      module, symbols,
+      llvm::formatv("moe_flash_ranges_b{0}_s{1}_i{2}", f.batch, f.seq,
+                    f.documents.getIntOrFloatBitWidth())
+          .str(),
+      "flash attention document ranges per tile", {documents.getType()}, type,
+      loc,
+      {tilesOf(f.batch * tiles, RangesEmitter::Threads), 1, 1,
+       RangesEmitter::Threads, 0},
+      [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          Value result) {
+        RangesEmitter e{{kb, loc}, f};
+        e.documents = buf[0];
+        e.ranges = result;
+        e.emit(launch);
+      });
+  return func::CallOp::create(b, loc, fn, ValueRange{documents}).getResult(0);
+}
+
 RankedTensorType statType(const FlashAttention &f, MLIRContext *ctx) {
   return RankedTensorType::get({f.batch, f.heads, f.seq},
                                Float32Type::get(ctx));
@@ -658,30 +813,35 @@ int64_t smemOf(int64_t bytes) { return bytes + 1024; }
 
 std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
                                            const FlashAttention &f, Value q,
-                                           Value k, Value v, ModuleOp module,
+                                           Value k, Value v, Value documents,
+                                           ModuleOp module,
                                            SymbolTable &symbols) {
   MLIRContext *ctx = b.getContext();
   auto outType = RankedTensorType::get(
       cast<RankedTensorType>(q.getType()).getShape(), Float32Type::get(ctx));
   int64_t tile = f.dim / 64 * flash::PanelBytes;
   int64_t smem = smemOf(tile * 5 + flash::PanelBytes);
+  SmallVector<Value> args = {q, k, v};
+  if (documents)
+    args.append(
+        {documents, documentRanges(b, loc, f, documents, module, symbols)});
   func::FuncOp fn = getOrCreateKernelCall(
       module, symbols, f.name("fwd"), "flash attention forward (wgmma bf16)",
-      {q.getType(), k.getType(), v.getType()}, {outType, statType(f, ctx)}, loc,
+      SmallVector<Type>(ValueRange(args).getTypes()),
+      {outType, statType(f, ctx)}, loc,
       {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads, smem},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
         QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
       });
-  auto call = func::CallOp::create(b, loc, fn, ValueRange{q, k, v});
+  auto call = func::CallOp::create(b, loc, fn, args);
   return {call.getResult(0), call.getResult(1)};
 }
 
-std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
-                                         const FlashAttention &f, Value q,
-                                         Value k, Value v, Value dout,
-                                         Value out, Value lse, ModuleOp module,
-                                         SymbolTable &symbols) {
+std::array<Value, 3>
+createFlashBackward(OpBuilder &b, Location loc, const FlashAttention &f,
+                    Value q, Value k, Value v, Value dout, Value out, Value lse,
+                    Value documents, ModuleOp module, SymbolTable &symbols) {
   MLIRContext *ctx = b.getContext();
   auto f32Like = [&](Value x) {
     return RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
@@ -702,9 +862,11 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
       });
   Value delta =
       func::CallOp::create(b, loc, deltaFn, ValueRange{dout, out}).getResult(0);
-  SmallVector<Type> argTypes = {q.getType(),    k.getType(),   v.getType(),
-                                dout.getType(), lse.getType(), delta.getType()};
   SmallVector<Value> args = {q, k, v, dout, lse, delta};
+  if (documents)
+    args.append(
+        {documents, documentRanges(b, loc, f, documents, module, symbols)});
+  SmallVector<Type> argTypes(ValueRange(args).getTypes());
   int64_t tile = f.dim / 64 * flash::PanelBytes;
   func::FuncOp dqFn = getOrCreateKernelCall(
       module, symbols, f.name("dq"), "flash attention dQ (wgmma bf16)",

@@ -183,7 +183,12 @@ struct KernelBuilder {
   SmallVector<Value>
   forLoop(int64_t lb, Value ub, ValueRange inits,
           function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    auto op = scf::ForOp::create(b, loc, idx(lb), ub, idx(1), inits);
+    return forLoop(idx(lb), ub, inits, body);
+  }
+  SmallVector<Value>
+  forLoop(Value lb, Value ub, ValueRange inits,
+          function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto op = scf::ForOp::create(b, loc, lb, ub, idx(1), inits);
     OpBuilder::InsertionGuard guard(b);
     if (inits.empty())
       b.setInsertionPoint(op.getBody()->getTerminator());

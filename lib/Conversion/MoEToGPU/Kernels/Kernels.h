@@ -314,6 +314,9 @@ struct FlashAttention {
   int64_t batch, seq, heads, kvHeads, dim;
   bool causal;
   double scale;
+  /// The element type of the documents operand (i32 or i64), null without
+  /// one: the kernels then take it after their other inputs.
+  Type documents;
   /// The kernel `kind` (fwd, dq, dkv) of this shape.
   std::string name(StringRef kind) const;
 };
@@ -325,9 +328,11 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op,
 
 /// A call of the forward kernel on q, k, v: the result (f32 [B, S, N, D])
 /// and the base-2 logsumexp of scale * q.k per query row (f32 [B, N, S]).
+/// (`documents`: the op's, or null.)
 std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
                                            const FlashAttention &f, Value q,
-                                           Value k, Value v, ModuleOp module,
+                                           Value k, Value v, Value documents,
+                                           ModuleOp module,
                                            SymbolTable &symbols);
 
 /// Calls of the backward kernels: delta = rowsum(dout * out) (f32
@@ -336,8 +341,8 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
 std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          const FlashAttention &f, Value q,
                                          Value k, Value v, Value dout,
-                                         Value out, Value lse, ModuleOp module,
-                                         SymbolTable &symbols);
+                                         Value out, Value lse, Value documents,
+                                         ModuleOp module, SymbolTable &symbols);
 
 /// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
 /// same values in bf16, reshaped as the roundings' inputs were.

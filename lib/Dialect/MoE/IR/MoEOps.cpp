@@ -919,6 +919,19 @@ static LogicalResult verifyAttentionShapes(Operation *op, Type q, Type k,
   return success();
 }
 
+/// documents [B, S] of query [B, S, N, D], where given.
+static LogicalResult verifyDocuments(Operation *op, Value documents, Type q) {
+  if (!documents)
+    return success();
+  if (failed(expectRank(op, "documents [batch, seq]", documents.getType(), 2)))
+    return failure();
+  ArrayRef<int64_t> ds = shapeOf(documents.getType()), qs = shapeOf(q);
+  if (failed(expectDim(op, "documents dim 0 (batch)", ds[0], qs[0])) ||
+      failed(expectDim(op, "documents dim 1 (sequence)", ds[1], qs[1])))
+    return failure();
+  return success();
+}
+
 static double attentionScale(std::optional<APFloat> scale, Type query) {
   if (scale)
     return scale->convertToDouble();
@@ -935,7 +948,8 @@ double AttentionGradOp::getScaleOrDefault() {
 LogicalResult AttentionOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyAttentionShapes(op, getQuery().getType(), getKey().getType(),
-                                   getValue().getType())))
+                                   getValue().getType())) ||
+      failed(verifyDocuments(op, getDocuments(), getQuery().getType())))
     return failure();
   return expectSameShape(op, "the result", getResult().getType(), "the query",
                          getQuery().getType());
@@ -944,7 +958,8 @@ LogicalResult AttentionOp::verify() {
 LogicalResult AttentionGradOp::verify() {
   Operation *op = getOperation();
   if (failed(verifyAttentionShapes(op, getQuery().getType(), getKey().getType(),
-                                   getValue().getType())))
+                                   getValue().getType())) ||
+      failed(verifyDocuments(op, getDocuments(), getQuery().getType())))
     return failure();
   if (failed(expectSameShape(op, "grad", getGrad().getType(), "the query",
                              getQuery().getType())) ||

@@ -430,7 +430,7 @@ LogicalResult Differentiator::backprop(Operation *op) {
     auto grad = AttentionGradOp::create(
         b, l, a.getQuery().getType(), a.getKey().getType(),
         a.getValue().getType(), a.getQuery(), a.getKey(), a.getValue(),
-        gradOf(0), a.getCausal(), a.getScaleAttr());
+        gradOf(0), a.getDocuments(), a.getCausal(), a.getScaleAttr());
     accumulate(a.getQuery(), grad.getQueryGrad());
     accumulate(a.getKey(), grad.getKeyGrad());
     accumulate(a.getValue(), grad.getValueGrad());

@@ -169,6 +169,12 @@ def MoE_AttentionOp : MoE_Op<"attention", [Pure]> {
     the values, as FlashAttention does (results within bf16 precision of
     this definition).
 
+    `documents` `[B, S]` (i32 or i64), if given, masks attention at
+    document boundaries in packed rows: position `i` attends to key `j`
+    only when `documents[b, i] == documents[b, j]` (besides `causal`), so
+    each sequence packed into a row sees only itself. Every query sees at
+    least its own key, so no row is empty.
+
     Example:
 
     ```mlir
@@ -178,11 +184,13 @@ def MoE_AttentionOp : MoE_Op<"attention", [Pure]> {
     ```
   }];
   let arguments = (ins MoE_FloatTensor:$query, MoE_FloatTensor:$key,
-                       MoE_FloatTensor:$value, UnitAttr:$causal,
+                       MoE_FloatTensor:$value,
+                       Optional<MoE_IntTensor>:$documents, UnitAttr:$causal,
                        OptionalAttr<ConfinedAttr<F64Attr, [MoE_PositiveFloat]>>:$scale);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`causal` $causal^)?
+    (`documents` `(` $documents^ `:` type($documents) `)`)?
     (`scale` `(` $scale^ `)`)? attr-dict `:` type($query) `,` type($key) `,`
     type($value) `->` type($result)
   }];
@@ -204,7 +212,7 @@ def MoE_AttentionGradOp : MoE_Op<"attention_grad", [Pure]> {
     `ds = p * (dp - rowsum(dp * p)) * scale`, `d_query = ds key`,
     `d_key = ds^T query`. All arithmetic in f32. With bf16 inputs the GPU's
     flash kernels round `p` and `ds` to bf16 before their products (as the
-    forward does `p`).
+    forward does `p`). `documents` masks as it does for `moe.attention`.
 
     Example:
 
@@ -217,12 +225,13 @@ def MoE_AttentionGradOp : MoE_Op<"attention_grad", [Pure]> {
   }];
   let arguments = (ins MoE_FloatTensor:$query, MoE_FloatTensor:$key,
                        MoE_FloatTensor:$value, MoE_FloatTensor:$grad,
-                       UnitAttr:$causal,
+                       Optional<MoE_IntTensor>:$documents, UnitAttr:$causal,
                        OptionalAttr<ConfinedAttr<F64Attr, [MoE_PositiveFloat]>>:$scale);
   let results = (outs MoE_FloatTensor:$query_grad, MoE_FloatTensor:$key_grad,
                       MoE_FloatTensor:$value_grad);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $grad (`causal` $causal^)?
+    (`documents` `(` $documents^ `:` type($documents) `)`)?
     (`scale` `(` $scale^ `)`)? attr-dict `:` type($query) `,` type($key) `,`
     type($value) `,` type($grad) `->` type($query_grad) `,` type($key_grad)
     `,` type($value_grad)
