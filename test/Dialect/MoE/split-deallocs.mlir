@@ -73,3 +73,24 @@ func.func @unknown(%c: i1) {
       if (%true, %c)
   return
 }
+
+// -----
+
+// A loop's iteration argument may be any of the buffers the loop was given:
+// the dealloc is left whole.
+// CHECK-LABEL: func.func @loop_argument
+// CHECK:         scf.for
+// CHECK:           bufferization.dealloc (%{{.*}}, %{{.*}} : memref<8xf32>, memref<8xf32>) if
+// CHECK-NOT:       bufferization.dealloc
+func.func @loop_argument(%c: i1, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %true = arith.constant true
+  %a = memref.alloc() : memref<8xf32>
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%x = %a) -> (memref<8xf32>) {
+    %b = memref.alloc() : memref<8xf32>
+    bufferization.dealloc (%b, %x : memref<8xf32>, memref<8xf32>) if (%true, %c)
+    scf.yield %x : memref<8xf32>
+  }
+  return
+}

@@ -39,7 +39,9 @@ struct SplitDeallocsPass : moe::impl::MoESplitDeallocsBase<SplitDeallocsPass> {
 
   static void split(bufferization::DeallocOp dealloc) {
     // The buffer of each operand, memrefs first, and how many operands
-    // view each. An unknown buffer may alias any of them.
+    // view each. An unknown buffer may alias any of them, and so may a
+    // block argument other than the function's (a loop's iteration
+    // argument, a successor's operand).
     SmallVector<Value> buffers;
     DenseMap<Value, unsigned> viewers;
     for (ValueRange values : {dealloc.getMemrefs(), dealloc.getRetained()})
@@ -47,6 +49,10 @@ struct SplitDeallocsPass : moe::impl::MoESplitDeallocsBase<SplitDeallocsPass> {
         Value buffer = moe::viewedBuffer(value);
         if (!buffer)
           return;
+        if (auto arg = dyn_cast<BlockArgument>(buffer))
+          if (!arg.getOwner()->isEntryBlock() ||
+              !isa<func::FuncOp>(arg.getOwner()->getParentOp()))
+            return;
         buffers.push_back(buffer);
         ++viewers[buffer];
       }
