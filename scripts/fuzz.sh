@@ -2,7 +2,7 @@
 # Fuzzes moe-mlir with libFuzzer under AddressSanitizer and
 # UndefinedBehaviorSanitizer, in ./build-fuzz (scripts/build.sh --sanitized):
 #
-#   moe-ir-fuzzer      parse + verify + print/reparse + one of 38 pass
+#   moe-ir-fuzzer      parse + verify + print/reparse + one of 40 pass
 #                      pipelines (every moe pass, the train, CPU and GPU
 #                      pipelines) on mutated MLIR
 #   moe-reader-fuzzer  the config.json, safetensors and FASTA/Stockholm
