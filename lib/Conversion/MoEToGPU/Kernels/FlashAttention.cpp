@@ -31,7 +31,9 @@
 // ([B, tiles, 2]); a CTA then visits only the tiles from the first to the
 // last whose range meets its own tile's (tiles outside share no document
 // with it: exact for any ids, and for the sorted ids of packed rows the
-// tiles of its documents alone).
+// tiles of its documents alone). The forward and dQ kernels' threads share
+// the scan of the ranges; the dK/dV kernel's each scan them all (shared,
+// its backward measured slower; bench/results/h200-attention.md).
 //
 // CTA: one warpgroup (128 threads); every MMA is m64nNk16 (N = 64 for the
 // score tiles, D for the products with V, K, Q, dO).
@@ -321,23 +323,67 @@ struct FlashEmitter : HopperBuilder {
   /// The tiles in [from, to) from the first to the last whose range of
   /// document ids meets tile `t`'s (index values, the same in every
   /// thread), as [first, end); tile `t` itself, if in [from, to), is among
-  /// them.
-  std::pair<Value, Value> tilesSharing(Value t, Value from, Value to) {
+  /// them. Each thread scans them all, or, given `scratch`, every 128th
+  /// (the warps then reduce by shuffles and through 32 bytes of shared
+  /// memory at `scratch`, free until the first P tile is stored).
+  std::pair<Value, Value> tilesSharing(Value t, Value from, Value to,
+                                       std::optional<int64_t> scratch) {
     auto rangeAt = [&](Value tile, int64_t bound) {
       return memref::LoadOp::create(b, loc, ranges,
                                     ValueRange{batch, tile, idx(bound)})
           .getResult();
     };
     Value lo = rangeAt(t, 0), hi = rangeAt(t, 1);
-    SmallVector<Value> found =
-        forLoop(from, to, {to, from},
-                [&](Value u, ValueRange bounds) -> SmallVector<Value> {
-                  Value meets = land(cmp(P::sge, rangeAt(u, 1), lo),
-                                     cmp(P::sle, rangeAt(u, 0), hi));
-                  return {select(meets, minS(bounds[0], u), bounds[0]),
-                          select(meets, add(u, idx(1)), bounds[1])};
-                });
-    return {found[0], maxS(found[1], found[0])};
+    auto scan = scf::ForOp::create(b, loc, scratch ? add(from, tid) : from, to,
+                                   idx(scratch ? flash::Threads : 1),
+                                   ValueRange{to, from});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(scan.getBody());
+      Value u = scan.getInductionVar();
+      ValueRange bounds = scan.getRegionIterArgs();
+      Value meets =
+          land(cmp(P::sge, rangeAt(u, 1), lo), cmp(P::sle, rangeAt(u, 0), hi));
+      scf::YieldOp::create(
+          b, loc,
+          ValueRange{
+              select(meets, minS(bounds[0], u), bounds[0]),
+              select(meets, maxS(bounds[1], add(u, idx(1))), bounds[1])});
+    }
+    Value first = scan.getResult(0), end = scan.getResult(1);
+    if (scratch) {
+      // Over the warp, then over the warps.
+      SmallVector<Value> found;
+      for (auto [i, v] : llvm::enumerate(scan.getResults())) {
+        Value x = arith::IndexCastOp::create(b, loc, i32(), v);
+        for (int64_t d : {1, 2, 4, 8, 16}) {
+          Value o = gpu::ShuffleOp::create(b, loc, x, int32(d), int32(32),
+                                           gpu::ShuffleMode::XOR)
+                        .getShuffleResult();
+          x = i == 0 ? minS(x, o) : maxS(x, o);
+        }
+        found.push_back(x);
+      }
+      ifThen(cmp(P::eq, lane, idx(0)), [&] {
+        for (int64_t i = 0; i < 2; ++i)
+          LLVM::StoreOp::create(
+              b, loc, found[i],
+              sharedPtrAt(add(idx(*scratch + 4 * i), mul(warp, idx(8)))), 4);
+      });
+      barrier();
+      SmallVector<Value> all = {Value(), Value()};
+      for (int64_t w = 0; w < flash::Threads / 32; ++w)
+        for (int64_t i = 0; i < 2; ++i) {
+          Value x = LLVM::LoadOp::create(
+              b, loc, i32(), sharedPtrAt(idx(*scratch + 8 * w + 4 * i)), 4);
+          all[i] = !all[i] ? x : i == 0 ? minS(all[i], x) : maxS(all[i], x);
+        }
+      // Everyone has read them before the region is written again.
+      barrier();
+      first = toIndex(all[0]);
+      end = toIndex(all[1]);
+    }
+    return {first, maxS(end, first)};
   }
 
   /// Whether key `key` is hidden from query `query` (index values): past S
@@ -425,7 +471,7 @@ struct QueryTileEmitter : FlashEmitter {
     Value kFirst = idx(0);
     Value nk = f.causal ? add(qt, idx(1)) : idx(tiles);
     if (documents)
-      std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk);
+      std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk, pAt());
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = dq ? baseAddress(dout) : Value();
     Value outG = baseAddress(results[0]);
@@ -611,7 +657,7 @@ struct KeyTileEmitter : FlashEmitter {
     // in slot it % 2 (the next step's copies run under this step's MMAs).
     Value first = f.causal ? kt : idx(0), end = idx(tiles);
     if (documents)
-      std::tie(first, end) = tilesSharing(kt, first, end);
+      std::tie(first, end) = tilesSharing(kt, first, end, std::nullopt);
     Value perHead = arith::SubIOp::create(b, loc, end, first);
     Value steps = mul(perHead, idx(group));
     auto headOf = [&](Value it) {
