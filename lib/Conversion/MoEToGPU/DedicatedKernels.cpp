@@ -300,7 +300,7 @@ struct MoEGPUDedicatedKernelsPass
             grads.push_back(g);
         });
     struct Lowered {
-      Value q, k, v, documents;
+      Value q, k, v, documents, ranges;
       FlashAttention f;
       Value out, lse;
     };
@@ -315,11 +315,16 @@ struct MoEGPUDedicatedKernelsPass
         continue;
       }
       OpBuilder b(op);
+      Value documents = op.getDocuments();
+      Value ranges = documents
+                         ? createDocumentRanges(b, op.getLoc(), *f, documents,
+                                                module, symbols)
+                         : Value();
       auto [out, lse] =
           createFlashForward(b, op.getLoc(), *f, op.getQuery(), op.getKey(),
-                             op.getValue(), op.getDocuments(), module, symbols);
-      lowered.push_back({op.getQuery(), op.getKey(), op.getValue(),
-                         op.getDocuments(), *f, out, lse});
+                             op.getValue(), documents, ranges, module, symbols);
+      lowered.push_back({op.getQuery(), op.getKey(), op.getValue(), documents,
+                         ranges, *f, out, lse});
       op.getResult().replaceAllUsesWith(out);
       op.erase();
     }
@@ -342,17 +347,20 @@ struct MoEGPUDedicatedKernelsPass
             call->getBlock() == op->getBlock() && call->isBeforeInBlock(op))
           forward = &l;
       }
-      Value out, lse;
+      Value out, lse, ranges;
       if (forward) {
         out = forward->out;
         lse = forward->lse;
+        ranges = forward->ranges;
       } else {
-        std::tie(out, lse) =
-            createFlashForward(b, loc, *f, q, k, v, documents, module, symbols);
+        if (documents)
+          ranges = createDocumentRanges(b, loc, *f, documents, module, symbols);
+        std::tie(out, lse) = createFlashForward(b, loc, *f, q, k, v, documents,
+                                                ranges, module, symbols);
       }
       std::array<Value, 3> grads =
           createFlashBackward(b, loc, *f, q, k, v, op.getGrad(), out, lse,
-                              documents, module, symbols);
+                              documents, ranges, module, symbols);
       op->replaceAllUsesWith(ValueRange(grads));
       op.erase();
     }

@@ -76,9 +76,9 @@ func.func @grad_alone(%q: tensor<1x130x4x128xbf16>, %k: tensor<1x130x2x128xbf16>
 // KERNELS-LABEL: func.func @documents_causal_gqa_d128
 // KERNELS: %[[R:.*]] = call @moe_flash_ranges_b2_s200_i32(%[[DOC:[a-z0-9_]+]])
 // KERNELS: %[[F:.*]]:2 = call @moe_flash_fwd_b2_s200_h8_kv2_d128_causal_docs_i32(%{{.*}}, %{{.*}}, %{{.*}}, %[[DOC]], %[[R]])
-// KERNELS: %[[R2:.*]] = call @moe_flash_ranges_b2_s200_i32(%[[DOC]])
-// KERNELS: call @moe_flash_dq_b2_s200_h8_kv2_d128_causal_docs_i32({{.*}}, %[[DOC]], %[[R2]])
-// KERNELS: call @moe_flash_dkv_b2_s200_h8_kv2_d128_causal_docs_i32({{.*}}, %[[DOC]], %[[R2]])
+// KERNELS-NOT: call @moe_flash_ranges
+// KERNELS: call @moe_flash_dq_b2_s200_h8_kv2_d128_causal_docs_i32({{.*}}, %[[DOC]], %[[R]])
+// KERNELS: call @moe_flash_dkv_b2_s200_h8_kv2_d128_causal_docs_i32({{.*}}, %[[DOC]], %[[R]])
 func.func @documents_causal_gqa_d128(%q: tensor<2x200x8x128xbf16>, %k: tensor<2x200x2x128xbf16>,
                                      %v: tensor<2x200x2x128xbf16>, %do: tensor<2x200x8x128xbf16>,
                                      %docs: tensor<2x200xi32> {moe.test_range = [0, 3]})

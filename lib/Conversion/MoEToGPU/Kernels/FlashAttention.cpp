@@ -824,9 +824,11 @@ struct RangesEmitter : KernelBuilder {
   }
 };
 
-/// The call of the ranges kernel on `documents` (RangesEmitter).
-Value documentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
-                     Value documents, ModuleOp module, SymbolTable &symbols) {
+} // namespace
+
+Value createDocumentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
+                           Value documents, ModuleOp module,
+                           SymbolTable &symbols) {
   int64_t tiles = tilesOf(f.seq, flash::Tile);
   auto type = RankedTensorType::get({f.batch, tiles, 2}, f.documents);
   func::FuncOp fn = getOrCreateKernelCall(
@@ -848,6 +850,14 @@ Value documentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
   return func::CallOp::create(b, loc, fn, ValueRange{documents}).getResult(0);
 }
 
+namespace {
+
+/// `f` without its documents (the kernels that do not read them).
+FlashAttention withoutDocuments(FlashAttention f) {
+  f.documents = {};
+  return f;
+}
+
 RankedTensorType statType(const FlashAttention &f, MLIRContext *ctx) {
   return RankedTensorType::get({f.batch, f.heads, f.seq},
                                Float32Type::get(ctx));
@@ -860,7 +870,7 @@ int64_t smemOf(int64_t bytes) { return bytes + 1024; }
 std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
                                            const FlashAttention &f, Value q,
                                            Value k, Value v, Value documents,
-                                           ModuleOp module,
+                                           Value ranges, ModuleOp module,
                                            SymbolTable &symbols) {
   MLIRContext *ctx = b.getContext();
   auto outType = RankedTensorType::get(
@@ -869,8 +879,7 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
   int64_t smem = smemOf(tile * 5 + flash::PanelBytes);
   SmallVector<Value> args = {q, k, v};
   if (documents)
-    args.append(
-        {documents, documentRanges(b, loc, f, documents, module, symbols)});
+    args.append({documents, ranges});
   func::FuncOp fn = getOrCreateKernelCall(
       module, symbols, f.name("fwd"), "flash attention forward (wgmma bf16)",
       SmallVector<Type>(ValueRange(args).getTypes()),
@@ -884,18 +893,21 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
   return {call.getResult(0), call.getResult(1)};
 }
 
-std::array<Value, 3>
-createFlashBackward(OpBuilder &b, Location loc, const FlashAttention &f,
-                    Value q, Value k, Value v, Value dout, Value out, Value lse,
-                    Value documents, ModuleOp module, SymbolTable &symbols) {
+std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
+                                         const FlashAttention &f, Value q,
+                                         Value k, Value v, Value dout,
+                                         Value out, Value lse, Value documents,
+                                         Value ranges, ModuleOp module,
+                                         SymbolTable &symbols) {
   MLIRContext *ctx = b.getContext();
   auto f32Like = [&](Value x) {
     return RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
                                  Float32Type::get(ctx));
   };
   func::FuncOp deltaFn = getOrCreateKernelCall(
-      module, symbols, f.name("delta"), "flash attention rowsum(dO * O)",
-      {dout.getType(), out.getType()}, statType(f, ctx), loc,
+      module, symbols, withoutDocuments(f).name("delta"),
+      "flash attention rowsum(dO * O)", {dout.getType(), out.getType()},
+      statType(f, ctx), loc,
       {tilesOf(f.batch * f.seq * f.heads, DeltaEmitter::Warps), 1, 1,
        32 * DeltaEmitter::Warps, 0},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
@@ -910,8 +922,7 @@ createFlashBackward(OpBuilder &b, Location loc, const FlashAttention &f,
       func::CallOp::create(b, loc, deltaFn, ValueRange{dout, out}).getResult(0);
   SmallVector<Value> args = {q, k, v, dout, lse, delta};
   if (documents)
-    args.append(
-        {documents, documentRanges(b, loc, f, documents, module, symbols)});
+    args.append({documents, ranges});
   SmallVector<Type> argTypes(ValueRange(args).getTypes());
   int64_t tile = f.dim / 64 * flash::PanelBytes;
   func::FuncOp dqFn = getOrCreateKernelCall(

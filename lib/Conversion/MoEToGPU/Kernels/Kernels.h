@@ -328,12 +328,20 @@ std::optional<FlashAttention> matchFlashAttention(Operation *op,
 
 /// A call of the forward kernel on q, k, v: the result (f32 [B, S, N, D])
 /// and the base-2 logsumexp of scale * q.k per query row (f32 [B, N, S]).
-/// (`documents`: the op's, or null.)
+/// (`documents`: the op's, or null; `ranges`: then their
+/// createDocumentRanges.)
 std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
                                            const FlashAttention &f, Value q,
                                            Value k, Value v, Value documents,
-                                           ModuleOp module,
+                                           Value ranges, ModuleOp module,
                                            SymbolTable &symbols);
+
+/// A call of the kernel that finds the least and greatest document id of
+/// each 64-row tile ([B, tiles, 2]), which the flash kernels take after the
+/// documents.
+Value createDocumentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
+                           Value documents, ModuleOp module,
+                           SymbolTable &symbols);
 
 /// Calls of the backward kernels: delta = rowsum(dout * out) (f32
 /// [B, N, S]), then dQ, dK, dV (f32), given the result's gradient `dout`
@@ -342,7 +350,8 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          const FlashAttention &f, Value q,
                                          Value k, Value v, Value dout,
                                          Value out, Value lse, Value documents,
-                                         ModuleOp module, SymbolTable &symbols);
+                                         Value ranges, ModuleOp module,
+                                         SymbolTable &symbols);
 
 /// Replaces the bf16 roundings of `v` (onlyRoundedToBF16) by `rounded`, the
 /// same values in bf16, reshaped as the roundings' inputs were.
