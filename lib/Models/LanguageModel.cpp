@@ -461,7 +461,8 @@ struct GraphBuilder {
 OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                                                     const ModelConfig &c,
                                                     int64_t batch, int64_t seq,
-                                                    bool documents) {
+                                                    bool documents,
+                                                    bool layerFunctions) {
   context->loadDialect<MoEDialect, arith::ArithDialect, func::FuncDialect,
                        linalg::LinalgDialect, math::MathDialect,
                        tensor::TensorDialect>();
@@ -547,17 +548,26 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
                              b.getF64FloatAttr(eps))
         .getResult();
   };
-  SmallVector<Value> routerLogits, routerCounts; // per MoE layer
-  for (int64_t l = 0; l < c.numHiddenLayers; ++l) {
-    std::string pre = "model.layers." + std::to_string(l) + ".";
+  // One decoder layer at the end of the builder's block: the new residual
+  // stream and, for an MoE layer, its router logits and expert counts.
+  // `weight` gives the layer's parameter of a name (below the layer's
+  // prefix), asked for in @loss's argument order; `prefix` names the ops'
+  // locations.
+  struct LayerOut {
+    Value x, logits, counts;
+  };
+  auto buildLayer = [&](Value x, function_ref<Value(StringRef)> weight,
+                        Value bias, Value docs, bool moeLayer,
+                        const std::string &prefix) -> LayerOut {
+    LayerOut out;
     // Attention block.
-    g.loc = at(pre + "self_attn");
-    Value a = rmsNorm(x, arg(pre + "input_layernorm.weight"));
-    Value wq = arg(pre + "self_attn.q_proj.weight");
-    Value wk = arg(pre + "self_attn.k_proj.weight");
-    Value wv = arg(pre + "self_attn.v_proj.weight");
-    Value qNorm = arg(pre + "self_attn.q_norm.weight");
-    Value kNorm = arg(pre + "self_attn.k_norm.weight");
+    g.loc = at(prefix + "self_attn");
+    Value a = rmsNorm(x, weight("input_layernorm.weight"));
+    Value wq = weight("self_attn.q_proj.weight");
+    Value wk = weight("self_attn.k_proj.weight");
+    Value wv = weight("self_attn.v_proj.weight");
+    Value qNorm = weight("self_attn.q_norm.weight");
+    Value kNorm = weight("self_attn.k_norm.weight");
     auto heads = [&](Value w, int64_t n) {
       return g.reshape(g.matmul(a, w), {batch, seq, n, d}, {{0, 1}, {2, 3}},
                        /*expand=*/true);
@@ -573,27 +583,15 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
     Value o = AttentionOp::create(b, g.loc, q.getType(), q, k, v, docs,
                                   b.getUnitAttr(), FloatAttr());
     o = g.reshape(o, {tokens, nq * d}, {{0, 1}, {2, 3}}, /*expand=*/false);
-    x = g.add(x, g.matmul(o, arg(pre + "self_attn.o_proj.weight")));
+    x = g.add(x, g.matmul(o, weight("self_attn.o_proj.weight")));
 
     // MLP block.
-    g.loc = at(pre + "mlp");
-    a = rmsNorm(x, arg(pre + "post_attention_layernorm.weight"));
+    g.loc = at(prefix + "mlp");
+    a = rmsNorm(x, weight("post_attention_layernorm.weight"));
     Value y;
-    if (c.isMoELayer(l)) {
-      int64_t e = c.numExperts, k = c.numExpertsPerTok,
-              f = c.moeIntermediateSize, rows = tokens * k;
-      Value logits = g.matmul(a, arg(pre + "mlp.gate.weight"));
-      Value bias; // this layer's row of the selection bias
-      if (routerBias) {
-        Value all = func.getArgument(params.size() + 2);
-        Value row = tensor::ExtractSliceOp::create(
-            b, g.loc, g.t({1, e}), all,
-            ArrayRef<OpFoldResult>{b.getIndexAttr(int64_t(routerLogits.size())),
-                                   b.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(e)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
-        bias = g.reshape(row, {e}, {{0, 1}}, /*expand=*/false);
-      }
+    if (moeLayer) {
+      int64_t e = c.numExperts, k = c.numExpertsPerTok, rows = tokens * k;
+      Value logits = g.matmul(a, weight("mlp.gate.weight"));
       auto router = RouterOp::create(
           b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits, bias,
           b.getI64IntegerAttr(k),
@@ -603,28 +601,150 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
           b, g.loc, g.t({rows, h}), g.t({e + 1}, i32), g.t({e}, i32),
           g.t({tokens, k}, i32), a, router.getIndices(), b.getI64IntegerAttr(e),
           FloatAttr(), b.getI64IntegerAttr(1));
-      Value w1 = arg(pre + "mlp.experts.gate_up_proj");
-      Value w2 = arg(pre + "mlp.experts.down_proj");
-      (void)f;
+      Value w1 = weight("mlp.experts.gate_up_proj");
+      Value w2 = weight("mlp.experts.down_proj");
       Value ye = GroupedMlpOp::create(
           b, g.loc, g.t({rows, h}), dispatch.getSorted(), w1, w2,
           dispatch.getOffsets(), SwigluLayout::split, ScaleMode::rceil);
       y = CombineOp::create(b, g.loc, g.t({tokens, h}), ye, router.getWeights(),
                             dispatch.getPositions());
-      routerLogits.push_back(logits);
-      routerCounts.push_back(dispatch.getCounts());
+      out.logits = logits;
+      out.counts = dispatch.getCounts();
       if (c.sharedExpertIntermediateSize) {
-        Value sg = g.matmul(a, arg(pre + "mlp.shared_expert.gate_proj.weight"));
-        Value su = g.matmul(a, arg(pre + "mlp.shared_expert.up_proj.weight"));
+        Value sg = g.matmul(a, weight("mlp.shared_expert.gate_proj.weight"));
+        Value su = g.matmul(a, weight("mlp.shared_expert.up_proj.weight"));
         y = g.add(y, g.matmul(g.siluMul(sg, su),
-                              arg(pre + "mlp.shared_expert.down_proj.weight")));
+                              weight("mlp.shared_expert.down_proj.weight")));
       }
     } else {
-      Value gate = g.matmul(a, arg(pre + "mlp.gate_proj.weight"));
-      Value up = g.matmul(a, arg(pre + "mlp.up_proj.weight"));
-      y = g.matmul(g.siluMul(gate, up), arg(pre + "mlp.down_proj.weight"));
+      Value gate = g.matmul(a, weight("mlp.gate_proj.weight"));
+      Value up = g.matmul(a, weight("mlp.up_proj.weight"));
+      y = g.matmul(g.siluMul(gate, up), weight("mlp.down_proj.weight"));
     }
-    x = g.add(x, y);
+    out.x = g.add(x, y);
+    return out;
+  };
+
+  // With layer functions, each kind of layer (MoE, dense) is a private
+  // function called once per layer of that kind, so that later passes (and
+  // the backward, which -moe-autodiff builds once per function) see one
+  // layer instead of all of them.
+  struct LayerFunction {
+    func::FuncOp func;
+    SmallVector<std::string> weights; // names below the layer prefix
+  };
+  LayerFunction layerFunctionOf[2];
+  auto layerFunction = [&](int64_t l, bool moeLayer) -> LayerFunction & {
+    LayerFunction &lf = layerFunctionOf[moeLayer];
+    if (lf.func)
+      return lf;
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(func);
+    Location fl = at(moeLayer ? "decoder_layer_moe" : "decoder_layer_dense");
+    lf.func = func::FuncOp::create(
+        b, fl, moeLayer ? "decoder_layer_moe" : "decoder_layer_dense",
+        b.getFunctionType({}, {}));
+    lf.func.setPrivate();
+    Block *fb = lf.func.addEntryBlock();
+    b.setInsertionPointToEnd(fb);
+    Value fx = fb->addArgument(g.t({tokens, h}), fl);
+    std::string pre = "model.layers." + std::to_string(l) + ".";
+    auto weight = [&](StringRef name) -> Value {
+      auto it = llvm::find_if(params, [&](const ModelParameter &p) {
+        return p.name == pre + name.str();
+      });
+      assert(it != params.end() && "unknown layer parameter");
+      lf.weights.push_back(name.str());
+      return fb->addArgument(RankedTensorType::get(it->shape, f32), fl);
+    };
+    Value fbias, fdocs;
+    if (moeLayer && routerBias)
+      fbias = fb->addArgument(g.t({c.numExperts}), fl);
+    if (docs)
+      fdocs = fb->addArgument(docs.getType(), fl);
+    // The weights are added as the layer asks for them: the arguments
+    // start with x, then the bias and documents are moved to the end.
+    LayerOut out = buildLayer(fx, weight, fbias, fdocs, moeLayer, "");
+    SmallVector<Value> results = {out.x};
+    if (moeLayer)
+      results.append({out.logits, out.counts});
+    func::ReturnOp::create(b, fl, results);
+    // Arguments: x, weights (in the order asked), bias, documents.
+    SmallVector<Type> types = {fx.getType()};
+    unsigned firstWeight = 1 + (fbias ? 1 : 0) + (fdocs ? 1 : 0);
+    for (unsigned i = firstWeight; i < fb->getNumArguments(); ++i)
+      types.push_back(fb->getArgument(i).getType());
+    if (fbias)
+      types.push_back(fbias.getType());
+    if (fdocs)
+      types.push_back(fdocs.getType());
+    // Reorder the block arguments to match.
+    SmallVector<Value> ordered = {fx};
+    for (unsigned i = firstWeight; i < fb->getNumArguments(); ++i)
+      ordered.push_back(fb->getArgument(i));
+    if (fbias)
+      ordered.push_back(fbias);
+    if (fdocs)
+      ordered.push_back(fdocs);
+    SmallVector<Location> locs(types.size(), fl);
+    unsigned old = fb->getNumArguments();
+    fb->addArguments(types, locs);
+    for (auto [i, v] : llvm::enumerate(ordered))
+      v.replaceAllUsesWith(fb->getArgument(old + i));
+    fb->eraseArguments(0, old);
+    lf.func.setFunctionType(
+        b.getFunctionType(types, ValueRange(results).getTypes()));
+    if (fbias)
+      lf.func.setArgAttr(types.size() - 1 - (fdocs ? 1 : 0), "moe.no_grad",
+                         b.getUnitAttr());
+    return lf;
+  };
+
+  SmallVector<Value> routerLogits, routerCounts; // per MoE layer
+  for (int64_t l = 0; l < c.numHiddenLayers; ++l) {
+    std::string pre = "model.layers." + std::to_string(l) + ".";
+    bool moeLayer = c.isMoELayer(l);
+    Value bias; // this layer's row of the selection bias
+    if (moeLayer && routerBias) {
+      g.loc = at(pre + "mlp");
+      int64_t e = c.numExperts;
+      Value all = func.getArgument(params.size() + 2);
+      Value row = tensor::ExtractSliceOp::create(
+          b, g.loc, g.t({1, e}), all,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(int64_t(routerLogits.size())),
+                                 b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(e)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+      bias = g.reshape(row, {e}, {{0, 1}}, /*expand=*/false);
+    }
+    LayerOut out;
+    if (!layerFunctions) {
+      out = buildLayer(
+          x, [&](StringRef name) { return arg(pre + name.str()); }, bias, docs,
+          moeLayer, pre);
+    } else {
+      LayerFunction &lf = layerFunction(l, moeLayer);
+      SmallVector<Value> operands = {x};
+      for (const std::string &name : lf.weights)
+        operands.push_back(arg(pre + name));
+      if (bias)
+        operands.push_back(bias);
+      if (docs)
+        operands.push_back(docs);
+      g.loc = at(pre.substr(0, pre.size() - 1));
+      auto call = func::CallOp::create(b, g.loc, lf.func, operands);
+      call.setNoInline(true);
+      out.x = call.getResult(0);
+      if (moeLayer) {
+        out.logits = call.getResult(1);
+        out.counts = call.getResult(2);
+      }
+    }
+    x = out.x;
+    if (moeLayer) {
+      routerLogits.push_back(out.logits);
+      routerCounts.push_back(out.counts);
+    }
   }
   g.loc = at("model.norm");
   x = rmsNorm(x, arg("model.norm.weight"));

@@ -293,6 +293,10 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   // quarter of the bytes; T tokens quantized instead of T * k copies).
   if (options.recipe == "mxfp8")
     pm.addNestedPass<func::FuncOp>(moe::createMoEHoistQuantize());
+  // The backward of each called layer reads the forward's bf16 operands
+  // (and other values both compute) instead of computing them again.
+  if (options.autodiff)
+    pm.addPass(moe::createMoEReuseForwardValues());
   if (options.optimizer == TrainPipelineOptions::Optimizer::AdamW)
     pm.addPass(moe::createMoEAdamW());
   pm.addPass(createCanonicalizerPass());

@@ -12,6 +12,7 @@
 # the loss's scale. Arguments the loss does not reach get zero gradients,
 # and ops without a rule are refused with a located error.
 import os
+import re
 import sys
 import tempfile
 
@@ -70,8 +71,9 @@ def compile_loss(text, tmp, tag):
 
 
 def gradient_check(tag, args, body, out, out_shape, tmp, rng, values=None,
-                   eps=1e-3):
+                   eps=1e-3, prelude=""):
     text, all_args = loss_function(args, body, out, out_shape)
+    text = prelude + text
     try:
         art, ir = compile_loss(text, tmp, tag)
     except MLIRError as err:
@@ -229,6 +231,35 @@ with tempfile.TemporaryDirectory() as tmp:
                        [("x", (T, H), "f32", True), ("rw", (H, E), "f32", True),
                         ("w1", (E, H, 2 * F), "f32", True), ("w2", (E, F, H), "f32", True)],
                        body, "y", (T, H), tmp, rng)
+
+    # --- calls: a function called twice (one weight shared by both calls),
+    # differentiated once into a forward and a backward; one of its two
+    # results unused at the first call (a zero cotangent) ---
+    layer = """func.func private @layer(%x: tensor<4x6xf32>, %w: tensor<6x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x6xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x6xf32>) -> tensor<4x6xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<4x6xf32>, tensor<6x6xf32>) outs(%z : tensor<4x6xf32>) -> tensor<4x6xf32>
+  %t = math.tanh %m : tensor<4x6xf32>
+  %y = arith.addf %t, %x : tensor<4x6xf32>
+  %sq = arith.mulf %x, %t : tensor<4x6xf32>
+  return %y, %sq : tensor<4x6xf32>, tensor<4x6xf32>
+}
+"""
+    res = gradient_check(
+        "calls", [("x", (4, 6), "f32", True), ("w", (6, 6), "f32", True),
+                  ("u", (6, 6), "f32", True)],
+        """  %a:2 = func.call @layer(%x, %w) {no_inline} : (tensor<4x6xf32>, tensor<6x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>)
+  %b:2 = func.call @layer(%a#0, %u) {no_inline} : (tensor<4x6xf32>, tensor<6x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>)
+  %c:2 = func.call @layer(%b#1, %w) : (tensor<4x6xf32>, tensor<6x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>)
+  %y = arith.addf %c#0, %b#0 : tensor<4x6xf32>""", "y", (4, 6), tmp,
+        np.random.default_rng(11), prelude=layer)
+    if res:
+        ir = res[1]
+        defs = re.findall(r"llvm\.func (?:private )?@(layer\w*)\(", ir)
+        check(sorted(defs) == ["layer", "layer_backward", "layer_forward"] and
+              ir.count("llvm.call @layer_backward(") == 3,
+              "calls: the function is split once, its backward called per call")
 
     # --- a whole small model (moe_mlir.models): a dense and an MoE layer with a
     # shared expert, tied embeddings; every parameter tensor along 2 directions ---

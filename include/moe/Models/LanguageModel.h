@@ -102,11 +102,15 @@ std::vector<ModelParameter> modelParameters(const ModelConfig &config);
 /// Builds the loss function for `batch` sequences of `seq` tokens. With
 /// `documents`, @loss takes a last argument of role `documents`, i32
 /// [batch, seq]: the document of each token of the packed rows, and
-/// attention stays within documents.
+/// attention stays within documents. With `layerFunctions`, each kind of
+/// decoder layer (MoE, dense) is one private function, @decoder_layer_moe
+/// or @decoder_layer_dense, called once per layer (`no_inline`): the
+/// compiler then works on one layer of each kind, whatever the depth.
 OwningOpRef<ModuleOp> buildLanguageModel(MLIRContext *context,
                                          const ModelConfig &config,
                                          int64_t batch, int64_t seq,
-                                         bool documents = false);
+                                         bool documents = false,
+                                         bool layerFunctions = true);
 
 } // namespace mlir::moe
 

@@ -12,7 +12,8 @@
 // host). A gather of a cheap elementwise result used only there computes the
 // elements it reads instead (FuseIntoExtract). Rounding a widened tensor back
 // to its own type is the tensor itself (DropRoundTrip). A fusion that would
-// raise the block's peak of live tensors is not made (raisesPeak).
+// raise the block's peak of live tensors is not made (raisesPeak), nor one
+// whose kernel would take more parameters than PTX allows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +81,23 @@ bool raisesPeak(Operation *producer, Operation *consumer) {
   return live.peak() > before;
 }
 
+/// Whether the op fusing `producer` into `consumer` would take more buffers
+/// than a kernel's parameters hold: each is a memref descriptor of
+/// (3 + 2 x rank) words, and PTX ISA below 8.1 allows 4352 bytes in all
+/// (a sum of a thousand 0-d tensors, fused one by one, would not compile).
+bool exceedsKernelParameters(Operation *producer, Operation *consumer) {
+  constexpr int64_t kMaxParameterBytes = 4096;
+  int64_t bytes = 0;
+  auto add = [&](ValueRange values) {
+    for (Value v : values)
+      if (auto shaped = dyn_cast<ShapedType>(v.getType()))
+        bytes += (3 + 2 * shaped.getRank()) * 8;
+  };
+  add(producer->getOperands());
+  add(consumer->getOperands());
+  return bytes > kMaxParameterBytes;
+}
+
 /// Fuses into a generic the single-use, static-shape generic producing one of
 /// its inputs (linalg::fuseElementwiseOps, which also checks the maps).
 /// Only this: the other patterns of linalg's elementwise fusion would also
@@ -106,6 +124,7 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
       auto result = cast<OpResult>(operand->get());
       if (!consumer.getMatchingIndexingMap(operand).isPermutation() ||
           !producer.getIndexingMapMatchingResult(result).isPermutation() ||
+          exceedsKernelParameters(producer, consumer) ||
           raisesPeak(producer, consumer))
         continue;
       FailureOr<linalg::ElementwiseOpFusionResult> fused =

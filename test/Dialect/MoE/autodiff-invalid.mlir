@@ -56,3 +56,30 @@ func.func @f(%x: tensor<1xf32>) -> tensor<f32> {
 func.func @f_grad() {
   return
 }
+
+// -----
+
+func.func private @external(tensor<1xf32>) -> tensor<1xf32>
+
+func.func @calls_external(%x: tensor<1xf32>) -> tensor<f32> {
+  // expected-error @+1 {{-moe-autodiff: the loss depends on a call of a function without a body}}
+  %y = func.call @external(%x) : (tensor<1xf32>) -> tensor<1xf32>
+  %l = tensor.collapse_shape %y [] : tensor<1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{-moe-autodiff: a recursive call}}
+func.func private @recurse(%x: tensor<1xf32>) -> tensor<1xf32> {
+  // expected-error @+1 {{-moe-autodiff: cannot differentiate the called function}}
+  %y = func.call @recurse(%x) : (tensor<1xf32>) -> tensor<1xf32>
+  return %y : tensor<1xf32>
+}
+
+func.func @calls_recursive(%x: tensor<1xf32>) -> tensor<f32> {
+  // expected-error @+1 {{-moe-autodiff: cannot differentiate the called function}}
+  %y = func.call @recurse(%x) : (tensor<1xf32>) -> tensor<1xf32>
+  %l = tensor.collapse_shape %y [] : tensor<1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}

@@ -207,11 +207,40 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
     };
 
     // The global norm and the clipping factor, from the sums of squares.
-    SmallVector<Value> sums;
+    SmallVector<Value> squares;
     for (Trained &t : trained)
-      sums.push_back(ob.sumOfSquares(t.grad));
-    sums.push_back(scalar(Clip));
+      squares.push_back(ob.sumOfSquares(t.grad));
     auto zeroD = AffineMap::get(0, 0, {}, ctx);
+    // At most kMaxSumInputs 0-d tensors per op: each becomes a kernel
+    // parameter of three words, and a kernel's parameters are limited
+    // (4 KiB below PTX ISA 8.1). Partial sums fold left, in the same order
+    // as one sum would.
+    constexpr size_t kMaxSumInputs = 64;
+    SmallVector<Value> sums;
+    ArrayRef<Value> rest = squares;
+    while (rest.size() + sums.size() > kMaxSumInputs) {
+      size_t take = kMaxSumInputs - sums.size();
+      llvm::append_range(sums, rest.take_front(take));
+      rest = rest.drop_front(take);
+      Value init =
+          tensor::EmptyOp::create(b, oloc, ArrayRef<int64_t>{}, b.getF64Type());
+      SmallVector<AffineMap> partialMaps(sums.size() + 1, zeroD);
+      Value partial = linalg::GenericOp::create(
+                          b, oloc, TypeRange{init.getType()}, sums,
+                          ValueRange{init}, partialMaps, {},
+                          [&](OpBuilder &nb, Location l, ValueRange args) {
+                            Value total = args[0];
+                            for (size_t i = 1; i + 1 < args.size(); ++i)
+                              total =
+                                  arith::AddFOp::create(nb, l, total, args[i]);
+                            linalg::YieldOp::create(nb, l, total);
+                          })
+                          .getResult(0);
+      sums.assign({partial});
+    }
+    llvm::append_range(sums, rest);
+    unsigned numSums = sums.size();
+    sums.push_back(scalar(Clip));
     SmallVector<AffineMap> maps(sums.size() + 2, zeroD);
     Value normInit = tensor::EmptyOp::create(b, oloc, ArrayRef<int64_t>{}, f32);
     Value scaleInit =
@@ -220,7 +249,7 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
         b, oloc, TypeRange{normInit.getType(), scaleInit.getType()}, sums,
         ValueRange{normInit, scaleInit}, maps, {},
         [&](OpBuilder &nb, Location l, ValueRange args) {
-          unsigned n = trained.size();
+          unsigned n = numSums;
           Value total = args[0];
           for (unsigned i = 1; i < n; ++i)
             total = arith::AddFOp::create(nb, l, total, args[i]);

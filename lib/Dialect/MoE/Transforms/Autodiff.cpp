@@ -7,12 +7,16 @@
 // rules (the moe ops, their model-level companions, and the upstream ops
 // model graphs use: linalg.matmul, linalg.transpose, linalg.softmax,
 // elementwise arith/math on tensors, reshapes). Gradients reaching a value
-// from several uses are summed.
+// from several uses are summed. A call of a function (a decoder layer called
+// once per layer) becomes a call of the function's forward, which also
+// returns the residuals, and its vector-Jacobian product a call of the
+// function's backward: each called function is differentiated once.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/MoE/IR/MoEOps.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
+#include "moe/Dialect/MoE/Transforms/SplitBackward.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -21,6 +25,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/ScopeExit.h"
+
+#include <deque>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEAUTODIFF
@@ -142,6 +149,25 @@ private:
         .getResult(0);
   }
 
+public:
+  /// A called function split into forward and backward.
+  struct Pullback {
+    func::FuncOp forward, backward;
+    /// The callee's results (the forward's first results; the rest are
+    /// residuals).
+    unsigned numOutputs = 0;
+    /// Per backward result, the argument it is the gradient of.
+    SmallVector<unsigned> gradientOf;
+  };
+  /// `call` calls `pullback.forward`: its VJP calls `pullback.backward`.
+  void addCall(func::CallOp call, const Pullback *pullback) {
+    calls[call] = pullback;
+  }
+
+private:
+  DenseMap<Operation *, const Pullback *> calls;
+
+  LogicalResult callRule(func::CallOp call);
   LogicalResult elementwise(Operation *op, Value g);
   LogicalResult matmulRule(linalg::MatmulOp op, Value g);
   LogicalResult softmaxRule(linalg::SoftmaxOp op, Value g);
@@ -326,6 +352,33 @@ LogicalResult Differentiator::combineRule(CombineOp op, Value g) {
   return success();
 }
 
+LogicalResult Differentiator::callRule(func::CallOp call) {
+  const Pullback *p = calls.lookup(call);
+  if (!p)
+    return call.emitOpError("-moe-autodiff: no gradient for this call (only "
+                            "calls of functions with a body are "
+                            "differentiated)");
+  Location l = call.getLoc();
+  // backward(args, residuals, cotangents): a cotangent per float output,
+  // zeros for those the loss does not read.
+  SmallVector<Value> operands(call.getOperands());
+  llvm::append_range(operands, call.getResults().drop_front(p->numOutputs));
+  for (Value r : call.getResults().take_front(p->numOutputs)) {
+    if (!isFloatTensor(r.getType()))
+      continue;
+    Value g = adjoint(r);
+    if (!g)
+      g = filled(l, r, getElementTypeOrSelf(r.getType()), 0.0);
+    operands.push_back(g);
+  }
+  auto back = func::CallOp::create(b, l, p->backward, operands);
+  if (call.getNoInline())
+    back.setNoInline(true);
+  for (auto [g, arg] : llvm::zip_equal(back.getResults(), p->gradientOf))
+    accumulate(call.getOperand(arg), g);
+  return success();
+}
+
 LogicalResult Differentiator::backprop(Operation *op) {
   // Only the first float result of most ops carries a gradient.
   auto gradOf = [&](unsigned i) { return adjoint(op->getResult(i)); };
@@ -343,6 +396,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
                              "depends on must be on tensors");
     return elementwise(op, gradOf(0));
   }
+  if (auto call = dyn_cast<func::CallOp>(op))
+    return callRule(call);
   if (auto mm = dyn_cast<linalg::MatmulOp>(op))
     return matmulRule(mm, gradOf(0));
   if (auto sm = dyn_cast<linalg::SoftmaxOp>(op))
@@ -565,6 +620,169 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
     return t && t.getRank() == 0 && t.getElementType().isF32();
   }
 
+  /// Called functions already split, by callee.
+  DenseMap<Operation *, const Differentiator::Pullback *> pullbacks;
+  std::deque<Differentiator::Pullback> pullbackStorage;
+  /// Callees being differentiated (a recursive call is refused).
+  llvm::SmallPtrSet<Operation *, 4> inProgress;
+
+  /// Appends to `step`'s single-block body the backward of its ops, seeded
+  /// by `seed` (before the terminator), and returns the gradient of each of
+  /// `wrt` (zeros for those the seeds do not reach). Calls of functions are
+  /// first turned into calls of their forwards.
+  FailureOr<SmallVector<Value>>
+  appendBackward(func::FuncOp step, ArrayRef<BlockArgument> wrt,
+                 function_ref<void(Differentiator &, OpBuilder &)> seed,
+                 SymbolTable &symbols) {
+    Block &body = step.getBody().front();
+    Operation *ret = body.getTerminator();
+    OpBuilder b(ret);
+    Differentiator diff(b);
+    {
+      // Which calls the seeds may reach back through.
+      Differentiator scan(b);
+      scan.markActive(body, wrt);
+      SmallVector<func::CallOp> active;
+      for (auto call : body.getOps<func::CallOp>())
+        if (llvm::any_of(call.getOperands(),
+                         [&](Value v) { return scan.isActive(v); }))
+          active.push_back(call);
+      for (func::CallOp call : active) {
+        auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
+        if (!callee || callee.isExternal())
+          return call.emitOpError("-moe-autodiff: the loss depends on a call "
+                                  "of a function without a body");
+        FailureOr<const Differentiator::Pullback *> p =
+            pullback(callee, symbols);
+        if (failed(p))
+          return call.emitOpError("-moe-autodiff: cannot differentiate the "
+                                  "called function");
+        OpBuilder at(call);
+        auto forward = func::CallOp::create(at, call.getLoc(), (*p)->forward,
+                                            call.getOperands());
+        if (call.getNoInline())
+          forward.setNoInline(true);
+        call.replaceAllUsesWith(
+            forward.getResults().take_front((*p)->numOutputs));
+        call.erase();
+        diff.addCall(forward, *p);
+      }
+    }
+    diff.markActive(body, wrt);
+    SmallVector<Operation *> forward;
+    for (Operation &op : body.without_terminator())
+      forward.push_back(&op);
+    seed(diff, b);
+    for (Operation *op : llvm::reverse(forward)) {
+      b.setInsertionPoint(ret);
+      if (failed(diff.backprop(op)))
+        return failure();
+    }
+    b.setInsertionPoint(ret);
+    SmallVector<Value> grads;
+    for (BlockArgument a : wrt) {
+      Value g = diff.adjoint(a);
+      if (!g) {
+        auto t = cast<RankedTensorType>(a.getType());
+        Value init = tensor::EmptyOp::create(
+            b, ret->getLoc(), tensor::getMixedSizes(b, ret->getLoc(), a),
+            t.getElementType());
+        Value z = arith::ConstantOp::create(b, ret->getLoc(),
+                                            b.getZeroAttr(t.getElementType()));
+        g = linalg::FillOp::create(b, ret->getLoc(), z, init).getResult(0);
+      }
+      grads.push_back(g);
+    }
+    return grads;
+  }
+
+  /// `callee` differentiated once: @<callee>_forward(args) -> (results,
+  /// residuals) and @<callee>_backward(args, residuals, a cotangent per
+  /// float result) -> a gradient per float argument (moe.gradient_of).
+  FailureOr<const Differentiator::Pullback *> pullback(func::FuncOp callee,
+                                                       SymbolTable &symbols) {
+    if (auto it = pullbacks.find(callee); it != pullbacks.end())
+      return it->second;
+    if (!callee.getBody().hasOneBlock())
+      return callee.emitOpError("-moe-autodiff: expects a single-block body");
+    if (!inProgress.insert(callee).second)
+      return callee.emitOpError("-moe-autodiff: a recursive call");
+    llvm::scope_exit done([&] { inProgress.erase(callee); });
+
+    func::FuncOp step = callee.clone();
+    step.setName((callee.getName() + "_vjp").str());
+    step.setPrivate();
+    symbols.insert(step, Block::iterator(callee->getNextNode()));
+    Block &body = step.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    unsigned numArgs = body.getNumArguments();
+    SmallVector<BlockArgument> wrt;
+    for (BlockArgument a : body.getArguments())
+      if (isFloatTensor(a.getType()) &&
+          !step.getArgAttr(a.getArgNumber(), "moe.no_grad"))
+        wrt.push_back(a);
+    // A cotangent argument per float result.
+    SmallVector<std::pair<Value, BlockArgument>> seeds;
+    for (Value r : ret.getOperands())
+      if (isFloatTensor(r.getType()))
+        seeds.push_back({r, body.addArgument(r.getType(), ret.getLoc())});
+    auto fail = [&]() -> FailureOr<const Differentiator::Pullback *> {
+      step.erase();
+      return failure();
+    };
+    FailureOr<SmallVector<Value>> grads = appendBackward(
+        step, wrt,
+        [&](Differentiator &diff, OpBuilder &) {
+          for (auto [r, c] : seeds)
+            diff.accumulate(r, c);
+        },
+        symbols);
+    if (failed(grads))
+      return fail();
+
+    SmallVector<Value> results(ret.getOperands());
+    llvm::append_range(results, *grads);
+    OpBuilder b(ret);
+    func::ReturnOp::create(b, ret.getLoc(), results);
+    unsigned numOutputs = ret.getNumOperands();
+    ret.erase();
+    SmallVector<DictionaryAttr> argAttrs;
+    for (unsigned i = 0; i < body.getNumArguments(); ++i)
+      argAttrs.push_back(i < numArgs ? step.getArgAttrDict(i)
+                                     : b.getDictionaryAttr(b.getNamedAttr(
+                                           "moe.cotangent", b.getUnitAttr())));
+    step.setFunctionType(FunctionType::get(
+        step.getContext(), body.getArgumentTypes(), ValueRange(results)));
+    step.setAllArgAttrs(argAttrs);
+    step.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
+    for (unsigned r = 0; r < numOutputs; ++r)
+      step.setResultAttr(r, "moe.output",
+                         b.getStringAttr("result" + llvm::Twine(r)));
+    Differentiator::Pullback *p = &pullbackStorage.emplace_back();
+    p->numOutputs = numOutputs;
+    for (auto [i, a] : llvm::enumerate(wrt)) {
+      step.setResultAttr(numOutputs + i, "moe.gradient_of",
+                         b.getI64IntegerAttr(a.getArgNumber()));
+      p->gradientOf.push_back(a.getArgNumber());
+    }
+    FailureOr<std::pair<func::FuncOp, func::FuncOp>> split =
+        splitForwardBackward(step, symbols,
+                             (callee.getName() + "_forward").str(),
+                             (callee.getName() + "_backward").str());
+    if (failed(split)) {
+      pullbackStorage.pop_back();
+      return fail();
+    }
+    std::tie(p->forward, p->backward) = *split;
+    // (-moe-reuse-forward-values finds the pair and its residuals by the
+    // attributes the split left.)
+    p->forward.setPrivate();
+    p->backward.setPrivate();
+    p->backward->setAttr("moe.forward",
+                         FlatSymbolRefAttr::get(p->forward.getNameAttr()));
+    return pullbacks[callee] = p;
+  }
+
   LogicalResult differentiate(func::FuncOp f, SymbolTable &symbols) {
     if (!isLossFunction(f))
       return f.emitOpError("-moe-autodiff: expects a loss function returning "
@@ -593,40 +811,28 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
           !step.getArgAttr(a.getArgNumber(), "moe.cotangent"))
         wrt.push_back(a);
 
-    OpBuilder b(ret);
-    Differentiator diff(b);
-    diff.markActive(body, wrt);
-    SmallVector<Operation *> forward;
-    for (Operation &op : body.without_terminator())
-      forward.push_back(&op);
-    if (diff.isActive(loss)) {
-      Value seed = arith::ConstantOp::create(
-          b, ret.getLoc(),
-          DenseElementsAttr::get(cast<RankedTensorType>(loss.getType()), 1.0f));
-      diff.accumulate(loss, seed);
-    }
-    for (Operation *op : llvm::reverse(forward)) {
-      b.setInsertionPoint(ret);
-      if (failed(diff.backprop(op)))
-        return failure();
-    }
+    FailureOr<SmallVector<Value>> grads = appendBackward(
+        step, wrt,
+        [&](Differentiator &diff, OpBuilder &b) {
+          Value loss = ret.getOperand(0);
+          if (diff.isActive(loss))
+            diff.accumulate(
+                loss, arith::ConstantOp::create(
+                          b, ret.getLoc(),
+                          DenseElementsAttr::get(
+                              cast<RankedTensorType>(loss.getType()), 1.0f)));
+        },
+        symbols);
+    if (failed(grads))
+      return failure();
 
     // return loss, d arg...  (zeros for arguments the loss does not use)
-    b.setInsertionPoint(ret);
+    OpBuilder b(ret);
+    loss = ret.getOperand(0);
     SmallVector<Value> results = {loss};
     SmallVector<Type> types = {loss.getType()};
     SmallVector<unsigned> argOf;
-    for (BlockArgument a : wrt) {
-      Value g = diff.adjoint(a);
-      if (!g) {
-        auto t = cast<RankedTensorType>(a.getType());
-        Value init = tensor::EmptyOp::create(
-            b, ret.getLoc(), tensor::getMixedSizes(b, ret.getLoc(), a),
-            t.getElementType());
-        Value z = arith::ConstantOp::create(b, ret.getLoc(),
-                                            b.getZeroAttr(t.getElementType()));
-        g = linalg::FillOp::create(b, ret.getLoc(), z, init).getResult(0);
-      }
+    for (auto [a, g] : llvm::zip_equal(wrt, *grads)) {
       results.push_back(g);
       types.push_back(g.getType());
       argOf.push_back(a.getArgNumber());
@@ -654,6 +860,8 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
+    pullbacks.clear();
+    pullbackStorage.clear();
     SmallVector<func::FuncOp> todo;
     if (functions.empty()) {
       for (auto f : module.getOps<func::FuncOp>())

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Dialect/MoE/Transforms/SplitBackward.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "moe/Dialect/MoE/IR/MoEOps.h"
@@ -130,14 +131,16 @@ func::FuncOp extract(OpBuilder &builder, func::FuncOp step, StringRef name,
   return f;
 }
 
-LogicalResult split(func::FuncOp step, SymbolTable &symbols) {
+} // namespace
+
+FailureOr<std::pair<func::FuncOp, func::FuncOp>>
+mlir::moe::splitForwardBackward(func::FuncOp step, SymbolTable &symbols,
+                                StringRef fwdName, StringRef bwdName) {
   if (!step.getBody().hasOneBlock())
     return step.emitOpError("-moe-split-backward: expects a single-block body");
   Block &body = step.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  std::string fwdName = (step.getName() + "_forward").str();
-  std::string bwdName = (step.getName() + "_backward").str();
-  for (const std::string &name : {fwdName, bwdName})
+  for (StringRef name : {fwdName, bwdName})
     if (symbols.lookup(name))
       return step.emitOpError("-moe-split-backward: a symbol named '")
              << name << "' already exists";
@@ -275,8 +278,10 @@ LogicalResult split(func::FuncOp step, SymbolTable &symbols) {
   symbols.insert(fwd, Block::iterator(step));
   symbols.insert(bwd, Block::iterator(step));
   step.erase();
-  return success();
+  return std::make_pair(fwd, bwd);
 }
+
+namespace {
 
 struct MoESplitBackwardPass
     : moe::impl::MoESplitBackwardBase<MoESplitBackwardPass> {
@@ -299,7 +304,9 @@ struct MoESplitBackwardPass
         }
     }
     for (func::FuncOp f : steps)
-      if (failed(split(f, symbols)))
+      if (failed(moe::splitForwardBackward(f, symbols,
+                                           (f.getName() + "_forward").str(),
+                                           (f.getName() + "_backward").str())))
         return signalPassFailure();
   }
 };

@@ -527,6 +527,27 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MoEReuseForwardValues : Pass<"moe-reuse-forward-values", "::mlir::ModuleOp"> {
+  let summary = "The backward of a called function reads what its forward computed";
+  let description = [{
+    For each pair `-moe-autodiff` split from a called function
+    (`@f_forward`, returning the function's results and then the residuals
+    marked `moe.residual = i`; `@f_backward` marked `moe.forward =
+    @f_forward`, taking the arguments again, the residuals, then the
+    cotangents): an op of the backward that the forward also computes from
+    the same arguments and residuals (CSE's equivalence) is read from the
+    forward instead, and the residuals are chosen anew as the forward
+    values the backward's remaining ops read. Every call of both is
+    rewritten to match. This is the CSE one function holding forward and
+    backward would get: after `-moe-quantize`, a GEMM operand rounded to
+    bf16 in the forward is kept as the residual instead of its f32 source,
+    and a weight is rounded once per step. Reshapes, slices and
+    `moe.dispatch` stay in the backward (a returned view of an argument
+    would be copied; a dispatch's rows are read in place by the kernels
+    that take them).
+  }];
+}
+
 def MoESplitBackward : Pass<"moe-split-backward", "::mlir::ModuleOp"> {
   let summary = "Split a train step into the forward and backward an autograd framework calls";
   let description = [{
@@ -591,6 +612,17 @@ def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
     An op the loss depends on without a rule (a `linalg.generic`, an
     `moe.experts` region, block-scaled operands) is an error at that op:
     differentiate before `-moe-quantize` and after `-moe-group-experts`.
+
+    Calls (`func.call`) of functions with a body are differentiated once per
+    callee, whatever the number of calls: `@f` gets two private companions,
+    as `-moe-split-backward` makes them,
+    - `@f_forward(args) -> (results, residuals)`, and
+    - `@f_backward(args, residuals, a cotangent per float result) -> the
+      gradient of every float argument not marked moe.no_grad`.
+    The train step calls `@f_forward` where the loss called `@f`, and
+    `@f_backward` in the backward (zeros as the cotangents of results the
+    loss does not read); `no_inline` carries over to both calls. A call of
+    an external function, or a recursive one, is refused.
   }];
   let options = [
     ListOption<"functions", "functions", "std::string",
