@@ -168,15 +168,21 @@ void mlir::moe::buildGPUKernelSelection(OpPassManager &pm,
   // so that those GEMMs get the chip's kernels too.
   pm.addPass(moe::createMoEExpandGroupedMlp());
   // Identical quantizations (a forward and its recomputation) merged, so
-  // that the kernels see identical GEMMs.
+  // that the kernels see identical GEMMs; across a called layer's forward
+  // and backward too (the backward's recomputed up projection is the
+  // forward's).
   pm.addPass(createCSEPass());
+  pm.addPass(moe::createMoEReuseForwardValues());
   // Weight gradients where they hold the least memory (after the data
   // gradients' combines, which free the expert rows' gradients).
   pm.addNestedPass<func::FuncOp>(moe::createMoEPlaceWeightGradients());
   pm.addPass(moe::createMoEGPUDedicatedKernels(dedicated));
   // GEMMs sharing an MX weight (the chunks of an expert-parallel layer, a
-  // forward and its recomputation) share its dequantization.
+  // forward and its recomputation) share its dequantization. A called
+  // layer's backward reads the forward's flash-attention output and
+  // logsumexp instead of running the forward kernel again.
   pm.addPass(createCSEPass());
+  pm.addPass(moe::createMoEReuseForwardValues());
 }
 
 void mlir::moe::buildGPUPipeline(OpPassManager &pm,

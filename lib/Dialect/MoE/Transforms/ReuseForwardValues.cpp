@@ -108,10 +108,20 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
   // (reshapes, slices) and dispatches, which stay in the backward: a view
   // of an argument returned would be copied, and a dispatch's rows are
   // read in place by the kernels that consume them (never materialized).
+  // Calls of the GPU kernels' host functions (`moe.dedicated_kernel`) take
+  // and return tensors only: pure, as the ops they replace.
+  SymbolTable symbols(module);
+  auto pure = [&](Operation &op) {
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
+      return callee && callee->hasAttr("moe.dedicated_kernel");
+    }
+    return isMemoryEffectFree(&op);
+  };
   llvm::SmallPtrSet<Operation *, 32> taken;
   for (Operation &op : bb.without_terminator()) {
     Value anchor;
-    bool known = op.getNumOperands() != 0 && isMemoryEffectFree(&op);
+    bool known = op.getNumOperands() != 0 && pure(op);
     for (Value v : op.getOperands()) {
       if (same.count(v))
         anchor = anchor ? anchor : v;
