@@ -73,6 +73,7 @@ const char *const kPipelines[] = {
     "moe-group-experts",
     "moe-expert-parallel{ep-size=2}",
     "moe-autodiff",
+    "moe-reuse-forward-values",
     "moe-train-pipeline",
     "moe-train-pipeline{recipe=mxfp8}",
     "moe-train-pipeline{autodiff=true recipe=bf16 optimizer=adamw}",

@@ -76,6 +76,9 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
   for (unsigned i = 0; i < numArgs; ++i)
     if (fb.getArgument(i).getType() != bb.getArgument(i).getType())
       return success();
+  for (auto [r, a] : llvm::zip_equal(oldResults, oldArgs))
+    if (fwd.getResultTypes()[r] != bb.getArgument(a).getType())
+      return success();
 
   // Backward values known to equal forward values.
   DenseMap<Value, Value> same;
