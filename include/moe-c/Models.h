@@ -5,6 +5,7 @@
 #include "mlir-c/IR.h"
 #include "mlir-c/Support.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -21,6 +22,16 @@ MLIR_CAPI_EXPORTED MlirModule moeBuildLanguageModel(MlirContext context,
                                                     MlirStringRef config,
                                                     MlirStringRef source,
                                                     int64_t batch, int64_t seq);
+
+/// moeBuildLanguageModel with options. `documentMask`: `@loss` takes a last
+/// argument of role `documents`, i32 [batch, seq], the document of each
+/// token of the packed rows, and attention stays within documents.
+/// `layerFunctions`: each kind of decoder layer (MoE, dense) is one private
+/// function called once per layer, so compile time follows the kinds of
+/// layers rather than the depth.
+MLIR_CAPI_EXPORTED MlirModule moeBuildLanguageModelWithOptions(
+    MlirContext context, MlirStringRef config, MlirStringRef source,
+    int64_t batch, int64_t seq, bool documentMask, bool layerFunctions);
 
 #ifdef __cplusplus
 }

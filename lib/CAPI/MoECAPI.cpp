@@ -71,6 +71,16 @@ MlirLogicalResult moeRunPipeline(MlirModule module, MlirStringRef pipeline) {
 MlirModule moeBuildLanguageModel(MlirContext context, MlirStringRef config,
                                  MlirStringRef source, int64_t batch,
                                  int64_t seq) {
+  return moeBuildLanguageModelWithOptions(context, config, source, batch, seq,
+                                          /*documentMask=*/false,
+                                          /*layerFunctions=*/false);
+}
+
+MlirModule moeBuildLanguageModelWithOptions(MlirContext context,
+                                            MlirStringRef config,
+                                            MlirStringRef source, int64_t batch,
+                                            int64_t seq, bool documentMask,
+                                            bool layerFunctions) {
   MLIRContext *ctx = unwrap(context);
   Location loc = FileLineColLoc::get(ctx, unwrap(source), 1, 1);
   if (batch < 1 || seq < 1 || batch > (int64_t(1) << 31) ||
@@ -86,7 +96,9 @@ MlirModule moeBuildLanguageModel(MlirContext context, MlirStringRef config,
     emitError(loc) << llvm::toString(parsed.takeError());
     return MlirModule{nullptr};
   }
-  return wrap(moe::buildLanguageModel(ctx, *parsed, batch, seq).release());
+  return wrap(moe::buildLanguageModel(ctx, *parsed, batch, seq, documentMask,
+                                      layerFunctions)
+                  .release());
 }
 
 MlirLogicalResult moeCompile(MlirModule module, MlirStringRef target,

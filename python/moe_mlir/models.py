@@ -17,6 +17,14 @@ chip on construction. Parameters are numpy f32 arrays keyed by their
 transformers names, in our layout ([in, out]); ``to_hf`` / ``from_hf`` swap
 the last two dimensions where transformers stores [out, in]. Labels of -100
 (or any value outside the vocabulary) are ignored by the loss.
+
+``document_mask=True`` builds the model whose attention stays within
+documents: ``loss`` and ``loss_grad`` then take ``documents``, int32
+[batch, seq], the document of each token of the packed rows (a query sees
+the keys of its own document only; ``documents_from_bos`` numbers them as
+moe-train does). ``layer_functions=True`` compiles each kind of decoder
+layer once, as a function called per layer (the same results; compile time
+follows the kinds of layers, not the depth).
 """
 
 import json
@@ -31,7 +39,8 @@ __all__ = ["LanguageModel", "AdamW", "export_hf"]
 
 
 class LanguageModel:
-    def __init__(self, config, batch, seq, target="cpu", workdir=None):
+    def __init__(self, config, batch, seq, target="cpu", workdir=None,
+                 document_mask=False, layer_functions=False):
         if isinstance(config, dict):
             text, source = json.dumps(config), "<config dict>"
         else:
@@ -40,9 +49,12 @@ class LanguageModel:
                 text = f.read()
         self.config = json.loads(text)
         self.batch, self.seq, self.target = batch, seq, target
+        self.document_mask = bool(document_mask)
         from . import Module
         from .runtime import load
-        module = Module.language_model(text, source, batch, seq)
+        module = Module.language_model(text, source, batch, seq,
+                                       document_mask=self.document_mask,
+                                       layer_functions=bool(layer_functions))
         module.run("builtin.module(moe-autodiff)")
         self._tmp = None
         if workdir is None:
@@ -56,7 +68,8 @@ class LanguageModel:
         self.names = [a.param for a in self.parameters]
 
     @classmethod
-    def from_pretrained(cls, model_dir, batch, seq, target="cpu", workdir=None):
+    def from_pretrained(cls, model_dir, batch, seq, target="cpu", workdir=None,
+                        **options):
         """The model of a transformers model directory (its config.json) and
         its weights in our layout: ``(model, params)``. The weights are read
         by moe_mlir.hf.read_weights (single file or sharded; F32, BF16, F16;
@@ -64,7 +77,7 @@ class LanguageModel:
         from . import hf
 
         model = cls(os.path.join(model_dir, "config.json"), batch, seq, target=target,
-                    workdir=workdir)
+                    workdir=workdir, **options)
         return model, model.from_hf(hf.read_weights(model_dir))
 
     # --- parameters ---
@@ -99,7 +112,7 @@ class LanguageModel:
         return out
 
     # --- forward and backward ---
-    def _args(self, params, ids, labels, router_bias=None):
+    def _args(self, params, ids, labels, router_bias=None, documents=None):
         missing = [n for n in self.names if n not in params]
         if missing:
             raise KeyError(f"missing parameters: {', '.join(missing[:3])}")
@@ -122,19 +135,44 @@ class LanguageModel:
         elif router_bias is not None:
             raise ValueError("this model has no router bias ('router_bias_update_rate' "
                              "is not set in its config)")
+        if self.document_mask:
+            if documents is None:
+                raise ValueError("this model masks attention within documents "
+                                 "(document_mask=True): pass documents, int32 "
+                                 f"[{self.batch}, {self.seq}]")
+            documents = np.ascontiguousarray(documents, dtype=np.int32)
+            if documents.shape != (self.batch, self.seq):
+                raise ValueError(f"documents must be [{self.batch}, {self.seq}], "
+                                 f"got {list(documents.shape)}")
+            args.append(documents)
+        elif documents is not None:
+            raise ValueError("this model has no document mask (build it with "
+                             "document_mask=True)")
         return args
 
-    def loss(self, params, ids, labels, router_bias=None):
-        out = self._artifact.loss(*self._args(params, ids, labels, router_bias))
+    @staticmethod
+    def documents_from_bos(ids, bos):
+        """Each token's document in its packed row, as moe-train numbers
+        them: the count of `bos` tokens up to and including it."""
+        ids = np.asarray(ids)
+        return np.cumsum(ids == bos, axis=-1).astype(np.int32)
+
+    def loss(self, params, ids, labels, router_bias=None, documents=None):
+        out = self._artifact.loss(*self._args(params, ids, labels, router_bias,
+                                              documents))
         return float(out[0] if isinstance(out, (tuple, list)) else out)
 
-    def loss_grad(self, params, ids, labels, outputs=False, router_bias=None):
+    def loss_grad(self, params, ids, labels, outputs=False, router_bias=None,
+                  documents=None):
         """The loss and {name: gradient}; with `outputs`, also the graph's
         outputs by name ({"expert_load": int32 [MoE layers, experts]}, the
         top-k assignments each expert got). `router_bias` [MoE layers,
         experts]: the routers' selection bias of models with
-        'router_bias_update_rate' (zeros by default)."""
-        out = self._artifact.loss_grad(*self._args(params, ids, labels, router_bias))
+        'router_bias_update_rate' (zeros by default). `documents` [batch,
+        seq]: each token's document, for a model built with
+        document_mask=True."""
+        out = self._artifact.loss_grad(*self._args(params, ids, labels, router_bias,
+                                                   documents))
         n = len(self.names)
         grads = dict(zip(self.names, out[1:1 + n], strict=True))
         if not outputs:

@@ -108,10 +108,13 @@ struct Module {
 
   static std::unique_ptr<Module> languageModel(const std::string &config,
                                                const std::string &source,
-                                               int64_t batch, int64_t seq) {
+                                               int64_t batch, int64_t seq,
+                                               bool documentMask,
+                                               bool layerFunctions) {
     auto context = std::make_shared<Context>();
-    MlirModule m = moeBuildLanguageModel(context->ctx, ref(config), ref(source),
-                                         batch, seq);
+    MlirModule m = moeBuildLanguageModelWithOptions(
+        context->ctx, ref(config), ref(source), batch, seq, documentMask,
+        layerFunctions);
     if (mlirModuleIsNull(m))
       context->raise("cannot build the model of " + source);
     context->diagnostics.clear();
@@ -157,8 +160,14 @@ PYBIND11_MODULE(_mlir, m) {
                   "MLIRError with the diagnostics if it is invalid.")
       .def_static("language_model", &Module::languageModel, py::arg("config"),
                   py::arg("source"), py::arg("batch"), py::arg("seq"),
+                  py::arg("document_mask") = false,
+                  py::arg("layer_functions") = false,
                   "The loss function of the MoE language model of a "
-                  "config.json text (Qwen3-MoE family)")
+                  "config.json text (Qwen3-MoE family). document_mask: "
+                  "@loss also takes each token's document (i32 [batch, "
+                  "seq]) and attention stays within documents; "
+                  "layer_functions: each kind of decoder layer is one "
+                  "function called per layer")
       .def("run", &Module::run, py::arg("pipeline"),
            "Runs a textual pass pipeline, e.g. "
            "'builtin.module(moe-train-pipeline{ep-size=2})', in place.")

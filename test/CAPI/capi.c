@@ -131,6 +131,21 @@ int main(int argc, char **argv) {
       lm, mlirStringRefCreateFromCString("builtin.module(moe-autodiff)"));
   printf("train step: %d\n", mlirLogicalResultIsSuccess(step));
   mlirModuleDestroy(lm);
+  // With a document mask and the decoder layer as a function: @loss takes
+  // the documents last and calls the layer.
+  MlirModule masked = moeBuildLanguageModelWithOptions(
+      ctx, mlirStringRefCreateFromCString(config),
+      mlirStringRefCreateFromCString("config.json"), 2, 16,
+      /*documentMask=*/true, /*layerFunctions=*/true);
+  printf("masked language model: %d\n",
+         !mlirModuleIsNull(masked) &&
+             mlirOperationVerify(mlirModuleGetOperation(masked)));
+  MlirLogicalResult maskedGrad = moeRunPipeline(
+      masked, mlirStringRefCreateFromCString("builtin.module(moe-autodiff)"));
+  printf("masked train step: %d\n", mlirLogicalResultIsSuccess(maskedGrad));
+  mlirOperationPrint(mlirModuleGetOperation(masked), print, NULL);
+  printf("\n");
+  mlirModuleDestroy(masked);
   MlirModule badModel = moeBuildLanguageModel(
       ctx, mlirStringRefCreateFromCString("{\"hidden_size\": 32}"),
       mlirStringRefCreateFromCString("bad.json"), 2, 16);

@@ -81,6 +81,39 @@ for t in range(3):
 err = max(float(np.max(np.abs(p[k] - tp[k].detach().numpy()))) for k in p)
 check(err < 1e-6, f"AdamW matches torch.optim.AdamW with clipping and decay (max diff {err:.1e})")
 
+# Options: layer functions give the same losses and gradients; with a
+# document mask a token sees its own document only. The rows hold document
+# B (ids perturbed below), then document A, the only one with labels:
+# masked, A's loss ignores B's ids; unmasked it does not.
+ids = pick[:, :-1].copy()
+ids[:, 0] = 1
+ids[:, S // 2] = 1  # <bos>: A starts in the middle of each row
+docs = LanguageModel.documents_from_bos(ids, bos=1)
+check(docs[0, 0] == 1 and docs[0, S // 2 - 1] == 1 and docs[0, S // 2] == 2,
+      "documents_from_bos numbers the documents of a row as moe-train does")
+labels = pick[:, 1:].copy()
+labels[:, : S // 2] = -100
+other = ids.copy()
+other[:, 1 : S // 2] = (other[:, 1 : S // 2] + 5) % 24
+loss_flat, grads_flat = model.loss_grad(params, ids, labels)
+functions = LanguageModel(cfg, batch=B, seq=S, layer_functions=True)
+loss_fn, grads_fn = functions.loss_grad(params, ids, labels)
+check(loss_fn == loss_flat and all(np.array_equal(grads_fn[n], grads_flat[n]) for n in model.names),
+      "layer_functions=True: the same loss and gradients, bit for bit")
+masked = LanguageModel(cfg, batch=B, seq=S, document_mask=True, layer_functions=True)
+same = masked.loss(params, ids, labels, documents=docs) == masked.loss(params, other, labels, documents=docs)
+moved = model.loss(params, ids, labels) != model.loss(params, other, labels)
+check(same and moved, "document_mask=True: a document's loss does not see the "
+      "document before it (without the mask it does)")
+one = np.ones((B, S), np.int32)
+check(masked.loss(params, ids, labels, documents=one) == model.loss(params, ids, labels),
+      "document_mask=True with one document per row is the unmasked loss")
+try:
+    masked.loss(params, ids, labels)
+    check(False, "a masked model without documents raises")
+except ValueError as e:
+    check("pass documents" in str(e), "a masked model without documents raises ValueError")
+
 # Errors.
 try:
     LanguageModel(dict(cfg, num_experts_per_tok=9), batch=B, seq=S)

@@ -54,10 +54,11 @@ static cl::opt<bool> documentMask(
     cl::desc("Attention within documents: @loss takes the document of each "
              "token of the packed rows (i32 [batch, seq], role 'documents')"),
     cl::init(false), cl::cat(moeModelOptions));
-static cl::opt<bool> inlineLayers(
-    "inline-layers",
-    cl::desc("Every decoder layer's ops in @loss itself (one flat graph) "
-             "instead of one function per kind of layer called per layer"),
+static cl::opt<bool> layerFunctions(
+    "layer-functions",
+    cl::desc("Each kind of decoder layer as one function called per layer "
+             "(compile time follows the kinds of layers, not the depth) "
+             "instead of every layer's ops in @loss"),
     cl::init(false), cl::cat(moeModelOptions));
 static cl::opt<bool> listParameters(
     "parameters",
@@ -113,9 +114,8 @@ int main(int argc, char **argv) {
   }
 
   MLIRContext context;
-  OwningOpRef<ModuleOp> module =
-      moe::buildLanguageModel(&context, *config, batch, seq, documentMask,
-                              /*layerFunctions=*/!inlineLayers);
+  OwningOpRef<ModuleOp> module = moe::buildLanguageModel(
+      &context, *config, batch, seq, documentMask, layerFunctions);
   if (failed(verify(*module))) {
     llvm::errs() << "moe-model: the built model does not verify\n";
     return 1;

@@ -62,11 +62,10 @@ static const char *kUsage =
     "to\n"
     "                         itself (attention masked where a <bos> starts "
     "the next)\n"
-    "  --inline-layers        every decoder layer in the train step itself "
-    "(one\n"
-    "                         flat graph) instead of one function per kind "
-    "of\n"
-    "                         layer; compiles in time growing with depth\n"
+    "  --layer-functions      each kind of decoder layer compiled once, as a\n"
+    "                         function called per layer (compile time "
+    "follows the\n"
+    "                         kinds of layers, not the depth; see README)\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
@@ -92,7 +91,7 @@ int main(int argc, char **argv) {
   std::string configPath, target = "cpu", recipe = "none", dense = "bf16";
   int64_t batch = 8, seq = 128;
   bool compileOnly = false, denseGiven = false, documentMask = false,
-       inlineLayers = false;
+       layerFunctions = false;
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string name = rest[i], value;
     bool inline_ = false;
@@ -141,8 +140,8 @@ int main(int argc, char **argv) {
       compileOnly = true;
     } else if (name == "--document-mask" && !inline_) {
       documentMask = true;
-    } else if (name == "--inline-layers" && !inline_) {
-      inlineLayers = true;
+    } else if (name == "--layer-functions" && !inline_) {
+      layerFunctions = true;
     } else {
       die("unknown option '" + rest[i] + "' (see --help)");
     }
@@ -195,9 +194,8 @@ int main(int argc, char **argv) {
     DialectRegistry registry;
     moe::registerCompilerDialects(registry);
     MLIRContext context(registry);
-    OwningOpRef<ModuleOp> module =
-        moe::buildLanguageModel(&context, *config, batch, seq, documentMask,
-                                /*layerFunctions=*/!inlineLayers);
+    OwningOpRef<ModuleOp> module = moe::buildLanguageModel(
+        &context, *config, batch, seq, documentMask, layerFunctions);
     PassManager pm(&context);
     moe::TrainPipelineOptions train;
     train.autodiff = true;

@@ -110,7 +110,7 @@ OwningOpRef<ModuleOp> buildLanguageModel(MLIRContext *context,
                                          const ModelConfig &config,
                                          int64_t batch, int64_t seq,
                                          bool documents = false,
-                                         bool layerFunctions = true);
+                                         bool layerFunctions = false);
 
 } // namespace mlir::moe
 

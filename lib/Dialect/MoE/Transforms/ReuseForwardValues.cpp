@@ -44,6 +44,25 @@ std::optional<int64_t> residualIndex(DictionaryAttr attrs) {
   return std::nullopt;
 }
 
+/// Whether `op` reads a dispatch's rows (through reshapes): the GPU kernels
+/// fuse such a read (a rounding, a GEMM operand) into reading the tokens in
+/// place, so its result is never materialized unless it is kept.
+bool readsDispatchRows(Operation &op) {
+  for (Value v : op.getOperands()) {
+    while (Operation *def = v.getDefiningOp()) {
+      if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(def)) {
+        v = def->getOperand(0);
+        continue;
+      }
+      if (auto dispatch = dyn_cast<moe::DispatchOp>(def))
+        if (v == dispatch.getSorted())
+          return true;
+      break;
+    }
+  }
+  return false;
+}
+
 LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
   if (!fwd.getBody().hasOneBlock() || !bwd.getBody().hasOneBlock())
     return success();
@@ -108,9 +127,10 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
 
   // Backward ops the forward computes too (CSE's equivalence, through the
   // map). Their results are read from the forward (`taken`), but views
-  // (reshapes, slices) and dispatches, which stay in the backward: a view
-  // of an argument returned would be copied, and a dispatch's rows are
-  // read in place by the kernels that consume them (never materialized).
+  // (reshapes, slices), dispatches and ops reading a dispatch's rows (a
+  // rounding of them), which stay in the backward: a view of an argument
+  // returned would be copied, and a dispatch's rows are read in place by
+  // the kernels that consume them (never materialized).
   // Calls of the GPU kernels' host functions (`moe.dedicated_kernel`) take
   // and return tensors only: pure, as the ops they replace.
   SymbolTable symbols(module);
@@ -154,7 +174,8 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
            llvm::zip_equal(op.getResults(), candidate->getResults()))
         same[l] = r;
       if (!isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp,
-               tensor::ExtractSliceOp, moe::DispatchOp>(op))
+               tensor::ExtractSliceOp, moe::DispatchOp>(op) &&
+          !readsDispatchRows(op))
         taken.insert(&op);
       break;
     }
