@@ -13,7 +13,8 @@
 #   bench/run-train.sh [all] [LAYERS...]    # both
 #
 # LAYERS: decoder layer counts (default 2 4). MOE_TRAIN_RECIPES: the
-# recipes compiled and run (default "bf16 mxfp8"; none is f32);
+# recipes compiled and run (default "bf16 mxfp8"; none is f32; a -lf
+# suffix, as in bf16-lf, compiles with --layer-functions);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,10 +45,12 @@ print(json.dumps(c, indent=2))
 PY
     for s in "${shapes[@]}"; do
       for r in "${recipes[@]}"; do
-        echo "compile: $l layers, $s tokens, --recipe $r"
+        local flags=()
+        [[ "$r" == *-lf ]] && flags=(--layer-functions)
+        echo "compile: $l layers, $s tokens, --recipe ${r%-lf} ${flags[*]}"
         "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${s%x*}" \
-          --seq "${s#*x}" --target sm_90a --recipe "$r" --compile-only \
-          --out "$dir/qwen-$l-$s-$r"
+          --seq "${s#*x}" --target sm_90a --recipe "${r%-lf}" "${flags[@]}" \
+          --compile-only --out "$dir/qwen-$l-$s-$r"
       done
     done
   done
@@ -84,6 +87,9 @@ PY
         else
           echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/$(basename "$a").log"
         fi
+        # The run's checkpoint (parameters and moments, 22 GB at 4 layers)
+        # is not needed here; three of them filled the GPU machine's disk.
+        rm -f "$w/$(basename "$a")"/checkpoint*
       done
       python3 "$root/bench/train_peer.py" "$(config "$l")" "${s%x*}" "${s#*x}" "${MOE_TRAIN_STEPS:-6}" \
         "${MOE_TRAIN_PEERS:-autocast-grouped,bf16-grouped}" 2>&1 | grep -v Warning || true
