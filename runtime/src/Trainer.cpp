@@ -407,6 +407,9 @@ struct Loop {
     // Parameters and each kind of moment come in the parameters' order
     // (checked at load).
     size_t param = 0, m = 0, v = 0;
+    // Host inputs made here live until the call returns: on the CPU the
+    // step reads them where they are.
+    std::vector<int32_t> documents;
     for (const artifact::Tensor &a : fn.args) {
       void *p = nullptr;
       if (!a.param.empty()) {
@@ -415,7 +418,7 @@ struct Loop {
         const std::vector<int32_t> &x = a.input == "ids" ? ids : labels;
         p = upload(x.data(), x.size() * 4);
       } else if (a.input == "documents") {
-        std::vector<int32_t> documents = documentsOf(ids, a.shape.back());
+        documents = documentsOf(ids, a.shape.back());
         p = upload(documents.data(), documents.size() * 4);
       } else if (a.input == "adamw") {
         p = upload(scalars.data(), scalars.size() * 4);
