@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -645,58 +646,38 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
         b, fl, moeLayer ? "decoder_layer_moe" : "decoder_layer_dense",
         b.getFunctionType({}, {}));
     lf.func.setPrivate();
+    // Arguments: x, the layer's parameters (in @loss's order, which is
+    // the order the layer reads them), the router bias, the documents.
     Block *fb = lf.func.addEntryBlock();
     b.setInsertionPointToEnd(fb);
     Value fx = fb->addArgument(g.t({tokens, h}), fl);
     std::string pre = "model.layers." + std::to_string(l) + ".";
+    llvm::StringMap<Value> weights;
+    for (const ModelParameter &p : params)
+      if (StringRef(p.name).consume_front(pre)) {
+        lf.weights.push_back(p.name.substr(pre.size()));
+        weights[lf.weights.back()] =
+            fb->addArgument(RankedTensorType::get(p.shape, f32), fl);
+      }
     auto weight = [&](StringRef name) -> Value {
-      auto it = llvm::find_if(params, [&](const ModelParameter &p) {
-        return p.name == pre + name.str();
-      });
-      assert(it != params.end() && "unknown layer parameter");
-      lf.weights.push_back(name.str());
-      return fb->addArgument(RankedTensorType::get(it->shape, f32), fl);
+      assert(weights.count(name) && "unknown layer parameter");
+      return weights.lookup(name);
     };
     Value fbias, fdocs;
     if (moeLayer && routerBias)
       fbias = fb->addArgument(g.t({c.numExperts}), fl);
     if (docs)
       fdocs = fb->addArgument(docs.getType(), fl);
-    // The weights are added as the layer asks for them: the arguments
-    // start with x, then the bias and documents are moved to the end.
     LayerOut out = buildLayer(fx, weight, fbias, fdocs, moeLayer, "");
     SmallVector<Value> results = {out.x};
     if (moeLayer)
       results.append({out.logits, out.counts});
     func::ReturnOp::create(b, fl, results);
-    // Arguments: x, weights (in the order asked), bias, documents.
-    SmallVector<Type> types = {fx.getType()};
-    unsigned firstWeight = 1 + (fbias ? 1 : 0) + (fdocs ? 1 : 0);
-    for (unsigned i = firstWeight; i < fb->getNumArguments(); ++i)
-      types.push_back(fb->getArgument(i).getType());
+    lf.func.setFunctionType(b.getFunctionType(fb->getArgumentTypes(),
+                                              ValueRange(results).getTypes()));
     if (fbias)
-      types.push_back(fbias.getType());
-    if (fdocs)
-      types.push_back(fdocs.getType());
-    // Reorder the block arguments to match.
-    SmallVector<Value> ordered = {fx};
-    for (unsigned i = firstWeight; i < fb->getNumArguments(); ++i)
-      ordered.push_back(fb->getArgument(i));
-    if (fbias)
-      ordered.push_back(fbias);
-    if (fdocs)
-      ordered.push_back(fdocs);
-    SmallVector<Location> locs(types.size(), fl);
-    unsigned old = fb->getNumArguments();
-    fb->addArguments(types, locs);
-    for (auto [i, v] : llvm::enumerate(ordered))
-      v.replaceAllUsesWith(fb->getArgument(old + i));
-    fb->eraseArguments(0, old);
-    lf.func.setFunctionType(
-        b.getFunctionType(types, ValueRange(results).getTypes()));
-    if (fbias)
-      lf.func.setArgAttr(types.size() - 1 - (fdocs ? 1 : 0), "moe.no_grad",
-                         b.getUnitAttr());
+      lf.func.setArgAttr(cast<BlockArgument>(fbias).getArgNumber(),
+                         "moe.no_grad", b.getUnitAttr());
     return lf;
   };
 

@@ -116,22 +116,21 @@ class LanguageModel:
         missing = [n for n in self.names if n not in params]
         if missing:
             raise KeyError(f"missing parameters: {', '.join(missing[:3])}")
-        ids = np.ascontiguousarray(ids, dtype=np.int32)
-        labels = np.ascontiguousarray(labels, dtype=np.int32)
-        for what, a in (("ids", ids), ("labels", labels)):
-            if a.shape != (self.batch, self.seq):
-                raise ValueError(f"{what} must be [{self.batch}, {self.seq}], got {list(a.shape)}")
-        args = [params[n] for n in self.names] + [ids, labels]
+        def array(what, value, shape, dtype=np.int32):
+            a = np.ascontiguousarray(value, dtype=dtype)
+            if a.shape != tuple(shape):
+                raise ValueError(f"{what} must be {list(shape)}, got {list(a.shape)}")
+            return a
+
+        rows = (self.batch, self.seq)
+        args = [params[n] for n in self.names] + [array("ids", ids, rows),
+                                                  array("labels", labels, rows)]
         # The routers' selection bias (config 'router_bias_update_rate'):
         # zeros unless given.
         spec = self._artifact.functions["loss_grad"][0][len(self.names) + 2:]
         if spec and spec[0].input == "router_bias":
-            bias = np.zeros(spec[0].shape, np.float32) if router_bias is None else \
-                np.ascontiguousarray(router_bias, dtype=np.float32)
-            if bias.shape != spec[0].shape:
-                raise ValueError(f"router_bias must be {list(spec[0].shape)}, "
-                                 f"got {list(bias.shape)}")
-            args.append(bias)
+            args.append(np.zeros(spec[0].shape, np.float32) if router_bias is None else
+                        array("router_bias", router_bias, spec[0].shape, np.float32))
         elif router_bias is not None:
             raise ValueError("this model has no router bias ('router_bias_update_rate' "
                              "is not set in its config)")
@@ -140,11 +139,7 @@ class LanguageModel:
                 raise ValueError("this model masks attention within documents "
                                  "(document_mask=True): pass documents, int32 "
                                  f"[{self.batch}, {self.seq}]")
-            documents = np.ascontiguousarray(documents, dtype=np.int32)
-            if documents.shape != (self.batch, self.seq):
-                raise ValueError(f"documents must be [{self.batch}, {self.seq}], "
-                                 f"got {list(documents.shape)}")
-            args.append(documents)
+            args.append(array("documents", documents, rows))
         elif documents is not None:
             raise ValueError("this model has no document mask (build it with "
                              "document_mask=True)")

@@ -35,13 +35,23 @@ namespace {
 constexpr StringLiteral kForwardAttr = "moe.forward";
 constexpr StringLiteral kResidualAttr = "moe.residual";
 
-/// The residual index of `f`'s argument or result attribute dictionary.
-std::optional<int64_t> residualIndex(DictionaryAttr attrs) {
-  if (!attrs)
-    return std::nullopt;
-  if (auto i = dyn_cast_or_null<IntegerAttr>(attrs.get(kResidualAttr)))
-    return i.getInt();
-  return std::nullopt;
+/// The positions among `n` arguments or results whose attributes
+/// (`attrsOf`) mark residual 0, 1, 2, ... in that order; failure when the
+/// marks are out of order.
+FailureOr<SmallVector<unsigned>>
+residualPositions(unsigned n, function_ref<DictionaryAttr(unsigned)> attrsOf) {
+  SmallVector<unsigned> positions;
+  for (unsigned i = 0; i < n; ++i) {
+    DictionaryAttr attrs = attrsOf(i);
+    auto index = attrs ? dyn_cast_or_null<IntegerAttr>(attrs.get(kResidualAttr))
+                       : nullptr;
+    if (!index)
+      continue;
+    if (index.getInt() != int64_t(positions.size()))
+      return failure();
+    positions.push_back(i);
+  }
+  return positions;
 }
 
 /// Whether `op` reads a dispatch's rows (through reshapes): the GPU kernels
@@ -63,7 +73,8 @@ bool readsDispatchRows(Operation &op) {
   return false;
 }
 
-LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
+LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module,
+                    SymbolTable &symbols) {
   if (!fwd.getBody().hasOneBlock() || !bwd.getBody().hasOneBlock())
     return success();
   Block &fb = fwd.getBody().front(), &bb = bwd.getBody().front();
@@ -71,21 +82,15 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
   unsigned numArgs = fwd.getNumArguments();
 
   // The residuals as they are: forward result r <-> backward argument a.
-  SmallVector<unsigned> oldResults, oldArgs; // by residual index
-  for (unsigned r = 0; r < fwd.getNumResults(); ++r)
-    if (std::optional<int64_t> i = residualIndex(fwd.getResultAttrDict(r))) {
-      if (*i != int64_t(oldResults.size()))
-        return fwd.emitOpError("-moe-reuse-forward-values: residuals out of "
-                               "order");
-      oldResults.push_back(r);
-    }
-  for (unsigned a = 0; a < bwd.getNumArguments(); ++a)
-    if (std::optional<int64_t> i = residualIndex(bwd.getArgAttrDict(a))) {
-      if (*i != int64_t(oldArgs.size()))
-        return bwd.emitOpError("-moe-reuse-forward-values: residuals out of "
-                               "order");
-      oldArgs.push_back(a);
-    }
+  FailureOr<SmallVector<unsigned>> resultMarks =
+      residualPositions(fwd.getNumResults(),
+                        [&](unsigned r) { return fwd.getResultAttrDict(r); });
+  FailureOr<SmallVector<unsigned>> argMarks = residualPositions(
+      bwd.getNumArguments(), [&](unsigned a) { return bwd.getArgAttrDict(a); });
+  if (failed(resultMarks) || failed(argMarks))
+    return (failed(resultMarks) ? fwd : bwd)
+        .emitOpError("-moe-reuse-forward-values: residuals out of order");
+  SmallVector<unsigned> oldResults = *resultMarks, oldArgs = *argMarks;
   if (oldResults.empty() || oldResults.size() != oldArgs.size() ||
       oldArgs.front() != numArgs || bwd.getNumArguments() < numArgs ||
       oldResults.back() + 1 != fwd.getNumResults() ||
@@ -133,7 +138,6 @@ LogicalResult reuse(func::FuncOp fwd, func::FuncOp bwd, ModuleOp module) {
   // the kernels that consume them (never materialized).
   // Calls of the GPU kernels' host functions (`moe.dedicated_kernel`) take
   // and return tensors only: pure, as the ops they replace.
-  SymbolTable symbols(module);
   auto pure = [&](Operation &op) {
     if (auto call = dyn_cast<func::CallOp>(op)) {
       auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
@@ -345,7 +349,7 @@ struct MoEReuseForwardValuesPass
         if (auto fwd = symbols.lookup<func::FuncOp>(ref.getValue()))
           pairs.push_back({fwd, bwd});
     for (auto [fwd, bwd] : pairs)
-      if (failed(reuse(fwd, bwd, module)))
+      if (failed(reuse(fwd, bwd, module, symbols)))
         return signalPassFailure();
   }
 };
