@@ -60,6 +60,12 @@ static cl::opt<bool> layerFunctions(
              "(compile time follows the kinds of layers, not the depth) "
              "instead of every layer's ops in @loss"),
     cl::init(false), cl::cat(moeModelOptions));
+static cl::opt<bool> debugInfo(
+    "debug-info",
+    cl::desc("Print each op's location: the module path it was built for "
+             "(model.layers.3.self_attn, ...), which names the GPU kernels "
+             "made from it"),
+    cl::init(false), cl::cat(moeModelOptions));
 static cl::opt<bool> listParameters(
     "parameters",
     cl::desc("List the parameters (name, shape, init) instead of the graph"),
@@ -126,7 +132,10 @@ int main(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
-  module->print(output->os());
+  OpPrintingFlags flags;
+  if (debugInfo)
+    flags.enableDebugInfo();
+  module->print(output->os(), flags);
   output->os() << "\n";
   output->keep();
   return 0;

@@ -158,7 +158,13 @@ def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
     (`linalg::splitReduction`): `ratio` parallel partial reductions (the
     largest divisor of the reduction up to min(1024, `threads` / parallel
     iterations) that leaves each at least 16 terms), then a reduction of
-    those. Only the order of the sum changes. Ops whose
+    those. Partial reduction p takes terms p, p + ratio, p + 2 ratio, ...
+    Many short reductions along rows in memory (at least 32 terms, a
+    multiple of 8, `min-row-terms` terms in all, each input read along its
+    innermost dimension: an RMSNorm's sums of squares per head) would give
+    each GPU thread a row, adjacent threads 4 x row-length bytes apart; they
+    are split 8 ways, so that 8 adjacent threads read 32 adjacent bytes.
+    Only the order of the sum changes. Ops whose
     combiner is not a recognized reduction (e.g. one under a select) are
     left as they are.
   }];
@@ -168,7 +174,10 @@ def MoEGPUSplitReductions : Pass<"moe-gpu-split-reductions", "func::FuncOp"> {
     Option<"maxParallel", "max-parallel", "int64_t", /*default=*/"32768",
            "... with at most this many parallel iterations around them">,
     Option<"threads", "threads", "int64_t", /*default=*/"131072",
-           "About how many parallel iterations (threads) a split aims for">
+           "About how many parallel iterations (threads) a split aims for">,
+    Option<"minRowTerms", "min-row-terms", "int64_t", /*default=*/"4194304",
+           "Split many short reductions along rows when they sum at least "
+           "this many terms in all">
   ];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect",
