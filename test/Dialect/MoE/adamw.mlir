@@ -56,9 +56,32 @@ func.func @loss(%x: tensor<4x8xf32> {moe.no_grad}, %w: tensor<8x2xf32>, %g: tens
 
 // -----
 
-// The norm of an expert-parallel step would need the other ranks.
-// expected-error@+1 {{expert-parallel}}
+// An expert shard's squares are summed over its grid's ranks; a shard
+// without a grid is refused.
+// expected-error@+1 {{argument 0 is an expert shard (moe.expert_shard) without the grid of its ranks}}
 func.func @loss(%w: tensor<2x4x4xf32> {moe.expert_shard = {experts = 4 : i64, local_experts = 2 : i64}}) -> tensor<f32> {
+  %c = tensor.collapse_shape %w [[0, 1, 2]] : tensor<2x4x4xf32> into tensor<32xf32>
+  %row = tensor.expand_shape %c [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
+  %col = tensor.expand_shape %c [[0, 1]] output_shape [32, 1] : tensor<32xf32> into tensor<32x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x32xf32>, tensor<32x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// With its grid: the shard's sum of squares is summed over the ranks (the
+// other parameters' gradients are the same on every rank).
+// CHECK-LABEL: func.func @sharded_step(
+// CHECK: %[[SQ:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<32xf64>) outs(%{{.*}} : tensor<f64>)
+// CHECK: %[[ALL:.*]] = shard.all_reduce %[[SQ]] on @ep grid_axes = [0] : tensor<f64> -> tensor<f64>
+// CHECK: linalg.generic {{.*}} ins(%[[ALL]], %{{.*}} : tensor<f64>, tensor<f32>)
+// CHECK: math.sqrt
+shard.grid @ep(shape = 2)
+func.func @sharded(%w: tensor<2x4x4xf32> {moe.expert_shard = {experts = 4 : i64, grid = "ep", local_experts = 2 : i64}}) -> tensor<f32> {
   %c = tensor.collapse_shape %w [[0, 1, 2]] : tensor<2x4x4xf32> into tensor<32xf32>
   %row = tensor.expand_shape %c [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
   %col = tensor.expand_shape %c [[0, 1]] output_shape [32, 1] : tensor<32xf32> into tensor<32x1xf32>

@@ -11,6 +11,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/SymbolTable.h"
 
@@ -128,11 +130,20 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
     if (symbols.lookup(stepName))
       return grad.emitOpError("-moe-adamw: a symbol named '")
              << stepName << "' already exists";
+    // Expert shards: the grid their gradients' squares are summed over.
+    SmallVector<StringAttr> shardGrid(grad.getNumArguments());
     for (unsigned i = 0; i < grad.getNumArguments(); ++i)
-      if (grad.getArgAttr(i, "moe.expert_shard"))
-        return grad.emitOpError(
-            "-moe-adamw: the train step of an expert-parallel program needs "
-            "the gradient norm of every rank; not supported");
+      if (Attribute a = grad.getArgAttr(i, "moe.expert_shard")) {
+        auto dict = dyn_cast<DictionaryAttr>(a);
+        auto gridName = dict ? dict.getAs<StringAttr>("grid") : StringAttr();
+        if (!gridName || !SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+                             grad, FlatSymbolRefAttr::get(gridName)))
+          return grad.emitOpError("-moe-adamw: argument ")
+                 << i
+                 << " is an expert shard (moe.expert_shard) without the "
+                    "grid of its ranks";
+        shardGrid[i] = gridName;
+      }
     Block &body = grad.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     MLIRContext *ctx = &getContext();
@@ -208,8 +219,15 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
 
     // The global norm and the clipping factor, from the sums of squares.
     SmallVector<Value> squares;
-    for (Trained &t : trained)
-      squares.push_back(ob.sumOfSquares(t.grad));
+    for (Trained &t : trained) {
+      Value sq = ob.sumOfSquares(t.grad);
+      if (StringAttr gridName = shardGrid[t.arg])
+        sq = shard::AllReduceOp::create(b, oloc, sq, gridName.getValue(),
+                                        ArrayRef<shard::GridAxis>{0},
+                                        shard::ReductionKind::Sum)
+                 .getResult();
+      squares.push_back(sq);
+    }
     auto zeroD = AffineMap::get(0, 0, {}, ctx);
     // At most kMaxSumInputs 0-d tensors per op: each becomes a kernel
     // parameter of three words, and a kernel's parameters are limited

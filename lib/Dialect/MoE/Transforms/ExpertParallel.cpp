@@ -33,6 +33,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -443,6 +444,94 @@ struct MoEExpertParallelPass
     return success();
   }
 
+  /// A 0-d f32 tensor computed by `fn` from the 0-d (or broadcast) inputs.
+  static Value
+  scalarOp(OpBuilder &b, Location loc, ValueRange inputs,
+           function_ref<Value(OpBuilder &, Location, ValueRange)> fn) {
+    MLIRContext *ctx = b.getContext();
+    Type f32 = b.getF32Type();
+    Value init = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, f32);
+    SmallVector<AffineMap> maps(inputs.size() + 1, AffineMap::get(0, 0, ctx));
+    return linalg::GenericOp::create(
+               b, loc, TypeRange{init.getType()}, inputs, ValueRange{init},
+               maps, {},
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 linalg::YieldOp::create(nb, l, fn(nb, l, args.drop_back()));
+               })
+        .getResult(0);
+  }
+
+  /// Scales `op` (the mean over this rank's counted rows) by this rank's
+  /// count over the ranks' total, so the ranks' losses add up to the mean
+  /// over every rank's rows (0 when no rank has a counted row).
+  void globalMean(CrossEntropyOp op) {
+    OpBuilder b(op);
+    b.setInsertionPointAfter(op);
+    Location loc = op.getLoc();
+    MLIRContext *ctx = b.getContext();
+    Value labels = op.getLabels();
+    auto labelType = cast<RankedTensorType>(labels.getType());
+    int64_t vocab =
+        cast<RankedTensorType>(op.getLogits().getType()).getDimSize(1);
+    Type f32 = b.getF32Type();
+    // This rank's counted rows: labels in [0, V).
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
+    Value init = linalg::FillOp::create(
+                     b, loc, zero,
+                     tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, f32)
+                         .getResult())
+                     .getResult(0);
+    AffineExpr d0 = getAffineDimExpr(0, ctx);
+    Value local =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{init.getType()}, labels, init,
+            {AffineMap::get(1, 0, {d0}, ctx), AffineMap::get(1, 0, {}, ctx)},
+            {utils::IteratorType::reduction},
+            [&](OpBuilder &nb, Location l, ValueRange a) {
+              Type it = labelType.getElementType();
+              Value lo =
+                  arith::ConstantOp::create(nb, l, nb.getIntegerAttr(it, 0));
+              Value hi = arith::ConstantOp::create(
+                  nb, l, nb.getIntegerAttr(it, vocab));
+              Value counted = arith::AndIOp::create(
+                  nb, l,
+                  arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, a[0],
+                                        lo),
+                  arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, a[0],
+                                        hi));
+              Value one =
+                  arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(1));
+              Value none =
+                  arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0));
+              linalg::YieldOp::create(
+                  nb, l,
+                  ValueRange{arith::AddFOp::create(
+                      nb, l, a[1],
+                      arith::SelectOp::create(nb, l, counted, one, none))});
+            })
+            .getResult(0);
+    Value total = shard::AllReduceOp::create(b, loc, local, gridName.getValue(),
+                                             ArrayRef<shard::GridAxis>{0},
+                                             shard::ReductionKind::Sum)
+                      .getResult();
+    // This rank's share of the counted rows (0 when no rank has one), then
+    // the loss times it: an arith op on the 0-d tensors, which -moe-autodiff
+    // differentiates (the share does not depend on any parameter).
+    Value share = scalarOp(
+        b, loc, ValueRange{local, total},
+        [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          Value none = arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0));
+          Value any = arith::CmpFOp::create(nb, l, arith::CmpFPredicate::OGT,
+                                            a[1], none);
+          return arith::SelectOp::create(
+              nb, l, any, arith::DivFOp::create(nb, l, a[0], a[1]), none);
+        });
+    Value loss = op.getResult();
+    Value scaled = arith::MulFOp::create(b, loc, loss, share);
+    loss.replaceAllUsesExcept(scaled, scaled.getDefiningOp());
+    op->setAttr("moe.global_mean", UnitAttr::get(ctx));
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (epSize < 1) {
@@ -476,7 +565,26 @@ struct MoEExpertParallelPass
       // Data-parallel gradients: summed over the ranks.
       if (epSize == 1)
         continue;
+      // Means over tokens: over every rank's tokens.
+      func.walk([&](CrossEntropyOp op) {
+        if (!op->hasAttr("moe.global_mean"))
+          globalMean(op);
+      });
       auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+      // The expert load: of every rank's tokens.
+      for (unsigned i = 0; i < func.getNumResults(); ++i) {
+        auto output = func.getResultAttrOfType<StringAttr>(i, "moe.output");
+        Value v = ret.getOperand(i);
+        if (!output || output.getValue() != "expert_load" ||
+            v.getDefiningOp<shard::AllReduceOp>())
+          continue;
+        OpBuilder b(ret);
+        ret.setOperand(i, shard::AllReduceOp::create(
+                              b, ret.getLoc(), v, StringRef(gridName),
+                              ArrayRef<shard::GridAxis>{0},
+                              shard::ReductionKind::Sum)
+                              .getResult());
+      }
       for (unsigned i = 0; i < func.getNumResults(); ++i) {
         auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of");
         if (!of)

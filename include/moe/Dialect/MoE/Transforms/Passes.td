@@ -109,13 +109,20 @@ def MoEAdamW : Pass<"moe-adamw", "::mlir::ModuleOp"> {
       p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
     as linalg ops, so the CPU and the GPU run one definition. The gradients
-    are no longer results: their buffers are freed inside the step. Train
-    steps of expert-parallel programs (arguments with `moe.expert_shard`)
-    are refused: their norm would need the other ranks.
+    are no longer results: their buffers are freed inside the step.
+
+    Expert-parallel train steps (arguments with `moe.expert_shard = {grid =
+    ...}`, -moe-expert-parallel): the sum of squares of an expert shard's
+    gradient is summed over the grid (`shard.all_reduce`) before it joins
+    the norm, so every rank clips by the norm of the whole model (the other
+    gradients are the same on every rank). The sum over the experts then
+    runs in another order than on one rank: the norm can differ from the
+    single-rank one in the last bits of its f64 sum.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
                            "::mlir::math::MathDialect",
+                           "::mlir::shard::ShardDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 
@@ -509,6 +516,16 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     that already exchanges rows is not resharded, only its data-parallel
     gradients are summed. The gradients are those of the sum of the ranks'
     losses.
+
+    With `ep-size` > 1 every rank also holds its own slice of the batch, so
+    a mean over tokens must be over every rank's: each `moe.cross_entropy`
+    (the mean over this rank's counted rows) is scaled by this rank's count
+    over the sum of the ranks' counts (a `shard.all_reduce` of the count;
+    the op is marked `moe.global_mean` and not scaled twice). The ranks'
+    losses then add up to the loss of one rank holding the whole batch, and
+    the summed gradients are its gradients. Results marked `moe.output =
+    "expert_load"` (tokens routed to each expert) are summed over the grid:
+    every rank sees the load of the whole batch.
   }];
   let options = [
     Option<"epSize", "ep-size", "int64_t", /*default=*/"1",
@@ -524,6 +541,7 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect",
                            "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 
