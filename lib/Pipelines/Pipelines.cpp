@@ -270,8 +270,7 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   parallel.chunks = options.epChunks;
   // Dense GEMMs on the grouped kernels, in the recipe's dense precision
   // (before differentiation: their gradients are grouped GEMMs too).
-  if (options.recipe != "none" && options.dense != "none" &&
-      options.epSize == 1)
+  if (options.recipe != "none" && options.dense != "none")
     pm.addNestedPass<func::FuncOp>(moe::createMoEDenseToGrouped());
   if (options.autodiff) {
     // Shard the forward, differentiate (the exchanges' gradients are the

@@ -28,6 +28,20 @@
 // for an expert shard's gradient this rank's rows of it (summed in another
 // order than the program does: within 1e-5 relative norm unless told).
 //
+// --global-batch (CPU artifacts; a train step of a moe-model graph, the
+// expert-parallel one compiled with -moe-train-pipeline{ep-size=N}): the
+// single-rank program holds the whole batch, N times the expert-parallel
+// one's rows, and every rank runs it on all of them. Rank r runs ep.so on
+// rows [r*B, (r+1)*B) of the ids and labels (drawn in [0, vocab), one label
+// in 8 ignored: -100), its shard of the expert weights and of their AdamW
+// moments (zero), every other parameter the same, the AdamW scalars of a
+// first step (lr 1e-3, clip 1). Compared: the sum over the ranks of the
+// losses against the single loss, the other 0-d results (the gradient
+// norm), the outputs (the expert load, exactly), the gradients and the
+// arguments the call updates (parameters and moments; expert shards against
+// their rows), each as ||ep - single|| / ||single|| <= 1e-5 (the sums over
+// tokens run in another order) unless --atol/--rtol say otherwise.
+//
 // GPU artifacts (moe-compile --target=sm_90a, ...: the manifest's target)
 // run on this rank's GPU (LOCAL_RANK, or the MPI launcher's local rank:
 // one GPU per rank) with every input in device memory; the expert-parallel
@@ -309,20 +323,196 @@ std::string fmt(double v) {
 
 } // namespace
 
+/// ||got - ref|| / ||ref|| (or the elementwise atol/rtol when given) for
+/// `t`-typed buffers; appends a line to `report`, returns whether it held.
+bool compareNorm(const Tensor &t, const std::vector<uint8_t> &ref,
+                 const std::vector<uint8_t> &got, double bound, double atol,
+                 double rtol, const std::string &what, int rank,
+                 std::string &report) {
+  std::string head = "rank " + std::to_string(rank) + ": ";
+  if (ref.size() != got.size()) {
+    report += head + "MISMATCH " + what + ": " + std::to_string(got.size()) +
+              " bytes, single-rank " + std::to_string(ref.size()) + "\n";
+    return false;
+  }
+  int64_t n = int64_t(ref.size() / t.elementBytes());
+  double diff2 = 0, ref2 = 0, maxDiff = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double a = valueAt(t, ref.data(), i), b = valueAt(t, got.data(), i);
+    double d = std::fabs(a - b);
+    if (std::isnan(a) != std::isnan(b))
+      ++bad;
+    if (!std::isnan(d)) {
+      diff2 += d * d;
+      maxDiff = std::max(maxDiff, d);
+    }
+    ref2 += std::isnan(a) ? 0 : a * a;
+    if (!t.isFloat() || atol >= 0 || rtol >= 0)
+      bad += !std::isnan(d) &&
+             d > std::max(atol, 0.0) + std::max(rtol, 0.0) * std::fabs(a);
+  }
+  double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  bool ok = !bad && (!t.isFloat() || atol >= 0 || rtol >= 0 || rel <= bound);
+  report += head + (ok ? "" : "MISMATCH ") + what + " (" + t.str() +
+            "): rel norm " + fmt(rel) + ", max |diff| " + fmt(maxDiff) +
+            (bad ? ", " + std::to_string(bad) + " values off" : "") + "\n";
+  return ok;
+}
+
+/// --global-batch: one function of a train step, the single-rank program
+/// on the whole batch against this rank's expert-parallel share (see the
+/// file comment). Returns the number of mismatches.
+int globalBatchCheck(void *single, void *ep, const Function &fs,
+                     const Function &fe, uint64_t seed, double atol,
+                     double rtol, Communicator &comm, std::string &report) {
+  const int rank = comm.rank(), ranks = comm.size();
+  auto fail = [&](const std::string &m) { stop(comm, m); };
+  auto where = [&](size_t i) {
+    return "@" + fe.name + " argument #" + std::to_string(i) + " (" +
+           fe.args[i].str() + ")";
+  };
+  int64_t vocab = 0;
+  if (auto it = fe.meta.find("vocab_size"); it != fe.meta.end())
+    vocab = std::atoll(it->second.c_str());
+  // Whether argument i is sharded over the experts: a shard, or an AdamW
+  // moment of one.
+  auto sharded = [&](size_t i) {
+    const Tensor &a = fe.args[i];
+    if (a.experts)
+      return true;
+    return !a.state.empty() && a.stateOf >= 0 &&
+           size_t(a.stateOf) < fe.args.size() &&
+           fe.args[size_t(a.stateOf)].experts != 0;
+  };
+  auto rowsOf = [&](const std::vector<uint8_t> &all) {
+    size_t per = all.size() / size_t(ranks);
+    return std::vector<uint8_t>(all.begin() + long(per * size_t(rank)),
+                                all.begin() + long(per * size_t(rank + 1)));
+  };
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> singleIn, epIn;
+  for (size_t i = 0; i < fe.args.size(); ++i) {
+    const Tensor &ts = fs.args[i], &te = fe.args[i];
+    std::vector<uint8_t> all;
+    if (sharded(i)) {
+      if (ts.shape.empty() || te.shape.empty() || te.shape[0] == 0 ||
+          ts.shape[0] % te.shape[0] != 0)
+        fail(where(i) + " is no shard of the single-rank " + ts.str());
+      if (ts.shape[0] != te.shape[0] * ranks)
+        fail("@" + fe.name + " was compiled for " +
+             std::to_string(ts.shape[0] / te.shape[0]) +
+             " ranks (ep-size), but " + std::to_string(ranks) +
+             " were launched");
+      if (te.state.empty())
+        fillRandom(ts, ts.elements(), all, rng);
+      else
+        all.assign(ts.bytes(), 0); // the moments of a first step
+      epIn.push_back(rowsOf(all));
+      singleIn.push_back(std::move(all));
+      continue;
+    }
+    if (te.input == "ids" || te.input == "labels") {
+      if (ts.shape.empty() || te.shape.empty() ||
+          ts.shape[0] != te.shape[0] * ranks || te.dtype != "i32" || vocab <= 0)
+        fail(where(i) + ": " + std::to_string(ranks) +
+             " ranks' rows of i32 tokens expected in " + ts.str() +
+             " (and a vocab_size)");
+      std::uniform_int_distribution<int32_t> token(0, int32_t(vocab - 1));
+      std::uniform_int_distribution<int> eighth(0, 7);
+      all.resize(ts.bytes());
+      for (int64_t k = 0; k < ts.elements(); ++k) {
+        int32_t v = token(rng);
+        if (te.input == "labels" && eighth(rng) == 0)
+          v = -100;
+        std::memcpy(&all[size_t(k) * 4], &v, 4);
+      }
+      epIn.push_back(rowsOf(all));
+      singleIn.push_back(std::move(all));
+      continue;
+    }
+    if (ts.shape != te.shape || ts.dtype != te.dtype)
+      fail(where(i) + " is " + ts.str() + " in the single-rank program");
+    if (te.input == "adamw") {
+      // A first step: lr 1e-3, betas 0.9 / 0.95, weight decay 0.1, eps
+      // 1e-8, clip 1 (the layout of -moe-adamw's scalars).
+      const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f;
+      float v[8] = {lr / (1 - b1),
+                    std::sqrt(1 - b2),
+                    1 - lr * 0.1f,
+                    b1,
+                    b2,
+                    1e-8f,
+                    1.0f,
+                    lr};
+      if (te.elements() != 8 || te.dtype != "f32")
+        fail(where(i) + ": the 8 AdamW scalars expected");
+      all.assign(reinterpret_cast<uint8_t *>(v),
+                 reinterpret_cast<uint8_t *>(v) + sizeof v);
+    } else if (!te.state.empty()) {
+      all.assign(te.bytes(), 0);
+    } else if (te.param.empty() && te.input != "router_bias") {
+      fail(where(i) + ": an argument of no role --global-batch knows");
+    } else {
+      fillRandom(te, te.elements(), all, rng); // the same on every rank
+    }
+    singleIn.push_back(all);
+    epIn.push_back(std::move(all));
+  }
+
+  Run singleRun = run(single, fs, singleIn, fs.args, false, 0, 0, comm);
+  Run epRun = run(ep, fe, epIn, fe.args, false, 0, 0, comm);
+  std::vector<std::vector<uint8_t>> &ref = singleRun.results;
+  std::vector<std::vector<uint8_t>> &got = epRun.results;
+  const double bound = 1e-5;
+  int failures = 0;
+  for (size_t k = 0; k < fe.results.size(); ++k) {
+    const Tensor &t = fe.results[k];
+    std::string what = "@" + fe.name + " result #" + std::to_string(k);
+    if (k == 0 && t.shape.empty() && t.gradientOf < 0 && t.output.empty()) {
+      // The loss: this rank's share; the ranks' shares add up to it.
+      moert::comm::DType type;
+      if (!dtypeOf(t.dtype, type))
+        fail(what + ": cannot sum " + t.dtype);
+      comm.allReduceSum(got[k].data(), got[k].data(), 1, type);
+      what += " (the loss, summed over the ranks)";
+    } else if (t.gradientOf >= 0 && size_t(t.gradientOf) < fe.args.size() &&
+               sharded(size_t(t.gradientOf))) {
+      ref[k] = rowsOf(ref[k]);
+    }
+    failures +=
+        !compareNorm(t, ref[k], got[k], bound, atol, rtol, what, rank, report);
+  }
+  for (size_t i = 0; i < fe.args.size(); ++i) {
+    if (!fe.args[i].updated)
+      continue;
+    std::vector<uint8_t> want = sharded(i) ? rowsOf(singleIn[i]) : singleIn[i];
+    failures += !compareNorm(fe.args[i], want, epIn[i], bound, atol, rtol,
+                             where(i) + " as updated", rank, report);
+  }
+  return failures;
+}
+
 int run(int argc, char **argv) {
   if (argc < 3) {
     std::fprintf(
         stderr, "usage: mpirun -np N moert-ep-check single.so ep.so [--seed S] "
-                "[--function F] [--replicate I,J] [--atol A] [--rtol R]\n");
+                "[--function F] [--replicate I,J] [--atol A] [--rtol R] "
+                "[--global-batch]\n");
     return 2;
   }
   uint64_t seed = 1;
   std::string only;
+  bool globalBatch = false;
   std::vector<bool> replicated(64, false);
   double atolFlag = -1, rtolFlag = -1;
   int repeat = -1, warmup = 2;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--global-batch") {
+      globalBatch = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "moert-ep-check: %s needs a value\n", a.c_str());
       return 2;
@@ -398,6 +588,13 @@ int run(int argc, char **argv) {
         fs->results.size() != fe.results.size())
       fail("@" + fe.name + " has different signatures in the two artifacts");
     ++checked;
+    if (globalBatch) {
+      if (singleGpu || epGpu)
+        fail("--global-batch compares CPU artifacts");
+      failures += globalBatchCheck(single, ep, *fs, fe, seed, atolFlag,
+                                   rtolFlag, comm, report);
+      continue;
+    }
 
     // The whole job's inputs, drawn in argument order on every rank.
     std::mt19937_64 rng(seed);

@@ -120,7 +120,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   PassOptions::Option<std::string> dense{
       *this, "dense",
       llvm::cl::desc(
-          "Under a recipe (not none), with ep-size 1: the dense GEMMs "
+          "Under a recipe (not none), at any ep-size: the dense GEMMs "
           "(projections, router, shared experts, LM head; -moe-dense-to-"
           "grouped) run on the grouped GEMM kernels in bf16 (default) or "
           "mxfp8; none keeps them as written"),
