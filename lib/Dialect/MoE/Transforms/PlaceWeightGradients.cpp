@@ -172,23 +172,11 @@ void place(GroupedMatmulWgradOp wgrad) {
     unsigned at_ = it != rank.end() ? it->second : index.lookup(at);
     slot = slot ? std::max(*slot, at_) : at_;
   };
-  for (Operation &o : *block)
-    for (Value v : o.getResults()) {
-      if (!isa<RankedTensorType, MXTensorType>(v.getType()) ||
-          isa<tensor::EmptyOp>(o))
-        continue;
-      Value buffer = bufferOf(v);
-      Operation *owner = buffer.getDefiningOp();
-      if (!owner || owner->getBlock() != block)
-        continue;
-      Buffer &b = buffers[buffer];
-      b.owner = owner;
-      note(b, &o);
-      note(b, owner);
-      for (Operation *user : v.getUsers())
-        if (Operation *at = block->findAncestorOpInBlock(*user))
-          note(b, at);
-    }
+  forEachBufferReach(*block, [&](Value buffer, Operation *at) {
+    Buffer &b = buffers[buffer];
+    b.owner = buffer.getDefiningOp();
+    note(b, at);
+  });
 
   // The untouched buffers' bytes at each other op (base) and across the
   // gap before it (across); the touched ones' sizes and ends.

@@ -57,15 +57,9 @@ Value mlir::moe::bufferOf(Value value) {
   return value;
 }
 
-BlockLiveness::BlockLiveness(Block &block,
-                             llvm::function_ref<bool(Value)> counted) {
-  unsigned n = 0;
+void mlir::moe::forEachBufferReach(
+    Block &block, llvm::function_ref<void(Value, Operation *)> reach) {
   for (Operation &op : block)
-    positions[&op] = n++;
-  // Each buffer: defined where its value is, live until the last use of
-  // any value that is that buffer.
-  for (Operation &op : block) {
-    unsigned def = positions[&op];
     for (Value v : op.getResults()) {
       if (!isa<RankedTensorType, MXTensorType>(v.getType()) ||
           isa<tensor::EmptyOp>(op))
@@ -74,15 +68,27 @@ BlockLiveness::BlockLiveness(Block &block,
       Operation *owner = buffer.getDefiningOp();
       if (!owner || owner->getBlock() != &block)
         continue;
-      unsigned last = std::max(def, positions[owner]);
+      reach(buffer, &op);
+      reach(buffer, owner);
       for (Operation *user : v.getUsers())
         if (Operation *at = block.findAncestorOpInBlock(*user))
-          last = std::max(last, positions[at]);
-      auto [it, inserted] = lastUses.try_emplace(buffer, last);
-      if (!inserted)
-        it->second = std::max(it->second, last);
+          reach(buffer, at);
     }
-  }
+}
+
+BlockLiveness::BlockLiveness(Block &block,
+                             llvm::function_ref<bool(Value)> counted) {
+  unsigned n = 0;
+  for (Operation &op : block)
+    positions[&op] = n++;
+  // Each buffer: defined where its value is, live until the last use of
+  // any value that is that buffer.
+  forEachBufferReach(block, [&](Value buffer, Operation *at) {
+    unsigned p = positions[at];
+    auto [it, inserted] = lastUses.try_emplace(buffer, p);
+    if (!inserted)
+      it->second = std::max(it->second, p);
+  });
   SmallVector<int64_t> delta(n + 1, 0);
   for (auto [buffer, last] : lastUses) {
     int64_t bytes = tensorBytes(buffer);

@@ -37,6 +37,15 @@ int64_t tensorBytes(Value value);
 /// result is a buffer of its own).
 Value bufferOf(Value value);
 
+/// The ops of `block` each of its buffers reaches, by the rules above: for
+/// every tensor result `v` of an op of the block (not a tensor.empty) whose
+/// buffer bufferOf(v) is defined in the block, calls `reach(buffer, at)`
+/// with the op defining `v`, the buffer's owner and the block ancestor of
+/// every user of `v` (in that order; an op can come more than once). The
+/// buffer lives from its owner to the last of them.
+void forEachBufferReach(Block &block,
+                        llvm::function_ref<void(Value, Operation *)> reach);
+
 /// The live tensor bytes of a block, op by op. `counted`, if given, says
 /// which values become buffers (a caller knows of values a later fusion
 /// never materializes).
