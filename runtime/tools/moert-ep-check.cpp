@@ -324,8 +324,35 @@ std::string fmt(double v) {
 
 } // namespace
 
-/// ||got - ref|| / ||ref|| (or the elementwise atol/rtol when given) for
-/// `t`-typed buffers; appends a line to `report`, returns whether it held.
+/// How `got` deviates from `ref` (`n` values of type `t`): ||got - ref|| /
+/// ||ref|| (||got - ref|| when ref is 0) and the largest |got - ref| over
+/// the values that are numbers on both sides; the values NaN on one side
+/// only and on both.
+struct Deviation {
+  double rel = 0, maxDiff = 0;
+  int64_t nanOnOne = 0, nanOnBoth = 0;
+};
+Deviation deviation(const Tensor &t, const uint8_t *ref, const uint8_t *got,
+                    int64_t n) {
+  Deviation d;
+  double diff2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double a = valueAt(t, ref, i), b = valueAt(t, got, i);
+    if (std::isnan(a) || std::isnan(b)) {
+      ++(std::isnan(a) && std::isnan(b) ? d.nanOnBoth : d.nanOnOne);
+      continue;
+    }
+    diff2 += (a - b) * (a - b);
+    ref2 += a * a;
+    d.maxDiff = std::max(d.maxDiff, std::fabs(a - b));
+  }
+  d.rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return d;
+}
+
+/// ||got - ref|| / ||ref|| <= bound (or the elementwise atol/rtol when
+/// given) for `t`-typed buffers; appends a line to `report`, returns
+/// whether it held.
 bool compareNorm(const Tensor &t, const std::vector<uint8_t> &ref,
                  const std::vector<uint8_t> &got, double bound, double atol,
                  double rtol, const std::string &what, int rank,
@@ -337,26 +364,18 @@ bool compareNorm(const Tensor &t, const std::vector<uint8_t> &ref,
     return false;
   }
   int64_t n = int64_t(ref.size() / t.elementBytes());
-  double diff2 = 0, ref2 = 0, maxDiff = 0;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double a = valueAt(t, ref.data(), i), b = valueAt(t, got.data(), i);
-    double d = std::fabs(a - b);
-    if (std::isnan(a) != std::isnan(b))
-      ++bad;
-    if (!std::isnan(d)) {
-      diff2 += d * d;
-      maxDiff = std::max(maxDiff, d);
+  Deviation d = deviation(t, ref.data(), got.data(), n);
+  int64_t bad = d.nanOnOne;
+  bool elementwise = !t.isFloat() || atol >= 0 || rtol >= 0;
+  if (elementwise)
+    for (int64_t i = 0; i < n; ++i) {
+      double a = valueAt(t, ref.data(), i), b = valueAt(t, got.data(), i);
+      bad += std::fabs(a - b) >
+             std::max(atol, 0.0) + std::max(rtol, 0.0) * std::fabs(a);
     }
-    ref2 += std::isnan(a) ? 0 : a * a;
-    if (!t.isFloat() || atol >= 0 || rtol >= 0)
-      bad += !std::isnan(d) &&
-             d > std::max(atol, 0.0) + std::max(rtol, 0.0) * std::fabs(a);
-  }
-  double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  bool ok = !bad && (!t.isFloat() || atol >= 0 || rtol >= 0 || rel <= bound);
+  bool ok = !bad && (elementwise || d.rel <= bound);
   report += head + (ok ? "" : "MISMATCH ") + what + " (" + t.str() +
-            "): rel norm " + fmt(rel) + ", max |diff| " + fmt(maxDiff) +
+            "): rel norm " + fmt(d.rel) + ", max |diff| " + fmt(d.maxDiff) +
             (bad ? ", " + std::to_string(bad) + " values off" : "") + "\n";
   return ok;
 }
@@ -773,22 +792,13 @@ int run(int argc, char **argv) {
       double maxDiff = 0;
       std::string first;
       if (normBound > 0 && t.isFloat()) {
-        double diff2 = 0, ref2 = 0;
-        for (int64_t i = 0; i < t.elements(); ++i) {
-          double a = valueAt(t, ref[k].data(), i),
-                 b = valueAt(t, got[k].data(), i);
-          diff2 += (a - b) * (a - b);
-          ref2 += a * a;
-          if (!std::isnan(a - b))
-            maxDiff = std::max(maxDiff, std::fabs(a - b));
-        }
-        double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-        bool ok = rel <= normBound;
+        Deviation d = deviation(t, ref[k].data(), got[k].data(), t.elements());
+        bool ok = d.rel <= normBound && !d.nanOnOne && !d.nanOnBoth;
         report += "rank " + std::to_string(rank) + ": " +
                   (ok ? "" : "MISMATCH ") + "@" + fe.name + " result #" +
                   std::to_string(k) + " (" + t.str() + "): rel norm " +
-                  fmt(rel) + " (bound " + fmt(normBound) + "), max |diff| " +
-                  fmt(maxDiff) + "\n";
+                  fmt(d.rel) + " (bound " + fmt(normBound) + "), max |diff| " +
+                  fmt(d.maxDiff) + "\n";
         failures += !ok;
         continue;
       }

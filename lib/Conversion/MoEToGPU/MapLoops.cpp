@@ -338,29 +338,17 @@ void interleave(RewriterBase &rewriter, scf::ForOp loop, int64_t unroll) {
   rewriter.modifyOpInPlace(loop, [&] { loop.setLowerBound(rest); });
 }
 
-/// Whether `v` depends on `iv` (a value defined in terms of it inside
-/// `scope`).
-bool dependsOn(Value v, Value iv, Operation *scope, int depth = 0) {
-  if (v == iv)
-    return true;
-  Operation *def = v.getDefiningOp();
-  if (!def || !scope->isProperAncestor(def) || depth > 32)
-    return false;
-  return llvm::any_of(def->getOperands(), [&](Value operand) {
-    return dependsOn(operand, iv, scope, depth + 1);
-  });
-}
-
 /// Whether `v` is iv + (terms independent of iv): one step of `iv` moves
-/// `v` by one element.
-bool unitStepIn(Value v, Value iv, Operation *scope, int depth = 0) {
+/// `v` by one element. `moving`: iv and the values computed from it.
+bool unitStepIn(Value v, Value iv, const DenseSet<Value> &moving,
+                int depth = 0) {
   if (v == iv)
     return true;
   Operation *def = v.getDefiningOp();
-  if (!def || !scope->isProperAncestor(def) || depth > 32)
+  if (!def || !moving.contains(v) || depth > 32)
     return false;
-  auto unit = [&](Value x) { return unitStepIn(x, iv, scope, depth + 1); };
-  auto free = [&](Value x) { return !dependsOn(x, iv, scope); };
+  auto unit = [&](Value x) { return unitStepIn(x, iv, moving, depth + 1); };
+  auto free = [&](Value x) { return !moving.contains(x); };
   if (auto add = dyn_cast<arith::AddIOp>(def))
     return (unit(add.getLhs()) && free(add.getRhs())) ||
            (free(add.getLhs()) && unit(add.getRhs()));
@@ -376,20 +364,20 @@ bool unitStepIn(Value v, Value iv, Operation *scope, int depth = 0) {
     // Exactly one operand moves with iv, by one step, and the map's
     // coefficient of that operand is 1.
     AffineMap map = apply.getAffineMap();
-    std::optional<unsigned> moving;
+    std::optional<unsigned> at;
     for (auto [i, operand] : llvm::enumerate(apply.getMapOperands())) {
       if (free(operand))
         continue;
-      if (moving || !unit(operand))
+      if (at || !unit(operand))
         return false;
-      moving = i;
+      at = i;
     }
-    if (!moving)
+    if (!at)
       return false;
     unsigned dims = map.getNumDims();
     MLIRContext *ctx = def->getContext();
-    AffineExpr x = *moving < dims ? getAffineDimExpr(*moving, ctx)
-                                  : getAffineSymbolExpr(*moving - dims, ctx);
+    AffineExpr x = *at < dims ? getAffineDimExpr(*at, ctx)
+                              : getAffineSymbolExpr(*at - dims, ctx);
     AffineExpr e = map.getResult(0);
     AffineExpr step =
         simplifyAffineExpr(e.replace(x, x + 1) - e, dims, map.getNumSymbols());
@@ -411,6 +399,16 @@ bool unitStepIn(Value v, Value iv, Operation *scope, int depth = 0) {
 std::vector<unsigned> coalescingOrder(scf::ParallelOp loop) {
   unsigned n = loop.getNumLoops();
   SmallVector<int64_t> weight(n, 0);
+  // Per dimension, its induction variable and what is computed from it.
+  SmallVector<DenseSet<Value>> moving(n);
+  for (unsigned d = 0; d < n; ++d) {
+    Value iv = loop.getInductionVars()[d];
+    SetVector<Operation *> slice;
+    getForwardSlice(iv, &slice);
+    moving[d].insert(iv);
+    for (Operation *op : slice)
+      moving[d].insert(op->result_begin(), op->result_end());
+  }
   loop.getBody()->walk([&](Operation *op) {
     Value memref;
     ValueRange indices;
@@ -436,7 +434,7 @@ std::vector<unsigned> coalescingOrder(scf::ParallelOp loop) {
         executions = std::min<int64_t>(executions * t, int64_t(1) << 40);
       }
     for (unsigned d = 0; d < n; ++d)
-      if (unitStepIn(indices.back(), loop.getInductionVars()[d], loop))
+      if (unitStepIn(indices.back(), loop.getInductionVars()[d], moving[d]))
         weight[d] += executions;
   });
   std::vector<unsigned> order;

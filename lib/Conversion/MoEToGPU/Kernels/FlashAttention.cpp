@@ -677,12 +677,15 @@ struct KeyTileEmitter : FlashEmitter {
       std::tie(first, end) = tilesSharing(kt, first, end, std::nullopt);
     Value perHead = arith::SubIOp::create(b, loc, end, first);
     Value steps = mul(perHead, idx(group));
+    // (The divisor at least 1: a CTA without steps still computes the
+    // places of step 0, statsOf below; with steps it is perHead.)
+    Value divisor = maxS(perHead, idx(1));
     auto headOf = [&](Value it) {
       return add(mul(kvHead, idx(group)),
-                 arith::DivUIOp::create(b, loc, it, perHead));
+                 arith::DivUIOp::create(b, loc, it, divisor));
     };
     auto firstQuery = [&](Value it) {
-      return mul(add(first, arith::RemUIOp::create(b, loc, it, perHead)),
+      return mul(add(first, arith::RemUIOp::create(b, loc, it, divisor)),
                  idx(flash::Tile));
     };
     auto slotOf = [&](Value it) {
@@ -699,17 +702,12 @@ struct KeyTileEmitter : FlashEmitter {
     // columns from the lanes holding them by shuffles. (Each thread loading
     // its 16 columns' values after the S^T MMA put 32 loads' latency on
     // every step: the step of this kernel took 2.3x that of the dQ kernel
-    // for the same MMAs.) `it` is clamped into [0, steps), and the divisor
-    // to at least 1: a CTA without steps loads in bounds.
+    // for the same MMAs.) `it` is clamped into [0, steps): the step after
+    // the last, and step 0 of a CTA without steps, load in bounds.
     Value lastStep = maxS(arith::SubIOp::create(b, loc, steps, idx(1)), idx(0));
-    Value safePerHead = maxS(perHead, idx(1));
     auto statsOf = [&](Value it) -> SmallVector<Value> {
       it = minS(it, lastStep);
-      Value head = add(mul(kvHead, idx(group)),
-                       arith::DivUIOp::create(b, loc, it, safePerHead));
-      Value q0 =
-          mul(add(first, arith::RemUIOp::create(b, loc, it, safePerHead)),
-              idx(flash::Tile));
+      Value head = headOf(it), q0 = firstQuery(it);
       SmallVector<Value> v;
       for (Value stat : {lse, delta})
         for (int64_t half = 0; half < 2; ++half)
@@ -717,8 +715,8 @@ struct KeyTileEmitter : FlashEmitter {
               loadStat(stat, bb, head, add(q0, add(lane, idx(32 * half)))));
       return v;
     };
-    // Column 8 j + 2 (l % 4) + c's value (`stats` from statsOf: lse, or
-    // delta with `delta` set).
+    // Column 8 j + 2 (l % 4) + c's value (`stats` from statsOf): its lse,
+    // or its delta with `ofDelta`.
     auto statAt = [&](ArrayRef<Value> stats, bool ofDelta, int64_t j,
                       int64_t c) {
       Value col = add(mul(rem(lane, 4), idx(2)), idx(8 * j + c));

@@ -444,6 +444,14 @@ struct MoEExpertParallelPass
     return success();
   }
 
+  /// `v` summed over the ranks of the grid.
+  Value sumOverGrid(OpBuilder &b, Location loc, Value v) {
+    return shard::AllReduceOp::create(b, loc, v, gridName.getValue(),
+                                      ArrayRef<shard::GridAxis>{0},
+                                      shard::ReductionKind::Sum)
+        .getResult();
+  }
+
   /// A 0-d f32 tensor computed by `fn` from the 0-d (or broadcast) inputs.
   static Value
   scalarOp(OpBuilder &b, Location loc, ValueRange inputs,
@@ -510,10 +518,7 @@ struct MoEExpertParallelPass
                       arith::SelectOp::create(nb, l, counted, one, none))});
             })
             .getResult(0);
-    Value total = shard::AllReduceOp::create(b, loc, local, gridName.getValue(),
-                                             ArrayRef<shard::GridAxis>{0},
-                                             shard::ReductionKind::Sum)
-                      .getResult();
+    Value total = sumOverGrid(b, loc, local);
     // This rank's share of the counted rows (0 when no rank has one), then
     // the loss times it: an arith op on the 0-d tensors, which -moe-autodiff
     // differentiates (the share does not depend on any parameter).
@@ -562,7 +567,7 @@ struct MoEExpertParallelPass
       func.setType(FunctionType::get(&getContext(),
                                      func.getBody().front().getArgumentTypes(),
                                      func.getResultTypes()));
-      // Data-parallel gradients: summed over the ranks.
+      // One rank: nothing to sum over the ranks.
       if (epSize == 1)
         continue;
       // Means over tokens: over every rank's tokens.
@@ -571,41 +576,27 @@ struct MoEExpertParallelPass
           globalMean(op);
       });
       auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-      // The expert load: of every rank's tokens.
+      // Summed over the ranks: the gradients of data-parallel parameters
+      // and the expert load (of every rank's tokens).
       for (unsigned i = 0; i < func.getNumResults(); ++i) {
         auto output = func.getResultAttrOfType<StringAttr>(i, "moe.output");
-        Value v = ret.getOperand(i);
-        if (!output || output.getValue() != "expert_load" ||
-            v.getDefiningOp<shard::AllReduceOp>())
-          continue;
-        OpBuilder b(ret);
-        ret.setOperand(i, shard::AllReduceOp::create(
-                              b, ret.getLoc(), v, StringRef(gridName),
-                              ArrayRef<shard::GridAxis>{0},
-                              shard::ReductionKind::Sum)
-                              .getResult());
-      }
-      for (unsigned i = 0; i < func.getNumResults(); ++i) {
-        auto of = func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of");
-        if (!of)
-          continue;
-        int64_t argNo = of.getInt();
-        if (argNo < 0 || argNo >= int64_t(func.getNumArguments())) {
-          func.emitError("moe.gradient_of = ")
-              << argNo << " on result #" << i << " names no argument";
-          return signalPassFailure();
+        bool sum = output && output.getValue() == "expert_load";
+        if (auto of =
+                func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of")) {
+          int64_t argNo = of.getInt();
+          if (argNo < 0 || argNo >= int64_t(func.getNumArguments())) {
+            func.emitError("moe.gradient_of = ")
+                << argNo << " on result #" << i << " names no argument";
+            return signalPassFailure();
+          }
+          // Each rank owns its experts' gradients.
+          sum = !func.getArgAttr(argNo, "moe.expert_shard");
         }
-        if (func.getArgAttr(argNo, "moe.expert_shard"))
-          continue; // each rank owns these experts' gradients
+        Value v = ret.getOperand(i);
+        if (!sum || v.getDefiningOp<shard::AllReduceOp>())
+          continue; // (reduced by an earlier run of this pass)
         OpBuilder b(ret);
-        Value g = ret.getOperand(i);
-        if (g.getDefiningOp<shard::AllReduceOp>())
-          continue; // reduced by an earlier run of this pass
-        SmallVector<shard::GridAxis> axes = {0};
-        auto reduced =
-            shard::AllReduceOp::create(b, ret.getLoc(), g, StringRef(gridName),
-                                       axes, shard::ReductionKind::Sum);
-        ret.setOperand(i, reduced.getResult());
+        ret.setOperand(i, sumOverGrid(b, ret.getLoc(), v));
       }
     }
   }
