@@ -8,8 +8,9 @@
                                  --tokens 2048 4096 [--dtype bf16|f32]
                                  [--recipe bf16|mxfp8|none] [--target sm_90a]
 
-export-hf writes a moe-train checkpoint (RUN_DIR/checkpoint.safetensors, or
-the file itself) as a transformers model directory (models.export_hf).
+export-hf writes a moe-train checkpoint (RUN_DIR/checkpoint.safetensors or,
+from a run on several ranks, RUN_DIR/checkpoint.index.json and the files it
+names; or the file itself) as a transformers model directory (models.export_hf).
 torch-precompile compiles the layers moe_mlir.torch.patch runs for a
 Qwen3-MoE config.json at those token counts (batch x sequence; each count's
 bucket), for a machine without MLIR: patch(model, artifacts=OUT_DIR).

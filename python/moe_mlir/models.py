@@ -217,6 +217,43 @@ class AdamW:
         return norm
 
 
+def _latest_checkpoint(run_dir):
+    """The checkpoint of a run directory: checkpoint.safetensors (one rank)
+    or checkpoint.index.json (one file per rank), whichever is newer."""
+    paths = [os.path.join(run_dir, n) for n in ("checkpoint.safetensors", "checkpoint.index.json")]
+    found = [p for p in paths if os.path.isfile(p)]
+    return max(found, key=lambda p: os.stat(p).st_mtime_ns) if found else paths[0]
+
+
+def _read_checkpoint(path, keep=None):
+    """({name: array}, {metadata}) of a moe-train checkpoint: one file, or the
+    files an index names merged (a tensor in several files is split along its
+    first dimension over the ranks that wrote them, in file order)."""
+    from . import hf
+
+    if not path.endswith(".index.json"):
+        return hf.read_safetensors(path, keep=keep)
+    with open(path) as f:
+        index = json.load(f)
+    if (not isinstance(index, dict) or index.get("format") != "moe-train-index/1"
+            or not isinstance(index.get("files"), list) or not index["files"]):
+        raise ValueError(f"{path}: not a moe-train checkpoint index")
+    parts, meta = {}, None
+    for name in index["files"]:
+        if not isinstance(name, str) or "/" in name:
+            raise ValueError(f"{path}: 'files' holds names of files beside the index")
+        tensors, file_meta = hf.read_safetensors(
+            os.path.join(os.path.dirname(path), name), keep=keep)
+        if file_meta.get("step") != str(index.get("step")):
+            raise ValueError(f"{path}: {name} holds step {file_meta.get('step')}, the index "
+                             f"step {index.get('step')} (files of another checkpoint)")
+        meta = meta or file_meta
+        for key, value in tensors.items():
+            parts.setdefault(key, []).append(value)
+    merged = {k: v[0] if len(v) == 1 else np.concatenate(v, axis=0) for k, v in parts.items()}
+    return merged, meta
+
+
 def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_size="5GB",
               alphabet=None):
     """Writes a moe-train checkpoint as a transformers model directory
@@ -226,7 +263,8 @@ def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_
     generation_config.json and the tokenizer of the run's alphabet), loadable
     with ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
     ``AutoTokenizer.from_pretrained(out_dir)``. `checkpoint` is a
-    checkpoint.safetensors (or the run directory holding it); `config` the
+    checkpoint.safetensors, the checkpoint.index.json of a run on several
+    ranks (their files merged), or the run directory holding either; `config` the
     config.json (path or dict) the run trained, by default the one of the
     run's --init-from directory; `alphabet` by default the run's."""
     from . import hf
@@ -234,14 +272,14 @@ def export_hf(checkpoint, config=None, out_dir=None, dtype="float32", max_shard_
     if out_dir is None:
         raise TypeError("export_hf needs out_dir")
     if os.path.isdir(checkpoint):
-        checkpoint = os.path.join(checkpoint, "checkpoint.safetensors")
+        checkpoint = _latest_checkpoint(checkpoint)
     if not os.path.isfile(checkpoint):
-        raise ValueError(f"{checkpoint}: no moe-train checkpoint (give a run directory or "
-                         "its checkpoint.safetensors)")
+        raise ValueError(f"{checkpoint}: no moe-train checkpoint (give a run directory, its "
+                         "checkpoint.safetensors or its checkpoint.index.json)")
     # The parameters only: not the optimizer's moments (read for nothing,
     # twice the parameters' size), nor the routers' selection bias, which
     # transformers' Qwen3-MoE does not have.
-    tensors, meta = hf.read_safetensors(
+    tensors, meta = _read_checkpoint(
         checkpoint, keep=lambda name: not name.startswith(("optimizer.", "router.")))
     if meta.get("format") != "moe-train/1" or "hf_transposed" not in meta:
         raise ValueError(f"{checkpoint} is not a moe-train checkpoint with layout "

@@ -254,16 +254,7 @@ bool writeLossPlot(const std::string &path,
     c.line(left + 236, ly + 3, left + 256, ly + 3, grey, 1, 6);
     c.text(left + 262, ly, "unigram baseline", black);
   }
-  std::string png = encodePNG(c);
-  std::string tmp = temporaryPathFor(path);
-  FILE *f = std::fopen(tmp.c_str(), "wb");
-  if (!f || std::fwrite(png.data(), 1, png.size(), f) != png.size() ||
-      std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = "cannot write '" + path + "': " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  return writeFileAtomically(path, encodePNG(c), error);
 }
 
 } // namespace moert

@@ -71,6 +71,36 @@ std::string directoryOf(const std::string &path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+/// Writes `path` through a temporary file in the same directory: `body`
+/// writes the bytes to its descriptor, then fsync, rename over `path`, fsync
+/// of the directory. On failure `path` is untouched.
+template <typename Body>
+bool writeAtomically(const std::string &path, Body &&body, std::string &error) {
+  std::string tmp = temporaryPathFor(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "cannot write '" + tmp + "': " + std::strerror(errno);
+    return false;
+  }
+  bool ok = body(fd) && ::fsync(fd) == 0;
+  int saved = errno;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (ok)
+      saved = errno;
+    error = "cannot write '" + path + "': " + std::strerror(saved);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  // The rename itself reaches the disk with the directory.
+  int dir = ::open(directoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return true;
+}
+
 } // namespace
 
 bool writeSafetensors(const std::string &path,
@@ -109,36 +139,27 @@ bool writeSafetensors(const std::string &path,
   while (header.size() % 8)
     header += ' ';
 
-  std::string tmp = temporaryPathFor(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    error = "cannot write '" + tmp + "': " + std::strerror(errno);
-    return false;
-  }
   uint64_t length = header.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i)
     le[i] = (length >> (8 * i)) & 0xFF;
-  bool ok = writeAll(fd, le, 8) && writeAll(fd, header.data(), header.size());
-  for (const NamedTensor &x : tensors)
-    ok = ok && writeAll(fd, x.data.data(), x.data.size() * 4);
-  ok = ok && ::fsync(fd) == 0;
-  int saved = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (ok)
-      saved = errno;
-    error = "cannot write '" + path + "': " + std::strerror(saved);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  // The rename itself reaches the disk with the directory.
-  int dir = ::open(directoryOf(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return true;
+  return writeAtomically(
+      path,
+      [&](int fd) {
+        bool ok =
+            writeAll(fd, le, 8) && writeAll(fd, header.data(), header.size());
+        for (const NamedTensor &x : tensors)
+          ok = ok && writeAll(fd, x.data.data(), x.data.size() * 4);
+        return ok;
+      },
+      error);
+}
+
+bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error) {
+  return writeAtomically(
+      path, [&](int fd) { return writeAll(fd, bytes.data(), bytes.size()); },
+      error);
 }
 
 std::string temporaryPathFor(const std::string &path) {

@@ -3,13 +3,12 @@
 #include "moert/Trainer.h"
 
 #include "moert/Artifact.h"
+#include "moert/Comm.h"
 #include "moert/Error.h"
 #include "moert/Gpu.h"
 #include "moert/HfWeights.h"
 #include "moert/Sequences.h"
 #include "moert/Train.h"
-
-#include "Crc32.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -83,7 +82,8 @@ std::string trainOptionsHelp() {
 }
 
 bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
-                       std::vector<std::string> &rest, std::string &error) {
+                       std::vector<std::string> &rest, std::string &error,
+                       std::vector<std::string> *consumed) {
   auto integer = [&](const std::string &name, const std::string &v,
                      int64_t &out, int64_t lo) {
     char *end = nullptr;
@@ -114,6 +114,7 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i], value;
     bool hasValue = false;
+    size_t begin = i;
     if (size_t eq = name.find('=');
         name.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = name.substr(eq + 1);
@@ -190,7 +191,11 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
         return false;
     } else {
       rest.push_back(args[i]);
+      continue;
     }
+    if (consumed)
+      consumed->insert(consumed->end(), args.begin() + long(begin),
+                       args.begin() + long(i) + 1);
   }
   if (o.alphabet != "protein" && o.alphabet != "dna") {
     error = "--alphabet must be protein or dna, got '" + o.alphabet + "'";
@@ -283,13 +288,26 @@ std::vector<int32_t> documentsOf(const std::vector<int32_t> &ids, int64_t seq) {
 
 struct Param {
   std::string name;
+  /// What the step takes: the whole tensor, or this rank's rows of an
+  /// expert tensor sharded over the ranks (`shard E L`: L of E experts).
   std::vector<int64_t> shape;
   bool ones = false;
+  int64_t experts = 0, local = 0;
   int64_t elements() const {
     int64_t n = 1;
     for (int64_t d : shape)
       n *= d;
     return n;
+  }
+  /// The whole tensor's shape (every rank's rows of a shard).
+  std::vector<int64_t> fullShape() const {
+    std::vector<int64_t> full = shape;
+    if (experts)
+      full[0] = experts;
+    return full;
+  }
+  int64_t fullElements() const {
+    return experts ? elements() / local * experts : elements();
   }
 };
 
@@ -310,12 +328,37 @@ struct Loop {
   /// buffers kept across steps (GPU), uploaded once and downloaded on demand.
   std::vector<void *> dValues, dM, dV;
   int64_t step = 0, batch = 0, seq = 0;
+  /// The ranks of an expert-parallel step (one for a one-rank step): each
+  /// takes `batch` rows of a step's ranks * batch, and its experts' rows.
+  comm::Communicator *comm = nullptr;
+  int rank = 0, ranks = 1;
   Memory memory;
   Entry stepEntry = nullptr, lossOnly = nullptr;
   const artifact::Function *stepFn = nullptr, *lossFn = nullptr;
 
   /// Stops training: train() reports `message` and returns 1.
-  [[noreturn]] void die(const std::string &message) { throw Stop{message}; }
+  [[noreturn]] void die(const std::string &message) {
+    throw Stop{ranks > 1 ? "rank " + std::to_string(rank) + ": " + message
+                         : message};
+  }
+
+  /// This rank's part of parameter i's whole tensor `full`: all of it, or
+  /// its experts' rows of a shard.
+  std::vector<float> mine(size_t i, std::vector<float> full) const {
+    const Param &p = params[i];
+    if (!p.experts)
+      return full;
+    size_t n = size_t(p.elements()), at = n * size_t(rank);
+    return std::vector<float>(full.begin() + long(at),
+                              full.begin() + long(at + n));
+  }
+
+  /// The sum of `x` over the ranks (the ranks' shares of a loss).
+  double sumOverRanks(double x) {
+    if (ranks > 1)
+      comm->allReduceSum(&x, &x, 1, comm::DType::F64);
+    return x;
+  }
 
   /// Puts the host state where the artifact reads it.
   void placeState() {
@@ -475,14 +518,6 @@ std::string readFile(const std::string &path) {
   return s;
 }
 
-/// The CRC-32 of a checkpoint's data section: its tensors in file order.
-uint32_t dataCrc(const std::vector<NamedTensor> &tensors) {
-  uint32_t crc = 0;
-  for (const NamedTensor &x : tensors)
-    crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
-  return crc;
-}
-
 /// The data of a run: every --data file's sequences, packed into rows of
 /// `seq + 1` tokens, every 10th held out. False, with `error` set, when a
 /// file is unreadable or malformed, the model's vocabulary is smaller than
@@ -634,8 +669,13 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       if (a.dtype != "f32" || !a.updated)
         t.die(artifactPath + ": parameter " + a.param +
               " is not an f32 tensor the step updates");
-      t.params.push_back({a.param, a.shape, a.init == "ones"});
-      layout.push_back({a.param, a.shape, a.hfTransposed});
+      Param p{a.param, a.shape, a.init == "ones", a.experts, a.local};
+      if (a.experts && (a.local < 1 || a.shape.empty() ||
+                        a.shape[0] != a.local || a.experts % a.local))
+        t.die(artifactPath + ": parameter " + a.param +
+              " is not a shard of whole experts");
+      t.params.push_back(p);
+      layout.push_back({a.param, p.fullShape(), a.hfTransposed});
       if (a.hfTransposed)
         hfTransposed += (hfTransposed.empty() ? "" : ",") + a.param;
     } else if (a.input == "ids") {
@@ -713,6 +753,29 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die(artifactPath + ": its loss_step is not a moe-model train step "
                          "with AdamW (compile it with moe-train)");
 
+  // --- the ranks: as many as the experts are sharded over ---
+  int64_t epSize = 1;
+  for (const Param &p : t.params)
+    if (p.experts) {
+      if (epSize > 1 && p.experts / p.local != epSize)
+        t.die(artifactPath + ": its expert shards do not split the experts "
+                             "over one number of ranks");
+      epSize = p.experts / p.local;
+    }
+  t.comm = &comm::world();
+  t.rank = t.comm->rank();
+  t.ranks = t.comm->size();
+  if (t.ranks != epSize)
+    t.die(artifactPath + " was compiled for " + std::to_string(epSize) +
+          (epSize == 1 ? " rank" : " ranks (--ep-size)") + ", but " +
+          std::to_string(t.ranks) + " were launched (" +
+          (epSize == 1
+               ? "compile it with moe-train --ep-size " +
+                     std::to_string(t.ranks) + " to train on several ranks"
+               : "launch " + std::to_string(epSize) + ", e.g. mpirun -np " +
+                     std::to_string(epSize)) +
+          ")");
+
   Tokenizer tokenizer(alphabet);
   Batches data;
   std::string dataError;
@@ -730,13 +793,18 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   // Partial files of writers that died between write and rename.
   removeAbandonedTemporaries(checkpoint);
   removeAbandonedTemporaries(o.out + "/loss.png");
-  struct stat st{};
-  bool exists = ::stat(checkpoint.c_str(), &st) == 0;
-  if (exists && !o.resume)
-    t.die(checkpoint + " exists: pass --resume to continue it, or choose "
-                       "another --out");
-  if (!exists && o.resume)
-    t.die("--resume: no checkpoint at " + checkpoint);
+  removeAbandonedTemporaries(o.out + "/checkpoint.index.json");
+  // One rank's file, or the index of one file per rank: whichever is newer.
+  std::string found = findCheckpoint(o.out);
+  if (!found.empty() && !o.resume)
+    t.die(found + " exists: pass --resume to continue it, or choose "
+                  "another --out");
+  if (found.empty() && o.resume)
+    t.die("--resume: no checkpoint at " + checkpoint + " (nor " + o.out +
+          "/checkpoint.index.json)");
+  // What this run writes.
+  if (t.ranks > 1)
+    checkpoint = o.out + "/checkpoint.index.json";
 
   size_t np = t.params.size();
   t.values.resize(np);
@@ -745,7 +813,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   std::map<std::string, std::string> runMeta = {
       {"format", "moe-train/1"},
       {"config", configText},
-      {"batch", std::to_string(t.batch)},
+      // The rows of a step on all ranks: a run resumes on another number
+      // of ranks with the same rows a step.
+      {"batch", std::to_string(t.batch * t.ranks)},
       {"seq", std::to_string(t.seq)},
       {"seed", std::to_string(o.seed)},
       {"alphabet", o.alphabet},
@@ -760,17 +830,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::vector<NamedTensor> tensors;
     std::map<std::string, std::string> saved;
     std::string error;
-    if (!readSafetensors(checkpoint, tensors, saved, error))
+    // Each file's data against its CRC-32; a checkpoint of several ranks'
+    // files merged.
+    if (!readCheckpoint(found, o.verifyChecksum, tensors, saved, error))
       t.die(error);
     if (saved["format"] != "moe-train/1")
-      t.die(checkpoint + ": not a moe-train checkpoint");
-    // The data section's CRC-32, over the tensors in file order.
-    if (o.verifyChecksum && saved.count("data_crc32")) {
-      if (std::to_string(dataCrc(tensors)) != saved["data_crc32"])
-        t.die(checkpoint + ": the data do not match the checksum they were "
-                           "written with (a corrupt checkpoint; --no-checksum "
-                           "resumes anyway)");
-    }
+      t.die(found + ": not a moe-train checkpoint");
     if (!saved.count("recipe"))
       saved["recipe"] = "none";
     if (saved.count("init_from"))
@@ -778,7 +843,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     for (const char *key :
          {"config", "batch", "seq", "seed", "alphabet", "recipe"})
       if (saved[key] != runMeta[key])
-        t.die(checkpoint + ": made with " + key + " '" + saved[key] +
+        t.die(found + ": made with " + key + " '" + saved[key] +
               "', this run has '" + runMeta[key] +
               "' (a checkpoint continues only the run that wrote it)");
     std::map<std::string, NamedTensor *> byName;
@@ -792,10 +857,10 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
             {"optimizer.exp_avg_sq.", &t.adamV[i]}}) {
         auto it = byName.find(prefix + p.name);
         if (it == byName.end())
-          t.die(checkpoint + ": no tensor '" + prefix + p.name +
+          t.die(found + ": no tensor '" + prefix + p.name +
                 "' (a checkpoint of another model?)");
-        if (it->second->shape != p.shape)
-          t.die(checkpoint + ": tensor '" + prefix + p.name +
+        if (it->second->shape != p.fullShape())
+          t.die(found + ": tensor '" + prefix + p.name +
                 "' has another shape than this model's");
         // Training never writes NaN or Inf into its state: such values are
         // corruption (or a run that had already diverged).
@@ -803,24 +868,24 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         if (auto bad = std::find_if(v.begin(), v.end(),
                                     [](float x) { return !std::isfinite(x); });
             bad != v.end())
-          t.die(checkpoint + ": tensor '" + prefix + p.name + "' holds " +
+          t.die(found + ": tensor '" + prefix + p.name + "' holds " +
                 (std::isnan(*bad) ? "NaN" : "an infinity") + " at element " +
                 std::to_string(bad - v.begin()) +
                 " (a corrupt or diverged checkpoint)");
-        *dst = std::move(it->second->data);
+        *dst = t.mine(i, std::move(it->second->data));
       }
     }
     if (!t.routerBias.empty()) {
       auto it = byName.find("router.selection_bias");
       if (it == byName.end() || it->second->shape != t.routerBiasShape)
-        t.die(checkpoint + ": no router.selection_bias of this model's shape "
-                           "(the routers' balancing state)");
+        t.die(found + ": no router.selection_bias of this model's shape "
+                      "(the routers' balancing state)");
       t.routerBias = it->second->data;
     }
     char *end = nullptr;
     t.step = std::strtoll(saved["step"].c_str(), &end, 10);
     if (saved["step"].empty() || *end || t.step < 0)
-      t.die(checkpoint + ": bad 'step' metadata");
+      t.die(found + ": bad 'step' metadata");
   } else if (!o.initFrom.empty()) {
     std::vector<std::string> unused;
     std::string error;
@@ -832,15 +897,19 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                    "model (the first: %s)\n",
                    tool, unused.size(), o.initFrom.c_str(), unused[0].c_str());
     for (size_t i = 0; i < np; ++i) {
+      t.values[i] = t.mine(i, std::move(t.values[i]));
       t.adamM[i].assign(t.values[i].size(), 0.0f);
       t.adamV[i].assign(t.values[i].size(), 0.0f);
     }
   } else {
+    // Every rank draws the whole model (the same values as one rank) and
+    // keeps its part.
     Rng rng(o.seed);
     for (size_t i = 0; i < np; ++i) {
-      t.values[i].resize(size_t(t.params[i].elements()));
-      for (float &v : t.values[i])
+      std::vector<float> full(size_t(t.params[i].fullElements()));
+      for (float &v : full)
         v = t.params[i].ones ? 1.0f : float(rng.normal() * initStd);
+      t.values[i] = t.mine(i, std::move(full));
       t.adamM[i].assign(t.values[i].size(), 0.0f);
       t.adamV[i].assign(t.values[i].size(), 0.0f);
     }
@@ -874,17 +943,20 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       labels[size_t(at * t.seq + j)] = next == Tokenizer::pad ? -100 : next;
     }
   };
+  // A step's rows on all ranks; this rank's are the rank-th `t.batch`.
+  const int64_t global = t.batch * t.ranks, first = t.batch * t.rank;
   auto heldOutLoss = [&]() {
-    int64_t n = std::max<int64_t>(1, data.heldOutRows() / t.batch);
+    int64_t n = std::max<int64_t>(1, data.heldOutRows() / global);
     if (o.evalBatches > 0)
       n = std::min<int64_t>(n, o.evalBatches);
     std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
     double sum = 0;
     for (int64_t k = 0; k < n; ++k) {
       for (int64_t i = 0; i < t.batch; ++i)
-        fill(data.heldOut, (k * t.batch + i) % data.heldOutRows(), ids, labels,
-             i);
-      sum += t.run(t.lossOnly, *t.lossFn, ids, labels, {})[0];
+        fill(data.heldOut, (k * global + first + i) % data.heldOutRows(), ids,
+             labels, i);
+      // Each rank's loss is its share of the mean over all ranks' tokens.
+      sum += t.sumOverRanks(t.run(t.lossOnly, *t.lossFn, ids, labels, {})[0]);
     }
     return sum / double(n);
   };
@@ -892,6 +964,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   // --- metrics: kept in the JSONL file, re-read on resume for the plot ---
   std::string metricsPath = o.out + "/metrics.jsonl";
   std::vector<std::pair<int64_t, double>> trainCurve, evalCurve;
+  // The first rank writes the metrics, the plot and the messages.
+  const bool lead = t.rank == 0;
   if (o.resume) {
     // Lines beyond the checkpoint's step belong to an interrupted run.
     std::string keep, text = readFile(metricsPath);
@@ -910,11 +984,13 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       else if (const char *p = std::strstr(line.c_str(), "\"loss\": "))
         trainCurve.push_back({s, std::atof(p + 8)});
     }
-    FILE *f = std::fopen(metricsPath.c_str(), "w");
-    if (!f || std::fputs(keep.c_str(), f) < 0 || std::fclose(f) != 0)
+    FILE *f = lead ? std::fopen(metricsPath.c_str(), "w") : nullptr;
+    if (lead && (!f || std::fputs(keep.c_str(), f) < 0 || std::fclose(f) != 0))
       t.die("cannot write " + metricsPath);
   }
-  FILE *metrics = std::fopen(metricsPath.c_str(), o.resume ? "a" : "w");
+  // Another rank's lines go nowhere.
+  FILE *metrics = std::fopen(lead ? metricsPath.c_str() : "/dev/null",
+                             o.resume ? "a" : "w");
   // Closed on every way out, an error included.
   std::unique_ptr<FILE, int (*)(FILE *)> closeMetrics(metrics, std::fclose);
   if (!metrics)
@@ -924,55 +1000,85 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.fetchState();
     std::vector<NamedTensor> tensors;
     for (size_t i = 0; i < np; ++i) {
+      // Several ranks: each writes its rows of the expert tensors, the first
+      // also the replicated ones (the same on every rank).
+      if (!lead && !t.params[i].experts)
+        continue;
       tensors.push_back({t.params[i].name, t.params[i].shape, t.values[i]});
       tensors.push_back({"optimizer.exp_avg." + t.params[i].name,
                          t.params[i].shape, t.adamM[i]});
       tensors.push_back({"optimizer.exp_avg_sq." + t.params[i].name,
                          t.params[i].shape, t.adamV[i]});
     }
-    if (!t.routerBias.empty())
+    if (!t.routerBias.empty() && lead)
       tensors.push_back(
           {"router.selection_bias", t.routerBiasShape, t.routerBias});
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
-    m["data_crc32"] = std::to_string(dataCrc(tensors));
+    m["data_crc32"] = std::to_string(checkpointCrc(tensors));
     // What moe_mlir.models.export_hf needs to write transformers' layout.
     m["hf_transposed"] = hfTransposed;
     std::string error;
-    if (!writeSafetensors(checkpoint, tensors, m, error))
+    if (t.ranks == 1) {
+      if (!writeSafetensors(checkpoint, tensors, m, error))
+        t.die(error);
+      if (o.keepCheckpoints > 1)
+        keepCheckpoint(checkpoint, t.step, o.keepCheckpoints);
+      retireShardedCheckpoint(o.out);
+      return;
+    }
+    m["shard"] = std::to_string(t.rank + 1) + " of " + std::to_string(t.ranks);
+    bool written = writeSafetensors(
+        checkpointShardPath(o.out, t.step, t.rank, t.ranks), tensors, m, error);
+    // The index names the files once every rank's is on disk.
+    if (int failed = int(t.sumOverRanks(written ? 0 : 1)))
+      t.die(written ? std::to_string(failed) +
+                          " of the ranks could not "
+                          "write their checkpoint file (their messages say why)"
+                    : error);
+    if (lead &&
+        !writeCheckpointIndex(o.out, t.step, t.ranks, o.keepCheckpoints, error))
       t.die(error);
-    if (o.keepCheckpoints > 1)
-      keepCheckpoint(checkpoint, t.step, o.keepCheckpoints);
   };
   auto plot = [&]() {
+    if (!lead)
+      return;
     std::string error;
     if (!writeLossPlot(o.out + "/loss.png", trainCurve, evalCurve, unigram,
                        error))
       t.die(error);
   };
 
-  std::fprintf(stderr,
-               "%s: %zu parameter tensors, %lld training / %lld held-out rows "
-               "of %lld tokens; unigram held-out loss %.4f; %s%s\n",
-               tool, np, (long long)rows, (long long)data.heldOutRows(),
-               (long long)t.seq, unigram, target.c_str(),
-               recipe == "none" ? "" : (", " + recipe + " GEMMs").c_str());
+  if (lead)
+    std::fprintf(
+        stderr,
+        "%s: %zu parameter tensors, %lld training / %lld held-out rows "
+        "of %lld tokens; unigram held-out loss %.4f; %s%s%s\n",
+        tool, np, (long long)rows, (long long)data.heldOutRows(),
+        (long long)t.seq, unigram, target.c_str(),
+        recipe == "none" ? "" : (", " + recipe + " GEMMs").c_str(),
+        t.ranks == 1 ? ""
+                     : (", " + std::to_string(t.ranks) +
+                        " expert-parallel ranks (" + t.comm->backend() + "), " +
+                        std::to_string(t.batch) + " rows each")
+                           .c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};
   std::vector<int32_t> ids(size_t(t.batch * t.seq)), labels(ids.size());
   int64_t epochCached = -1;
   std::vector<int64_t> order;
   double lastEval = NAN;
   int64_t firstStep = t.step;
-  if (t.step >= o.steps)
+  if (t.step >= o.steps && lead)
     std::fprintf(stderr,
                  "%s: the checkpoint is at step %lld, which reaches --steps "
                  "%lld: nothing to train (raise --steps to continue)\n",
                  tool, (long long)t.step, (long long)o.steps);
   StopSignals signals;
+  int stoppedBy = 0;
   while (t.step < o.steps) {
     auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < t.batch; ++i) {
-      int64_t k = t.step * t.batch + i;
+      int64_t k = t.step * global + first + i;
       if (k / rows != epochCached) {
         epochCached = k / rows;
         order = epochOrder(epochCached);
@@ -982,7 +1088,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     double lr = learningRate(t.step, o.warmup, o.steps, o.lr, o.minLRRatio);
     std::vector<float> out = t.run(t.stepEntry, *t.stepFn, ids, labels,
                                    adamwScalars(t.step + 1, lr, o.clip, adam));
-    double loss = out[0], norm = out[1];
+    double loss = t.sumOverRanks(out[0]), norm = out[1];
     // The step has updated the state already: a step that diverged leaves
     // the last checkpoint as it was.
     if (!std::isfinite(loss) || !std::isfinite(norm))
@@ -994,7 +1100,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    double tokensPerS = double(t.batch * t.seq) / seconds;
+    double tokensPerS = double(global * t.seq) / seconds;
     trainCurve.push_back({t.step, loss});
     // Per MoE layer, the busiest expert's load against an even split.
     std::string loadMax;
@@ -1022,8 +1128,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                  "\"tflops\": %.4f, \"memory_mib\": %.1f%s, \"time\": "
                  "%.3f}\n",
                  (long long)t.step, loss, lr, norm, tokensPerS,
-                 flops / seconds / 1e12, t.memory.peakMiB(), loadMax.c_str(),
-                 unixTime());
+                 flops * t.ranks / seconds / 1e12, t.memory.peakMiB(),
+                 loadMax.c_str(), unixTime());
     bool evalNow =
         (o.evalEvery > 0 && t.step % o.evalEvery == 0) || t.step == o.steps;
     if (evalNow) {
@@ -1046,7 +1152,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                    unixTime());
     }
     std::fflush(metrics);
+    // The ranks stop after the same step: a signal to one stops them all.
     int signal = stopSignal;
+    if (t.ranks > 1 && t.sumOverRanks(signal != 0) > 0 && !signal)
+      signal = SIGTERM;
+    stoppedBy = signal;
     bool stop =
         (o.stopAfterSteps > 0 && t.step - firstStep >= o.stopAfterSteps) ||
         signal != 0;
@@ -1055,7 +1165,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       save();
       plot();
     }
-    if (bar) {
+    if (bar && lead) {
       int width = 30, done = int(width * t.step / o.steps);
       std::fprintf(stderr,
                    "\r[%.*s%*s] %lld/%lld  loss %.4f  held-out %.4f  "
@@ -1065,7 +1175,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                    tokensPerS);
       if (t.step == o.steps || stop)
         std::fprintf(stderr, "\n");
-    } else if (o.progress != "none" && (evalNow || t.step == o.steps)) {
+    } else if (o.progress != "none" && lead && (evalNow || t.step == o.steps)) {
       std::fprintf(stderr,
                    "step %lld/%lld  loss %.4f  held-out %.4f (unigram %.4f)  "
                    "%.0f tok/s\n",
@@ -1076,16 +1186,17 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       break;
   }
   closeMetrics.reset();
-  if (int signal = stopSignal) {
-    std::fprintf(stderr, "%s: %s: stopped after step %lld; wrote %s\n", tool,
-                 signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
-                 checkpoint.c_str());
+  if (int signal = stoppedBy) {
+    if (lead)
+      std::fprintf(stderr, "%s: %s: stopped after step %lld; wrote %s\n", tool,
+                   signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
+                   checkpoint.c_str());
     t.releaseState();
     if (t.memory.gpu)
       mgpuStreamDestroy(t.memory.stream);
     return 128 + signal;
   }
-  if (t.step == o.steps && std::isfinite(lastEval))
+  if (t.step == o.steps && std::isfinite(lastEval) && lead)
     std::fprintf(stderr,
                  "%s: held-out loss %.4f vs unigram %.4f; wrote %s, %s, "
                  "%s/loss.png\n",

@@ -4,10 +4,15 @@
 //
 // The training loop of moe-train over an artifact that `moe-train
 // --compile-only` (or moe-compile of a moe-model --train-step graph) made,
-// for machines with the runtime and a GPU but no MLIR.
+// for machines with the runtime and a GPU but no MLIR. A train step compiled
+// for N expert-parallel ranks (moe-train --ep-size N) trains under a
+// launcher of N ranks:
+//
+//   mpirun -np N moert-train train_step.so --data FILE [training options]
 //
 //===----------------------------------------------------------------------===//
 
+#include "moert/Comm.h"
 #include "moert/Trainer.h"
 
 #include <cstdio>
@@ -35,5 +40,11 @@ int main(int argc, char **argv) {
                          "and training options (see --help)\n");
     return 1;
   }
-  return moert::train(options, rest[0], "moert-train");
+  int status = moert::train(options, rest[0], "moert-train");
+  // A rank that stops on an error stops the others (MPI_Abort under MPI),
+  // which would otherwise wait for it at their next collective. Ranks that
+  // stopped on a signal stopped together, after a checkpoint.
+  if (status != 0 && status != 130 && status != 143)
+    moert::comm::abortJob(status);
+  return status;
 }

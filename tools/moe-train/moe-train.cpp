@@ -12,6 +12,12 @@
 // compiling: the artifact then trains with moert-train on a machine that
 // has the runtime but no MLIR.
 //
+// With --ep-size N > 1 the step is compiled for N expert-parallel ranks
+// (each holds 1/N of the experts and takes --batch rows of a step's N *
+// --batch) and moe-train then becomes the launcher (--launcher, by default
+// `mpirun -np N`) running moert-train on the artifact with the training
+// options.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe/Compiler/Compiler.h"
@@ -30,7 +36,12 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "llvm/Support/Path.h"
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <unistd.h>
 
 using namespace mlir;
 
@@ -66,10 +77,64 @@ static const char *kUsage =
     "                         function called per layer (compile time "
     "follows the\n"
     "                         kinds of layers, not the depth; see README)\n"
+    "  --ep-size N            expert parallelism over N ranks (default 1): "
+    "each rank\n"
+    "                         holds num_experts / N experts and trains "
+    "--batch rows\n"
+    "                         of each step's N * --batch; the replicated "
+    "parameters'\n"
+    "                         gradients are summed over the ranks. Trains "
+    "under\n"
+    "                         --launcher (N GPUs, one per rank, or N CPU "
+    "processes)\n"
+    "  --launcher CMD         the command that starts the N ranks of "
+    "--ep-size N,\n"
+    "                         followed by moert-train and its arguments "
+    "(default\n"
+    "                         'mpirun -np N'; split at spaces)\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
     "training:\n";
+
+/// Replaces this process by `launcher` running moert-train (beside this
+/// tool, else on PATH) on `artifact` with the training arguments.
+template <typename Die>
+static void launch(const std::string &launcher, const char *argv0,
+                   const std::string &artifact,
+                   const std::vector<std::string> &trainArgs, Die die) {
+  std::vector<std::string> command;
+  for (size_t at = 0; at < launcher.size();) {
+    size_t end = launcher.find(' ', at);
+    if (end == std::string::npos)
+      end = launcher.size();
+    if (end > at)
+      command.push_back(launcher.substr(at, end - at));
+    at = end + 1;
+  }
+  if (command.empty())
+    die("--launcher is empty");
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv0, reinterpret_cast<void *>(&launch<Die>));
+  std::string beside =
+      llvm::sys::path::parent_path(self).str() + "/moert-train";
+  command.push_back(llvm::sys::fs::can_execute(beside) ? beside
+                                                       : "moert-train");
+  command.push_back(artifact);
+  command.insert(command.end(), trainArgs.begin(), trainArgs.end());
+  std::string shown;
+  for (const std::string &c : command)
+    shown += (shown.empty() ? "" : " ") + c;
+  llvm::errs() << "moe-train: " << shown << "\n";
+  std::vector<char *> cargv;
+  for (std::string &c : command)
+    cargv.push_back(c.data());
+  cargv.push_back(nullptr);
+  ::execvp(cargv[0], cargv.data());
+  die("cannot run " + command[0] + ": " + std::strerror(errno) +
+      " (--launcher gives another launcher; or train with moert-train " +
+      artifact + " under yours)");
+}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -85,11 +150,13 @@ int main(int argc, char **argv) {
     }
   moert::TrainOptions options;
   std::string error;
-  if (!moert::parseTrainOptions(args, options, rest, error))
+  std::vector<std::string> trainArgs; // for moert-train under --launcher
+  if (!moert::parseTrainOptions(args, options, rest, error, &trainArgs))
     die(error);
 
-  std::string configPath, target = "cpu", recipe = "none", dense = "bf16";
-  int64_t batch = 8, seq = 128;
+  std::string configPath, target = "cpu", recipe = "none", dense = "bf16",
+                          launcher;
+  int64_t batch = 8, seq = 128, epSize = 1;
   bool compileOnly = false, denseGiven = false, documentMask = false,
        layerFunctions = false;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -136,6 +203,11 @@ int main(int argc, char **argv) {
       integer(batch);
     } else if (name == "--seq") {
       integer(seq);
+    } else if (name == "--ep-size") {
+      integer(epSize);
+    } else if (name == "--launcher") {
+      next();
+      launcher = value;
     } else if (name == "--compile-only" && !inline_) {
       compileOnly = true;
     } else if (name == "--document-mask" && !inline_) {
@@ -150,6 +222,14 @@ int main(int argc, char **argv) {
     configPath = options.initFrom + "/config.json";
   if (configPath.empty())
     die("no --config: give a Qwen3-MoE config.json (see --help)");
+  if (!launcher.empty() && epSize == 1)
+    die("--launcher starts the ranks of --ep-size N > 1");
+  // Launched as one of several ranks: each would compile.
+  for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"})
+    if (const char *v = std::getenv(var); v && std::atoi(v) > 1)
+      die(std::string("launched as one of several ranks (") + var + "=" + v +
+          "): run moe-train once, it starts the ranks of --ep-size N itself "
+          "(or run moert-train under the launcher)");
   if (denseGiven && recipe == "none")
     die("--dense needs --recipe bf16 or mxfp8 (under none every GEMM is f32)");
   // What the checkpoint records (a run resumes only under the same one).
@@ -170,6 +250,11 @@ int main(int argc, char **argv) {
         std::to_string(config->moeIntermediateSize) +
         ": use --recipe bf16 or none");
 
+  if (epSize > 1 && (config->numExperts < 1 || config->numExperts % epSize))
+    die("--ep-size " + std::to_string(epSize) + " must divide the " +
+        std::to_string(config->numExperts) + " experts of " + configPath +
+        " ('num_experts')");
+
   // Before compiling: bad data and an --out that names a file fail here,
   // not after.
   if (!compileOnly &&
@@ -189,7 +274,9 @@ int main(int argc, char **argv) {
   if (std::error_code ec = llvm::sys::fs::create_directories(options.out))
     die("cannot create '" + options.out + "': " + ec.message());
   std::string artifact = options.out + "/train_step-" + target +
-                         (recipe == "none" ? "" : "-" + precision) + ".so";
+                         (recipe == "none" ? "" : "-" + precision) +
+                         (epSize > 1 ? "-ep" + std::to_string(epSize) : "") +
+                         ".so";
   {
     DialectRegistry registry;
     moe::registerCompilerDialects(registry);
@@ -202,6 +289,7 @@ int main(int argc, char **argv) {
     train.optimizer = moe::TrainPipelineOptions::Optimizer::AdamW;
     train.recipe = recipe;
     train.dense = dense;
+    train.epSize = epSize;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +
@@ -224,5 +312,8 @@ int main(int argc, char **argv) {
     llvm::errs() << "moe-train: wrote " << artifact << "\n";
     return 0;
   }
+  if (epSize > 1)
+    launch(launcher.empty() ? "mpirun -np " + std::to_string(epSize) : launcher,
+           argv[0], artifact, trainArgs, die);
   return moert::train(options, artifact, "moe-train");
 }

@@ -48,6 +48,10 @@ bool writeSafetensors(const std::string &path,
                       const std::map<std::string, std::string> &metadata,
                       std::string &error);
 
+/// Writes `bytes` to `path` atomically, as writeSafetensors does.
+bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error);
+
 /// The temporary file an atomic write of `path` goes through (same directory,
 /// `<path>.tmp.<pid>`), renamed over `path` once complete.
 std::string temporaryPathFor(const std::string &path);
@@ -62,6 +66,41 @@ void removeAbandonedTemporaries(const std::string &path);
 bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
                      std::map<std::string, std::string> &metadata,
                      std::string &error);
+
+/// The CRC-32 of a checkpoint file's data: its tensors in file order (the
+/// `data_crc32` metadata).
+uint32_t checkpointCrc(const std::vector<NamedTensor> &tensors);
+
+/// A run's checkpoint in its directory `out` (see Checkpoint.cpp): the path
+/// of checkpoint.safetensors (one rank) or checkpoint.index.json (one file
+/// per rank), whichever was written last; empty when there is none.
+std::string findCheckpoint(const std::string &out);
+
+/// The file rank `rank` of `ranks` writes for the checkpoint at `step`:
+/// out/checkpoint-<step>-<rank + 1>-of-<ranks>.safetensors.
+std::string checkpointShardPath(const std::string &out, int64_t step, int rank,
+                                int ranks);
+
+/// Once every rank has written its checkpointShardPath file of `step`:
+/// replaces out/checkpoint.index.json (atomically) by one naming them, and
+/// removes the files no index names any more (with `keep` > 1 the last
+/// `keep` indices stay, as checkpoint-<step>.index.json) and a one-rank
+/// checkpoint.safetensors.
+bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
+                          int64_t keep, std::string &error);
+
+/// After a one-rank checkpoint.safetensors is written: the index of an
+/// earlier run on several ranks, and its files no kept index names, go.
+void retireShardedCheckpoint(const std::string &out);
+
+/// Reads the checkpoint at `path` (findCheckpoint): one file, or the files
+/// of an index merged (a tensor in several files is split along its first
+/// dimension, in file order), each checked against its CRC-32 when
+/// `verifyChecksum`. Errors name the file.
+bool readCheckpoint(const std::string &path, bool verifyChecksum,
+                    std::vector<NamedTensor> &tensors,
+                    std::map<std::string, std::string> &metadata,
+                    std::string &error);
 
 /// A tensor of a safetensors header: its dtype ("F32", "BF16", ...), shape
 /// and byte range in the data section.

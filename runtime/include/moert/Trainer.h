@@ -11,6 +11,14 @@
 // for bit. Used by moe-train (after compiling) and by moert-train (with an
 // artifact compiled elsewhere, on a machine without MLIR).
 //
+// A step compiled for N expert-parallel ranks trains on N ranks (a launcher
+// such as mpirun): each rank takes its rows of a step's N * batch (the
+// same rows, in the same order, as one rank with N times the batch), its
+// experts' rows of the state (the seeded initialization, --init-from and a
+// checkpoint are read whole and split), and writes its own checkpoint file
+// (Train.h: writeCheckpointIndex); the first rank writes the metrics, the
+// plot and the messages. --out must be a directory every rank sees.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAINER_H
 #define MOERT_TRAINER_H
@@ -45,11 +53,12 @@ struct TrainOptions {
 std::string trainOptionsHelp();
 
 /// Parses `--name value`, `--name=value` and flags into `options`. Options
-/// not known here are returned in `rest` (for the calling tool); errors name
-/// the option.
+/// not known here are returned in `rest` (for the calling tool), those
+/// known (with their values) in `consumed` if given; errors name the option.
 bool parseTrainOptions(const std::vector<std::string> &args,
                        TrainOptions &options, std::vector<std::string> &rest,
-                       std::string &error);
+                       std::string &error,
+                       std::vector<std::string> *consumed = nullptr);
 
 /// Whether `options`' data make a run of rows of `seq` tokens for a model of
 /// `vocab` tokens (what train() checks before training): false with a

@@ -1,0 +1,282 @@
+//===- Checkpoint.cpp - a run's checkpoint: one file, or one per rank -----===//
+//
+// A run on one rank keeps its latest state in OUT/checkpoint.safetensors. A
+// run on R expert-parallel ranks writes, per checkpoint, one file per rank,
+// OUT/checkpoint-<step>-<r>-of-<R>.safetensors (rank r's rows of the expert
+// tensors and of their moments; the first file also every replicated tensor
+// and the routers' state), and then OUT/checkpoint.index.json naming the
+// step and the files. The index is replaced (atomically) only once every
+// rank's file is on disk, so it always names a complete checkpoint: a run
+// killed while writing leaves the previous one readable.
+//
+// Reading merges the files: a tensor found in several of them is one tensor
+// split along its first dimension, its parts in file order. So a checkpoint
+// reads the same whatever number of ranks wrote it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moert/Train.h"
+
+#include "Crc32.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <set>
+#include <sys/stat.h>
+#include <tuple>
+#include <unistd.h>
+
+namespace moert {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string indexPath(const std::string &out) {
+  return out + "/checkpoint.index.json";
+}
+std::string singlePath(const std::string &out) {
+  return out + "/checkpoint.safetensors";
+}
+
+/// Whether `path` exists (a directory in its place is the reader's error).
+bool exists(const std::string &path, struct timespec *modified = nullptr) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return false;
+  if (modified)
+    *modified = st.st_mtim;
+  return true;
+}
+
+/// The step of a shard file name (checkpoint-<step>-<r>-of-<R>.safetensors),
+/// or -1 for other names.
+int64_t shardStep(const std::string &name) {
+  long long step, r, n;
+  char tail[32];
+  if (std::sscanf(name.c_str(), "checkpoint-%8lld-%5lld-of-%5lld.%31s", &step,
+                  &r, &n, tail) != 4 ||
+      std::string(tail) != "safetensors" ||
+      name.size() != std::strlen("checkpoint-00000000-00000-of-00000."
+                                 "safetensors"))
+    return -1;
+  return step;
+}
+
+/// The step of a kept index name (checkpoint-<step>.index.json), or -1.
+int64_t keptIndexStep(const std::string &name) {
+  long long step;
+  char tail[32];
+  if (std::sscanf(name.c_str(), "checkpoint-%8lld.%31s", &step, tail) != 2 ||
+      std::string(tail) != "index.json" ||
+      name.size() != std::strlen("checkpoint-00000000.index.json"))
+    return -1;
+  return step;
+}
+
+std::vector<std::string> listDirectory(const std::string &dir) {
+  std::vector<std::string> names;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d))
+      names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Reads one file and checks its data against the CRC-32 it was written
+/// with (when `verify`).
+bool readChecked(const std::string &path, bool verify,
+                 std::vector<NamedTensor> &tensors,
+                 std::map<std::string, std::string> &metadata,
+                 std::string &error) {
+  if (!readSafetensors(path, tensors, metadata, error))
+    return false;
+  if (verify && metadata.count("data_crc32") &&
+      std::to_string(checkpointCrc(tensors)) != metadata["data_crc32"]) {
+    error = path + ": the data do not match the checksum they were written "
+                   "with (a corrupt checkpoint; --no-checksum resumes anyway)";
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+uint32_t checkpointCrc(const std::vector<NamedTensor> &tensors) {
+  uint32_t crc = 0;
+  for (const NamedTensor &x : tensors)
+    crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
+  return crc;
+}
+
+std::string checkpointShardPath(const std::string &out, int64_t step, int rank,
+                                int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint-%08lld-%05d-of-%05d.safetensors",
+                (long long)step, rank + 1, ranks);
+  return out + "/" + name;
+}
+
+std::string findCheckpoint(const std::string &out) {
+  struct timespec single{}, index{};
+  bool hasSingle = exists(singlePath(out), &single),
+       hasIndex = exists(indexPath(out), &index);
+  if (hasSingle && hasIndex) // the later one (a run killed between the two)
+    return std::tie(index.tv_sec, index.tv_nsec) >
+                   std::tie(single.tv_sec, single.tv_nsec)
+               ? indexPath(out)
+               : singlePath(out);
+  return hasIndex ? indexPath(out) : hasSingle ? singlePath(out) : "";
+}
+
+bool readCheckpoint(const std::string &path, bool verifyChecksum,
+                    std::vector<NamedTensor> &tensors,
+                    std::map<std::string, std::string> &metadata,
+                    std::string &error) {
+  tensors.clear();
+  metadata.clear();
+  if (path.size() < 11 || path.compare(path.size() - 11, 11, ".index.json"))
+    return readChecked(path, verifyChecksum, tensors, metadata, error);
+
+  // The index: {"format", "step", "files"}.
+  std::string text;
+  if (FILE *f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      text.append(buf, n);
+    std::fclose(f);
+  } else {
+    error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  Json index;
+  try {
+    index = Json::parse(text);
+  } catch (const Json::exception &e) {
+    error = path + ": not JSON (" + e.what() + ")";
+    return false;
+  }
+  if (!index.is_object() || index.value("format", "") != "moe-train-index/1" ||
+      !index.contains("step") || !index["step"].is_number_unsigned() ||
+      !index.contains("files") || !index["files"].is_array() ||
+      index["files"].empty()) {
+    error = path + ": not a moe-train checkpoint index ({\"format\": "
+                   "\"moe-train-index/1\", \"step\", \"files\"})";
+    return false;
+  }
+  std::string step = std::to_string(index["step"].get<uint64_t>());
+  std::string dir = path.substr(0, path.rfind('/') + 1);
+  std::map<std::string, size_t> where; // a tensor's place in `tensors`
+  for (const Json &file : index["files"]) {
+    if (!file.is_string() ||
+        file.get<std::string>().find('/') != std::string::npos) {
+      error = path + ": 'files' holds names of files beside the index";
+      return false;
+    }
+    std::string part = dir + file.get<std::string>();
+    std::vector<NamedTensor> partTensors;
+    std::map<std::string, std::string> partMeta;
+    if (!readChecked(part, verifyChecksum, partTensors, partMeta, error))
+      return false;
+    if (partMeta["step"] != step) {
+      error = part + ": holds step '" + partMeta["step"] + "', its index " +
+              path + " step " + step + " (files of another checkpoint)";
+      return false;
+    }
+    partMeta.erase("data_crc32");
+    partMeta.erase("shard");
+    if (metadata.empty())
+      metadata = partMeta;
+    for (NamedTensor &x : partTensors) {
+      auto [it, fresh] = where.try_emplace(x.name, tensors.size());
+      if (fresh) {
+        tensors.push_back(std::move(x));
+        continue;
+      }
+      // Another part of a tensor split along its first dimension.
+      NamedTensor &whole = tensors[it->second];
+      if (whole.shape.empty() || whole.shape.size() != x.shape.size() ||
+          !std::equal(whole.shape.begin() + 1, whole.shape.end(),
+                      x.shape.begin() + 1)) {
+        error = part + ": tensor '" + x.name +
+                "' is not a part of the one in the files before it (other "
+                "dimensions than the first differ)";
+        return false;
+      }
+      whole.shape[0] += x.shape[0];
+      whole.data.insert(whole.data.end(), x.data.begin(), x.data.end());
+    }
+  }
+  return true;
+}
+
+bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
+                          int64_t keep, std::string &error) {
+  Json files = Json::array();
+  for (int r = 0; r < ranks; ++r) {
+    std::string shard = checkpointShardPath(out, step, r, ranks);
+    files.push_back(shard.substr(shard.rfind('/') + 1));
+  }
+  Json index = {{"format", "moe-train-index/1"},
+                {"step", uint64_t(step)},
+                {"files", files}};
+  if (!writeFileAtomically(indexPath(out), index.dump(2) + "\n", error))
+    return false;
+  // Steps whose files stay: this one and, with keep > 1, those of the last
+  // keep - 1 kept indices before it.
+  std::set<int64_t> kept = {step};
+  if (keep > 1) {
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoint-%08lld.index.json",
+                  (long long)step);
+    std::string numbered = out + "/" + name;
+    ::unlink(numbered.c_str()); // (the same step written again)
+    if (::link(indexPath(out).c_str(), numbered.c_str()) != 0) {
+      error = "cannot keep " + numbered + ": " + std::strerror(errno);
+      return false;
+    }
+    std::vector<int64_t> steps;
+    for (const std::string &n : listDirectory(out))
+      if (int64_t s = keptIndexStep(n); s >= 0)
+        steps.push_back(s);
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (i + size_t(keep) < steps.size()) {
+        std::snprintf(name, sizeof name, "checkpoint-%08lld.index.json",
+                      (long long)steps[i]);
+        ::unlink((out + "/" + name).c_str());
+      } else {
+        kept.insert(steps[i]);
+      }
+    }
+  }
+  // A one-rank checkpoint of the same run is older than this one.
+  ::unlink(singlePath(out).c_str());
+  for (const std::string &n : listDirectory(out))
+    if (int64_t s = shardStep(n); s >= 0 && !kept.count(s))
+      ::unlink((out + "/" + n).c_str());
+  return true;
+}
+
+void retireShardedCheckpoint(const std::string &out) {
+  if (!exists(indexPath(out)))
+    return;
+  ::unlink(indexPath(out).c_str());
+  // Files that no kept index (--keep-checkpoints) names any more.
+  std::set<int64_t> kept;
+  for (const std::string &n : listDirectory(out))
+    if (int64_t s = keptIndexStep(n); s >= 0)
+      kept.insert(s);
+  for (const std::string &n : listDirectory(out))
+    if (int64_t s = shardStep(n); s >= 0 && !kept.count(s))
+      ::unlink((out + "/" + n).c_str());
+}
+
+} // namespace moert
