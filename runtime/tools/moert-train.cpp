@@ -35,7 +35,15 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "moert-train: %s\n", error.c_str());
     return 1;
   }
-  if (rest.size() != 1 || rest[0].rfind("--", 0) == 0) {
+  for (const std::string &a : rest)
+    if (a.rfind("--", 0) == 0) {
+      std::fprintf(stderr,
+                   "moert-train: unknown option '%s' (see --help; the model's "
+                   "options, such as --batch and --seq, are the artifact's)\n",
+                   a.c_str());
+      return 1;
+    }
+  if (rest.size() != 1) {
     std::fprintf(stderr, "moert-train: expects one train step artifact (.so) "
                          "and training options (see --help)\n");
     return 1;
