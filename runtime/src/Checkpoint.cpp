@@ -28,7 +28,6 @@
 #include <dirent.h>
 #include <set>
 #include <sys/stat.h>
-#include <tuple>
 #include <unistd.h>
 
 namespace moert {
@@ -44,13 +43,9 @@ std::string singlePath(const std::string &out) {
 }
 
 /// Whether `path` exists (a directory in its place is the reader's error).
-bool exists(const std::string &path, struct timespec *modified = nullptr) {
+bool exists(const std::string &path) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0)
-    return false;
-  if (modified)
-    *modified = st.st_mtim;
-  return true;
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 /// The step of a shard file name (checkpoint-<step>-<r>-of-<R>.safetensors),
@@ -76,6 +71,59 @@ int64_t keptIndexStep(const std::string &name) {
       name.size() != std::strlen("checkpoint-00000000.index.json"))
     return -1;
   return step;
+}
+
+std::string readText(const std::string &path) {
+  std::string text;
+  if (FILE *f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      text.append(buf, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
+/// The step an index names; -1 if it cannot be read.
+int64_t indexStep(const std::string &path) {
+  try {
+    Json index = Json::parse(readText(path));
+    if (index.is_object() && index.contains("step") &&
+        index["step"].is_number_unsigned())
+      return int64_t(index["step"].get<uint64_t>());
+  } catch (const Json::exception &) {
+  }
+  return -1;
+}
+
+/// The step in a checkpoint file's metadata (its header only); -1 if it
+/// cannot be read.
+int64_t singleStep(const std::string &path) {
+  FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return -1;
+  unsigned char le[8];
+  std::string header;
+  uint64_t length = 0;
+  if (std::fread(le, 1, 8, f) == 8) {
+    for (int i = 7; i >= 0; --i)
+      length = length << 8 | le[i];
+    if (length < (uint64_t(1) << 30)) {
+      header.resize(length);
+      if (std::fread(header.data(), 1, length, f) != length)
+        header.clear();
+    }
+  }
+  std::fclose(f);
+  try {
+    Json h = Json::parse(header);
+    const Json &step = h.at("__metadata__").at("step");
+    if (step.is_string())
+      return std::stoll(step.get<std::string>());
+  } catch (const std::exception &) {
+  }
+  return -1;
 }
 
 std::vector<std::string> listDirectory(const std::string &dir) {
@@ -124,12 +172,12 @@ std::string checkpointShardPath(const std::string &out, int64_t step, int rank,
 }
 
 std::string findCheckpoint(const std::string &out) {
-  struct timespec single{}, index{};
-  bool hasSingle = exists(singlePath(out), &single),
-       hasIndex = exists(indexPath(out), &index);
-  if (hasSingle && hasIndex) // the later one (a run killed between the two)
-    return std::tie(index.tv_sec, index.tv_nsec) >
-                   std::tie(single.tv_sec, single.tv_nsec)
+  bool hasSingle = exists(singlePath(out)), hasIndex = exists(indexPath(out));
+  // Both: a run killed between writing one and removing the other; the
+  // later step wins (a file that cannot be read loses, and reports itself
+  // when it is the only one).
+  if (hasSingle && hasIndex)
+    return indexStep(indexPath(out)) > singleStep(singlePath(out))
                ? indexPath(out)
                : singlePath(out);
   return hasIndex ? indexPath(out) : hasSingle ? singlePath(out) : "";
@@ -145,28 +193,23 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
     return readChecked(path, verifyChecksum, tensors, metadata, error);
 
   // The index: {"format", "step", "files"}.
-  std::string text;
-  if (FILE *f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-      text.append(buf, n);
+  if (FILE *f = std::fopen(path.c_str(), "r"))
     std::fclose(f);
-  } else {
+  else {
     error = "cannot read " + path + ": " + std::strerror(errno);
     return false;
   }
   Json index;
   try {
-    index = Json::parse(text);
+    index = Json::parse(readText(path));
   } catch (const Json::exception &e) {
     error = path + ": not JSON (" + e.what() + ")";
     return false;
   }
-  if (!index.is_object() || index.value("format", "") != "moe-train-index/1" ||
-      !index.contains("step") || !index["step"].is_number_unsigned() ||
-      !index.contains("files") || !index["files"].is_array() ||
-      index["files"].empty()) {
+  if (!index.is_object() || !index.contains("format") ||
+      index["format"] != "moe-train-index/1" || !index.contains("step") ||
+      !index["step"].is_number_unsigned() || !index.contains("files") ||
+      !index["files"].is_array() || index["files"].empty()) {
     error = path + ": not a moe-train checkpoint index ({\"format\": "
                    "\"moe-train-index/1\", \"step\", \"files\"})";
     return false;
@@ -174,10 +217,15 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
   std::string step = std::to_string(index["step"].get<uint64_t>());
   std::string dir = path.substr(0, path.rfind('/') + 1);
   std::map<std::string, size_t> where; // a tensor's place in `tensors`
-  for (const Json &file : index["files"]) {
-    if (!file.is_string() ||
-        file.get<std::string>().find('/') != std::string::npos) {
-      error = path + ": 'files' holds names of files beside the index";
+  const size_t count = index["files"].size();
+  std::set<std::string> named;
+  for (size_t k = 0; k < count; ++k) {
+    const Json &file = index["files"][k];
+    if (!file.is_string() || file.get<std::string>().empty() ||
+        file.get<std::string>().find('/') != std::string::npos ||
+        !named.insert(file.get<std::string>()).second) {
+      error = path + ": 'files' holds names of distinct files beside the "
+                     "index";
       return false;
     }
     std::string part = dir + file.get<std::string>();
@@ -188,6 +236,14 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
     if (partMeta["step"] != step) {
       error = part + ": holds step '" + partMeta["step"] + "', its index " +
               path + " step " + step + " (files of another checkpoint)";
+      return false;
+    }
+    // The ranks' files in rank order: rows in another order would be
+    // other experts.
+    std::string shard = std::to_string(k + 1) + " of " + std::to_string(count);
+    if (count > 1 && partMeta["shard"] != shard) {
+      error = part + ": is shard '" + partMeta["shard"] + "', its place in " +
+              path + " says " + shard;
       return false;
     }
     partMeta.erase("data_crc32");
@@ -222,6 +278,12 @@ bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
   Json files = Json::array();
   for (int r = 0; r < ranks; ++r) {
     std::string shard = checkpointShardPath(out, step, r, ranks);
+    // Every rank said it wrote its file; this one must see them all.
+    if (!exists(shard)) {
+      error = "cannot see " + shard + " (rank " + std::to_string(r) +
+              " wrote it): --out must be a directory every rank sees";
+      return false;
+    }
     files.push_back(shard.substr(shard.rfind('/') + 1));
   }
   Json index = {{"format", "moe-train-index/1"},
@@ -232,7 +294,12 @@ bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
   // Steps whose files stay: this one and, with keep > 1, those of the last
   // keep - 1 kept indices before it.
   std::set<int64_t> kept = {step};
-  if (keep > 1) {
+  if (keep <= 1) {
+    // The latest only: indices an earlier run kept go with their files.
+    for (const std::string &n : listDirectory(out))
+      if (keptIndexStep(n) >= 0)
+        ::unlink((out + "/" + n).c_str());
+  } else {
     char name[64];
     std::snprintf(name, sizeof name, "checkpoint-%08lld.index.json",
                   (long long)step);
@@ -263,6 +330,17 @@ bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
     if (int64_t s = shardStep(n); s >= 0 && !kept.count(s))
       ::unlink((out + "/" + n).c_str());
   return true;
+}
+
+void removeAbandonedCheckpointTemporaries(const std::string &out) {
+  for (const std::string &n : listDirectory(out)) {
+    size_t tmp = n.find(".safetensors.tmp.");
+    if (n.rfind("checkpoint", 0) == 0 && tmp != std::string::npos)
+      removeAbandonedTemporaries(out + "/" + n.substr(0, tmp + 12));
+    if (n.rfind("checkpoint", 0) == 0 &&
+        n.find(".index.json.tmp.") != std::string::npos)
+      removeAbandonedTemporaries(out + "/" + n.substr(0, n.find(".tmp.")));
+  }
 }
 
 void retireShardedCheckpoint(const std::string &out) {

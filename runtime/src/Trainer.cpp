@@ -68,7 +68,10 @@ std::string trainOptionsHelp() {
          "checkpoint-<step>.safetensors\n"
          "                         beside checkpoint.safetensors, the latest "
          "(default 1:\n"
-         "                         the latest only)\n"
+         "                         the latest only; on several ranks "
+         "checkpoint-<step>.index.json\n"
+         "                         and its files beside "
+         "checkpoint.index.json)\n"
          "  --stop-after-steps N   stop (with a checkpoint) after N steps of "
          "this run\n"
          "  --seed N               initialization and data order (default 0)\n"
@@ -754,14 +757,15 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                          "with AdamW (compile it with moe-train)");
 
   // --- the ranks: as many as the experts are sharded over ---
-  int64_t epSize = 1;
+  int64_t epSize = 0;
   for (const Param &p : t.params)
     if (p.experts) {
-      if (epSize > 1 && p.experts / p.local != epSize)
+      if (epSize && p.experts / p.local != epSize)
         t.die(artifactPath + ": its expert shards do not split the experts "
                              "over one number of ranks");
       epSize = p.experts / p.local;
     }
+  epSize = std::max<int64_t>(epSize, 1);
   t.comm = &comm::world();
   t.rank = t.comm->rank();
   t.ranks = t.comm->size();
@@ -791,9 +795,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       ::stat(o.out.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode))
     t.die("--out '" + o.out + "' is not a directory");
   // Partial files of writers that died between write and rename.
-  removeAbandonedTemporaries(checkpoint);
+  removeAbandonedCheckpointTemporaries(o.out);
   removeAbandonedTemporaries(o.out + "/loss.png");
-  removeAbandonedTemporaries(o.out + "/checkpoint.index.json");
   // One rank's file, or the index of one file per rank: whichever is newer.
   std::string found = findCheckpoint(o.out);
   if (!found.empty() && !o.resume)
@@ -891,7 +894,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::string error;
     if (!readHfWeights(o.initFrom, layout, &t.values, unused, error))
       t.die("--init-from: " + error);
-    if (!unused.empty())
+    if (!unused.empty() && t.rank == 0)
       std::fprintf(stderr,
                    "%s: note: %zu tensors of %s are not parameters of this "
                    "model (the first: %s)\n",
@@ -914,6 +917,21 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       t.adamV[i].assign(t.values[i].size(), 0.0f);
     }
   }
+  // The ranks start from the same step of the same data: each reads the
+  // files itself (a directory or data that differ between hosts would
+  // otherwise make them call different collectives).
+  if (t.ranks > 1)
+    for (auto [value, what] :
+         {std::pair<int64_t, const char *>{t.step, "the checkpoint's step"},
+          {data.trainRows(), "the training rows of --data"},
+          {data.heldOutRows(), "the held-out rows of --data"}}) {
+      double x = double(value), sum = t.sumOverRanks(x),
+             squares = t.sumOverRanks(x * x);
+      if (sum * sum != squares * t.ranks)
+        t.die(std::string("the ranks disagree on ") + what +
+              " (this rank: " + std::to_string(value) +
+              "): --out and --data must be the same files on every rank");
+    }
   t.memory.gpu = target != "cpu";
   if (t.memory.gpu) {
     moert_gpu_init();

@@ -157,6 +157,40 @@ r = moert(2, compile_step("ep2b1", 1, 2), d, "--steps", "6", "--resume", expect=
 check(r.returncode != 0 and "made with batch '4', this run has '2'" in r.stderr,
       "resuming with other rows a step is refused")
 
+d = os.path.join(out, "kept")
+moert(2, ep2, d, "--steps", "6", "--keep-checkpoints", "2")
+check(sorted(n for n in os.listdir(d) if n.startswith("checkpoint")) ==
+      ["checkpoint-00000003-00001-of-00002.safetensors",
+       "checkpoint-00000003-00002-of-00002.safetensors", "checkpoint-00000003.index.json",
+       "checkpoint-00000006-00001-of-00002.safetensors",
+       "checkpoint-00000006-00002-of-00002.safetensors", "checkpoint-00000006.index.json",
+       "checkpoint.index.json"], "--keep-checkpoints 2 on 2 ranks: two indices and their files")
+
+# A bad index: refused, naming it, nothing written.
+index = os.path.join(out, "run2", "checkpoint.index.json")
+good = open(index).read()
+for text, message in (
+        ('{"format": 1, "step": 6, "files": ["a"]}', "not a moe-train checkpoint index"),
+        ("{", "not JSON"),
+        (json.dumps({"format": "moe-train-index/1", "step": 6, "files": [
+            "checkpoint-00000006-00002-of-00002.safetensors",
+            "checkpoint-00000006-00001-of-00002.safetensors"]}),
+         "is shard '2 of 2', its place in"),
+        (json.dumps({"format": "moe-train-index/1", "step": 3, "files": [
+            "checkpoint-00000006-00001-of-00002.safetensors",
+            "checkpoint-00000006-00002-of-00002.safetensors"]}),
+         "(files of another checkpoint)"),
+        (json.dumps({"format": "moe-train-index/1", "step": 6, "files": ["../x"]}),
+         "names of distinct files beside the index")):
+    with open(index, "w") as f:
+        f.write(text)
+    before = files(os.path.join(out, "run2"))
+    r = moert(2, ep2, os.path.join(out, "run2"), "--steps", "9", "--resume", expect=None)
+    check(r.returncode != 0 and message in r.stderr and
+          files(os.path.join(out, "run2")) == before, f"a bad index: '{message}'")
+with open(index, "w") as f:
+    f.write(good)
+
 # --- faults: the last complete checkpoint survives, and resumes exactly ---
 long = ["--steps", "400", "--checkpoint-every", "2", "--eval-every", "0"]
 
@@ -241,6 +275,9 @@ check("--launcher starts the ranks of --ep-size N > 1" in r.stderr, "--launcher 
 r = run(["moe-train", "--config", config, *data, "--ep-size", "2", "--out",
          os.path.join(out, "bad5")], expect=1, env={"OMPI_COMM_WORLD_SIZE": "2"})
 check("run moe-train once" in r.stderr, "moe-train under a launcher is refused")
+r = run(["moe-train", "--config", config, "--ep-size", "2", "--launcher", "mpirun",
+         "--compile-only", "--out", os.path.join(out, "bad7")], expect=1)
+check("nothing is launched" in r.stderr, "--launcher with --compile-only")
 r = run(["moe-train", "--config", config, *data, "--ep-size", "2", "--launcher",
          "no-such-launcher -n 2", "--out", os.path.join(out, "bad6")], expect=1)
 check("cannot run no-such-launcher" in r.stderr, "a launcher that does not exist")

@@ -224,6 +224,9 @@ int main(int argc, char **argv) {
     die("no --config: give a Qwen3-MoE config.json (see --help)");
   if (!launcher.empty() && epSize == 1)
     die("--launcher starts the ranks of --ep-size N > 1");
+  if (!launcher.empty() && compileOnly)
+    die("--launcher with --compile-only: nothing is launched (run moert-train "
+        "on the artifact under the launcher)");
   // Launched as one of several ranks: each would compile.
   for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"})
     if (const char *v = std::getenv(var); v && std::atoi(v) > 1)

@@ -73,7 +73,7 @@ uint32_t checkpointCrc(const std::vector<NamedTensor> &tensors);
 
 /// A run's checkpoint in its directory `out` (see Checkpoint.cpp): the path
 /// of checkpoint.safetensors (one rank) or checkpoint.index.json (one file
-/// per rank), whichever was written last; empty when there is none.
+/// per rank), whichever holds the later step; empty when there is none.
 std::string findCheckpoint(const std::string &out);
 
 /// The file rank `rank` of `ranks` writes for the checkpoint at `step`:
@@ -88,6 +88,10 @@ std::string checkpointShardPath(const std::string &out, int64_t step, int rank,
 /// checkpoint.safetensors.
 bool writeCheckpointIndex(const std::string &out, int64_t step, int ranks,
                           int64_t keep, std::string &error);
+
+/// Removes the temporaries of checkpoint files (one file, a rank's file, an
+/// index) whose writer no longer runs (removeAbandonedTemporaries).
+void removeAbandonedCheckpointTemporaries(const std::string &out);
 
 /// After a one-rank checkpoint.safetensors is written: the index of an
 /// earlier run on several ranks, and its files no kept index names, go.
