@@ -15,7 +15,8 @@
 # LAYERS: decoder layer counts (default 4). MOE_TRAIN_RANKS: the rank
 # counts besides 1 (default "2"; "2 8" on 8 GPUs; a count above the GPUs
 # of the machine is skipped); MOE_TRAIN_RECIPE: bf16 (default) or mxfp8,
-# with a -lf suffix for --layer-functions (the 48-layer model);
+# with a -lf suffix for --layer-functions (the 48-layer model), -rc for
+# --layer-functions --recompute (what 48 layers need to fit);
 # MOE_TRAIN_SHAPE: BATCHxSEQ per rank (default 4x4096); MOE_TRAIN_STEPS
 # (default 6; the first is not counted).
 set -euo pipefail
@@ -49,10 +50,11 @@ print(json.dumps(c, indent=2))
 PY
     local flags=()
     [[ "$recipe" == *-lf ]] && flags=(--layer-functions)
+    [[ "$recipe" == *-rc ]] && flags=(--layer-functions --recompute)
     for n in 1 "${counts[@]}"; do
-      echo "compile: $l layers, $shape tokens a rank, --recipe ${recipe%-lf} --ep-size $n ${flags[*]}"
+      echo "compile: $l layers, $shape tokens a rank, --recipe ${recipe%%-*} --ep-size $n ${flags[*]}"
       "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${shape%x*}" \
-        --seq "${shape#*x}" --target sm_90a --recipe "${recipe%-lf}" "${flags[@]}" \
+        --seq "${shape#*x}" --target sm_90a --recipe "${recipe%%-*}" "${flags[@]}" \
         --ep-size "$n" --compile-only --out "$dir/qwen-$l-ep$n"
     done
   done

@@ -14,7 +14,8 @@
 #
 # LAYERS: decoder layer counts (default 2 4). MOE_TRAIN_RECIPES: the
 # recipes compiled and run (default "bf16 mxfp8"; none is f32; a -lf
-# suffix, as in bf16-lf, compiles with --layer-functions);
+# suffix, as in bf16-lf, compiles with --layer-functions, -rc with
+# --layer-functions --recompute);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,9 +48,10 @@ PY
       for r in "${recipes[@]}"; do
         local flags=()
         [[ "$r" == *-lf ]] && flags=(--layer-functions)
-        echo "compile: $l layers, $s tokens, --recipe ${r%-lf} ${flags[*]}"
+        [[ "$r" == *-rc ]] && flags=(--layer-functions --recompute)
+        echo "compile: $l layers, $s tokens, --recipe ${r%%-*} ${flags[*]}"
         "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${s%x*}" \
-          --seq "${s#*x}" --target sm_90a --recipe "${r%-lf}" "${flags[@]}" \
+          --seq "${s#*x}" --target sm_90a --recipe "${r%%-*}" "${flags[@]}" \
           --compile-only --out "$dir/qwen-$l-$s-$r"
       done
     done

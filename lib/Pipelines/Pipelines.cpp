@@ -277,7 +277,9 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
     // reverse exchanges), then sum the data-parallel gradients.
     if (options.epSize != 1)
       pm.addPass(moe::createMoEExpertParallel(parallel));
-    pm.addPass(moe::createMoEAutodiff());
+    moe::MoEAutodiffOptions autodiff;
+    autodiff.recompute = options.recompute;
+    pm.addPass(moe::createMoEAutodiff(autodiff));
     if (options.epSize != 1)
       pm.addPass(moe::createMoEExpertParallel(parallel));
   }

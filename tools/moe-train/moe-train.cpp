@@ -92,6 +92,13 @@ static const char *kUsage =
     "                         followed by moert-train and its arguments "
     "(default\n"
     "                         'mpirun -np N'; split at spaces)\n"
+    "  --recompute            with --layer-functions: each layer's forward "
+    "runs again\n"
+    "                         before its backward instead of its "
+    "activations being held\n"
+    "                         (one more forward a step; the memory of a "
+    "layer's\n"
+    "                         activations instead of all layers')\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
@@ -158,7 +165,7 @@ int main(int argc, char **argv) {
                           launcher;
   int64_t batch = 8, seq = 128, epSize = 1;
   bool compileOnly = false, denseGiven = false, documentMask = false,
-       layerFunctions = false;
+       layerFunctions = false, recompute = false;
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string name = rest[i], value;
     bool inline_ = false;
@@ -214,6 +221,8 @@ int main(int argc, char **argv) {
       documentMask = true;
     } else if (name == "--layer-functions" && !inline_) {
       layerFunctions = true;
+    } else if (name == "--recompute" && !inline_) {
+      recompute = true;
     } else {
       die("unknown option '" + rest[i] + "' (see --help)");
     }
@@ -222,6 +231,9 @@ int main(int argc, char **argv) {
     configPath = options.initFrom + "/config.json";
   if (configPath.empty())
     die("no --config: give a Qwen3-MoE config.json (see --help)");
+  if (recompute && !layerFunctions)
+    die("--recompute recomputes the layer functions of --layer-functions: "
+        "give both");
   if (!launcher.empty() && epSize == 1)
     die("--launcher starts the ranks of --ep-size N > 1");
   if (!launcher.empty() && compileOnly)
@@ -293,6 +305,7 @@ int main(int argc, char **argv) {
     train.recipe = recipe;
     train.dense = dense;
     train.epSize = epSize;
+    train.recompute = recompute;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +

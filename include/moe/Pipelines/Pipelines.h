@@ -138,6 +138,13 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("Derive the train step of every loss function "
                      "(-moe-autodiff) before the precision recipe"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> recompute{
+      *this, "recompute",
+      llvm::cl::desc("With autodiff: each called function (a decoder layer "
+                     "of moe-model --layer-functions) is recomputed before "
+                     "its backward instead of holding its activations "
+                     "(-moe-autodiff{recompute})"),
+      llvm::cl::init(false)};
   enum class Optimizer { None, AdamW };
   PassOptions::Option<Optimizer> optimizer{
       *this, "optimizer",

@@ -50,7 +50,8 @@ bool isFloatTensor(Type t) {
 /// the function body.
 class Differentiator {
 public:
-  Differentiator(OpBuilder &b) : b(b) {}
+  Differentiator(OpBuilder &b, bool recompute = false)
+      : b(b), recompute(recompute) {}
 
   /// Adds `g` to the adjoint of `v` (nothing for inactive values).
   void accumulate(Value v, Value g) {
@@ -89,6 +90,8 @@ public:
 
 private:
   OpBuilder &b;
+  /// Calls recompute their forward before their backward (recompute).
+  bool recompute;
   DenseMap<Value, Value> adjoints;
   llvm::DenseSet<Value> active;
 
@@ -159,7 +162,8 @@ public:
     /// Per backward result, the argument it is the gradient of.
     SmallVector<unsigned> gradientOf;
   };
-  /// `call` calls `pullback.forward`: its VJP calls `pullback.backward`.
+  /// `call` calls `pullback.forward` (or, recomputing, the function it was
+  /// split from): its VJP calls `pullback.backward`.
   void addCall(func::CallOp call, const Pullback *pullback) {
     calls[call] = pullback;
   }
@@ -362,7 +366,15 @@ LogicalResult Differentiator::callRule(func::CallOp call) {
   // backward(args, residuals, cotangents): a cotangent per float output,
   // zeros for those the loss does not read.
   SmallVector<Value> operands(call.getOperands());
-  llvm::append_range(operands, call.getResults().drop_front(p->numOutputs));
+  if (recompute) {
+    // The residuals made again, here: only the arguments were kept.
+    auto again = func::CallOp::create(b, l, p->forward, call.getOperands());
+    if (call.getNoInline())
+      again.setNoInline(true);
+    llvm::append_range(operands, again.getResults().drop_front(p->numOutputs));
+  } else {
+    llvm::append_range(operands, call.getResults().drop_front(p->numOutputs));
+  }
   for (Value r : call.getResults().take_front(p->numOutputs)) {
     if (!isFloatTensor(r.getType()))
       continue;
@@ -637,7 +649,7 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
     Block &body = step.getBody().front();
     Operation *ret = body.getTerminator();
     OpBuilder b(ret);
-    Differentiator diff(b);
+    Differentiator diff(b, recompute);
     {
       // Which calls the seeds may reach back through.
       Differentiator scan(b);
@@ -657,6 +669,11 @@ struct MoEAutodiffPass : moe::impl::MoEAutodiffBase<MoEAutodiffPass> {
         if (failed(p))
           return call.emitOpError("-moe-autodiff: cannot differentiate the "
                                   "called function");
+        if (recompute) {
+          // The call stays; its backward recomputes the residuals.
+          diff.addCall(call, *p);
+          continue;
+        }
         OpBuilder at(call);
         auto forward = func::CallOp::create(at, call.getLoc(), (*p)->forward,
                                             call.getOperands());

@@ -641,8 +641,18 @@ def MoEAutodiff : Pass<"moe-autodiff", "::mlir::ModuleOp"> {
     `@f_backward` in the backward (zeros as the cotangents of results the
     loss does not read); `no_inline` carries over to both calls. A call of
     an external function, or a recursive one, is refused.
+
+    With `recompute`, the step keeps calling `@f` where the loss did and
+    calls `@f_forward` again right before `@f_backward`: the residuals of a
+    call live only while its backward runs, and what the step holds across
+    its forward is each call's arguments (activation checkpointing: one more
+    forward of every called function, a decoder layer's activations not
+    held).
   }];
   let options = [
+    Option<"recompute", "recompute", "bool", /*default=*/"false",
+           "Recompute each call's forward before its backward instead of "
+           "keeping its residuals from the forward">,
     ListOption<"functions", "functions", "std::string",
                "Loss functions to differentiate (default: every function "
                "returning one tensor<f32>)">,
