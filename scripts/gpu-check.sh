@@ -46,6 +46,16 @@ PY
     "$root/build/bin/moe-compile" "$input" --target=cpu -o "$artifacts/$name.cpu.so"
     # shellcheck disable=SC2086 # the flags are words
     "$root/build/bin/moe-compile" "$input" --target="$chip" $flags -o "$artifacts/$name.$chip.so"
+    # `// GPU-CHECK-VARIANT: NAME FLAGS...`: one more GPU build with those
+    # flags, checked against the same CPU build (as NAME+VARIANT).
+    while read -r variant vflags; do
+      [ -n "$variant" ] || continue
+      echo "compile: $name, variant $variant ($chip $flags $vflags)"
+      ln -sf "$name.cpu.so" "$artifacts/$name+$variant.cpu.so"
+      # shellcheck disable=SC2086 # the flags are words
+      "$root/build/bin/moe-compile" "$input" --target="$chip" $flags $vflags \
+        -o "$artifacts/$name+$variant.$chip.so"
+    done < <(sed -n 's|^// GPU-CHECK-VARIANT: *||p' "$src")
   done
 }
 

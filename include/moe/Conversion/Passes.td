@@ -468,6 +468,11 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "about 5e-5 relative from the exact result on the H200; and "
            "today slower, its kernel has no TMA pipeline); off by default, "
            "MXFP8 then dequantizes to bf16 (exact) for the bf16 wgmma kernel">,
+    Option<"flashDkvOverlap", "flash-dkv-overlap", "bool",
+           /*default=*/"false",
+           "Hopper: the flash dK/dV kernel issues dV += P^T dO as soon as P^T "
+           "is stored and computes dS^T while it runs (S^T and dP^T in two "
+           "MMA groups, P^T computed while dP^T runs); the same results">,
     Option<"pairRoundTrips", "pair-round-trips",
            "::mlir::moe::RoundTripPairing",
            /*default=*/"::mlir::moe::RoundTripPairing::peak",

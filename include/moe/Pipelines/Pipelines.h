@@ -43,6 +43,12 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "and today slower than the exact default, which "
                      "dequantizes to bf16 for the TMA wgmma kernel)"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> flashDkvOverlap{
+      *this, "flash-dkv-overlap",
+      llvm::cl::desc("Hopper: the flash dK/dV kernel overlaps its MMAs with "
+                     "the softmax gradient "
+                     "(-moe-gpu-dedicated-kernels{flash-dkv-overlap})"),
+      llvm::cl::init(false)};
   PassOptions::Option<RoundTripPairing> pairRoundTrips{
       *this, "pair-round-trips",
       llvm::cl::desc("Hopper: when the two MX round trips of a weight or of "

@@ -358,6 +358,7 @@ struct MoEGPUDedicatedKernelsPass
         std::tie(out, lse) = createFlashForward(b, loc, *f, q, k, v, documents,
                                                 ranges, module, symbols);
       }
+      f->overlapDkv = flashDkvOverlap;
       std::array<Value, 3> grads =
           createFlashBackward(b, loc, *f, q, k, v, op.getGrad(), out, lse,
                               documents, ranges, module, symbols);

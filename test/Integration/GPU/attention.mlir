@@ -12,6 +12,12 @@
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
 // CHECK: ptxas accepted 35 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
+// The dK/dV kernel with its MMAs overlapped (flash-dkv-overlap): ptxas
+// accepts it too, and the GPU check compares it with the CPU as well:
+// GPU-CHECK-VARIANT: overlap --flash-dkv-overlap
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=flash-dkv-overlap | FileCheck %s --check-prefix=OVERLAP
+// OVERLAP: call @moe_flash_dkv_b2_s200_h8_kv2_d128_causal_overlap(
+// RUN: moe-compile %s --target=sm_90a --flash-dkv-overlap --verify-ptx -o %t.overlap.so | FileCheck %s
 
 // KERNELS-LABEL: func.func @causal_gqa_d128
 // KERNELS: %[[F:.*]]:2 = call @moe_flash_fwd_b2_s200_h8_kv2_d128_causal(

@@ -94,9 +94,10 @@ std::string FlashAttention::name(StringRef kind) const {
   if (documents)
     documentsName =
         llvm::formatv("_docs_i{0}", documents.getIntOrFloatBitWidth());
-  return llvm::formatv("moe_flash_{0}_b{1}_s{2}_h{3}_kv{4}_d{5}{6}{7}{8}", kind,
-                       batch, seq, heads, kvHeads, dim, causal ? "_causal" : "",
-                       documentsName, scaleName)
+  return llvm::formatv("moe_flash_{0}_b{1}_s{2}_h{3}_kv{4}_d{5}{6}{7}{8}{9}",
+                       kind, batch, seq, heads, kvHeads, dim,
+                       causal ? "_causal" : "", documentsName, scaleName,
+                       overlapDkv && kind == "dkv" ? "_overlap" : "")
       .str();
 }
 
@@ -258,7 +259,8 @@ struct FlashEmitter : HopperBuilder {
   /// acc += A B over `steps` contraction steps of 16: A (64 rows) K-major at
   /// `a`; B at `bTile`, K-major (`bKMajor`: its rows are N) or MN-major
   /// (its rows are the contraction, N across panels).
-  Value mma(Value acc, Value a, Value bTile, bool bKMajor, int64_t steps) {
+  Value mma(Value acc, Value a, Value bTile, bool bKMajor, int64_t steps,
+            bool fresh = false) {
     LLVM::LLVMStructType saved = accType;
     accType = cast<LLVM::LLVMStructType>(acc.getType());
     for (int64_t j = 0; j < steps; ++j) {
@@ -266,14 +268,27 @@ struct FlashEmitter : HopperBuilder {
       acc = bf16Mma(acc, desc(a, kMajorAt),
                     desc(bTile, bKMajor ? kMajorAt : 2048 * j),
                     NVVM::MMALayout::row,
-                    bKMajor ? NVVM::MMALayout::col : NVVM::MMALayout::row);
+                    bKMajor ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+                    /*accumulate=*/!(fresh && j == 0));
     }
     accType = saved;
     return acc;
   }
-  void commitAndWait() {
+  /// A B into a new m64nN accumulator: the first MMA overwrites it, so no
+  /// zeros are written to its registers first. (Zeros copied into the
+  /// registers of a second accumulator made ptxas wait for the first's
+  /// MMAs before issuing the second's: C7517, the two chains of the dQ and
+  /// dK/dV kernels serialized.)
+  Value mmaFresh(int64_t n, Value a, Value bTile, bool bKMajor, int64_t steps) {
+    return mma(LLVM::PoisonOp::create(b, loc, accOf(n)), a, bTile, bKMajor,
+               steps, /*fresh=*/true);
+  }
+  void commitAndWait() { commitAndWaitFor(0); }
+  /// Commits the MMAs issued since the last commit as a group and waits
+  /// until at most `pending` groups are in flight.
+  void commitAndWaitFor(int64_t pending) {
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, pending);
   }
 
   /// This thread's fragment of an m64nN accumulator: row of register 4 j +
@@ -546,12 +561,12 @@ struct QueryTileEmitter : FlashEmitter {
           Value key0 = mul(kt, idx(flash::Tile));
 
           NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          Value s = mma(zeroAcc(flash::Tile), idx(0), kTile,
-                        /*bKMajor=*/true, f.dim / 16);
+          Value s = mmaFresh(flash::Tile, idx(0), kTile,
+                             /*bKMajor=*/true, f.dim / 16);
           Value dp;
           if (dq)
-            dp = mma(zeroAcc(flash::Tile), idx(doAt()), vTile,
-                     /*bKMajor=*/true, f.dim / 16);
+            dp = mmaFresh(flash::Tile, idx(doAt()), vTile,
+                          /*bKMajor=*/true, f.dim / 16);
           commitAndWait();
           SmallVector<Value> sv = values(s);
           SmallVector<Value> dpv = dq ? values(dp) : SmallVector<Value>();
@@ -757,39 +772,71 @@ struct KeyTileEmitter : FlashEmitter {
                   NVVM::WgmmaFenceAlignedOp::create(b, loc);
                   // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
                   // queries).
-                  Value st = mma(zeroAcc(flash::Tile), idx(0), qTile,
-                                 /*bKMajor=*/true, f.dim / 16);
-                  Value dpt = mma(zeroAcc(flash::Tile), idx(vAt()), doTile,
-                                  /*bKMajor=*/true, f.dim / 16);
-                  commitAndWait();
-                  SmallVector<Value> sv = values(st), dv = values(dpt);
+                  Value st = mmaFresh(flash::Tile, idx(0), qTile,
+                                      /*bKMajor=*/true, f.dim / 16);
+                  if (f.overlapDkv)
+                    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+                  Value dpt = mmaFresh(flash::Tile, idx(vAt()), doTile,
+                                       /*bKMajor=*/true, f.dim / 16);
+                  // Overlapped: S^T's group done, dP^T's still running.
+                  commitAndWaitFor(f.overlapDkv ? 1 : 0);
+                  SmallVector<Value> sv = values(st);
                   SmallVector<Value> pv(sv.size()), dsv(sv.size());
                   for (int64_t j = 0; j < 8; ++j)
                     for (int64_t c = 0; c < 2; ++c) {
                       Value query = add(q0, colOf(j, c));
                       Value queryDocument = documentOf(query);
                       Value l = statAt(stats, /*ofDelta=*/false, j, c);
-                      Value d = statAt(stats, /*ofDelta=*/true, j, c);
                       for (int64_t h = 0; h < 2; ++h) {
                         int64_t i = 4 * j + 2 * h + c;
                         Value p = exp2(fsub(fmul(sv[i], scale2), l));
-                        p = select(hidden(query, keys[h], /*queries=*/true,
-                                          queryDocument, keyDocument[h]),
-                                   zero, p);
-                        pv[i] = p;
-                        dsv[i] = fmul(p, fsub(dv[i], d));
+                        pv[i] = select(hidden(query, keys[h], /*queries=*/true,
+                                              queryDocument, keyDocument[h]),
+                                       zero, p);
                       }
                     }
-                  storeTileBf16(pv, idx(pAt()));
-                  storeTileBf16(dsv, idx(dsAt()));
-                  fenceAndBarrier();
-                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                  // dV += P^T dO, dK += dS^T Q (B MN-major: rows are queries).
-                  Value accV = mma(carried[1], idx(pAt()), doTile,
-                                   /*bKMajor=*/false, flash::Tile / 16);
-                  Value accK = mma(carried[0], idx(dsAt()), qTile,
-                                   /*bKMajor=*/false, flash::Tile / 16);
-                  commitAndWait();
+                  // dS^T = P^T (dP^T - delta), once dP^T is there.
+                  auto gradients = [&] {
+                    SmallVector<Value> dv = values(dpt);
+                    for (int64_t j = 0; j < 8; ++j)
+                      for (int64_t c = 0; c < 2; ++c) {
+                        Value d = statAt(stats, /*ofDelta=*/true, j, c);
+                        for (int64_t h = 0; h < 2; ++h) {
+                          int64_t i = 4 * j + 2 * h + c;
+                          dsv[i] = fmul(pv[i], fsub(dv[i], d));
+                        }
+                      }
+                  };
+                  Value accV, accK;
+                  if (f.overlapDkv) {
+                    // dV += P^T dO runs while dS^T is computed.
+                    storeTileBf16(pv, idx(pAt()));
+                    fenceAndBarrier();
+                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                    accV = mma(carried[1], idx(pAt()), doTile,
+                               /*bKMajor=*/false, flash::Tile / 16);
+                    commitAndWaitFor(1);
+                    gradients();
+                    storeTileBf16(dsv, idx(dsAt()));
+                    fenceAndBarrier();
+                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                    accK = mma(carried[0], idx(dsAt()), qTile,
+                               /*bKMajor=*/false, flash::Tile / 16);
+                    commitAndWait();
+                  } else {
+                    gradients();
+                    storeTileBf16(pv, idx(pAt()));
+                    storeTileBf16(dsv, idx(dsAt()));
+                    fenceAndBarrier();
+                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                    // dV += P^T dO, dK += dS^T Q (B MN-major: rows are
+                    // queries).
+                    accV = mma(carried[1], idx(pAt()), doTile,
+                               /*bKMajor=*/false, flash::Tile / 16);
+                    accK = mma(carried[0], idx(dsAt()), qTile,
+                               /*bKMajor=*/false, flash::Tile / 16);
+                    commitAndWait();
+                  }
                   // Everyone is done with this slot, P^T and dS^T before the
                   // next step's copies into the slot and its stores.
                   barrier();

@@ -105,9 +105,10 @@ struct HopperBuilder : KernelBuilder {
         arith::AddIOp::create(b, loc, slotUnits, int64(offset >> 4)));
   }
   /// The m64nNk16 bf16 MMA on shared-memory descriptors `aDesc`, `bDesc`
-  /// (N from accType), accumulating into `d`.
+  /// (N from accType), accumulating into `d` (or, with `accumulate` false,
+  /// overwriting it: `d`'s values are not read).
   Value bf16Mma(Value d, Value aDesc, Value bDesc, NVVM::MMALayout layoutA,
-                NVVM::MMALayout layoutB) {
+                NVVM::MMALayout layoutB, bool accumulate = true) {
     MLIRContext *ctx = b.getContext();
     int64_t n = 2 * int64_t(accType.getBody().size());
     auto bf16 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
@@ -116,8 +117,10 @@ struct HopperBuilder : KernelBuilder {
         b, loc, accType, d, aDesc, bDesc,
         NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, n, hopper::MmaK), bf16, bf16,
         NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
-        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one), scaleIn,
-        scaleIn, NVVM::MMALayoutAttr::get(ctx, layoutA),
+        NVVM::WGMMAScaleOutAttr::get(ctx, accumulate
+                                              ? NVVM::WGMMAScaleOut::one
+                                              : NVVM::WGMMAScaleOut::zero),
+        scaleIn, scaleIn, NVVM::MMALayoutAttr::get(ctx, layoutA),
         NVVM::MMALayoutAttr::get(ctx, layoutB),
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }

@@ -317,6 +317,9 @@ struct FlashAttention {
   /// The element type of the documents operand (i32 or i64), null without
   /// one: the kernels then take it after their other inputs.
   Type documents;
+  /// The dK/dV kernel overlaps its MMAs with the softmax gradient (see
+  /// -moe-gpu-dedicated-kernels{flash-dkv-overlap}).
+  bool overlapDkv = false;
   /// The kernel `kind` (fwd, dq, dkv) of this shape.
   std::string name(StringRef kind) const;
 };
