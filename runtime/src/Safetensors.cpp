@@ -10,6 +10,8 @@
 
 #include "moert/Train.h"
 
+#include "Crc32.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -107,15 +109,7 @@ bool writeSafetensors(const std::string &path,
                       const std::vector<NamedTensor> &tensors,
                       const std::map<std::string, std::string> &metadata,
                       std::string &error) {
-  // Metadata first, then the tensors in their order (ordered_json keeps it).
-  Json root = Json::object();
-  if (!metadata.empty()) {
-    Json meta = Json::object();
-    for (auto &[k, v] : metadata)
-      meta[k] = v;
-    root["__metadata__"] = std::move(meta);
-  }
-  uint64_t offset = 0;
+  std::vector<TensorSource> sources;
   for (const NamedTensor &x : tensors) {
     int64_t n = 1;
     for (int64_t d : x.shape)
@@ -126,31 +120,80 @@ bool writeSafetensors(const std::string &path,
               std::to_string(n);
       return false;
     }
-    uint64_t bytes = uint64_t(n) * 4;
-    root[x.name] = Json{{"dtype", "F32"},
-                        {"shape", x.shape},
-                        {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    sources.push_back({x.name, x.shape, [&x](float *to) {
+                         std::memcpy(to, x.data.data(), x.data.size() * 4);
+                       }});
   }
-  // Compact, and names or values that are not UTF-8 written with U+FFFD
-  // (the format's header is UTF-8 JSON).
-  std::string header =
-      root.dump(-1, ' ', false, Json::error_handler_t::replace);
-  while (header.size() % 8)
-    header += ' ';
+  return writeSafetensors(path, sources, metadata, "", error);
+}
 
-  uint64_t length = header.size();
+bool writeSafetensors(const std::string &path,
+                      const std::vector<TensorSource> &tensors,
+                      std::map<std::string, std::string> metadata,
+                      const std::string &crcKey, std::string &error) {
+  // The header: metadata first, then the tensors in their order
+  // (ordered_json keeps it). With a CRC to record, a placeholder of its
+  // widest decimal holds its place until the data have been written.
+  uint64_t largest = 0;
+  auto header = [&]() {
+    Json root = Json::object();
+    if (!metadata.empty()) {
+      Json meta = Json::object();
+      for (auto &[k, v] : metadata)
+        meta[k] = v;
+      root["__metadata__"] = std::move(meta);
+    }
+    uint64_t offset = 0;
+    for (const TensorSource &x : tensors) {
+      uint64_t n = 1;
+      for (int64_t d : x.shape)
+        n *= uint64_t(d);
+      largest = std::max(largest, n);
+      root[x.name] = Json{{"dtype", "F32"},
+                          {"shape", x.shape},
+                          {"data_offsets", {offset, offset + 4 * n}}};
+      offset += 4 * n;
+    }
+    // Compact, and names or values that are not UTF-8 written with U+FFFD
+    // (the format's header is UTF-8 JSON).
+    return root.dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  if (!crcKey.empty())
+    metadata[crcKey] = "4294967295";
+  std::string text = header();
+  while (text.size() % 8)
+    text += ' ';
+  uint64_t length = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i)
     le[i] = (length >> (8 * i)) & 0xFF;
   return writeAtomically(
       path,
       [&](int fd) {
-        bool ok =
-            writeAll(fd, le, 8) && writeAll(fd, header.data(), header.size());
-        for (const NamedTensor &x : tensors)
-          ok = ok && writeAll(fd, x.data.data(), x.data.size() * 4);
-        return ok;
+        bool ok = writeAll(fd, le, 8) && writeAll(fd, text.data(), text.size());
+        // One tensor at a time through one buffer: the caller's data need
+        // not be in host memory all at once.
+        std::vector<float> buffer(static_cast<size_t>(largest));
+        uint32_t crc = 0;
+        for (const TensorSource &x : tensors) {
+          if (!ok)
+            break;
+          size_t n = 1;
+          for (int64_t d : x.shape)
+            n *= size_t(d);
+          x.fill(buffer.data());
+          crc = crc32Update(crc, buffer.data(), n * 4);
+          ok = writeAll(fd, buffer.data(), n * 4);
+        }
+        if (!ok || crcKey.empty())
+          return ok;
+        // The CRC in place of its placeholder: a header of the same length
+        // (JSON allows the spaces that pad it).
+        metadata[crcKey] = std::to_string(crc);
+        std::string final = header();
+        final.resize(text.size(), ' ');
+        return ::pwrite(fd, final.data(), final.size(), 8) ==
+               ssize_t(final.size());
       },
       error);
 }

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -377,23 +378,24 @@ struct Loop {
         for (auto &v : host)
           where.push_back(mgpuMemAlloc(std::max<size_t>(v.size() * 4, 1),
                                        memory.stream, false));
-      for (size_t i = 0; i < host.size(); ++i)
+      for (size_t i = 0; i < host.size(); ++i) {
         mgpuMemcpy(where[i], host[i].data(), host[i].size() * 4, memory.stream);
-      mgpuStreamSynchronize(memory.stream);
+        mgpuStreamSynchronize(memory.stream);
+        // The device holds it now; checkpoints read it from there.
+        std::vector<float>().swap(host[i]);
+      }
     };
     place(values, dValues);
     place(adamM, dM);
     place(adamV, dV);
   }
-  /// Brings the state back to the host (for a checkpoint).
-  void fetchState() {
-    if (!memory.gpu)
-      return;
-    for (size_t i = 0; i < params.size(); ++i) {
-      memory.download(values[i].data(), dValues[i], values[i].size() * 4);
-      memory.download(adamM[i].data(), dM[i], adamM[i].size() * 4);
-      memory.download(adamV[i].data(), dV[i], adamV[i].size() * 4);
-    }
+  /// A checkpoint's source of state tensor `where[i]` (dValues, dM or
+  /// dV): a copy from wherever the step keeps it.
+  std::function<void(float *)> stateSource(const std::vector<void *> &where,
+                                           size_t i) {
+    size_t bytes = size_t(params[i].elements()) * 4;
+    void *at = where[i];
+    return [this, at, bytes](float *to) { memory.download(to, at, bytes); };
   }
   void releaseState() {
     if (!memory.gpu)
@@ -1015,30 +1017,33 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die("cannot write " + metricsPath);
 
   auto save = [&]() {
-    t.fetchState();
-    std::vector<NamedTensor> tensors;
+    // Tensor by tensor from where the step keeps them (device memory for
+    // GPU artifacts): no copy of the whole state on the host.
+    std::vector<TensorSource> tensors;
     for (size_t i = 0; i < np; ++i) {
       // Several ranks: each writes its rows of the expert tensors, the first
       // also the replicated ones (the same on every rank).
       if (!lead && !t.params[i].experts)
         continue;
-      tensors.push_back({t.params[i].name, t.params[i].shape, t.values[i]});
-      tensors.push_back({"optimizer.exp_avg." + t.params[i].name,
-                         t.params[i].shape, t.adamM[i]});
-      tensors.push_back({"optimizer.exp_avg_sq." + t.params[i].name,
-                         t.params[i].shape, t.adamV[i]});
+      const std::vector<int64_t> &shape = t.params[i].shape;
+      tensors.push_back({t.params[i].name, shape, t.stateSource(t.dValues, i)});
+      tensors.push_back({"optimizer.exp_avg." + t.params[i].name, shape,
+                         t.stateSource(t.dM, i)});
+      tensors.push_back({"optimizer.exp_avg_sq." + t.params[i].name, shape,
+                         t.stateSource(t.dV, i)});
     }
     if (!t.routerBias.empty() && lead)
       tensors.push_back(
-          {"router.selection_bias", t.routerBiasShape, t.routerBias});
+          {"router.selection_bias", t.routerBiasShape, [&](float *to) {
+             std::memcpy(to, t.routerBias.data(), t.routerBias.size() * 4);
+           }});
     std::map<std::string, std::string> m = runMeta;
     m["step"] = std::to_string(t.step);
-    m["data_crc32"] = std::to_string(checkpointCrc(tensors));
     // What moe_mlir.models.export_hf needs to write transformers' layout.
     m["hf_transposed"] = hfTransposed;
     std::string error;
     if (t.ranks == 1) {
-      if (!writeSafetensors(checkpoint, tensors, m, error))
+      if (!writeSafetensors(checkpoint, tensors, m, "data_crc32", error))
         t.die(error);
       if (o.keepCheckpoints > 1)
         keepCheckpoint(checkpoint, t.step, o.keepCheckpoints);
@@ -1046,8 +1051,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       return;
     }
     m["shard"] = std::to_string(t.rank + 1) + " of " + std::to_string(t.ranks);
-    bool written = writeSafetensors(
-        checkpointShardPath(o.out, t.step, t.rank, t.ranks), tensors, m, error);
+    bool written =
+        writeSafetensors(checkpointShardPath(o.out, t.step, t.rank, t.ranks),
+                         tensors, m, "data_crc32", error);
     // The index names the files once every rank's is on disk.
     if (int failed = int(t.sumOverRanks(written ? 0 : 1)))
       t.die(written ? std::to_string(failed) +

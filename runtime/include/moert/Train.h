@@ -10,6 +10,7 @@
 #define MOERT_TRAIN_H
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,22 @@ bool writeSafetensors(const std::string &path,
                       const std::vector<NamedTensor> &tensors,
                       const std::map<std::string, std::string> &metadata,
                       std::string &error);
+
+/// A tensor of a checkpoint written without holding it: `fill` writes its
+/// values (as many as its shape has) to the buffer it is given.
+struct TensorSource {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<void(float *)> fill;
+};
+
+/// writeSafetensors from sources, one tensor in host memory at a time; with
+/// `crcKey`, the metadata also records under it the CRC-32 of the data
+/// section (checkpointCrc of the tensors).
+bool writeSafetensors(const std::string &path,
+                      const std::vector<TensorSource> &tensors,
+                      std::map<std::string, std::string> metadata,
+                      const std::string &crcKey, std::string &error);
 
 /// Writes `bytes` to `path` atomically, as writeSafetensors does.
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
