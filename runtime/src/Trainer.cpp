@@ -364,30 +364,32 @@ struct Loop {
     return x;
   }
 
-  /// Puts the host state where the artifact reads it.
-  void placeState() {
-    auto place = [&](std::vector<std::vector<float>> &host,
-                     std::vector<void *> &where) {
-      if (!memory.gpu) {
-        where.clear();
-        for (auto &v : host)
-          where.push_back(v.data());
-        return;
-      }
-      if (where.empty())
-        for (auto &v : host)
-          where.push_back(mgpuMemAlloc(std::max<size_t>(v.size() * 4, 1),
-                                       memory.stream, false));
-      for (size_t i = 0; i < host.size(); ++i) {
-        mgpuMemcpy(where[i], host[i].data(), host[i].size() * 4, memory.stream);
-        mgpuStreamSynchronize(memory.stream);
-        // The device holds it now; checkpoints read it from there.
-        std::vector<float>().swap(host[i]);
-      }
-    };
-    place(values, dValues);
-    place(adamM, dM);
-    place(adamV, dV);
+  /// Puts parameter i's state where the artifact reads it: the host
+  /// vectors values[i], adamM[i] and adamV[i] (moments left empty are
+  /// zeros). CPU artifacts read the host vectors; GPU artifacts device
+  /// copies, and the host vectors are dropped (checkpoints read the device).
+  void place(size_t i) {
+    size_t n = values[i].size();
+    if (!memory.gpu) {
+      for (auto *moment : {&adamM[i], &adamV[i]})
+        if (moment->empty())
+          moment->assign(n, 0.0f);
+      dValues[i] = values[i].data();
+      dM[i] = adamM[i].data();
+      dV[i] = adamV[i].data();
+      return;
+    }
+    for (auto [host, where] : {std::pair{&values[i], &dValues[i]},
+                               {&adamM[i], &dM[i]},
+                               {&adamV[i], &dV[i]}}) {
+      *where = mgpuMemAlloc(std::max<size_t>(n * 4, 1), memory.stream, false);
+      if (host->empty())
+        mgpuMemset32(*where, 0, n, memory.stream);
+      else
+        mgpuMemcpy(*where, host->data(), n * 4, memory.stream);
+      mgpuStreamSynchronize(memory.stream);
+      std::vector<float>().swap(*host);
+    }
   }
   /// A checkpoint's source of state tensor `where[i]` (dValues, dM or
   /// dV): a copy from wherever the step keeps it.
@@ -811,10 +813,17 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   if (t.ranks > 1)
     checkpoint = o.out + "/checkpoint.index.json";
 
+  t.memory.gpu = target != "cpu";
+  if (t.memory.gpu) {
+    moert_gpu_init();
+    t.memory.stream = mgpuStreamCreate();
+    throwStickyError(); // no usable GPU
+  }
   size_t np = t.params.size();
-  t.values.resize(np);
-  t.adamM.resize(np);
-  t.adamV.resize(np);
+  for (auto *state : {&t.values, &t.adamM, &t.adamV})
+    state->resize(np);
+  for (auto *where : {&t.dValues, &t.dM, &t.dV})
+    where->assign(np, nullptr);
   std::map<std::string, std::string> runMeta = {
       {"format", "moe-train/1"},
       {"config", configText},
@@ -879,6 +888,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                 " (a corrupt or diverged checkpoint)");
         *dst = t.mine(i, std::move(it->second->data));
       }
+      t.place(i);
     }
     if (!t.routerBias.empty()) {
       auto it = byName.find("router.selection_bias");
@@ -903,8 +913,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                    tool, unused.size(), o.initFrom.c_str(), unused[0].c_str());
     for (size_t i = 0; i < np; ++i) {
       t.values[i] = t.mine(i, std::move(t.values[i]));
-      t.adamM[i].assign(t.values[i].size(), 0.0f);
-      t.adamV[i].assign(t.values[i].size(), 0.0f);
+      t.place(i);
     }
   } else {
     // Every rank draws the whole model (the same values as one rank) and
@@ -915,8 +924,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       for (float &v : full)
         v = t.params[i].ones ? 1.0f : float(rng.normal() * initStd);
       t.values[i] = t.mine(i, std::move(full));
-      t.adamM[i].assign(t.values[i].size(), 0.0f);
-      t.adamV[i].assign(t.values[i].size(), 0.0f);
+      t.place(i);
     }
   }
   // The ranks start from the same step of the same data: each reads the
@@ -934,13 +942,6 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
               " (this rank: " + std::to_string(value) +
               "): --out and --data must be the same files on every rank");
     }
-  t.memory.gpu = target != "cpu";
-  if (t.memory.gpu) {
-    moert_gpu_init();
-    t.memory.stream = mgpuStreamCreate();
-    throwStickyError(); // no usable GPU
-  }
-  t.placeState();
 
   // --- data order: a seeded permutation of the training rows per epoch ---
   int64_t rows = data.trainRows(), len = data.length;
