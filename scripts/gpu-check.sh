@@ -51,7 +51,7 @@ PY
     while read -r variant vflags; do
       [ -n "$variant" ] || continue
       echo "compile: $name, variant $variant ($chip $flags $vflags)"
-      ln -sf "$name.cpu.so" "$artifacts/$name+$variant.cpu.so"
+      cp -f "$artifacts/$name.cpu.so" "$artifacts/$name+$variant.cpu.so"
       # shellcheck disable=SC2086 # the flags are words
       "$root/build/bin/moe-compile" "$input" --target="$chip" $flags $vflags \
         -o "$artifacts/$name+$variant.$chip.so"
