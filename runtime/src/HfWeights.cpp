@@ -220,9 +220,10 @@ bool readHfWeights(const std::string &dir,
     auto it = where.find(name);
     return it == where.end() ? nullptr : &it->second->entries.at(name);
   };
-  // Reads tensor `name` of transformers shape `shape` into `dst` (f32).
+  // Reads rows [first, last) of the first dimension of tensor `name` of
+  // transformers shape `shape` (all of it: last -1) into `dst` (f32).
   auto read = [&](const std::string &name, const std::vector<int64_t> &shape,
-                  float *dst) -> bool {
+                  float *dst, int64_t first = 0, int64_t last = -1) -> bool {
     const SafetensorsEntry *e = find(name);
     Shard *s = where[name];
     used[name] = true;
@@ -240,8 +241,15 @@ bool readHfWeights(const std::string &dir,
     }
     if (!dst)
       return true;
-    std::vector<char> raw(size_t(e->end - e->begin));
-    if (!readAt(s->fd, raw.data(), raw.size(), s->dataStart + e->begin)) {
+    uint64_t rowBytes = shape.empty() || shape[0] == 0
+                            ? 0
+                            : (e->end - e->begin) / uint64_t(shape[0]);
+    if (last < 0)
+      last = shape.empty() ? 1 : shape[0];
+    uint64_t begin = shape.empty() ? e->begin : e->begin + rowBytes * first;
+    std::vector<char> raw(shape.empty() ? size_t(e->end - e->begin)
+                                        : size_t(rowBytes * (last - first)));
+    if (!readAt(s->fd, raw.data(), raw.size(), s->dataStart + begin)) {
       error = s->path + ": cannot read tensor '" + name + "'";
       return false;
     }
@@ -264,9 +272,21 @@ bool readHfWeights(const std::string &dir,
     std::vector<int64_t> hf = p.shape; // transformers' shape
     if (p.hfTransposed)
       std::swap(hf[hf.size() - 1], hf[hf.size() - 2]);
+    // The rows read (all, or a rank's experts).
+    int64_t first = p.rowEnd < 0 ? 0 : p.rowBegin,
+            last = p.rowEnd < 0 ? (hf.empty() ? 1 : hf[0]) : p.rowEnd;
+    if (p.rowEnd >= 0 &&
+        (hf.empty() || first < 0 || first >= last || last > hf[0])) {
+      error = "rows [" + std::to_string(first) + ", " + std::to_string(last) +
+              ") of parameter " + p.name + " asked for, of shape " +
+              shapeText(hf);
+      return false;
+    }
     int64_t n = 1;
     for (int64_t d : hf)
       n *= d;
+    if (!hf.empty() && hf[0] > 0)
+      n = n / hf[0] * (last - first);
     std::vector<float> buffer(values ? size_t(n) : 0);
     float *dst = values ? buffer.data() : nullptr;
     bool gateUp = endsWith(p.name, "mlp.experts.gate_up_proj"),
@@ -275,7 +295,7 @@ bool readHfWeights(const std::string &dir,
                                                            : down ? 9
                                                                   : 0));
     if (find(p.name)) {
-      if (!read(p.name, hf, dst))
+      if (!read(p.name, hf, dst, first, p.rowEnd < 0 ? -1 : last))
         return false;
     } else if ((gateUp || down) && hf.size() == 3 &&
                find(prefix + "0." + (gateUp ? "gate_proj" : "down_proj") +
@@ -284,7 +304,9 @@ bool readHfWeights(const std::string &dir,
       // each expert's gate rows, then its up rows.
       int64_t experts = hf[0], rows = hf[1], cols = hf[2];
       int64_t part = gateUp ? rows / 2 : rows;
-      for (int64_t e = 0; e < experts; ++e)
+      for (int64_t e = 0; e < experts; ++e) {
+        // Other ranks' experts: only checked to be there.
+        bool mine = e >= first && e < last;
         for (const char *proj :
              gateUp ? std::vector<const char *>{"gate_proj", "up_proj"}
                     : std::vector<const char *>{"down_proj"}) {
@@ -295,11 +317,12 @@ bool readHfWeights(const std::string &dir,
                     std::to_string(experts) + " experts)";
             return false;
           }
-          int64_t offset = e * rows * cols +
+          int64_t offset = (e - first) * rows * cols +
                            (std::string(proj) == "up_proj" ? part * cols : 0);
-          if (!read(name, {part, cols}, dst ? dst + offset : nullptr))
+          if (!read(name, {part, cols}, dst && mine ? dst + offset : nullptr))
             return false;
         }
+      }
     } else {
       error = dir + ": no tensor '" + p.name + "'" +
               (p.name == "lm_head.weight"

@@ -902,6 +902,12 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     if (saved["step"].empty() || *end || t.step < 0)
       t.die(found + ": bad 'step' metadata");
   } else if (!o.initFrom.empty()) {
+    // Each rank reads its experts only.
+    for (size_t i = 0; i < np; ++i)
+      if (t.params[i].experts) {
+        layout[i].rowBegin = t.rank * t.params[i].local;
+        layout[i].rowEnd = (t.rank + 1) * t.params[i].local;
+      }
     std::vector<std::string> unused;
     std::string error;
     if (!readHfWeights(o.initFrom, layout, &t.values, unused, error))
@@ -911,10 +917,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                    "%s: note: %zu tensors of %s are not parameters of this "
                    "model (the first: %s)\n",
                    tool, unused.size(), o.initFrom.c_str(), unused[0].c_str());
-    for (size_t i = 0; i < np; ++i) {
-      t.values[i] = t.mine(i, std::move(t.values[i]));
+    for (size_t i = 0; i < np; ++i)
       t.place(i);
-    }
   } else {
     // Every rank draws the whole model (the same values as one rank) and
     // keeps its part.

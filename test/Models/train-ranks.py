@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from checks import check, finish
+from moe_mlir import hf
 from moe_mlir.models import _read_checkpoint, export_hf
 
 out = sys.argv[1]
@@ -258,6 +259,21 @@ b, _ = _read_checkpoint(os.path.join(hf2, "model.safetensors"))
 check(a.keys() == b.keys() and
       all(np.abs(a[k] - b[k]).max() <= 1e-5 * max(np.abs(a[k]).max(), 1e-30) for k in a),
       "export_hf of 2 ranks' checkpoint: one rank's model")
+
+# --- --init-from on ranks: each reads its experts only ---
+fused = os.path.join(out, "fused")
+os.makedirs(fused)
+shutil.copy(config, fused)
+t, meta = _read_checkpoint(os.path.join(ref, "checkpoint.safetensors"))
+swapped = set(meta["hf_transposed"].split(","))
+hf.write_safetensors(os.path.join(fused, "model.safetensors"),
+                     {k: np.swapaxes(v, -1, -2) if k in swapped else v for k, v in t.items()
+                      if not k.startswith(("optimizer.", "router."))})
+for layout, source in (("per-expert tensors", hf1), ("fused experts", fused)):
+    d1, d2 = os.path.join(out, f"init1-{layout[:5]}"), os.path.join(out, f"init2-{layout[:5]}")
+    moert(1, one, d1, "--steps", "3", "--init-from", source)
+    r = moert(2, ep2, d2, "--steps", "3", "--init-from", source)
+    check(r.returncode == 0 and same_run(d2, d1), f"--init-from ({layout}) on 2 ranks: one rank's run")
 
 # --- bad launches and options ---
 r = moert(2, one, os.path.join(out, "bad1"), "--steps", "2", expect=None)

@@ -24,6 +24,10 @@ struct ModelParam {
   std::string name;
   std::vector<int64_t> shape;
   bool hfTransposed = false;
+  /// The rows of the first dimension read (an expert-parallel rank's
+  /// experts of a [experts, ...] tensor): [rowBegin, rowEnd), rowEnd -1 for
+  /// all. The value read then holds only those rows.
+  int64_t rowBegin = 0, rowEnd = -1;
 };
 
 /// Reads `params` from the transformers model directory `dir` into
