@@ -26,6 +26,8 @@
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
+#include <functional>
+#include <memory>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -137,6 +139,97 @@ std::vector<std::string> listDirectory(const std::string &dir) {
   return names;
 }
 
+/// Reads rows [first, last) of the first dimension of each tensor of the
+/// file at `path` (`keep(name, rows)`; all rows: {0, rows}), streaming the
+/// data in pieces: the tensors come back with the file's shapes and only
+/// the kept rows' values. With `verify`, every byte of the data is read
+/// and checked against the CRC-32 in the metadata.
+bool readRows(const std::string &path, bool verify,
+              const std::function<std::pair<int64_t, int64_t>(
+                  const std::string &, int64_t)> &keep,
+              std::vector<NamedTensor> &tensors,
+              std::map<std::string, std::string> &metadata,
+              std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = path + ": " + what;
+    return false;
+  };
+  std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(path.c_str(), "rb"),
+                                           std::fclose);
+  if (!f)
+    return fail(std::string("cannot open: ") + std::strerror(errno));
+  struct stat info;
+  if (::fstat(::fileno(f.get()), &info) != 0 || !S_ISREG(info.st_mode))
+    return fail("not a regular file");
+  uint64_t size = uint64_t(info.st_size), length = 0;
+  unsigned char le[8];
+  if (size < 8 || std::fread(le, 1, 8, f.get()) != 8)
+    return fail("truncated: not even the header length");
+  for (int i = 7; i >= 0; --i)
+    length = (length << 8) | le[i];
+  if (length > size - 8)
+    return fail("truncated or corrupt: the header claims " +
+                std::to_string(length) + " bytes, the file has " +
+                std::to_string(size - 8) + " after the length");
+  std::string header(length, '\0');
+  if (std::fread(header.data(), 1, length, f.get()) != length)
+    return fail("cannot read the header");
+  std::vector<SafetensorsEntry> entries;
+  std::string what;
+  if (!parseSafetensorsHeader(header.data(), length, size - 8 - length, entries,
+                              metadata, what))
+    return fail(what);
+  tensors.clear();
+  // A file none of whose rows are kept is not read (nor checked).
+  bool any = false;
+  std::vector<std::pair<int64_t, int64_t>> kept;
+  for (const SafetensorsEntry &e : entries) {
+    int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+    auto [first, last] = keep(e.name, rows);
+    first = std::clamp<int64_t>(first, 0, rows);
+    last = std::clamp<int64_t>(last, first, rows);
+    kept.push_back({first, last});
+    any |= last > first;
+  }
+  verify &= any;
+  uint32_t crc = 0;
+  std::vector<char> piece(size_t(1) << 24);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const SafetensorsEntry &e = entries[k];
+    if (e.dtype != "F32")
+      return fail("tensor '" + e.name + "' is " + e.dtype + ", expected F32");
+    int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+    auto [first, last] = kept[k];
+    uint64_t rowBytes = rows ? (e.end - e.begin) / uint64_t(rows) : 0;
+    uint64_t from = e.begin + rowBytes * uint64_t(first),
+             to = e.begin + rowBytes * uint64_t(last);
+    NamedTensor t{e.name, e.shape, {}};
+    t.data.resize(size_t((to - from) / 4));
+    // The kept bytes, or every byte of the tensor when checking the CRC.
+    uint64_t at = verify ? e.begin : from, end = verify ? e.end : to;
+    if (::fseeko(f.get(), off_t(8 + length + at), SEEK_SET) != 0)
+      return fail("cannot read tensor '" + e.name + "'");
+    while (at < end) {
+      size_t n = size_t(std::min<uint64_t>(piece.size(), end - at));
+      if (std::fread(piece.data(), 1, n, f.get()) != n)
+        return fail("cannot read tensor '" + e.name + "'");
+      if (verify)
+        crc = crc32Update(crc, piece.data(), n);
+      uint64_t lo = std::max(at, from), hi = std::min(at + n, to);
+      if (lo < hi)
+        std::memcpy(reinterpret_cast<char *>(t.data.data()) + (lo - from),
+                    piece.data() + (lo - at), size_t(hi - lo));
+      at += n;
+    }
+    tensors.push_back(std::move(t));
+  }
+  if (verify && metadata.count("data_crc32") &&
+      std::to_string(crc) != metadata["data_crc32"])
+    return fail("the data do not match the checksum they were written with "
+                "(a corrupt checkpoint; --no-checksum resumes anyway)");
+  return true;
+}
+
 /// Reads one file and checks its data against the CRC-32 it was written
 /// with (when `verify`).
 bool readChecked(const std::string &path, bool verify,
@@ -186,11 +279,27 @@ std::string findCheckpoint(const std::string &out) {
 bool readCheckpoint(const std::string &path, bool verifyChecksum,
                     std::vector<NamedTensor> &tensors,
                     std::map<std::string, std::string> &metadata,
-                    std::string &error) {
+                    std::string &error, const RowsOf &rowsOf) {
   tensors.clear();
   metadata.clear();
+  // Rows of a file's tensor kept, given the rows of that tensor in the
+  // files before it.
+  std::map<std::string, int64_t> rowsBefore;
+  auto keep = [&](const std::string &name, int64_t rows) {
+    auto [lo, hi] = rowsOf ? rowsOf(name) : std::pair<int64_t, int64_t>{0, -1};
+    int64_t before = rowsBefore[name];
+    rowsBefore[name] += rows;
+    if (hi < 0)
+      return std::pair<int64_t, int64_t>{0, rows};
+    return std::pair<int64_t, int64_t>{lo - before, hi - before};
+  };
+  auto readFile = [&](const std::string &file, std::vector<NamedTensor> &out,
+                      std::map<std::string, std::string> &meta) {
+    return rowsOf ? readRows(file, verifyChecksum, keep, out, meta, error)
+                  : readChecked(file, verifyChecksum, out, meta, error);
+  };
   if (path.size() < 11 || path.compare(path.size() - 11, 11, ".index.json"))
-    return readChecked(path, verifyChecksum, tensors, metadata, error);
+    return readFile(path, tensors, metadata);
 
   // The index: {"format", "step", "files"}.
   if (FILE *f = std::fopen(path.c_str(), "r"))
@@ -231,7 +340,7 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
     std::string part = dir + file.get<std::string>();
     std::vector<NamedTensor> partTensors;
     std::map<std::string, std::string> partMeta;
-    if (!readChecked(part, verifyChecksum, partTensors, partMeta, error))
+    if (!readFile(part, partTensors, partMeta))
       return false;
     if (partMeta["step"] != step) {
       error = part + ": holds step '" + partMeta["step"] + "', its index " +

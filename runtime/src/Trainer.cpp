@@ -845,8 +845,22 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::map<std::string, std::string> saved;
     std::string error;
     // Each file's data against its CRC-32; a checkpoint of several ranks'
-    // files merged.
-    if (!readCheckpoint(found, o.verifyChecksum, tensors, saved, error))
+    // files merged. On several ranks each reads its experts' rows only (the
+    // tensors keep their whole shapes).
+    std::map<std::string, std::pair<int64_t, int64_t>> rows;
+    for (const Param &p : t.params)
+      if (p.experts && t.ranks > 1)
+        for (const char *prefix :
+             {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."})
+          rows[prefix + p.name] = {t.rank * p.local, (t.rank + 1) * p.local};
+    RowsOf rowsOf = nullptr;
+    if (t.ranks > 1)
+      rowsOf = [&](const std::string &name) {
+        auto it = rows.find(name);
+        return it == rows.end() ? std::pair<int64_t, int64_t>{0, -1}
+                                : it->second;
+      };
+    if (!readCheckpoint(found, o.verifyChecksum, tensors, saved, error, rowsOf))
       t.die(error);
     if (saved["format"] != "moe-train/1")
       t.die(found + ": not a moe-train checkpoint");
@@ -886,7 +900,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
                 (std::isnan(*bad) ? "NaN" : "an infinity") + " at element " +
                 std::to_string(bad - v.begin()) +
                 " (a corrupt or diverged checkpoint)");
-        *dst = t.mine(i, std::move(it->second->data));
+        *dst = std::move(it->second->data); // this rank's rows (rowsOf)
       }
       t.place(i);
     }

@@ -191,6 +191,16 @@ for text, message in (
           files(os.path.join(out, "run2")) == before, f"a bad index: '{message}'")
 with open(index, "w") as f:
     f.write(good)
+# A byte of the second rank's file flipped: its rank reads it and says so.
+shard = os.path.join(out, "run2", "checkpoint-00000006-00002-of-00002.safetensors")
+blob = bytearray(open(shard, "rb").read())
+blob[-5] ^= 0x40
+open(shard, "wb").write(bytes(blob))
+r = moert(2, ep2, os.path.join(out, "run2"), "--steps", "9", "--resume", expect=None)
+check(r.returncode != 0 and "rank 1: " + shard + ": the data do not match the checksum" in r.stderr,
+      "a corrupt rank file is found by the rank that reads it")
+blob[-5] ^= 0x40
+open(shard, "wb").write(bytes(blob))
 
 # --- faults: the last complete checkpoint survives, and resumes exactly ---
 long = ["--steps", "400", "--checkpoint-every", "2", "--eval-every", "0"]

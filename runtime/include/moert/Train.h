@@ -114,14 +114,22 @@ void removeAbandonedCheckpointTemporaries(const std::string &out);
 /// earlier run on several ranks, and its files no kept index names, go.
 void retireShardedCheckpoint(const std::string &out);
 
+/// The rows [first, last) of a checkpoint tensor's first dimension to
+/// read; last -1: all of them.
+using RowsOf =
+    std::function<std::pair<int64_t, int64_t>(const std::string &name)>;
+
 /// Reads the checkpoint at `path` (findCheckpoint): one file, or the files
 /// of an index merged (a tensor in several files is split along its first
 /// dimension, in file order), each checked against its CRC-32 when
-/// `verifyChecksum`. Errors name the file.
+/// `verifyChecksum`. Errors name the file. With `rowsOf` (an expert-parallel
+/// rank's rows), each tensor keeps the whole shape but only those rows'
+/// values, the data are read in pieces, and files holding none of the rows
+/// are neither read nor checked.
 bool readCheckpoint(const std::string &path, bool verifyChecksum,
                     std::vector<NamedTensor> &tensors,
                     std::map<std::string, std::string> &metadata,
-                    std::string &error);
+                    std::string &error, const RowsOf &rowsOf = nullptr);
 
 /// A tensor of a safetensors header: its dtype ("F32", "BF16", ...), shape
 /// and byte range in the data section.
