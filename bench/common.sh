@@ -8,6 +8,10 @@
 #   bench_python SCRIPT ARGS...        builds libmoert and runs a bench/
 #                                      Python script with the package on it
 #   bench_main                         runs prepare, run or both for $mode
+#   qwen_layers_config LAYERS > FILE   Qwen3-30B-A3B's config.json with
+#                                      LAYERS decoder layers
+#   train_data DIR                     copies the training benches' sequence
+#                                      files into DIR/data
 bench_args() {
   local defaults=$1 t
   shift
@@ -37,4 +41,18 @@ bench_main() {
     run) run ;;
     all) "$root/scripts/build-runtime.sh" --vendor-json; prepare; run ;;
   esac
+}
+
+qwen_layers_config() {
+  python3 - "$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json" "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hidden_layers"] = int(sys.argv[2])
+print(json.dumps(c, indent=2))
+PY
+}
+
+train_data() {
+  mkdir -p "$1/data"
+  cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$1/data/"
 }

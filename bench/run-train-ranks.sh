@@ -34,20 +34,13 @@ for n in "${counts[@]}"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] ||
     { echo "run-train-ranks: MOE_TRAIN_RANKS takes positive integers, got '$n'" >&2; exit 2; }
 done
-base="$root/test/Models/Inputs/qwen3-30b-a3b-2layers.json"
 config() { echo "$dir/qwen3-30b-a3b-$1layers.json"; }
 
 prepare() {
   "$root/scripts/build.sh"
-  mkdir -p "$dir/data"
-  cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$dir/data/"
+  train_data "$dir"
   for l in "${layers[@]}"; do
-    python3 - "$base" "$l" >"$(config "$l")" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["num_hidden_layers"] = int(sys.argv[2])
-print(json.dumps(c, indent=2))
-PY
+    qwen_layers_config "$l" >"$(config "$l")"
     local flags=()
     [[ "$recipe" == *-lf ]] && flags=(--layer-functions)
     [[ "$recipe" == *-rc ]] && flags=(--layer-functions --recompute)

@@ -75,22 +75,10 @@ int64_t keptIndexStep(const std::string &name) {
   return step;
 }
 
-std::string readText(const std::string &path) {
-  std::string text;
-  if (FILE *f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-      text.append(buf, n);
-    std::fclose(f);
-  }
-  return text;
-}
-
 /// The step an index names; -1 if it cannot be read.
 int64_t indexStep(const std::string &path) {
   try {
-    Json index = Json::parse(readText(path));
+    Json index = Json::parse(readWholeFile(path));
     if (index.is_object() && index.contains("step") &&
         index["step"].is_number_unsigned())
       return int64_t(index["step"].get<uint64_t>());
@@ -310,7 +298,7 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
   }
   Json index;
   try {
-    index = Json::parse(readText(path));
+    index = Json::parse(readWholeFile(path));
   } catch (const Json::exception &e) {
     error = path + ": not JSON (" + e.what() + ")";
     return false;

@@ -198,6 +198,18 @@ bool writeSafetensors(const std::string &path,
       error);
 }
 
+std::string readWholeFile(const std::string &path) {
+  std::string text;
+  if (FILE *f = std::fopen(path.c_str(), "rb")) {
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      text.append(buf, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
                          std::string &error) {
   return writeAtomically(

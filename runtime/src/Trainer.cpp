@@ -513,18 +513,6 @@ struct Loop {
   }
 };
 
-std::string readFile(const std::string &path) {
-  std::string s;
-  if (FILE *f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-      s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
-
 /// The data of a run: every --data file's sequences, packed into rows of
 /// `seq + 1` tokens, every 10th held out. False, with `error` set, when a
 /// file is unreadable or malformed, the model's vocabulary is smaller than
@@ -1007,7 +995,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   const bool lead = t.rank == 0;
   if (o.resume) {
     // Lines beyond the checkpoint's step belong to an interrupted run.
-    std::string keep, text = readFile(metricsPath);
+    std::string keep, text = readWholeFile(metricsPath);
     size_t pos = 0;
     while (pos < text.size()) {
       size_t nl = text.find('\n', pos);

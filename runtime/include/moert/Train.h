@@ -65,6 +65,9 @@ bool writeSafetensors(const std::string &path,
                       std::map<std::string, std::string> metadata,
                       const std::string &crcKey, std::string &error);
 
+/// The bytes of the file at `path`; empty if it cannot be read.
+std::string readWholeFile(const std::string &path);
+
 /// Writes `bytes` to `path` atomically, as writeSafetensors does.
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
                          std::string &error);
