@@ -12,6 +12,10 @@
 #                                      LAYERS decoder layers
 #   train_data DIR                     copies the training benches' sequence
 #                                      files into DIR/data
+#   recipe_flags RECIPE                moe-train flags of a bench recipe name:
+#                                      -lf --layer-functions, -rc also
+#                                      --recompute (bf16-rc); --recipe is the
+#                                      part before the first '-'
 bench_args() {
   local defaults=$1 t
   shift
@@ -55,4 +59,12 @@ PY
 train_data() {
   mkdir -p "$1/data"
   cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$1/data/"
+}
+
+recipe_flags() {
+  echo "--recipe ${1%%-*}"
+  case "$1" in
+    *-lf) echo "--layer-functions" ;;
+    *-rc) echo "--layer-functions --recompute" ;;
+  esac
 }

@@ -41,13 +41,12 @@ prepare() {
   train_data "$dir"
   for l in "${layers[@]}"; do
     qwen_layers_config "$l" >"$(config "$l")"
-    local flags=()
-    [[ "$recipe" == *-lf ]] && flags=(--layer-functions)
-    [[ "$recipe" == *-rc ]] && flags=(--layer-functions --recompute)
+    local flags
+    read -r -a flags <<<"$(recipe_flags "$recipe" | tr '\n' ' ')"
     for n in 1 "${counts[@]}"; do
-      echo "compile: $l layers, $shape tokens a rank, --recipe ${recipe%%-*} --ep-size $n ${flags[*]}"
+      echo "compile: $l layers, $shape tokens a rank, ${flags[*]} --ep-size $n"
       "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${shape%x*}" \
-        --seq "${shape#*x}" --target sm_90a --recipe "${recipe%%-*}" "${flags[@]}" \
+        --seq "${shape#*x}" --target sm_90a "${flags[@]}" \
         --ep-size "$n" --compile-only --out "$dir/qwen-$l-ep$n"
     done
   done

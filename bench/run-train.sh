@@ -39,12 +39,11 @@ prepare() {
     qwen_layers_config "$l" >"$(config "$l")"
     for s in "${shapes[@]}"; do
       for r in "${recipes[@]}"; do
-        local flags=()
-        [[ "$r" == *-lf ]] && flags=(--layer-functions)
-        [[ "$r" == *-rc ]] && flags=(--layer-functions --recompute)
-        echo "compile: $l layers, $s tokens, --recipe ${r%%-*} ${flags[*]}"
+        local flags
+        read -r -a flags <<<"$(recipe_flags "$r" | tr '\n' ' ')"
+        echo "compile: $l layers, $s tokens, ${flags[*]}"
         "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${s%x*}" \
-          --seq "${s#*x}" --target sm_90a --recipe "${r%%-*}" "${flags[@]}" \
+          --seq "${s#*x}" --target sm_90a "${flags[@]}" \
           --compile-only --out "$dir/qwen-$l-$s-$r"
       done
     done
