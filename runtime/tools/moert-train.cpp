@@ -25,7 +25,13 @@ int main(int argc, char **argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "moert-train: trains the model of a compiled train step\n\n"
-          "usage: moert-train TRAIN_STEP.so --data FILE [options]\n\n%s",
+          "usage: moert-train TRAIN_STEP.so --data FILE [options]\n"
+          "       mpirun -np N moert-train TRAIN_STEP.so --data FILE "
+          "[options]\n"
+          "         (a step compiled with moe-train --ep-size N: N ranks, "
+          "one GPU each\n"
+          "         or N CPU processes; --out a directory every rank "
+          "sees)\n\n%s",
           moert::trainOptionsHelp().c_str());
       return 0;
     }
