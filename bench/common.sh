@@ -12,6 +12,9 @@
 #                                      LAYERS decoder layers
 #   train_data DIR                     copies the training benches' sequence
 #                                      files into DIR/data
+#   train_data_args DIR                their --data arguments, on one line
+#   check_shapes VAR SHAPE...          stops with a message naming VAR unless
+#                                      every SHAPE is BATCHxSEQ
 #   recipe_flags RECIPE                moe-train flags of a bench recipe name:
 #                                      -lf --layer-functions, -rc also
 #                                      --recompute (bf16-rc); --recipe is the
@@ -56,9 +59,19 @@ print(json.dumps(c, indent=2))
 PY
 }
 
+train_files=(Pkinase.sto fn3.sto globins45.fa)
 train_data() {
   mkdir -p "$1/data"
-  cp /usr/share/doc/hmmer/examples/tutorial/{Pkinase.sto,fn3.sto,globins45.fa} "$1/data/"
+  local f
+  for f in "${train_files[@]}"; do
+    cp "/usr/share/doc/hmmer/examples/tutorial/$f" "$1/data/"
+  done
+}
+train_data_args() {
+  local f
+  for f in "${train_files[@]}"; do
+    printf -- '--data %s ' "$1/data/$f"
+  done
 }
 
 recipe_flags() {
@@ -67,4 +80,13 @@ recipe_flags() {
     *-lf) echo "--layer-functions" ;;
     *-rc) echo "--layer-functions --recompute" ;;
   esac
+}
+
+check_shapes() {
+  local var=$1 s
+  shift
+  for s in "$@"; do
+    [[ "$s" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] ||
+      { echo "$(basename "$0" .sh): $var takes BATCHxSEQ, got '$s'" >&2; exit 2; }
+  done
 }

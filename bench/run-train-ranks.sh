@@ -28,8 +28,7 @@ layers=("${tokens[@]}")
 read -r -a counts <<<"${MOE_TRAIN_RANKS:-2}"
 recipe=${MOE_TRAIN_RECIPE:-bf16}
 shape=${MOE_TRAIN_SHAPE:-4x4096}
-[[ "$shape" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] ||
-  { echo "run-train-ranks: MOE_TRAIN_SHAPE takes BATCHxSEQ, got '$shape'" >&2; exit 2; }
+check_shapes MOE_TRAIN_SHAPE "$shape"
 for n in "${counts[@]}"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] ||
     { echo "run-train-ranks: MOE_TRAIN_RANKS takes positive integers, got '$n'" >&2; exit 2; }
@@ -56,8 +55,8 @@ run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build} w=/tmp/moe-train-ranks
   "$root/scripts/build-runtime.sh" "$rt"
   rm -rf "$w" && mkdir -p "$w"
-  local gpus mpi=(mpirun) data=(--data "$dir/data/Pkinase.sto" --data "$dir/data/fn3.sto"
-                             --data "$dir/data/globins45.fa")
+  local gpus mpi=(mpirun) data
+  read -r -a data <<<"$(train_data_args "$dir")"
   gpus=$(nvidia-smi --list-gpus | wc -l)
   [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
   echo "# Whole-model training on $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%Y-%m-%d)"

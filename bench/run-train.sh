@@ -25,10 +25,7 @@ bench_args "2 4" "$@"
 layers=("${tokens[@]}")
 read -r -a recipes <<<"${MOE_TRAIN_RECIPES:-bf16 mxfp8}"
 read -r -a shapes <<<"${MOE_TRAIN_SHAPES:-1x4096 4x4096}"
-for s in "${shapes[@]}"; do
-  [[ "$s" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] ||
-    { echo "run-train: MOE_TRAIN_SHAPES takes BATCHxSEQ, got '$s'" >&2; exit 2; }
-done
+check_shapes MOE_TRAIN_SHAPES "${shapes[@]}"
 
 config() { echo "$dir/qwen3-30b-a3b-$1layers.json"; }
 
@@ -54,7 +51,8 @@ run() {
   local rt=${MOE_RUNTIME_BUILD:-/tmp/moert-build} w=/tmp/moe-train-bench
   "$root/scripts/build-runtime.sh" "$rt"
   rm -rf "$w" && mkdir -p "$w"
-  local data=(--data "$dir/data/Pkinase.sto" --data "$dir/data/fn3.sto" --data "$dir/data/globins45.fa")
+  local data
+  read -r -a data <<<"$(train_data_args "$dir")"
   echo "# Whole-model training on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%Y-%m-%d)"
   local largest=""
   for l in "${layers[@]}"; do

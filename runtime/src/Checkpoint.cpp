@@ -87,35 +87,6 @@ int64_t indexStep(const std::string &path) {
   return -1;
 }
 
-/// The step in a checkpoint file's metadata (its header only); -1 if it
-/// cannot be read.
-int64_t singleStep(const std::string &path) {
-  FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f)
-    return -1;
-  unsigned char le[8];
-  std::string header;
-  uint64_t length = 0;
-  if (std::fread(le, 1, 8, f) == 8) {
-    for (int i = 7; i >= 0; --i)
-      length = length << 8 | le[i];
-    if (length < (uint64_t(1) << 30)) {
-      header.resize(length);
-      if (std::fread(header.data(), 1, length, f) != length)
-        header.clear();
-    }
-  }
-  std::fclose(f);
-  try {
-    Json h = Json::parse(header);
-    const Json &step = h.at("__metadata__").at("step");
-    if (step.is_string())
-      return std::stoll(step.get<std::string>());
-  } catch (const std::exception &) {
-  }
-  return -1;
-}
-
 std::vector<std::string> listDirectory(const std::string &dir) {
   std::vector<std::string> names;
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -127,23 +98,19 @@ std::vector<std::string> listDirectory(const std::string &dir) {
   return names;
 }
 
-/// Reads rows [first, last) of the first dimension of each tensor of the
-/// file at `path` (`keep(name, rows)`; all rows: {0, rows}), streaming the
-/// data in pieces: the tensors come back with the file's shapes and only
-/// the kept rows' values. With `verify`, every byte of the data is read
-/// and checked against the CRC-32 in the metadata.
-bool readRows(const std::string &path, bool verify,
-              const std::function<std::pair<int64_t, int64_t>(
-                  const std::string &, int64_t)> &keep,
-              std::vector<NamedTensor> &tensors,
-              std::map<std::string, std::string> &metadata,
-              std::string &error) {
-  auto fail = [&](const std::string &what) {
-    error = path + ": " + what;
-    return false;
-  };
+/// Opens the safetensors file at `path` and reads its header: the entries,
+/// the metadata and where the data start. Errors name the file.
+std::unique_ptr<FILE, int (*)(FILE *)>
+openSafetensors(const std::string &path, std::vector<SafetensorsEntry> &entries,
+                std::map<std::string, std::string> &metadata,
+                uint64_t &dataStart, std::string &error) {
   std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(path.c_str(), "rb"),
                                            std::fclose);
+  auto fail = [&](const std::string &what) {
+    error = path + ": " + what;
+    f.reset();
+    return std::move(f);
+  };
   if (!f)
     return fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat info;
@@ -162,11 +129,47 @@ bool readRows(const std::string &path, bool verify,
   std::string header(length, '\0');
   if (std::fread(header.data(), 1, length, f.get()) != length)
     return fail("cannot read the header");
-  std::vector<SafetensorsEntry> entries;
   std::string what;
   if (!parseSafetensorsHeader(header.data(), length, size - 8 - length, entries,
                               metadata, what))
     return fail(what);
+  dataStart = 8 + length;
+  return f;
+}
+
+/// The step in a checkpoint file's metadata; -1 if it cannot be read.
+int64_t singleStep(const std::string &path) {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t dataStart = 0;
+  std::string error;
+  if (!openSafetensors(path, entries, metadata, dataStart, error))
+    return -1;
+  char *end = nullptr;
+  long long step = std::strtoll(metadata["step"].c_str(), &end, 10);
+  return metadata["step"].empty() || *end ? -1 : step;
+}
+
+/// Reads rows [first, last) of the first dimension of each tensor of the
+/// file at `path` (`keep(name, rows)`; all rows: {0, rows}), streaming the
+/// data in pieces: the tensors come back with the file's shapes and only
+/// the kept rows' values. With `verify`, every byte of the data is read
+/// and checked against the CRC-32 in the metadata.
+bool readRows(const std::string &path, bool verify,
+              const std::function<std::pair<int64_t, int64_t>(
+                  const std::string &, int64_t)> &keep,
+              std::vector<NamedTensor> &tensors,
+              std::map<std::string, std::string> &metadata,
+              std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = path + ": " + what;
+    return false;
+  };
+  std::vector<SafetensorsEntry> entries;
+  uint64_t dataStart = 0;
+  auto f = openSafetensors(path, entries, metadata, dataStart, error);
+  if (!f)
+    return false;
   tensors.clear();
   // A file none of whose rows are kept is not read (nor checked).
   bool any = false;
@@ -195,7 +198,7 @@ bool readRows(const std::string &path, bool verify,
     t.data.resize(size_t((to - from) / 4));
     // The kept bytes, or every byte of the tensor when checking the CRC.
     uint64_t at = verify ? e.begin : from, end = verify ? e.end : to;
-    if (::fseeko(f.get(), off_t(8 + length + at), SEEK_SET) != 0)
+    if (::fseeko(f.get(), off_t(dataStart + at), SEEK_SET) != 0)
       return fail("cannot read tensor '" + e.name + "'");
     while (at < end) {
       size_t n = size_t(std::min<uint64_t>(piece.size(), end - at));
@@ -218,31 +221,7 @@ bool readRows(const std::string &path, bool verify,
   return true;
 }
 
-/// Reads one file and checks its data against the CRC-32 it was written
-/// with (when `verify`).
-bool readChecked(const std::string &path, bool verify,
-                 std::vector<NamedTensor> &tensors,
-                 std::map<std::string, std::string> &metadata,
-                 std::string &error) {
-  if (!readSafetensors(path, tensors, metadata, error))
-    return false;
-  if (verify && metadata.count("data_crc32") &&
-      std::to_string(checkpointCrc(tensors)) != metadata["data_crc32"]) {
-    error = path + ": the data do not match the checksum they were written "
-                   "with (a corrupt checkpoint; --no-checksum resumes anyway)";
-    return false;
-  }
-  return true;
-}
-
 } // namespace
-
-uint32_t checkpointCrc(const std::vector<NamedTensor> &tensors) {
-  uint32_t crc = 0;
-  for (const NamedTensor &x : tensors)
-    crc = crc32Update(crc, x.data.data(), x.data.size() * 4);
-  return crc;
-}
 
 std::string checkpointShardPath(const std::string &out, int64_t step, int rank,
                                 int ranks) {
@@ -283,8 +262,7 @@ bool readCheckpoint(const std::string &path, bool verifyChecksum,
   };
   auto readFile = [&](const std::string &file, std::vector<NamedTensor> &out,
                       std::map<std::string, std::string> &meta) {
-    return rowsOf ? readRows(file, verifyChecksum, keep, out, meta, error)
-                  : readChecked(file, verifyChecksum, out, meta, error);
+    return readRows(file, verifyChecksum, keep, out, meta, error);
   };
   if (path.size() < 11 || path.compare(path.size() - 11, 11, ".index.json"))
     return readFile(path, tensors, metadata);

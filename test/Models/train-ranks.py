@@ -26,18 +26,14 @@ import time
 
 import numpy as np
 
-from checks import check, finish
+from checks import PROTEIN_CONFIG, PROTEIN_DATA, check, finish
 from moe_mlir import hf
 from moe_mlir.models import _read_checkpoint, export_hf
 
 out = sys.argv[1]
 shutil.rmtree(out, ignore_errors=True)
 os.makedirs(out)
-here = os.path.dirname(os.path.abspath(__file__))
-config = os.path.join(here, "..", "..", "examples", "protein-moe", "config.json")
-tutorial = "/usr/share/doc/hmmer/examples/tutorial"
-data = ["--data", f"{tutorial}/Pkinase.sto", "--data", f"{tutorial}/fn3.sto",
-        "--data", f"{tutorial}/globins45.fa"]
+config, data = PROTEIN_CONFIG, PROTEIN_DATA
 MPIRUN = os.environ["MOE_MPIRUN"]  # from lit.cfg.py
 opts = ["--eval-every", "3", "--checkpoint-every", "3", "--progress", "none"]
 

@@ -30,17 +30,13 @@ import numpy as np
 import torch
 from transformers import Qwen3MoeForCausalLM
 
-from checks import check, finish
+from checks import PROTEIN_CONFIG, PROTEIN_DATA, check, finish
 from moe_mlir.models import LanguageModel, export_hf
 
 out, tool = sys.argv[1], sys.argv[2]
 shutil.rmtree(out, ignore_errors=True)
 os.makedirs(out)
-here = os.path.dirname(os.path.abspath(__file__))
-config = os.path.join(here, "..", "..", "examples", "protein-moe", "config.json")
-tutorial = "/usr/share/doc/hmmer/examples/tutorial"
-data = ["--data", f"{tutorial}/Pkinase.sto", "--data", f"{tutorial}/fn3.sto",
-        "--data", f"{tutorial}/globins45.fa"]
+config, data = PROTEIN_CONFIG, PROTEIN_DATA
 
 
 def train(*args, cfg=config, expect=0):

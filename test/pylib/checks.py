@@ -1,10 +1,22 @@
-"""What the Python tests share: one line per check, a summary, the exit code.
+"""What the Python tests share: one line per check, a summary, the exit code;
+and the training tests' model and data.
 
     from checks import check, finish
     check(value == expected, "what is checked")
     finish()            # prints "N/M checks passed", exits 1 on any failure
+
+    PROTEIN_CONFIG      examples/protein-moe/config.json
+    PROTEIN_DATA        --data arguments: three Pfam files of Debian's
+                        hmmer-examples
 """
+import os
 import sys
+
+PROTEIN_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                              "examples", "protein-moe", "config.json")
+_tutorial = "/usr/share/doc/hmmer/examples/tutorial"
+PROTEIN_DATA = ["--data", f"{_tutorial}/Pkinase.sto", "--data", f"{_tutorial}/fn3.sto",
+                "--data", f"{_tutorial}/globins45.fa"]
 
 _counts = {"checks": 0, "failures": 0}
 

@@ -59,7 +59,7 @@ struct TensorSource {
 
 /// writeSafetensors from sources, one tensor in host memory at a time; with
 /// `crcKey`, the metadata also records under it the CRC-32 of the data
-/// section (checkpointCrc of the tensors).
+/// section (its tensors' bytes in file order; what readCheckpoint checks).
 bool writeSafetensors(const std::string &path,
                       const std::vector<TensorSource> &tensors,
                       std::map<std::string, std::string> metadata,
@@ -86,10 +86,6 @@ void removeAbandonedTemporaries(const std::string &path);
 bool readSafetensors(const std::string &path, std::vector<NamedTensor> &tensors,
                      std::map<std::string, std::string> &metadata,
                      std::string &error);
-
-/// The CRC-32 of a checkpoint file's data: its tensors in file order (the
-/// `data_crc32` metadata).
-uint32_t checkpointCrc(const std::vector<NamedTensor> &tensors);
 
 /// A run's checkpoint in its directory `out` (see Checkpoint.cpp): the path
 /// of checkpoint.safetensors (one rank) or checkpoint.index.json (one file
@@ -125,10 +121,10 @@ using RowsOf =
 /// Reads the checkpoint at `path` (findCheckpoint): one file, or the files
 /// of an index merged (a tensor in several files is split along its first
 /// dimension, in file order), each checked against its CRC-32 when
-/// `verifyChecksum`. Errors name the file. With `rowsOf` (an expert-parallel
-/// rank's rows), each tensor keeps the whole shape but only those rows'
-/// values, the data are read in pieces, and files holding none of the rows
-/// are neither read nor checked.
+/// `verifyChecksum`; the data are read in pieces. Errors name the file.
+/// With `rowsOf` (an expert-parallel rank's rows), each tensor keeps the
+/// whole shape but only those rows' values, and files holding none of the
+/// rows are neither read nor checked.
 bool readCheckpoint(const std::string &path, bool verifyChecksum,
                     std::vector<NamedTensor> &tensors,
                     std::map<std::string, std::string> &metadata,
