@@ -18,7 +18,8 @@
 # with a -lf suffix for --layer-functions (the 48-layer model), -rc for
 # --layer-functions --recompute (what 48 layers need to fit);
 # MOE_TRAIN_SHAPE: BATCHxSEQ per rank (default 4x4096); MOE_TRAIN_STEPS
-# (default 6; the first is not counted).
+# (default 6; the first is not counted); MOE_TRAIN_DP: data-parallel copies
+# (default 1): N ranks are --dp-size MOE_TRAIN_DP --ep-size N/MOE_TRAIN_DP.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/train-ranks"
@@ -29,9 +30,14 @@ read -r -a counts <<<"${MOE_TRAIN_RANKS:-2}"
 recipe=${MOE_TRAIN_RECIPE:-bf16}
 shape=${MOE_TRAIN_SHAPE:-4x4096}
 check_shapes MOE_TRAIN_SHAPE "$shape"
+dp=${MOE_TRAIN_DP:-1}
+[[ "$dp" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "run-train-ranks: MOE_TRAIN_DP takes a positive integer, got '$dp'" >&2; exit 2; }
 for n in "${counts[@]}"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] ||
     { echo "run-train-ranks: MOE_TRAIN_RANKS takes positive integers, got '$n'" >&2; exit 2; }
+  (( n % dp == 0 )) ||
+    { echo "run-train-ranks: $n ranks are not MOE_TRAIN_DP=$dp copies of a group" >&2; exit 2; }
 done
 config() { echo "$dir/qwen3-30b-a3b-$1layers.json"; }
 
@@ -43,10 +49,11 @@ prepare() {
     local flags
     read -r -a flags <<<"$(recipe_flags "$recipe" | tr '\n' ' ')"
     for n in 1 "${counts[@]}"; do
-      echo "compile: $l layers, $shape tokens a rank, ${flags[*]} --ep-size $n"
+      local d=$(( n > 1 ? dp : 1 ))
+      echo "compile: $l layers, $shape tokens a rank, ${flags[*]} --dp-size $d --ep-size $(( n / d ))"
       "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${shape%x*}" \
         --seq "${shape#*x}" --target sm_90a "${flags[@]}" \
-        --ep-size "$n" --compile-only --out "$dir/qwen-$l-ep$n"
+        --dp-size "$d" --ep-size $(( n / d )) --compile-only --out "$dir/qwen-$l-ranks$n"
     done
   done
 }
@@ -64,7 +71,7 @@ run() {
     echo "## Qwen3-30B-A3B dims, $l layers, $shape tokens a rank, --recipe $recipe"
     local one=""
     for n in 1 "${counts[@]}"; do
-      local a="$dir/qwen-$l-ep$n" o="$w/qwen-$l-ep$n"
+      local a="$dir/qwen-$l-ranks$n" o="$w/qwen-$l-ranks$n"
       [ -d "$a" ] || { echo "$n ranks: not prepared ($a)"; continue; }
       [ "$n" -le "$gpus" ] || { echo "$n ranks: skipped ($gpus GPUs here)"; continue; }
       mkdir -p "$o"

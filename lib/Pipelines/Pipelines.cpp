@@ -268,7 +268,9 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   moe::MoEExpertParallelOptions parallel;
   parallel.epSize = options.epSize;
+  parallel.dpSize = options.dpSize;
   parallel.chunks = options.epChunks;
+  const bool sharded = options.epSize != 1 || options.dpSize != 1;
   // Dense GEMMs on the grouped kernels, in the recipe's dense precision
   // (before differentiation: their gradients are grouped GEMMs too).
   if (options.recipe != "none" && options.dense != "none")
@@ -276,13 +278,17 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   if (options.autodiff) {
     // Shard the forward, differentiate (the exchanges' gradients are the
     // reverse exchanges), then sum the data-parallel gradients.
-    if (options.epSize != 1)
+    if (sharded)
       pm.addPass(moe::createMoEExpertParallel(parallel));
     moe::MoEAutodiffOptions autodiff;
     autodiff.recompute = options.recompute;
     pm.addPass(moe::createMoEAutodiff(autodiff));
-    if (options.epSize != 1)
+    if (sharded) {
       pm.addPass(moe::createMoEExpertParallel(parallel));
+      moe::MoEBucketAllReduceOptions buckets;
+      buckets.bucketMiB = options.gradBucketMiB;
+      pm.addNestedPass<func::FuncOp>(moe::createMoEBucketAllReduce(buckets));
+    }
   }
   if (options.recipe != "none") {
     moe::MoEQuantizeOptions quantize;
@@ -295,7 +301,7 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(moe::createMoEQuantize(quantize));
   }
   pm.addPass(moe::createMoEFuseGroupedMlp());
-  if (options.epSize != 1 && !options.autodiff)
+  if (sharded && !options.autodiff)
     pm.addPass(moe::createMoEExpertParallel(parallel));
   // MXFP8: rows are quantized before dispatch and exchange move them (a
   // quarter of the bytes; T tokens quantized instead of T * k copies).

@@ -28,9 +28,16 @@ struct Buffer {
   int64_t bytes;
 };
 
-/// The communicator for these buffers: deviceWorld() when they are device
-/// memory, else world(). Buffers on both sides are an error.
-Communicator &checkedWorld(const char *op, int64_t groupSize,
+/// Which ranks a collective runs over: `size` ranks `stride` apart (see
+/// comm::group) of a program compiled for `gridSize` ranks.
+struct Group {
+  int64_t size, stride, gridSize;
+};
+
+/// The communicator for these buffers: the group, of deviceWorld() when
+/// they are device memory, else of world(). Buffers on both sides are an
+/// error.
+Communicator &checkedGroup(const char *op, Group g,
                            std::initializer_list<Buffer> buffers) {
   int onDevice = 0, onHost = 0;
   for (const Buffer &b : buffers)
@@ -42,12 +49,18 @@ Communicator &checkedWorld(const char *op, int64_t groupSize,
                         std::to_string(onHost) +
                         " in host memory; all must be on the same side");
   Communicator &c = onDevice ? deviceWorld() : world();
-  if (groupSize != c.size())
+  if (g.gridSize != c.size())
     c.fail(1, std::string(op) + ": the program was compiled for " +
-                  std::to_string(groupSize) + " ranks (its shard.grid), but " +
+                  std::to_string(g.gridSize) + " ranks (its shard.grid), but " +
                   std::to_string(c.size()) + " were launched (" + c.backend() +
                   " backend)");
-  return c;
+  if (g.size < 1 || g.stride < 1 || g.size * g.stride > g.gridSize ||
+      g.gridSize % (g.size * g.stride) != 0)
+    c.fail(1, std::string(op) + ": a group of " + std::to_string(g.size) +
+                  " ranks " + std::to_string(g.stride) +
+                  " apart does not tile the grid's " +
+                  std::to_string(g.gridSize) + " ranks");
+  return group(c, int(g.size), int(g.stride));
 }
 
 template <typename T> T *data(const moert_memref1d *m) {
@@ -108,13 +121,13 @@ char *rowsOf(const moert_memref2d *m, size_t elementBytes) {
 AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
                           const char *dtype, moert_memref2d *input,
                           moert_memref1d *sendCounts, moert_memref2d *result,
-                          moert_memref1d *recvCounts, int64_t groupSize,
-                          int64_t layout, int64_t padTo) {
+                          moert_memref1d *recvCounts, Group g, int64_t layout,
+                          int64_t padTo) {
   auto bytesOf = [&](const moert_memref2d *m) {
     return m->sizes[0] * m->sizes[1] * int64_t(elementBytes);
   };
   Communicator &c =
-      checkedWorld(op.c_str(), groupSize,
+      checkedGroup(op.c_str(), g,
                    {{rowsOf(input, elementBytes), bytesOf(input)},
                     {data<int32_t>(sendCounts), sendCounts->sizes[0] * 4},
                     {rowsOf(result, elementBytes), bytesOf(result)},
@@ -152,7 +165,7 @@ AllToAllArgs allToAllArgs(const std::string &op, size_t elementBytes,
 void allToAllChecked(const char *entry, const char *dtype, size_t elementBytes,
                      moert_memref2d *input, moert_memref1d *sendCounts,
                      moert_memref2d *result, moert_memref1d *recvCounts,
-                     int64_t groupSize, int64_t layout, int64_t padTo);
+                     Group g, int64_t layout, int64_t padTo);
 
 /// After a failed all_to_all (or one skipped for an earlier error): the
 /// received counts are zero, where the program can read them (host memory;
@@ -166,11 +179,11 @@ void zeroCounts(moert_memref1d *recvCounts) {
 
 void allToAll(const char *entry, const char *dtype, size_t elementBytes,
               moert_memref2d *input, moert_memref1d *sendCounts,
-              moert_memref2d *result, moert_memref1d *recvCounts,
-              int64_t groupSize, int64_t layout = 0, int64_t padTo = 1) {
+              moert_memref2d *result, moert_memref1d *recvCounts, Group g,
+              int64_t layout = 0, int64_t padTo = 1) {
   if (!guarded(false, [&] {
         allToAllChecked(entry, dtype, elementBytes, input, sendCounts, result,
-                        recvCounts, groupSize, layout, padTo);
+                        recvCounts, g, layout, padTo);
         return true;
       }))
     zeroCounts(recvCounts);
@@ -179,11 +192,11 @@ void allToAll(const char *entry, const char *dtype, size_t elementBytes,
 void allToAllChecked(const char *entry, const char *dtype, size_t elementBytes,
                      moert_memref2d *input, moert_memref1d *sendCounts,
                      moert_memref2d *result, moert_memref1d *recvCounts,
-                     int64_t groupSize, int64_t layout, int64_t padTo) {
+                     Group g, int64_t layout, int64_t padTo) {
   Timed timed(/*allToAll=*/true);
   AllToAllArgs a =
       allToAllArgs(std::string(entry) + dtype, elementBytes, dtype, input,
-                   sendCounts, result, recvCounts, groupSize, layout, padTo);
+                   sendCounts, result, recvCounts, g, layout, padTo);
   a.comm->allToAllV(a.send, a.sendRows, a.sendCounts, a.slots, a.rowBytes,
                     a.recv, a.recvCapacity, a.recvCounts, a.what.c_str(),
                     a.layout);
@@ -209,12 +222,12 @@ StartedTable &started() {
 int64_t allToAllStartChecked(const char *entry, const char *dtype,
                              size_t elementBytes, moert_memref2d *input,
                              moert_memref1d *sendCounts, moert_memref2d *result,
-                             moert_memref1d *recvCounts, int64_t groupSize,
+                             moert_memref1d *recvCounts, Group g,
                              int64_t layout, int64_t padTo) {
   Timed timed(/*allToAll=*/true);
   AllToAllArgs a =
       allToAllArgs(std::string(entry) + dtype, elementBytes, dtype, input,
-                   sendCounts, result, recvCounts, groupSize, layout, padTo);
+                   sendCounts, result, recvCounts, g, layout, padTo);
   // MOERT_COMM_OVERLAP=0: the base class's start, which completes the
   // exchange, whatever the backend.
   std::unique_ptr<Communicator::Pending> pending =
@@ -232,10 +245,10 @@ int64_t allToAllStartChecked(const char *entry, const char *dtype,
   return handle;
 }
 
-void allToAllWaitChecked(const char *dtype, size_t elementBytes, int64_t handle,
-                         moert_memref2d *input, moert_memref2d *result) {
-  Timed timed(/*allToAll=*/true, /*count=*/false);
-  std::string op = std::string("moert_all_to_all_wait_") + dtype;
+/// Waits for the started collective `handle`, which must have been started
+/// with the buffers `in` and `out`.
+void waitStarted(const std::string &op, int64_t handle, const void *in,
+                 const void *out) {
   Started s;
   {
     StartedTable &t = started();
@@ -249,43 +262,88 @@ void allToAllWaitChecked(const char *dtype, size_t elementBytes, int64_t handle,
     s = std::move(it->second);
     t.live.erase(it);
   }
-  if (s.send != rowsOf(input, elementBytes) ||
-      s.recv != rowsOf(result, elementBytes))
+  if (s.send != in || s.recv != out)
     s.comm->fail(1, op + ": handle " + std::to_string(handle) +
                         " was started with other buffers");
   s.pending->wait();
 }
 
-void allReduceChecked(const char *dtype, DType type, moert_memref1d *input,
-                      moert_memref1d *result, int64_t groupSize) {
-  Timed timed(/*allToAll=*/false);
-  std::string op = std::string("moert_all_reduce_sum_") + dtype;
+void allToAllWaitChecked(const char *dtype, size_t elementBytes, int64_t handle,
+                         moert_memref2d *input, moert_memref2d *result) {
+  Timed timed(/*allToAll=*/true, /*count=*/false);
+  waitStarted(std::string("moert_all_to_all_wait_") + dtype, handle,
+              rowsOf(input, elementBytes), rowsOf(result, elementBytes));
+}
+
+/// An all_reduce call's buffers, checked: what allReduceSum(Start) takes.
+struct AllReduceArgs {
+  Communicator *comm;
+  const void *in;
+  void *out;
+  int64_t count;
+};
+
+AllReduceArgs allReduceArgs(const std::string &op, DType type,
+                            moert_memref1d *input, moert_memref1d *result,
+                            Group g) {
   size_t eb = bytes(type);
-  Communicator &c =
-      checkedWorld(op.c_str(), groupSize,
-                   {{static_cast<char *>(input->aligned) + input->offset * eb,
-                     input->sizes[0] * int64_t(eb)},
-                    {static_cast<char *>(result->aligned) + result->offset * eb,
-                     result->sizes[0] * int64_t(eb)}});
+  char *in = static_cast<char *>(input->aligned) + input->offset * eb,
+       *out = static_cast<char *>(result->aligned) + result->offset * eb;
+  Communicator &c = checkedGroup(op.c_str(), g,
+                                 {{in, input->sizes[0] * int64_t(eb)},
+                                  {out, result->sizes[0] * int64_t(eb)}});
   checkContiguous(c, op.c_str(), "the input", input);
   checkContiguous(c, op.c_str(), "the result", result);
   if (input->sizes[0] != result->sizes[0])
     c.fail(1, op + ": " + std::to_string(input->sizes[0]) + " values in, " +
                   std::to_string(result->sizes[0]) + " out");
-  c.allReduceSum(static_cast<char *>(input->aligned) + input->offset * eb,
-                 static_cast<char *>(result->aligned) + result->offset * eb,
-                 input->sizes[0], type);
+  return {&c, in, out, input->sizes[0]};
+}
+
+void allReduceChecked(const char *dtype, DType type, moert_memref1d *input,
+                      moert_memref1d *result, Group g) {
+  Timed timed(/*allToAll=*/false);
+  AllReduceArgs a = allReduceArgs(std::string("moert_all_reduce_sum_") + dtype,
+                                  type, input, result, g);
+  a.comm->allReduceSum(a.in, a.out, a.count, type);
+}
+
+int64_t allReduceStartChecked(const char *dtype, DType type,
+                              moert_memref1d *input, moert_memref1d *result,
+                              Group g) {
+  Timed timed(/*allToAll=*/false);
+  AllReduceArgs a =
+      allReduceArgs(std::string("moert_all_reduce_sum_start_") + dtype, type,
+                    input, result, g);
+  std::unique_ptr<Communicator::Pending> pending =
+      overlapEnabled()
+          ? a.comm->allReduceSumStart(a.in, a.out, a.count, type)
+          : a.comm->Communicator::allReduceSumStart(a.in, a.out, a.count, type);
+  StartedTable &t = started();
+  std::lock_guard<std::mutex> lock(t.mu);
+  int64_t handle = t.next++;
+  t.live.emplace(handle, Started{std::move(pending), a.comm, a.in, a.out});
+  return handle;
+}
+
+void allReduceWaitChecked(const char *dtype, DType type, int64_t handle,
+                          moert_memref1d *input, moert_memref1d *result) {
+  Timed timed(/*allToAll=*/false, /*count=*/false);
+  std::string op = std::string("moert_all_reduce_sum_wait_") + dtype;
+  size_t eb = bytes(type);
+  waitStarted(op, handle,
+              static_cast<char *>(input->aligned) + input->offset * eb,
+              static_cast<char *>(result->aligned) + result->offset * eb);
 }
 
 /// A started exchange: handle 0 when it failed (its wait does nothing).
 int64_t allToAllStart(const char *entry, const char *dtype, size_t elementBytes,
                       moert_memref2d *input, moert_memref1d *sendCounts,
                       moert_memref2d *result, moert_memref1d *recvCounts,
-                      int64_t groupSize, int64_t layout = 0,
-                      int64_t padTo = 1) {
+                      Group g, int64_t layout = 0, int64_t padTo = 1) {
   int64_t handle = guarded(int64_t(0), [&] {
     return allToAllStartChecked(entry, dtype, elementBytes, input, sendCounts,
-                                result, recvCounts, groupSize, layout, padTo);
+                                result, recvCounts, g, layout, padTo);
   });
   if (!handle)
     zeroCounts(recvCounts);
@@ -299,8 +357,21 @@ void allToAllWait(const char *dtype, size_t elementBytes, int64_t handle,
 }
 
 void allReduce(const char *dtype, DType type, moert_memref1d *input,
-               moert_memref1d *result, int64_t groupSize) {
-  guarded([&] { allReduceChecked(dtype, type, input, result, groupSize); });
+               moert_memref1d *result, Group g) {
+  guarded([&] { allReduceChecked(dtype, type, input, result, g); });
+}
+
+/// A started sum: handle 0 when it failed (its wait does nothing).
+int64_t allReduceStart(const char *dtype, DType type, moert_memref1d *input,
+                       moert_memref1d *result, Group g) {
+  return guarded(int64_t(0), [&] {
+    return allReduceStartChecked(dtype, type, input, result, g);
+  });
+}
+
+void allReduceWait(const char *dtype, DType type, int64_t handle,
+                   moert_memref1d *input, moert_memref1d *result) {
+  guarded([&] { allReduceWaitChecked(dtype, type, handle, input, result); });
 }
 
 } // namespace
@@ -310,10 +381,10 @@ extern "C" {
 #define MOERT_DEFINE_ALL_TO_ALL(T, BYTES)                                      \
   void _mlir_ciface_moert_all_to_all_##T(                                      \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
-      moert_memref2d *result, moert_memref1d *recv_counts,                     \
-      int64_t group_size) {                                                    \
+      moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
+      int64_t group_stride, int64_t grid_size) {                               \
     allToAll("moert_all_to_all_", #T, BYTES, input, send_counts, result,       \
-             recv_counts, group_size);                                         \
+             recv_counts, {group_size, group_stride, grid_size});              \
   }
 MOERT_DEFINE_ALL_TO_ALL(f32, 4)
 MOERT_DEFINE_ALL_TO_ALL(bf16, 2)
@@ -327,10 +398,11 @@ MOERT_DEFINE_ALL_TO_ALL(f8e8m0fnu, 1)
 #define MOERT_DEFINE_ALL_TO_ALL_ASYNC(T, BYTES)                                \
   int64_t _mlir_ciface_moert_all_to_all_start_##T(                             \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
-      moert_memref2d *result, moert_memref1d *recv_counts,                     \
-      int64_t group_size) {                                                    \
+      moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
+      int64_t group_stride, int64_t grid_size) {                               \
     return allToAllStart("moert_all_to_all_start_", #T, BYTES, input,          \
-                         send_counts, result, recv_counts, group_size);        \
+                         send_counts, result, recv_counts,                     \
+                         {group_size, group_stride, grid_size});               \
   }                                                                            \
   void _mlir_ciface_moert_all_to_all_wait_##T(                                 \
       int64_t handle, moert_memref2d *input, moert_memref2d *result) {         \
@@ -349,16 +421,20 @@ MOERT_DEFINE_ALL_TO_ALL_ASYNC(f8e8m0fnu, 1)
   void _mlir_ciface_moert_all_to_all_slots_##T(                                \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
       moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
-      int64_t layout, int64_t pad_to) {                                        \
+      int64_t group_stride, int64_t grid_size, int64_t layout,                 \
+      int64_t pad_to) {                                                        \
     allToAll("moert_all_to_all_slots_", #T, BYTES, input, send_counts, result, \
-             recv_counts, group_size, layout, pad_to);                         \
+             recv_counts, {group_size, group_stride, grid_size}, layout,       \
+             pad_to);                                                          \
   }                                                                            \
   int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
       moert_memref2d *input, moert_memref1d *send_counts,                      \
       moert_memref2d *result, moert_memref1d *recv_counts, int64_t group_size, \
-      int64_t layout, int64_t pad_to) {                                        \
+      int64_t group_stride, int64_t grid_size, int64_t layout,                 \
+      int64_t pad_to) {                                                        \
     return allToAllStart("moert_all_to_all_slots_start_", #T, BYTES, input,    \
-                         send_counts, result, recv_counts, group_size, layout, \
+                         send_counts, result, recv_counts,                     \
+                         {group_size, group_stride, grid_size}, layout,        \
                          pad_to);                                              \
   }
 MOERT_DEFINE_ALL_TO_ALL_SLOTS(f32, 4)
@@ -372,8 +448,10 @@ MOERT_DEFINE_ALL_TO_ALL_SLOTS(f8e8m0fnu, 1)
 
 #define MOERT_DEFINE_ALL_REDUCE(T, TYPE)                                       \
   void _mlir_ciface_moert_all_reduce_sum_##T(                                  \
-      moert_memref1d *input, moert_memref1d *result, int64_t group_size) {     \
-    allReduce(#T, DType::TYPE, input, result, group_size);                     \
+      moert_memref1d *input, moert_memref1d *result, int64_t group_size,       \
+      int64_t group_stride, int64_t grid_size) {                               \
+    allReduce(#T, DType::TYPE, input, result,                                  \
+              {group_size, group_stride, grid_size});                          \
   }
 MOERT_DEFINE_ALL_REDUCE(f32, F32)
 MOERT_DEFINE_ALL_REDUCE(f64, F64)
@@ -382,6 +460,25 @@ MOERT_DEFINE_ALL_REDUCE(f16, F16)
 MOERT_DEFINE_ALL_REDUCE(i32, I32)
 MOERT_DEFINE_ALL_REDUCE(i64, I64)
 #undef MOERT_DEFINE_ALL_REDUCE
+
+#define MOERT_DEFINE_ALL_REDUCE_ASYNC(T, TYPE)                                 \
+  int64_t _mlir_ciface_moert_all_reduce_sum_start_##T(                         \
+      moert_memref1d *input, moert_memref1d *result, int64_t group_size,       \
+      int64_t group_stride, int64_t grid_size) {                               \
+    return allReduceStart(#T, DType::TYPE, input, result,                      \
+                          {group_size, group_stride, grid_size});              \
+  }                                                                            \
+  void _mlir_ciface_moert_all_reduce_sum_wait_##T(                             \
+      int64_t handle, moert_memref1d *input, moert_memref1d *result) {         \
+    allReduceWait(#T, DType::TYPE, handle, input, result);                     \
+  }
+MOERT_DEFINE_ALL_REDUCE_ASYNC(f32, F32)
+MOERT_DEFINE_ALL_REDUCE_ASYNC(f64, F64)
+MOERT_DEFINE_ALL_REDUCE_ASYNC(bf16, BF16)
+MOERT_DEFINE_ALL_REDUCE_ASYNC(f16, F16)
+MOERT_DEFINE_ALL_REDUCE_ASYNC(i32, I32)
+MOERT_DEFINE_ALL_REDUCE_ASYNC(i64, I64)
+#undef MOERT_DEFINE_ALL_REDUCE_ASYNC
 
 int32_t moert_comm_rank(void) {
   return guarded(int32_t(0), [] { return int32_t(world().rank()); });

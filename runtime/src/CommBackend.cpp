@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 namespace moert::comm {
@@ -217,6 +219,41 @@ Communicator &deviceWorld() {
     return remember(createStagedCommunicator(hostWorld()).release());
   }();
   return *comm;
+}
+
+Communicator &group(Communicator &parent, int size, int stride) {
+  const int n = parent.size();
+  if (size < 1 || stride < 1 || int64_t(size) * stride > n ||
+      n % (size * stride) != 0)
+    fail("a group of " + std::to_string(size) + " ranks " +
+         std::to_string(stride) + " apart does not tile the " +
+         std::to_string(n) + " ranks launched");
+  if (size == n)
+    return parent;
+  static std::mutex mu;
+  static std::map<std::tuple<Communicator *, int, int>, Communicator *>
+      *groups =
+          new std::map<std::tuple<Communicator *, int, int>, Communicator *>();
+  std::lock_guard<std::mutex> lock(mu);
+  Communicator *&c = (*groups)[{&parent, size, stride}];
+  if (c)
+    return *c;
+  const int rank = parent.rank(), span = size * stride;
+  const int base = rank / span * span + rank % stride;
+  // Every rank is there (within the deadline) before the split, which
+  // blocks without one.
+  parent.barrier();
+  std::unique_ptr<Communicator> made =
+      parent.split(/*color=*/rank / span * stride + rank % stride,
+                   /*colors=*/n / size, /*key=*/(rank - base) / stride, size);
+  std::vector<int> members;
+  for (int k = 0; k < size; ++k)
+    members.push_back(parent.members().empty()
+                          ? base + k * stride
+                          : parent.members()[size_t(base + k * stride)]);
+  made->setMembers(std::move(members));
+  c = remember(made.release());
+  return *c;
 }
 
 void abortJob(int code) {

@@ -45,6 +45,11 @@ struct NcclBootstrap {
   /// an abort ends the job with MPI_Abort); else the TCP store.
   Communicator *mpi = nullptr;
   StoreAddress store;
+  /// A group's communicator (Communicator::split): the ids go through the
+  /// communicator it splits, `colors` groups' at once, this rank's group
+  /// being `color` (the bootstrap's rank and size are within it).
+  Communicator *parent = nullptr;
+  int color = 0, colors = 1;
 };
 
 /// The NCCL communicator (NcclComm.cpp): libnccl opened at run time
@@ -56,6 +61,9 @@ std::unique_ptr<Communicator> createNcclCommunicator(const NcclBootstrap &b);
 /// Device buffers over a host communicator (MPI, one rank; StagedComm.cpp):
 /// every exchange copies them to host memory and back.
 std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host);
+/// The same, owning its host communicator (a group's).
+std::unique_ptr<Communicator>
+createStagedCommunicator(std::unique_ptr<Communicator> host);
 
 } // namespace moert::comm
 

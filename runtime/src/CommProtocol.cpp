@@ -10,6 +10,7 @@
 #include "CommProtocol.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -134,16 +135,42 @@ std::unique_ptr<Communicator::Pending> Communicator::allToAllVStart(
   return std::make_unique<Completed>();
 }
 
+/// " (in the group of ranks a, b, c, whose ranks the message counts)" for a
+/// group's communicator, "" for the job's.
+static std::string groupNote(const Communicator &c) {
+  if (c.members().empty())
+    return "";
+  std::string s = " (in the group of ranks ";
+  for (size_t i = 0; i < c.members().size(); ++i)
+    s += (i ? ", " : "") + std::to_string(c.members()[i]);
+  return s + ", counted 0 to " + std::to_string(c.size() - 1) + " above)";
+}
+
+std::unique_ptr<Communicator::Pending>
+Communicator::allReduceSumStart(const void *in, void *out, int64_t count,
+                                DType type) {
+  allReduceSum(in, out, count, type);
+  return std::make_unique<Completed>();
+}
+
 void Communicator::fail(int status, const std::string &message) {
   if (failure_.empty()) {
-    failure_ = message;
+    failure_ = message + groupNote(*this);
     abortCommunicator();
   }
-  throw Error("rank " + std::to_string(rank()) + ": " + message, status);
+  throw Error("rank " + std::to_string(jobRank()) + ": " + message +
+                  groupNote(*this),
+              status);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int, int, int, int) {
+  fail(1, std::string("the ") + backend() +
+              " backend cannot form groups of ranks (data and expert "
+              "parallelism together)");
 }
 
 std::string Sequence::enter(Communicator &comm, Kind kind, const char *what) {
-  const int rank = comm.rank();
+  const int rank = comm.jobRank();
   if (!comm.failure().empty())
     throw Error("rank " + std::to_string(rank) + ": " + name(kind) +
                     ": the communicator failed earlier (" + comm.failure() +
@@ -157,8 +184,11 @@ std::string Sequence::enter(Communicator &comm, Kind kind, const char *what) {
   static const int failRank = envInt("MOERT_TEST_FAIL_RANK");
   static const int stallRank = envInt("MOERT_TEST_STALL_RANK");
   static const int at = envInt("MOERT_TEST_FAULT_AT");
+  // The hooks count the collectives of every communicator of the process.
+  static std::atomic<uint64_t> processTotal{0};
+  uint64_t nth = ++processTotal;
   if ((rank == failRank || rank == stallRank) &&
-      total == uint64_t(at < 0 ? 1 : at)) {
+      nth == uint64_t(at < 0 ? 1 : at)) {
     std::fflush(stdout);
     if (rank == failRank) {
       std::fprintf(stderr,

@@ -139,6 +139,27 @@ public:
     self = this;
   }
 
+  /// A group's communicator (split).
+  explicit MpiComm(MPI_Comm group) : comm(group) {
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", "setup");
+    check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", "setup");
+  }
+
+  std::unique_ptr<Communicator> split(int color, int, int key,
+                                      int size) override {
+    std::lock_guard<std::mutex> lock(mu);
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm, color, key, &group), "MPI_Comm_split",
+          "a group of " + std::to_string(size) + " ranks");
+    auto made = std::make_unique<MpiComm>(group);
+    if (made->size() != size || made->rank() != key)
+      fail(1, "MPI_Comm_split made a group of " + std::to_string(made->size()) +
+                  " ranks (rank " + std::to_string(made->rank()) + "), not " +
+                  std::to_string(size) + " (rank " + std::to_string(key) + ")");
+    return made;
+  }
+
   const char *backend() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

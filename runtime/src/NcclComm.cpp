@@ -439,7 +439,17 @@ public:
     if (rank_ == 0)
       for (nccl::UniqueId &id : ids)
         check(nc.getUniqueId(&id), "ncclGetUniqueId", "setup");
-    if (size_ > 1) {
+    if (b.parent) {
+      // Each group's rank 0 puts its ids in its group's slot; the sum over
+      // the communicator being split gives every rank every group's ids.
+      const size_t words = sizeof(ids) / 8;
+      std::vector<int64_t> all(words * size_t(b.colors), 0);
+      if (rank_ == 0)
+        std::memcpy(&all[words * size_t(b.color)], ids, sizeof(ids));
+      b.parent->allReduceSum(all.data(), all.data(), int64_t(all.size()),
+                             DType::I64);
+      std::memcpy(ids, &all[words * size_t(b.color)], sizeof(ids));
+    } else if (size_ > 1) {
       if (mpi) {
         // Rank 0's ids, everyone else's zeros: the sum is the ids.
         std::vector<int64_t> words(sizeof(ids) / 8, 0);
@@ -469,6 +479,18 @@ public:
       check(nc.commInitRank(&control.comm, size_, ids[1], rank_),
             "ncclCommInitRank", "setup");
     }
+  }
+
+  std::unique_ptr<Communicator> split(int color, int colors, int key,
+                                      int size) override {
+    NcclBootstrap g;
+    g.rank = key;
+    g.size = size;
+    g.mpi = mpi;
+    g.parent = this;
+    g.color = color;
+    g.colors = colors;
+    return std::make_unique<NcclComm>(nc, g);
   }
 
   const char *backend() const override { return "nccl"; }
@@ -509,8 +531,9 @@ public:
 
   /// Rows still travelling on the data stream, up to `done`.
   struct Rows final : Pending {
-    Rows(NcclComm &comm, std::string label, CUevent done)
-        : comm(comm), label(std::move(label)), done(done) {}
+    Rows(NcclComm &comm, std::string label, CUevent done,
+         const char *phase = "rows")
+        : comm(comm), label(std::move(label)), done(done), phase(phase) {}
     ~Rows() override {
       if (done) {
         ContextScope scope;
@@ -520,11 +543,12 @@ public:
     void wait() override {
       std::lock_guard<std::mutex> lock(comm.mu);
       ContextScope scope;
-      comm.wait(label, "rows", comm.data, done);
+      comm.wait(label, phase, comm.data, done);
     }
     NcclComm &comm;
     std::string label;
     CUevent done;
+    const char *phase;
   };
 
   std::unique_ptr<Pending> allToAllVStart(const void *send, int64_t sendRows,
@@ -570,6 +594,39 @@ public:
     reduce(label, buffer, buffer, count, type);
     copy(dev(out), buffer, n);
     MOERT_CU(driver().cuStreamSynchronize(data.stream));
+  }
+
+  /// A sum of device buffers enqueued on the data stream behind the rows
+  /// and sums in flight (the headers go over the control channel, which
+  /// does not wait for them); its wait polls an event recorded after it.
+  /// Host buffers, and bf16/f16 on more than 2 ranks (summed in f32 on the
+  /// host), complete here.
+  std::unique_ptr<Pending> allReduceSumStart(const void *in, void *out,
+                                             int64_t count,
+                                             DType type) override {
+    bool widen = (type == DType::BF16 || type == DType::F16) && size_ > 2;
+    if (widen || count == 0 || !isDevicePointer(in) || !isDevicePointer(out))
+      return Communicator::allReduceSumStart(in, out, count, type);
+    std::lock_guard<std::mutex> lock(mu);
+    ContextScope scope;
+    std::string what =
+        std::string(name(type)) + ", " + std::to_string(count) + " values";
+    std::string label = seq.enter(*this, Kind::AllReduce, what.c_str());
+    // No context synchronization (it would wait for what is in flight):
+    // the caller has written the input.
+    headers(label, Kind::AllReduce, count, int64_t(type), "arrival", &control);
+    {
+      Guard guard(watchdogText(label, "ncclAllReduce", "values"),
+                  timeoutSeconds() + kWatchdogGrace);
+      check(nc.allReduce(reinterpret_cast<void *>(dev(in)),
+                         reinterpret_cast<void *>(dev(out)), size_t(count),
+                         ncclType(type), nccl::Sum, data.comm, data.stream),
+            "ncclAllReduce", label);
+    }
+    CUevent done = nullptr;
+    MOERT_CU(driver().cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    MOERT_CU(driver().cuEventRecord(done, data.stream));
+    return std::make_unique<Rows>(*this, label, done, "values");
   }
 
   void barrier() override {
@@ -747,7 +804,7 @@ private:
   /// Every rank tells every other where it is: a barrier, and the check
   /// that the ranks run the same collective with the same sizes.
   void headers(const std::string &label, Kind kind, int64_t a, int64_t b,
-               const char *phase) {
+               const char *phase, Channel *on = nullptr) {
     std::vector<int64_t> out(size_t(4 * size_)), in;
     for (int p = 0; p < size_; ++p) {
       int64_t *h = &out[size_t(4 * p)];
@@ -756,7 +813,7 @@ private:
       h[2] = a;
       h[3] = b;
     }
-    exchangeWords(label, phase, data, out, in, 4);
+    exchangeWords(label, phase, on ? *on : data, out, in, 4);
     for (int p = 0; p < size_; ++p) {
       const int64_t *h = &in[size_t(4 * p)];
       checkHeader(*this, label, p, h, seq.total, kind);

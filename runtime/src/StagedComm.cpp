@@ -84,6 +84,19 @@ public:
   void barrier() override { host.barrier(); }
   void abort(int code) override { host.abort(code); }
 
+  std::unique_ptr<Communicator> split(int color, int colors, int key,
+                                      int size) override {
+    return createStagedCommunicator(host.split(color, colors, key, size));
+  }
+  void setMembers(std::vector<int> members) override {
+    if (owned)
+      owned->setMembers(members);
+    Communicator::setMembers(std::move(members));
+  }
+
+  /// A group's: the host communicator is its own.
+  std::unique_ptr<Communicator> owned;
+
 private:
   Communicator &host;
 };
@@ -131,6 +144,13 @@ bool isDevicePointer(const void *p) {
 
 std::unique_ptr<Communicator> createStagedCommunicator(Communicator &host) {
   return std::make_unique<StagedComm>(host);
+}
+
+std::unique_ptr<Communicator>
+createStagedCommunicator(std::unique_ptr<Communicator> host) {
+  auto staged = std::make_unique<StagedComm>(*host);
+  staged->owned = std::move(host);
+  return staged;
 }
 
 } // namespace moert::comm

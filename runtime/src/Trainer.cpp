@@ -332,10 +332,12 @@ struct Loop {
   /// buffers kept across steps (GPU), uploaded once and downloaded on demand.
   std::vector<void *> dValues, dM, dV;
   int64_t step = 0, batch = 0, seq = 0;
-  /// The ranks of an expert-parallel step (one for a one-rank step): each
-  /// takes `batch` rows of a step's ranks * batch, and its experts' rows.
+  /// The ranks of a step (one for a one-rank step): each takes `batch` rows
+  /// of a step's ranks * batch. They are dpSize copies of a group of epSize
+  /// expert-parallel ranks (rank = d * epSize + epRank); a rank holds the
+  /// experts' rows of its place epRank in its group.
   comm::Communicator *comm = nullptr;
-  int rank = 0, ranks = 1;
+  int rank = 0, ranks = 1, epRank = 0, epSize = 1;
   Memory memory;
   Entry stepEntry = nullptr, lossOnly = nullptr;
   const artifact::Function *stepFn = nullptr, *lossFn = nullptr;
@@ -352,7 +354,7 @@ struct Loop {
     const Param &p = params[i];
     if (!p.experts)
       return full;
-    size_t n = size_t(p.elements()), at = n * size_t(rank);
+    size_t n = size_t(p.elements()), at = n * size_t(epRank);
     return std::vector<float>(full.begin() + long(at),
                               full.begin() + long(at + n));
   }
@@ -748,7 +750,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     t.die(artifactPath + ": its loss_step is not a moe-model train step "
                          "with AdamW (compile it with moe-train)");
 
-  // --- the ranks: as many as the experts are sharded over ---
+  // --- the ranks: data-parallel copies of the expert-parallel group ---
   int64_t epSize = 0;
   for (const Param &p : t.params)
     if (p.experts) {
@@ -758,19 +760,43 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       epSize = p.experts / p.local;
     }
   epSize = std::max<int64_t>(epSize, 1);
+  // `meta ranks D E` (moe-train --dp-size D --ep-size E); older steps name
+  // none: the expert-parallel ranks alone.
+  int64_t dpSize = 1;
+  if (auto it = step->meta.find("ranks"); it != step->meta.end()) {
+    long long d = 0, e = 0;
+    char extra = 0;
+    if (std::sscanf(it->second.c_str(), "%lld %lld %c", &d, &e, &extra) != 2 ||
+        d < 1 || e != epSize)
+      t.die(artifactPath + ": its meta 'ranks' is '" + it->second +
+            "', not data-parallel copies and the " + std::to_string(epSize) +
+            " expert-parallel ranks its shards split the experts over");
+    dpSize = d;
+  }
   t.comm = &comm::world();
   t.rank = t.comm->rank();
   t.ranks = t.comm->size();
-  if (t.ranks != epSize)
-    t.die(artifactPath + " was compiled for " + std::to_string(epSize) +
-          (epSize == 1 ? " rank" : " ranks (--ep-size)") + ", but " +
-          std::to_string(t.ranks) + " were launched (" +
-          (epSize == 1
-               ? "compile it with moe-train --ep-size " +
-                     std::to_string(t.ranks) + " to train on several ranks"
-               : "launch " + std::to_string(epSize) + ", e.g. mpirun -np " +
-                     std::to_string(epSize)) +
+  t.epSize = int(epSize);
+  t.epRank = t.rank % t.epSize;
+  const int64_t expected = dpSize * epSize;
+  auto layoutText = [](int64_t d, int64_t e) {
+    return d > 1   ? std::to_string(d) + " x " + std::to_string(e) +
+                         " ranks (--dp-size " + std::to_string(d) +
+                         " --ep-size " + std::to_string(e) + ")"
+           : e > 1 ? std::to_string(e) + " ranks (--ep-size " +
+                         std::to_string(e) + ")"
+                   : std::string("1 rank");
+  };
+  if (t.ranks != expected)
+    t.die(artifactPath + " was compiled for " + layoutText(dpSize, epSize) +
+          ", but " + std::to_string(t.ranks) + " were launched (" +
+          (expected == 1
+               ? "compile it with moe-train --ep-size or --dp-size to train "
+                 "on several ranks"
+               : "launch " + std::to_string(expected) + ", e.g. mpirun -np " +
+                     std::to_string(expected)) +
           ")");
+  const std::string layoutName = layoutText(dpSize, epSize);
 
   Tokenizer tokenizer(alphabet);
   Batches data;
@@ -797,8 +823,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
   if (found.empty() && o.resume)
     t.die("--resume: no checkpoint at " + checkpoint + " (nor " + o.out +
           "/checkpoint.index.json)");
-  // What this run writes.
-  if (t.ranks > 1)
+  // What this run writes: one file, or one per expert-parallel rank.
+  if (t.epSize > 1)
     checkpoint = o.out + "/checkpoint.index.json";
 
   t.memory.gpu = target != "cpu";
@@ -837,12 +863,13 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     // tensors keep their whole shapes).
     std::map<std::string, std::pair<int64_t, int64_t>> rows;
     for (const Param &p : t.params)
-      if (p.experts && t.ranks > 1)
+      if (p.experts && t.epSize > 1)
         for (const char *prefix :
              {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."})
-          rows[prefix + p.name] = {t.rank * p.local, (t.rank + 1) * p.local};
+          rows[prefix + p.name] = {t.epRank * p.local,
+                                   (t.epRank + 1) * p.local};
     RowsOf rowsOf = nullptr;
-    if (t.ranks > 1)
+    if (t.epSize > 1)
       rowsOf = [&](const std::string &name) {
         auto it = rows.find(name);
         return it == rows.end() ? std::pair<int64_t, int64_t>{0, -1}
@@ -907,8 +934,8 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     // Each rank reads its experts only.
     for (size_t i = 0; i < np; ++i)
       if (t.params[i].experts) {
-        layout[i].rowBegin = t.rank * t.params[i].local;
-        layout[i].rowEnd = (t.rank + 1) * t.params[i].local;
+        layout[i].rowBegin = t.epRank * t.params[i].local;
+        layout[i].rowEnd = (t.epRank + 1) * t.params[i].local;
       }
     std::vector<std::string> unused;
     std::string error;
@@ -1028,8 +1055,9 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     // GPU artifacts): no copy of the whole state on the host.
     std::vector<TensorSource> tensors;
     for (size_t i = 0; i < np; ++i) {
-      // Several ranks: each writes its rows of the expert tensors, the first
-      // also the replicated ones (the same on every rank).
+      // Several ranks: each of the first expert-parallel group writes its
+      // rows of the expert tensors, the first also the replicated ones (the
+      // same on every rank); the data-parallel copies write nothing.
       if (!lead && !t.params[i].experts)
         continue;
       const std::vector<int64_t> &shape = t.params[i].shape;
@@ -1049,7 +1077,10 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     // What moe_mlir.models.export_hf needs to write transformers' layout.
     m["hf_transposed"] = hfTransposed;
     std::string error;
-    if (t.ranks == 1) {
+    if (t.epSize == 1) {
+      // One file, written by the first rank (the others hold copies).
+      if (!lead)
+        return;
       if (!writeSafetensors(checkpoint, tensors, m, "data_crc32", error))
         t.die(error);
       if (o.keepCheckpoints > 1)
@@ -1057,18 +1088,22 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
       retireShardedCheckpoint(o.out);
       return;
     }
-    m["shard"] = std::to_string(t.rank + 1) + " of " + std::to_string(t.ranks);
-    bool written =
-        writeSafetensors(checkpointShardPath(o.out, t.step, t.rank, t.ranks),
-                         tensors, m, "data_crc32", error);
+    bool written = true;
+    if (t.rank < t.epSize) {
+      m["shard"] =
+          std::to_string(t.epRank + 1) + " of " + std::to_string(t.epSize);
+      written = writeSafetensors(
+          checkpointShardPath(o.out, t.step, t.epRank, t.epSize), tensors, m,
+          "data_crc32", error);
+    }
     // The index names the files once every rank's is on disk.
     if (int failed = int(t.sumOverRanks(written ? 0 : 1)))
       t.die(written ? std::to_string(failed) +
                           " of the ranks could not "
                           "write their checkpoint file (their messages say why)"
                     : error);
-    if (lead &&
-        !writeCheckpointIndex(o.out, t.step, t.ranks, o.keepCheckpoints, error))
+    if (lead && !writeCheckpointIndex(o.out, t.step, t.epSize,
+                                      o.keepCheckpoints, error))
       t.die(error);
   };
   auto plot = [&]() {
@@ -1089,8 +1124,7 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
         (long long)t.seq, unigram, target.c_str(),
         recipe == "none" ? "" : (", " + recipe + " GEMMs").c_str(),
         t.ranks == 1 ? ""
-                     : (", " + std::to_string(t.ranks) +
-                        " expert-parallel ranks (" + t.comm->backend() + "), " +
+                     : (", " + layoutName + " (" + t.comm->backend() + "), " +
                         std::to_string(t.batch) + " rows each")
                            .c_str());
   AdamWOptions adam{o.beta1, o.beta2, 1e-8, o.weightDecay};

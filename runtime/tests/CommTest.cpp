@@ -1,16 +1,18 @@
 //===- CommTest.cpp - libmoert's collectives on any number of ranks -------===//
 //
-//   mpirun -np N moert-comm-test               every check; "rank r: K checks,
-//   0 failed" moert-comm-test overflow                   more rows arrive than
-//   fit (error) moert-comm-test bad-counts                 counts beyond the
-//   input (error) moert-comm-test group G                    a program compiled
-//   for G ranks moert-comm-test wait-twice|wait-other      a started exchange
-//   waited for
-//                                              twice / with other buffers
-//   moert-comm-test info                       "rank r of N (backend)"
-//   mpirun -np N moert-comm-test device        every check on device buffers
-//                                              (a GPU per rank: NCCL, or MPI
-//                                              through host memory)
+// Modes (mpirun -np N moert-comm-test MODE):
+//   (none)           every check; prints "rank r: K checks, 0 failed"
+//   device           every check on device buffers (a GPU per rank: NCCL,
+//                    or MPI through host memory)
+//   groups [device]  every check within each axis of every 2-d grid over
+//                    the N ranks (comm::group)
+//   overflow         more rows arrive than fit (an error)
+//   bad-counts       counts beyond the input (an error)
+//   group G [S [N]]  a sum over G ranks S apart of a program compiled for
+//                    N ranks (an error unless they fit the ranks launched)
+//   wait-twice       a started exchange waited for twice (an error)
+//   wait-other       ... waited for with other buffers (an error)
+//   info             "rank r of N (backend)"
 //
 // The exchanges go through the C entry points compiled programs call
 // (_mlir_ciface_moert_*), with memref descriptors.
@@ -33,7 +35,11 @@ using namespace moert::comm;
 namespace {
 
 int checks = 0, failed = 0;
-int rank = 0, ranks = 1;
+/// The ranks the checks run over: a group of `ranks` ranks `stride` apart
+/// (every rank: stride 1) of the `worldSize` launched; `rank` is this one's
+/// place in it.
+int rank = 0, ranks = 1, stride = 1, worldSize = 1;
+#define GROUP ranks, stride, worldSize
 
 /// Device mode: every buffer a collective gets is a device copy of the
 /// vector, copied back by fetch().
@@ -150,7 +156,7 @@ struct Exchange {
 
 void allToAllCase(int slots, int cols, int extraRows) {
   Exchange e(slots, cols, extraRows);
-  _mlir_ciface_moert_all_to_all_f32(&e.a, &e.b, &e.r, &e.rc, ranks);
+  _mlir_ciface_moert_all_to_all_f32(&e.a, &e.b, &e.r, &e.rc, GROUP);
   fetch();
   e.verify("all_to_all");
 }
@@ -180,15 +186,15 @@ void slotCase(int slots, int cols, int pad, bool started) {
   moert_memref1d bc = vec(backCounts);
   if (started) {
     int64_t h = _mlir_ciface_moert_all_to_all_slots_start_f32(
-        &e.a, &e.b, &g, &gc, ranks, /*layout=*/2, pad);
+        &e.a, &e.b, &g, &gc, GROUP, /*layout=*/2, pad);
     _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &g);
-    h = _mlir_ciface_moert_all_to_all_slots_start_f32(&g, &gc, &bk, &bc, ranks,
+    h = _mlir_ciface_moert_all_to_all_slots_start_f32(&g, &gc, &bk, &bc, GROUP,
                                                       /*layout=*/1, pad);
     _mlir_ciface_moert_all_to_all_wait_f32(h, &g, &bk);
   } else {
-    _mlir_ciface_moert_all_to_all_slots_f32(&e.a, &e.b, &g, &gc, ranks,
+    _mlir_ciface_moert_all_to_all_slots_f32(&e.a, &e.b, &g, &gc, GROUP,
                                             /*layout=*/2, pad);
-    _mlir_ciface_moert_all_to_all_slots_f32(&g, &gc, &bk, &bc, ranks,
+    _mlir_ciface_moert_all_to_all_slots_f32(&g, &gc, &bk, &bc, GROUP,
                                             /*layout=*/1, pad);
   }
   fetch();
@@ -233,13 +239,23 @@ void startedCases() {
   int64_t handles[3];
   for (int i = 0; i < 3; ++i)
     handles[i] = _mlir_ciface_moert_all_to_all_start_f32(
-        &ex[i].a, &ex[i].b, &ex[i].r, &ex[i].rc, ranks);
+        &ex[i].a, &ex[i].b, &ex[i].r, &ex[i].rc, GROUP);
+  // A started sum among them, waited for after the blocking one.
+  std::vector<double> early(3, double(rank)), earlyOut(3, -1.0);
+  auto e = vec(early), eo = vec(earlyOut);
+  int64_t reduction =
+      _mlir_ciface_moert_all_reduce_sum_start_f64(&e, &eo, GROUP);
   std::vector<float> sum(5, float(rank + 1));
   auto s = vec(sum);
-  _mlir_ciface_moert_all_reduce_sum_f32(&s, &s, ranks);
+  _mlir_ciface_moert_all_reduce_sum_f32(&s, &s, GROUP);
   for (int i : {1, 2, 0})
     _mlir_ciface_moert_all_to_all_wait_f32(handles[i], &ex[i].a, &ex[i].r);
+  _mlir_ciface_moert_all_reduce_sum_wait_f64(reduction, &e, &eo);
   fetch();
+  bool earlyOk = true;
+  for (double v : earlyOut)
+    earlyOk &= v == ranks * (ranks - 1) / 2.0;
+  expect(earlyOk, "started all_reduce among started exchanges");
   for (Exchange &e : ex)
     e.verify("started all_to_all");
   bool sumOk = true;
@@ -256,7 +272,7 @@ void allReduceCases() {
     for (size_t i = 0; i < in.size(); ++i)
       in[i] = float(rank + 1) * float(i);
     auto a = vec(in), b = vec(out);
-    _mlir_ciface_moert_all_reduce_sum_f32(&a, &b, ranks);
+    _mlir_ciface_moert_all_reduce_sum_f32(&a, &b, GROUP);
     fetch();
     bool ok = true;
     for (size_t i = 0; i < in.size(); ++i)
@@ -266,7 +282,7 @@ void allReduceCases() {
   {
     std::vector<double> v = {double(rank), 0.5};
     auto a = vec(v);
-    _mlir_ciface_moert_all_reduce_sum_f64(&a, &a, ranks); // in place
+    _mlir_ciface_moert_all_reduce_sum_f64(&a, &a, GROUP); // in place
     fetch();
     expect(v[0] == ranks * (ranks - 1) / 2.0 && v[1] == 0.5 * ranks,
            "all_reduce_sum f64 in place");
@@ -274,7 +290,7 @@ void allReduceCases() {
   {
     std::vector<int32_t> in = {rank, 1}, out(2);
     auto a = vec(in), b = vec(out);
-    _mlir_ciface_moert_all_reduce_sum_i32(&a, &b, ranks);
+    _mlir_ciface_moert_all_reduce_sum_i32(&a, &b, GROUP);
     fetch();
     expect(out[0] == ranks * (ranks - 1) / 2 && out[1] == ranks,
            "all_reduce_sum i32");
@@ -282,7 +298,7 @@ void allReduceCases() {
   {
     std::vector<int64_t> in = {int64_t(1) << 40}, out(1);
     auto a = vec(in), b = vec(out);
-    _mlir_ciface_moert_all_reduce_sum_i64(&a, &b, ranks);
+    _mlir_ciface_moert_all_reduce_sum_i64(&a, &b, GROUP);
     fetch();
     expect(out[0] == (int64_t(1) << 40) * ranks, "all_reduce_sum i64");
   }
@@ -290,7 +306,7 @@ void allReduceCases() {
     // bf16: 1 + 2^-7 on every rank; summed in f32, rounded once.
     std::vector<uint16_t> in = {0x3F81, 0xBF80}, out(2);
     auto a = vec(in), b = vec(out);
-    _mlir_ciface_moert_all_reduce_sum_bf16(&a, &b, ranks);
+    _mlir_ciface_moert_all_reduce_sum_bf16(&a, &b, GROUP);
     fetch();
     float sum = float(ranks) * (1.0f + 1.0f / 128);
     uint32_t bits;
@@ -305,7 +321,7 @@ void allReduceCases() {
     // f16: 1.5 and 2^-24 (the smallest subnormal) on every rank.
     std::vector<uint16_t> in = {0x3E00, 0x0001}, out(2);
     auto a = vec(in), b = vec(out);
-    _mlir_ciface_moert_all_reduce_sum_f16(&a, &b, ranks);
+    _mlir_ciface_moert_all_reduce_sum_f16(&a, &b, GROUP);
     fetch();
     // ranks * 1.5 is exact in f16 for small rank counts.
     float s = 1.5f * float(ranks);
@@ -324,16 +340,20 @@ int run(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "all";
   Communicator &comm = world();
   rank = comm.rank();
-  ranks = comm.size();
+  ranks = worldSize = comm.size();
   if (mode == "info") {
     std::printf("rank %d of %d (%s)\n", rank, ranks, comm.backend());
     return 0;
   }
   if (mode == "group") {
-    int64_t g = argc > 2 ? std::atoll(argv[2]) : 0;
+    // argv[2] ranks, argv[3] apart (default 1), of argv[4] (default
+    // argv[2] * argv[3]).
+    int64_t g = argc > 2 ? std::atoll(argv[2]) : 0,
+            apart = argc > 3 ? std::atoll(argv[3]) : 1,
+            grid = argc > 4 ? std::atoll(argv[4]) : g * apart;
     std::vector<float> v(4);
     auto a = vec(v);
-    _mlir_ciface_moert_all_reduce_sum_f32(&a, &a, g);
+    _mlir_ciface_moert_all_reduce_sum_f32(&a, &a, g, apart, grid);
     moert::throwStickyError();
     std::printf("rank %d: no error\n", rank);
     return 0;
@@ -347,7 +367,7 @@ int run(int argc, char **argv) {
     std::vector<float> out(size_t((2 * ranks - 1) * 4));
     moert_memref2d a = mat(in, 4), r = mat(out, 4);
     moert_memref1d b = vec(send), rc = vec(recv);
-    _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, ranks);
+    _mlir_ciface_moert_all_to_all_f32(&a, &b, &r, &rc, GROUP);
     moert::throwStickyError();
     std::printf("rank %d: no error\n", rank);
     return 0;
@@ -356,7 +376,7 @@ int run(int argc, char **argv) {
     // A wait for a handle already waited for, or with another result buffer.
     Exchange e(1, 2, 1), other(1, 2, 1);
     int64_t h =
-        _mlir_ciface_moert_all_to_all_start_f32(&e.a, &e.b, &e.r, &e.rc, ranks);
+        _mlir_ciface_moert_all_to_all_start_f32(&e.a, &e.b, &e.r, &e.rc, GROUP);
     if (mode == "wait-twice") {
       _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
       _mlir_ciface_moert_all_to_all_wait_f32(h, &e.a, &e.r);
@@ -367,23 +387,58 @@ int run(int argc, char **argv) {
     std::printf("rank %d: no error\n", rank);
     return 0;
   }
-  if (mode == "device") {
+  // groups [device]: every check within each axis of every 2-d grid over
+  // the ranks (a x b = N, a and b > 1): a groups of b ranks 1 apart, then b
+  // groups of a ranks b apart.
+  bool groups = mode == "groups";
+  if (groups) {
+    mode = argc > 2 ? argv[2] : "all";
+    if (mode == "device") {
+      onDevice = true;
+      moert_gpu_init();
+    }
+  } else if (mode == "device") {
     onDevice = true;
     moert_gpu_init();
   } else if (mode != "all") {
     std::fprintf(stderr,
                  "usage: moert-comm-test [info|device|overflow|bad-counts|"
-                 "wait-twice|wait-other|group G]\n");
+                 "wait-twice|wait-other|group G [STRIDE [GRID]]|"
+                 "groups [device]]\n");
     return 2;
   }
-  allToAllCase(1, 3, 0);
-  allToAllCase(2, 5, 4);
-  allToAllCase(4, 1, 1);
-  allReduceCases();
-  startedCases();
-  slotCase(3, 2, 1, false);
-  slotCase(4, 3, 4, false);
-  slotCase(2, 1, 8, true);
+  auto everyCheck = [] {
+    allToAllCase(1, 3, 0);
+    allToAllCase(2, 5, 4);
+    allToAllCase(4, 1, 1);
+    allReduceCases();
+    startedCases();
+    slotCase(3, 2, 1, false);
+    slotCase(4, 3, 4, false);
+    slotCase(2, 1, 8, true);
+  };
+  const int me = comm.rank();
+  if (!groups) {
+    everyCheck();
+  } else {
+    int grids = 0;
+    for (int a = 2; a < worldSize; ++a) {
+      if (worldSize % a)
+        continue;
+      int b = worldSize / a;
+      ++grids;
+      for (auto [size, apart] : {std::pair{b, 1}, std::pair{a, b}}) {
+        ranks = size;
+        stride = apart;
+        rank = me / apart % size;
+        everyCheck();
+      }
+    }
+    expect(grids > 0, "groups: the ranks launched form a 2-d grid");
+    rank = me;
+    ranks = worldSize;
+    stride = 1;
+  }
   comm.barrier();
   expect(moert_comm_rank() == rank && moert_comm_size() == ranks,
          "moert_comm_rank/size");

@@ -5,7 +5,7 @@
 // The training loop of moe-train over an artifact that `moe-train
 // --compile-only` (or moe-compile of a moe-model --train-step graph) made,
 // for machines with the runtime and a GPU but no MLIR. A train step compiled
-// for N expert-parallel ranks (moe-train --ep-size N) trains under a
+// for N ranks (moe-train --ep-size E --dp-size D, N = D * E) trains under a
 // launcher of N ranks:
 //
 //   mpirun -np N moert-train train_step.so --data FILE [training options]
@@ -28,8 +28,9 @@ int main(int argc, char **argv) {
           "usage: moert-train TRAIN_STEP.so --data FILE [options]\n"
           "       mpirun -np N moert-train TRAIN_STEP.so --data FILE "
           "[options]\n"
-          "         (a step compiled with moe-train --ep-size N: N ranks, "
-          "one GPU each\n"
+          "         (a step compiled with moe-train --ep-size E --dp-size "
+          "D: N = D * E\n"
+          "         ranks, one GPU each\n"
           "         or N CPU processes; --out a directory every rank "
           "sees)\n\n%s",
           moert::trainOptionsHelp().c_str());

@@ -14,6 +14,11 @@
 #   stalls ends it within MOERT_COMM_TIMEOUT; the index names the last
 #   complete checkpoint, which resumes exactly (the same bytes as a run
 #   that was never interrupted);
+# - data parallelism: 2 copies of 2 expert-parallel ranks (--dp-size 2
+#   --ep-size 2) and 2 data-parallel ranks (--dp-size 2) train as one rank
+#   too; the first expert-parallel group writes the checkpoint, which
+#   resumes on another layout with the same rows a step; a launch of the
+#   wrong number of ranks is refused; a killed rank of 4 stops the job;
 # - export_hf merges the ranks' files;
 # - bad launches and options are refused, saying why.
 import json
@@ -48,11 +53,12 @@ def run(cmd, expect=0, env=None, timeout=600):
     return r
 
 
-def compile_step(name, batch, ranks):
+def compile_step(name, batch, ranks, dp=1):
     d = os.path.join(out, name)
     r = run(["moe-train", "--config", config, "--batch", str(batch), "--seq", "32",
-             "--ep-size", str(ranks), "--compile-only", "--out", d])
-    return os.path.join(d, f"train_step-cpu{'-ep%d' % ranks if ranks > 1 else ''}.so")
+             "--ep-size", str(ranks), "--dp-size", str(dp), "--compile-only", "--out", d])
+    return os.path.join(d, "train_step-cpu" + ("-dp%d" % dp if dp > 1 else "") +
+                        ("-ep%d" % ranks if ranks > 1 else "") + ".so")
 
 
 def moert(ranks, artifact, d, *args, expect=0, env=None):
@@ -119,8 +125,49 @@ for ranks, artifact in ((2, ep2), (4, ep4)):
           all(np.linalg.norm(a[k] - b[k]) <= 1e-5 * max(np.linalg.norm(a[k]), 1e-30) for k in a)
           and meta["batch"] == "4",
           f"{ranks} ranks: the merged checkpoint is one rank's")
-    check(r.stderr.count("parameter tensors") == 1 and r.stderr.count("wrote") == 1 and f"{ranks} expert-parallel ranks" in r.stderr,
+    check(r.stderr.count("parameter tensors") == 1 and r.stderr.count("wrote") == 1 and f"{ranks} ranks (--ep-size {ranks})" in r.stderr,
           f"{ranks} ranks: the first rank speaks")
+
+# --- data parallelism: copies of the expert-parallel group ---
+dp2ep2 = compile_step("dp2ep2", 1, 2, dp=2)
+dp2 = compile_step("dp2", 2, 1, dp=2)
+for name, ranks, artifact, written in (
+        ("dp2ep2", 4, dp2ep2, ["checkpoint-00000006-00001-of-00002.safetensors",
+                               "checkpoint-00000006-00002-of-00002.safetensors",
+                               "checkpoint.index.json"]),
+        ("dp2", 2, dp2, ["checkpoint.safetensors"])):
+    d = os.path.join(out, "run-" + name)
+    r = moert(ranks, artifact, d, "--steps", "6")
+    check(r.returncode == 0 and same_run(d, ref),
+          f"{name} on {ranks} ranks: the losses, norms and expert loads of one rank")
+    check(sorted(n for n in os.listdir(d) if n.startswith("checkpoint")) == written,
+          f"{name}: the first expert-parallel group writes the checkpoint")
+    b, meta = _read_checkpoint(os.path.join(d, written[-1]))
+    check(all(np.linalg.norm(a[k] - b[k]) <= 1e-5 * max(np.linalg.norm(a[k]), 1e-30) for k in a)
+          and meta["batch"] == "4", f"{name}: the checkpoint is one rank's")
+check("2 x 2 ranks (--dp-size 2 --ep-size 2)" in moert(4, dp2ep2, os.path.join(out, "dp-say"), "--steps", "1").stderr,
+      "2 x 2 ranks: the first rank names the layout")
+d = os.path.join(out, "dp-to-ep")
+moert(4, dp2ep2, d, "--steps", "6", "--stop-after-steps", "3")
+r = moert(2, ep2, d, "--steps", "6", "--resume")
+check(r.returncode == 0 and same_run(d, ref), "a checkpoint of 2 x 2 ranks resumes on 2 expert-parallel ranks")
+d = os.path.join(out, "ep-to-dp")
+moert(2, ep2, d, "--steps", "6", "--stop-after-steps", "3")
+r = moert(2, dp2, d, "--steps", "6", "--resume")
+check(r.returncode == 0 and same_run(d, ref), "a checkpoint of 2 expert-parallel ranks resumes on 2 data-parallel ranks")
+r = moert(2, dp2ep2, os.path.join(out, "dp-wrong"), "--steps", "1", expect=None)
+check(r.returncode != 0 and "was compiled for 2 x 2 ranks (--dp-size 2 --ep-size 2), but 2 were launched "
+      "(launch 4, e.g. mpirun -np 4)" in r.stderr, "2 x 2 ranks launched as 2: refused")
+d = os.path.join(out, "dp-killed")
+r = moert(4, dp2ep2, d, "--steps", "6", env={"MOERT_TEST_FAIL_RANK": "3", "MOERT_TEST_FAULT_AT": "40"},
+          expect=None)
+check(r.returncode != 0 and "rank 3: MOERT_TEST_FAIL_RANK: exiting" in r.stderr and r.seconds < 120,
+      "2 x 2 ranks: a rank that dies stops the job")
+d = os.path.join(out, "dp-launched")
+r = run(["moe-train", "--config", config, *data, "--batch", "1", "--seq", "32", "--ep-size", "2",
+         "--dp-size", "2", "--launcher", MPIRUN + " -np 4", *opts, "--steps", "6", "--out", d])
+check(r.returncode == 0 and same_run(d, os.path.join(out, "run-dp2ep2"), 0),
+      "moe-train --dp-size 2 --ep-size 2 --launcher: the same run as moert-train under mpirun")
 
 # --- moe-train --ep-size launches the ranks itself ---
 d = os.path.join(out, "launched")
@@ -280,13 +327,16 @@ for layout, source in (("per-expert tensors", hf1), ("fused experts", fused)):
     moert(1, one, d1, "--steps", "3", "--init-from", source)
     r = moert(2, ep2, d2, "--steps", "3", "--init-from", source)
     check(r.returncode == 0 and same_run(d2, d1), f"--init-from ({layout}) on 2 ranks: one rank's run")
+    d4 = os.path.join(out, f"init4-{layout[:5]}")
+    r = moert(4, dp2ep2, d4, "--steps", "3", "--init-from", source)
+    check(r.returncode == 0 and same_run(d4, d1), f"--init-from ({layout}) on 2 x 2 ranks: one rank's run")
 
 # --- bad launches and options ---
 r = moert(2, one, os.path.join(out, "bad1"), "--steps", "2", expect=None)
 check(r.returncode != 0 and "compiled for 1 rank, but 2 were launched" in r.stderr and
-      "--ep-size 2" in r.stderr, "a one-rank step on 2 ranks is refused")
+      "moe-train --ep-size or --dp-size" in r.stderr, "a one-rank step on 2 ranks is refused")
 r = moert(2, ep4, os.path.join(out, "bad2"), "--steps", "2", expect=None)
-check(r.returncode != 0 and "compiled for 4 ranks (--ep-size), but 2 were launched" in r.stderr,
+check(r.returncode != 0 and "compiled for 4 ranks (--ep-size 4), but 2 were launched" in r.stderr,
       "a 4-rank step on 2 ranks is refused")
 r = run(["moe-train", "--config", config, *data, "--ep-size", "3", "--out",
          os.path.join(out, "bad3")], expect=1)

@@ -12,10 +12,11 @@
 // compiling: the artifact then trains with moert-train on a machine that
 // has the runtime but no MLIR.
 //
-// With --ep-size N > 1 the step is compiled for N expert-parallel ranks
-// (each holds 1/N of the experts and takes --batch rows of a step's N *
-// --batch) and moe-train then becomes the launcher (--launcher, by default
-// `mpirun -np N`) running moert-train on the artifact with the training
+// With --ep-size N > 1 and/or --dp-size D > 1 the step is compiled for
+// D x N ranks: D copies of a group of N expert-parallel ranks (each holds
+// 1/N of the experts), every rank taking --batch rows of a step's D * N *
+// --batch. moe-train then becomes the launcher (--launcher, by default
+// `mpirun -np D*N`) running moert-train on the artifact with the training
 // options.
 //
 //===----------------------------------------------------------------------===//
@@ -87,11 +88,29 @@ static const char *kUsage =
     "under\n"
     "                         --launcher (N GPUs, one per rank, or N CPU "
     "processes)\n"
-    "  --launcher CMD         the command that starts the N ranks of "
-    "--ep-size N,\n"
-    "                         followed by moert-train and its arguments "
-    "(default\n"
-    "                         'mpirun -np N'; split at spaces)\n"
+    "  --dp-size D            data parallelism over D copies of the "
+    "--ep-size group\n"
+    "                         (default 1): D * N ranks in all, rank d * N + "
+    "e holding\n"
+    "                         the experts of rank e; every gradient is "
+    "summed over\n"
+    "                         the ranks holding its parameter. --ep-size 1 "
+    "--dp-size D\n"
+    "                         is plain data parallelism\n"
+    "  --grad-bucket-mib M    on several ranks: the gradients are summed "
+    "over the\n"
+    "                         ranks M MiB at a time, each bucket as soon as "
+    "the\n"
+    "                         backward has computed it, while the rest of "
+    "the\n"
+    "                         backward runs (default 32; 0: one sum per "
+    "gradient,\n"
+    "                         at the end)\n"
+    "  --launcher CMD         the command that starts the D * N ranks, "
+    "followed by\n"
+    "                         moert-train and its arguments (default "
+    "'mpirun -np\n"
+    "                         D*N'; split at spaces)\n"
     "  --recompute            with --layer-functions: each layer's forward "
     "runs again\n"
     "                         before its backward instead of its "
@@ -163,7 +182,7 @@ int main(int argc, char **argv) {
 
   std::string configPath, target = "cpu", recipe = "none", dense = "bf16",
                           launcher;
-  int64_t batch = 8, seq = 128, epSize = 1;
+  int64_t batch = 8, seq = 128, epSize = 1, dpSize = 1, bucketMiB = 32;
   bool compileOnly = false, denseGiven = false, documentMask = false,
        layerFunctions = false, recompute = false;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -212,6 +231,16 @@ int main(int argc, char **argv) {
       integer(seq);
     } else if (name == "--ep-size") {
       integer(epSize);
+    } else if (name == "--dp-size") {
+      integer(dpSize);
+    } else if (name == "--grad-bucket-mib") {
+      next();
+      char *end = nullptr;
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end || v < 0 || v > (1 << 20))
+        die("--grad-bucket-mib expects a non-negative integer, got '" + value +
+            "'");
+      bucketMiB = v;
     } else if (name == "--launcher") {
       next();
       launcher = value;
@@ -234,8 +263,9 @@ int main(int argc, char **argv) {
   if (recompute && !layerFunctions)
     die("--recompute recomputes the layer functions of --layer-functions: "
         "give both");
-  if (!launcher.empty() && epSize == 1)
-    die("--launcher starts the ranks of --ep-size N > 1");
+  const int64_t ranks = epSize * dpSize;
+  if (!launcher.empty() && ranks == 1)
+    die("--launcher starts the ranks of --ep-size N > 1 or --dp-size D > 1");
   if (!launcher.empty() && compileOnly)
     die("--launcher with --compile-only: nothing is launched (run moert-train "
         "on the artifact under the launcher)");
@@ -243,7 +273,8 @@ int main(int argc, char **argv) {
   for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"})
     if (const char *v = std::getenv(var); v && std::atoi(v) > 1)
       die(std::string("launched as one of several ranks (") + var + "=" + v +
-          "): run moe-train once, it starts the ranks of --ep-size N itself "
+          "): run moe-train once, it starts the ranks of --ep-size and "
+          "--dp-size itself "
           "(or run moert-train under the launcher)");
   if (denseGiven && recipe == "none")
     die("--dense needs --recipe bf16 or mxfp8 (under none every GEMM is f32)");
@@ -290,6 +321,7 @@ int main(int argc, char **argv) {
     die("cannot create '" + options.out + "': " + ec.message());
   std::string artifact = options.out + "/train_step-" + target +
                          (recipe == "none" ? "" : "-" + precision) +
+                         (dpSize > 1 ? "-dp" + std::to_string(dpSize) : "") +
                          (epSize > 1 ? "-ep" + std::to_string(epSize) : "") +
                          ".so";
   {
@@ -305,16 +337,23 @@ int main(int argc, char **argv) {
     train.recipe = recipe;
     train.dense = dense;
     train.epSize = epSize;
+    train.dpSize = dpSize;
+    train.gradBucketMiB = bucketMiB;
     train.recompute = recompute;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +
           (recipe == "none" ? std::string() : " with --recipe " + recipe));
     // The recipe is part of the run: a checkpoint resumes only under it.
+    // The ranks the step runs on: data-parallel copies, expert-parallel
+    // ranks.
     module->walk([&](func::FuncOp f) {
       if (auto meta = f->getAttrOfType<DictionaryAttr>("moe.meta")) {
         NamedAttrList entries(meta);
         entries.set("recipe", StringAttr::get(&context, precision));
+        entries.set("ranks",
+                    StringAttr::get(&context, std::to_string(dpSize) + " " +
+                                                  std::to_string(epSize)));
         f->setAttr("moe.meta", entries.getDictionary(&context));
       }
     });
@@ -328,8 +367,8 @@ int main(int argc, char **argv) {
     llvm::errs() << "moe-train: wrote " << artifact << "\n";
     return 0;
   }
-  if (epSize > 1)
-    launch(launcher.empty() ? "mpirun -np " + std::to_string(epSize) : launcher,
+  if (ranks > 1)
+    launch(launcher.empty() ? "mpirun -np " + std::to_string(ranks) : launcher,
            argv[0], artifact, trainArgs, die);
   return moert::train(options, artifact, "moe-train");
 }

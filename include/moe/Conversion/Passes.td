@@ -85,19 +85,26 @@ def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
       rows travel) and checks it is the buffer the start was given. With
       `overlap=false`, one blocking call `@moert_all_to_all_<type>` where
       the op was;
-    - `shard.all_reduce` (sum) -> `@moert_all_reduce_sum_<type>` on the
-      flattened tensor (f32, f64, bf16, f16, i32, i64; the input converted to
-      the result's element type first);
-    - `shard.process_linear_index` -> `@moert_comm_rank`.
+    - `shard.all_reduce` (sum) -> `@moert_all_reduce_sum_start_<type>` and
+      `@moert_all_reduce_sum_wait_<type>` on the flattened tensor (f32, f64,
+      bf16, f16, i32, i64; the input converted to the result's element type
+      first), placed as an exchange's start and wait are (the start after
+      the input and the collectives started before it, the wait before the
+      first reader of the sum, reading the input again); with
+      `overlap=false`, one blocking `@moert_all_reduce_sum_<type>`;
+    - `shard.process_linear_index` -> `@moert_comm_rank`;
+      `shard.process_multi_index` -> each axis' coordinate of it.
 
     The callees are declared `llvm.emit_c_interface` (they take memref
-    descriptors: libmoert defines `_mlir_ciface_moert_*`); each collective
-    also passes the grid's size, which the runtime checks against the
-    number of ranks launched. A grid that nothing refers to afterwards is
-    erased. Groups of one rank stay as they are (`-convert-moe-to-linalg`
-    copies; `shard.all_reduce` becomes its input, the index 0). Only 1-d
-    grids of static size (what `-moe-expert-parallel` makes) lower to the
-    runtime; others are reported as errors.
+    descriptors: libmoert defines `_mlir_ciface_moert_*`). Each collective
+    also passes its group: the grid axes it runs over, which must be one
+    axis or adjacent axes in order, are the ranks `size` apart by `stride`
+    (the product of the later axes' sizes; ranks are the grid's row-major
+    linear indices), and the grid's size, which the runtime checks against
+    the number of ranks launched. A grid that nothing refers to afterwards
+    is erased. Groups of one rank stay as they are
+    (`-convert-moe-to-linalg` copies; `shard.all_reduce` becomes its input,
+    an index 0). Grids of dynamic size are reported as errors.
   }];
   let dependentDialects = [
     "::mlir::func::FuncDialect",
@@ -108,10 +115,10 @@ def ConvertMoEToRuntime : Pass<"convert-moe-to-runtime", "ModuleOp"> {
   ];
   let options = [
     Option<"overlap", "overlap", "bool", /*default=*/"true",
-           "Split each moe.all_to_all into a start (where its operands are "
-           "ready) and a wait (before its rows are used), so that the "
-           "computation in between overlaps the exchange; false: one "
-           "blocking call">
+           "Split each moe.all_to_all and shard.all_reduce into a start "
+           "(where its operands are ready) and a wait (before its result is "
+           "used), so that the computation in between overlaps the "
+           "collective; false: one blocking call">
   ];
 }
 

@@ -112,6 +112,18 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::desc("Ranks the experts are spread over (1: no expert "
                      "parallelism)"),
       llvm::cl::init(1)};
+  PassOptions::Option<int64_t> dpSize{
+      *this, "dp-size",
+      llvm::cl::desc("Data-parallel copies of the expert-parallel group: the "
+                     "step runs on dp-size x ep-size ranks (1: none)"),
+      llvm::cl::init(1)};
+  PassOptions::Option<int64_t> gradBucketMiB{
+      *this, "grad-bucket-mib",
+      llvm::cl::desc("With autodiff on several ranks: the gradients summed "
+                     "over the ranks a bucket of this many MiB at a time, "
+                     "each as soon as it is computed (-moe-bucket-all-reduce; "
+                     "0: one sum per gradient)"),
+      llvm::cl::init(32)};
   PassOptions::Option<int64_t> epChunks{
       *this, "ep-chunks",
       llvm::cl::desc("With ep-size > 1: chunks of tokens per layer, so that "

@@ -1,8 +1,9 @@
 //===- MoEToRuntime.cpp - collectives -> libmoert calls -------------------===//
 //
-// moe.all_to_all, shard.all_reduce and shard.process_linear_index over a 1-d
-// shard.grid of more than one rank become calls into libmoert's
-// communication layer (runtime/include/moert/Comm.h), at tensor level:
+// moe.all_to_all, shard.all_reduce and shard.process_linear_index /
+// process_multi_index over a shard.grid of more than one rank become calls
+// into libmoert's communication layer (runtime/include/moert/Comm.h), at
+// tensor level:
 //
 //   %r, %rc = moe.all_to_all %x, %c on @ep : tensor<32x64xf32>, tensor<8xi32>
 //                                          -> tensor<64x64xf32>, tensor<8xi32>
@@ -12,7 +13,8 @@
 //   %rb = memref.alloc() : memref<64x64xf32>
 //   %rcb = memref.alloc() : memref<8xi32>
 //   call @moert_all_to_all_f32(<the four as memref<?x?xf32> / memref<?xi32>>,
-//                              %c2_i64)                 // the grid's size
+//                              %c2_i64, %c1_i64,   // 2 ranks 1 apart
+//                              %c2_i64)            // of the grid's 2
 //   %r = bufferization.to_tensor %rb restrict writable
 //   %rc = bufferization.to_tensor %rcb restrict writable
 //
@@ -35,6 +37,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/InterleavedRange.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_CONVERTMOETORUNTIME
@@ -63,9 +66,17 @@ std::string typeName(Type t) {
   return "";
 }
 
-/// Ranks in the group `axes` of `grid` spans (all axes when `allIfEmpty` and
-/// none are listed), or ShapedType::kDynamic.
-int64_t groupSize(shard::GridOp grid, ArrayRef<int16_t> axes, bool allIfEmpty) {
+/// The ranks a collective over `axes` of `grid` runs among (all axes when
+/// `allIfEmpty` and none are listed): `size` ranks `stride` apart (the
+/// runtime's comm::group), of the grid's `total`. Ranks are the grid's
+/// row-major linear indices, so an axis, or a run of adjacent axes, is such
+/// a group; other sets of axes, and dynamic sizes, are errors.
+struct GroupShape {
+  int64_t size = 1, stride = 1, total = 1;
+};
+
+FailureOr<GroupShape> groupShape(Operation *op, shard::GridOp grid,
+                                 ArrayRef<int16_t> axes, bool allIfEmpty) {
   ArrayRef<int64_t> shape = grid.getShape();
   SmallVector<int64_t> list;
   if (axes.empty() && allIfEmpty)
@@ -73,29 +84,37 @@ int64_t groupSize(shard::GridOp grid, ArrayRef<int16_t> axes, bool allIfEmpty) {
   else
     for (int16_t a : axes)
       list.push_back(a);
-  int64_t p = 1;
-  for (int64_t a : list) {
-    if (a < 0 || a >= int64_t(shape.size()) || ShapedType::isDynamic(shape[a]))
-      return ShapedType::kDynamic;
-    p *= shape[a];
-  }
-  return p;
-}
-
-/// The grids the runtime lowering supports: one axis of static size.
-LogicalResult checkGrid(Operation *op, shard::GridOp grid) {
-  if (grid.getRank() != 1)
-    return op->emitOpError("runs over the ")
-           << grid.getRank() << "-d grid @" << grid.getSymName()
-           << "; -convert-moe-to-runtime lowers collectives over 1-d grids "
-              "only (one communicator of all ranks, as -moe-expert-parallel "
-              "makes)";
-  if (ShapedType::isDynamic(grid.getShape()[0]))
+  auto dynamic = [&]() {
     return op->emitOpError("runs over @")
            << grid.getSymName()
            << ", whose size is dynamic; -convert-moe-to-runtime needs the "
               "number of ranks at compile time";
-  return success();
+  };
+  GroupShape g;
+  for (int64_t a : list) {
+    if (a < 0 || a >= int64_t(shape.size()))
+      return op->emitOpError("names axis ") << a << " of the " << shape.size()
+                                            << "-d grid @" << grid.getSymName();
+    if (ShapedType::isDynamic(shape[a]))
+      return dynamic();
+    g.size *= shape[a];
+  }
+  if (g.size == 1)
+    return g; // one rank: no group to find
+  for (auto [i, a] : llvm::enumerate(list))
+    if (i > 0 && a != list[i - 1] + 1)
+      return op->emitOpError("runs over axes ")
+             << llvm::interleaved_array(list) << " of @" << grid.getSymName()
+             << "; -convert-moe-to-runtime lowers collectives over one axis "
+                "or adjacent axes, in order (a group of ranks evenly apart)";
+  for (auto [a, n] : llvm::enumerate(shape)) {
+    if (ShapedType::isDynamic(n))
+      return dynamic();
+    g.total *= n;
+    if (int64_t(a) > list.back())
+      g.stride *= n;
+  }
+  return g;
 }
 
 struct ConvertMoEToRuntimePass
@@ -174,6 +193,23 @@ struct ConvertMoEToRuntimePass
         b.getUnitAttr(), b.getUnitAttr());
   }
 
+  /// Puts `b` where a started collective of `operands` goes: after their
+  /// definitions in `block` and after the collectives started before it in
+  /// program order (they keep their order).
+  void setStartPoint(OpBuilder &b, Block *block, ValueRange operands) {
+    Operation *last = lastStart.lookup(block);
+    for (Value v : operands) {
+      Operation *def = v.getDefiningOp();
+      if (def && def->getBlock() == block &&
+          (!last || last->isBeforeInBlock(def)))
+        last = def;
+    }
+    if (last)
+      b.setInsertionPointAfter(last);
+    else
+      b.setInsertionPointToStart(block);
+  }
+
   /// The first op of `block` that reads `v` (itself or inside its regions),
   /// or the terminator.
   static Operation *firstReaderInBlock(Value v, Block *block) {
@@ -216,12 +252,12 @@ struct ConvertMoEToRuntimePass
     return {data, scales};
   }
 
-  LogicalResult lowerAllToAll(ModuleOp module, AllToAllOp op, int64_t p) {
+  LogicalResult lowerAllToAll(ModuleOp module, AllToAllOp op, GroupShape g) {
     if (isa<MXTensorType>(op.getInput().getType())) {
       auto [data, scales] = splitMX(op);
-      if (failed(lowerAllToAll(module, data, p)))
+      if (failed(lowerAllToAll(module, data, g)))
         return failure();
-      return lowerAllToAll(module, scales, p);
+      return lowerAllToAll(module, scales, g);
     }
     Location loc = op.getLoc();
     OpBuilder b(op);
@@ -264,7 +300,8 @@ struct ConvertMoEToRuntimePass
     // (bit 0: input, bit 1: result) and the slots' padding.
     int64_t layout =
         (op.getSlotMajorInput() ? 1 : 0) | (op.getSlotMajorResult() ? 2 : 0);
-    SmallVector<Type> argTypes = {rowsDyn, countsDyn, rowsDyn, countsDyn, i64};
+    SmallVector<Type> argTypes = {rowsDyn, countsDyn, rowsDyn, countsDyn,
+                                  i64,     i64,       i64};
     if (layout)
       argTypes.append({i64, i64});
     auto fnType = FunctionType::get(&getContext(), argTypes, startResults);
@@ -292,22 +329,10 @@ struct ConvertMoEToRuntimePass
       (*waitFn).setArgAttr(1, kRowsUnreadAttr, b.getUnitAttr());
     }
 
-    // With overlap, the exchange starts as soon as its operands are there
-    // (and after the exchanges started before it: they keep their order).
+    // With overlap, the exchange starts as soon as its operands are there.
     Block *block = op->getBlock();
-    if (overlap) {
-      Operation *last = lastStart.lookup(block);
-      for (Value v : {Value(op.getInput()), Value(op.getSendCounts())}) {
-        Operation *def = v.getDefiningOp();
-        if (def && def->getBlock() == block &&
-            (!last || last->isBeforeInBlock(def)))
-          last = def;
-      }
-      if (last)
-        b.setInsertionPointAfter(last);
-      else
-        b.setInsertionPointToStart(block);
-    }
+    if (overlap)
+      setStartPoint(b, block, {op.getInput(), op.getSendCounts()});
     if (wide)
       counts = arith::TruncIOp::create(b, loc, counts32Type, counts);
     auto [inBuf, inDyn] = inputBuffer(b, loc, op.getInput());
@@ -316,8 +341,9 @@ struct ConvertMoEToRuntimePass
     Value recvBuf = newBuffer(b, loc, counts32Type, countsBuf);
     Value outDyn = memref::CastOp::create(b, loc, rowsDyn, outBuf);
     Value recvDyn = memref::CastOp::create(b, loc, countsDyn, recvBuf);
-    SmallVector<Value> args = {inDyn, countsDynV, outDyn, recvDyn,
-                               arith::ConstantIntOp::create(b, loc, p, 64)};
+    SmallVector<Value> args = {inDyn, countsDynV, outDyn, recvDyn};
+    for (int64_t v : {g.size, g.stride, g.total})
+      args.push_back(arith::ConstantIntOp::create(b, loc, v, 64));
     if (layout) {
       args.push_back(arith::ConstantIntOp::create(b, loc, layout, 64));
       args.push_back(arith::ConstantIntOp::create(b, loc, op.getPadTo(), 64));
@@ -377,7 +403,7 @@ struct ConvertMoEToRuntimePass
   }
 
   LogicalResult lowerAllReduce(ModuleOp module, shard::AllReduceOp op,
-                               int64_t p) {
+                               GroupShape g) {
     Location loc = op.getLoc();
     OpBuilder b(op);
     auto inType = dyn_cast<RankedTensorType>(op.getInput().getType());
@@ -395,63 +421,132 @@ struct ConvertMoEToRuntimePass
              << resType.getElementType()
              << " values; the communication runtime has f32, f64, bf16, f16, "
                 "i32 and i64";
-    FailureOr<Value> input =
-        convertElements(b, loc, op.getInput(), resType.getElementType());
-    if (failed(input))
-      return op.emitOpError("converts ")
-             << inType.getElementType() << " to " << resType.getElementType()
-             << "; only float widening/narrowing, int to float and int "
-                "widening/narrowing are supported";
-    auto flatDyn =
-        MemRefType::get({ShapedType::kDynamic}, resType.getElementType());
-    auto fnType = FunctionType::get(&getContext(),
-                                    {flatDyn, flatDyn, b.getI64Type()}, {});
-    auto fn = declare(module, "moert_all_reduce_sum_" + dtype, fnType,
+    Type elt = resType.getElementType();
+    Type i64 = b.getI64Type();
+    auto flatDyn = MemRefType::get({ShapedType::kDynamic}, elt);
+    std::string entry =
+        "moert_all_reduce_sum_" + std::string(overlap ? "start_" : "") + dtype;
+    auto fn = declare(module, entry,
+                      FunctionType::get(&getContext(),
+                                        {flatDyn, flatDyn, i64, i64, i64},
+                                        overlap ? TypeRange(i64) : TypeRange()),
                       /*cInterface=*/true, loc);
     if (failed(fn))
       return failure();
+    FailureOr<func::FuncOp> waitFn;
+    if (overlap) {
+      waitFn =
+          declare(module, "moert_all_reduce_sum_wait_" + dtype,
+                  FunctionType::get(&getContext(),
+                                    {i64, anyLayout(flatDyn), flatDyn}, {}),
+                  /*cInterface=*/true, loc);
+      if (failed(waitFn))
+        return failure();
+    }
 
-    auto bufType =
-        MemRefType::get(resType.getShape(), resType.getElementType());
-    Value inBuf = bufferization::ToBufferOp::create(b, loc, bufType, *input,
-                                                    /*read_only=*/true);
-    Value outBuf = newBuffer(b, loc, resType, inBuf);
-    // Both as one run of values.
-    auto flat = [&](Value buf) -> Value {
-      int64_t rank = resType.getRank();
-      Value v = buf;
-      if (rank == 0) {
-        v = memref::ExpandShapeOp::create(
-            b, loc, MemRefType::get({1}, resType.getElementType()), v,
-            ArrayRef<ReassociationIndices>{},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
-      } else if (rank > 1) {
-        ReassociationIndices all = llvm::to_vector(llvm::seq<int64_t>(0, rank));
-        v = memref::CollapseShapeOp::create(
-            b, loc, v, ArrayRef<ReassociationIndices>{all});
-      }
-      return memref::CastOp::create(b, loc, flatDyn, v);
-    };
-    Value group = arith::ConstantIntOp::create(b, loc, p, 64);
-    func::CallOp::create(b, loc, *fn,
-                         ValueRange{flat(inBuf), flat(outBuf), group});
-    op.getResult().replaceAllUsesWith(toTensor(b, loc, outBuf));
+    // With overlap, the sum starts as soon as its input is there.
+    Block *block = op->getBlock();
+    if (overlap)
+      setStartPoint(b, block, {op.getInput()});
+    FailureOr<Value> input = convertElements(b, loc, op.getInput(), elt);
+    if (failed(input))
+      return op.emitOpError("converts ")
+             << inType.getElementType() << " to " << elt
+             << "; only float widening/narrowing, int to float and int "
+                "widening/narrowing are supported";
+    // Both as one run of values: the tensors flattened (views once
+    // bufferized).
+    int64_t rank = resType.getRank(), n = resType.getNumElements();
+    auto flatType = RankedTensorType::get({n}, elt);
+    ReassociationIndices all = llvm::to_vector(llvm::seq<int64_t>(0, rank));
+    SmallVector<ReassociationIndices> groups;
+    if (rank > 0)
+      groups.push_back(all);
+    Value flatIn = *input;
+    if (rank == 0)
+      flatIn = tensor::ExpandShapeOp::create(
+          b, loc, flatType, flatIn, groups,
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+    else if (rank > 1)
+      flatIn = tensor::CollapseShapeOp::create(b, loc, flatIn, groups);
+    auto [inBuf, inDyn] = inputBuffer(b, loc, flatIn);
+    Value outBuf = newBuffer(b, loc, flatType, inBuf);
+    Value outDyn = memref::CastOp::create(b, loc, flatDyn, outBuf);
+    SmallVector<Value> args = {inDyn, outDyn};
+    for (int64_t v : {g.size, g.stride, g.total})
+      args.push_back(arith::ConstantIntOp::create(b, loc, v, 64));
+    auto call = func::CallOp::create(b, loc, *fn, args);
+    if (overlap) {
+      lastStart[block] = call;
+      // The sums are waited for where they are first needed; the input is
+      // read again there (see the exchange's wait above).
+      b.setInsertionPoint(firstReaderInBlock(op.getResult(), block));
+      Value again = bufferization::ToBufferOp::create(
+          b, loc, anyLayout(MemRefType::get({n}, elt)), flatIn,
+          /*read_only=*/true);
+      Value againDyn =
+          memref::CastOp::create(b, loc, anyLayout(flatDyn), again);
+      func::CallOp::create(b, loc, *waitFn,
+                           ValueRange{call.getResult(0), againDyn, outDyn});
+    }
+    Value result = toTensor(b, loc, outBuf);
+    if (rank == 0)
+      result = tensor::CollapseShapeOp::create(b, loc, resType, result, groups);
+    else if (rank > 1)
+      result = tensor::ExpandShapeOp::create(b, loc, resType, result, groups);
+    op.getResult().replaceAllUsesWith(result);
     op.erase();
     return success();
   }
 
-  LogicalResult lowerProcessIndex(ModuleOp module,
-                                  shard::ProcessLinearIndexOp op) {
-    Location loc = op.getLoc();
-    OpBuilder b(op);
+  /// This process's rank (its linear index in every grid), as an index.
+  FailureOr<Value> rank(ModuleOp module, OpBuilder &b, Location loc) {
     auto fn = declare(module, "moert_comm_rank",
                       FunctionType::get(&getContext(), {}, {b.getI32Type()}),
                       /*cInterface=*/false, loc);
     if (failed(fn))
       return failure();
     Value r = func::CallOp::create(b, loc, *fn, ValueRange{}).getResult(0);
-    op.getResult().replaceAllUsesWith(
-        arith::IndexCastOp::create(b, loc, b.getIndexType(), r).getResult());
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), r).getResult();
+  }
+
+  /// shard.process_multi_index: each axis' coordinate of the rank, (rank /
+  /// the later axes' product) mod the axis' size.
+  LogicalResult lowerMultiIndex(ModuleOp module, shard::ProcessMultiIndexOp op,
+                                shard::GridOp grid) {
+    Location loc = op.getLoc();
+    OpBuilder b(op);
+    ArrayRef<int64_t> shape = grid.getShape();
+    SmallVector<int64_t> axes;
+    if (op.getAxes().empty())
+      axes = llvm::to_vector(llvm::seq<int64_t>(0, shape.size()));
+    else
+      for (int16_t a : op.getAxes())
+        axes.push_back(a);
+    Value r;
+    for (auto [i, a] : llvm::enumerate(axes)) {
+      FailureOr<GroupShape> g = groupShape(
+          op, grid, ArrayRef<int16_t>{int16_t(a)}, /*allIfEmpty=*/false);
+      if (failed(g))
+        return failure();
+      Value coordinate;
+      if (g->size == 1) {
+        coordinate = arith::ConstantIndexOp::create(b, loc, 0);
+      } else {
+        if (!r) {
+          FailureOr<Value> made = rank(module, b, loc);
+          if (failed(made))
+            return failure();
+          r = *made;
+        }
+        coordinate = arith::RemUIOp::create(
+            b, loc,
+            arith::DivUIOp::create(
+                b, loc, r, arith::ConstantIndexOp::create(b, loc, g->stride)),
+            arith::ConstantIndexOp::create(b, loc, g->size));
+      }
+      op.getResult()[i].replaceAllUsesWith(coordinate);
+    }
     op.erase();
     return success();
   }
@@ -462,7 +557,8 @@ struct ConvertMoEToRuntimePass
     SymbolTableCollection symbols;
     SmallVector<Operation *> ops;
     module.walk([&](Operation *op) {
-      if (isa<AllToAllOp, shard::AllReduceOp, shard::ProcessLinearIndexOp>(op))
+      if (isa<AllToAllOp, shard::AllReduceOp, shard::ProcessLinearIndexOp,
+              shard::ProcessMultiIndexOp>(op))
         ops.push_back(op);
     });
     llvm::SetVector<Operation *> grids;
@@ -477,15 +573,19 @@ struct ConvertMoEToRuntimePass
       grids.insert(grid);
       LogicalResult result = success();
       if (auto a2a = dyn_cast<AllToAllOp>(op)) {
-        int64_t p = groupSize(grid, a2a.getGridAxes(), /*allIfEmpty=*/true);
-        if (p == 1)
+        FailureOr<GroupShape> g =
+            groupShape(op, grid, a2a.getGridAxes(), /*allIfEmpty=*/true);
+        if (failed(g))
+          return signalPassFailure();
+        if (g->size == 1)
           continue; // -convert-moe-to-linalg copies
-        result = checkGrid(op, grid);
-        if (succeeded(result))
-          result = lowerAllToAll(module, a2a, p);
+        result = lowerAllToAll(module, a2a, *g);
       } else if (auto reduce = dyn_cast<shard::AllReduceOp>(op)) {
-        int64_t p = groupSize(grid, reduce.getGridAxes(), /*allIfEmpty=*/false);
-        if (p == 1) {
+        FailureOr<GroupShape> g =
+            groupShape(op, grid, reduce.getGridAxes(), /*allIfEmpty=*/false);
+        if (failed(g))
+          return signalPassFailure();
+        if (g->size == 1) {
           // Nothing to sum with: the input, in the result's element type.
           OpBuilder b(op);
           auto resType = dyn_cast<RankedTensorType>(reduce.getType());
@@ -501,22 +601,24 @@ struct ConvertMoEToRuntimePass
           op->erase();
           continue;
         }
-        result = checkGrid(op, grid);
-        if (succeeded(result))
-          result = lowerAllReduce(module, reduce, p);
+        result = lowerAllReduce(module, reduce, *g);
+      } else if (auto multi = dyn_cast<shard::ProcessMultiIndexOp>(op)) {
+        result = lowerMultiIndex(module, multi, grid);
       } else {
         auto index = cast<shard::ProcessLinearIndexOp>(op);
-        int64_t p = groupSize(grid, {}, /*allIfEmpty=*/true);
-        if (p == 1) {
-          OpBuilder b(op);
-          index.getResult().replaceAllUsesWith(
-              arith::ConstantIndexOp::create(b, op->getLoc(), 0).getResult());
-          op->erase();
-          continue;
-        }
-        result = checkGrid(op, grid);
-        if (succeeded(result))
-          result = lowerProcessIndex(module, index);
+        FailureOr<GroupShape> g = groupShape(op, grid, {}, /*allIfEmpty=*/true);
+        if (failed(g))
+          return signalPassFailure();
+        OpBuilder b(op);
+        FailureOr<Value> r =
+            g->size == 1 ? FailureOr<Value>(arith::ConstantIndexOp::create(
+                                                b, op->getLoc(), 0)
+                                                .getResult())
+                         : rank(module, b, op->getLoc());
+        if (failed(r))
+          return signalPassFailure();
+        index.getResult().replaceAllUsesWith(*r);
+        op->erase();
       }
       if (failed(result))
         return signalPassFailure();

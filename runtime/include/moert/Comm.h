@@ -104,6 +104,7 @@
 #ifdef __cplusplus
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace moert::comm {
 
@@ -176,6 +177,15 @@ public:
   virtual void allReduceSum(const void *in, void *out, int64_t count,
                             DType type) = 0;
 
+  /// allReduceSum that runs in the background: `in` and `out` must be left
+  /// alone until the returned reduction's wait(), after which `out` holds
+  /// the sums. Reductions and exchanges started on a communicator complete
+  /// in the order they were started. Backends that cannot overlap (and
+  /// every backend when MOERT_COMM_OVERLAP=0) finish the reduction here and
+  /// return one that is complete.
+  virtual std::unique_ptr<Pending> allReduceSumStart(const void *in, void *out,
+                                                     int64_t count, DType type);
+
   virtual void barrier() = 0;
 
   /// Reports an error of a collective on this rank: aborts the communicator
@@ -187,6 +197,26 @@ public:
 
   /// The first failure of this communicator (fail), empty while it works.
   const std::string &failure() const { return failure_; }
+
+  /// A communicator over a group of this one's ranks (group() chooses
+  /// them): `colors` disjoint groups of `size` ranks each; this rank is in
+  /// group `color`, at place `key`. Collective: every rank of this
+  /// communicator calls it, in the same order as its collectives. The
+  /// default refuses (a backend that cannot form groups).
+  virtual std::unique_ptr<Communicator> split(int color, int colors, int key,
+                                              int size);
+
+  /// The ranks of the job (world()) this communicator's ranks are, by
+  /// their rank here; empty for the job's own communicators. Messages name
+  /// a group's ranks by both.
+  const std::vector<int> &members() const { return members_; }
+  virtual void setMembers(std::vector<int> members) {
+    members_ = std::move(members);
+  }
+  /// This rank in the job: members()[rank()], or rank().
+  int jobRank() const {
+    return members_.empty() ? rank() : members_[size_t(rank())];
+  }
 
   /// For a tool's error path, after it has said why it stops: makes sure
   /// no other rank waits for this one. Under MPI, MPI_Abort ends the whole
@@ -201,6 +231,7 @@ protected:
 
 private:
   std::string failure_;
+  std::vector<int> members_;
 };
 
 /// abort(code) on every communicator made so far, and MPI_Abort if MPI was
@@ -217,6 +248,18 @@ Communicator &world();
 /// they are given device memory): NCCL, or MPI through host memory (see
 /// "Backends" above). Same ranks as world().
 Communicator &deviceWorld();
+
+/// The group of `parent`'s ranks that holds this rank: `size` ranks
+/// `stride` apart, starting at `rank / (size * stride) * (size * stride) +
+/// rank % stride`. An axis `a` of a row-major grid over the ranks (rank =
+/// its linear index) is size = shape[a], stride = the product of the later
+/// axes' sizes; adjacent axes a..b are their sizes' product with b's stride.
+/// `parent` itself when size == parent.size(). Made on first use (every
+/// rank of `parent` must ask for the same groups in the same order: an SPMD
+/// program's collectives do) after a barrier of `parent`, so that a rank
+/// that is gone is reported within the deadline; kept until exit. Throws
+/// moert::Error when size * stride does not divide parent.size().
+Communicator &group(Communicator &parent, int size, int stride);
 
 /// Seconds a collective may wait for the other ranks (MOERT_COMM_TIMEOUT).
 double timeoutSeconds();
@@ -239,9 +282,11 @@ extern "C" {
 // {allocated, aligned, offset, sizes[rank], strides[rank]}), rows contiguous;
 // the `_mlir_ciface_` prefix is MLIR's name for a function taking them (the
 // program's declaration `func.func private @moert_all_to_all_f32(...)
-// attributes {llvm.emit_c_interface}` calls it). `group_size` is the number
-// of ranks the program was compiled for (its shard.grid); it must equal the
-// number launched.
+// attributes {llvm.emit_c_interface}` calls it). Every collective names its
+// ranks: `group_size` ranks `group_stride` apart, the group holding this
+// rank (comm::group: an axis, or adjacent axes, of the program's row-major
+// shard.grid), of a program compiled for `grid_size` ranks, which must be
+// the number launched.
 
 struct moert_memref1d {
   void *allocated;
@@ -266,7 +311,7 @@ struct moert_memref2d {
   void _mlir_ciface_moert_all_to_all_##T(                                      \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
       struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
-      int64_t group_size);
+      int64_t group_size, int64_t group_stride, int64_t grid_size);
 MOERT_DECLARE_ALL_TO_ALL(f32)
 MOERT_DECLARE_ALL_TO_ALL(bf16)
 MOERT_DECLARE_ALL_TO_ALL(f16)
@@ -289,7 +334,7 @@ MOERT_DECLARE_ALL_TO_ALL(f8e8m0fnu)
   int64_t _mlir_ciface_moert_all_to_all_start_##T(                             \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
       struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
-      int64_t group_size);                                                     \
+      int64_t group_size, int64_t group_stride, int64_t grid_size);            \
   void _mlir_ciface_moert_all_to_all_wait_##T(int64_t handle,                  \
                                               struct moert_memref2d *input,    \
                                               struct moert_memref2d *result);
@@ -311,11 +356,13 @@ MOERT_DECLARE_ALL_TO_ALL_ASYNC(f8e8m0fnu)
   void _mlir_ciface_moert_all_to_all_slots_##T(                                \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
       struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
-      int64_t group_size, int64_t layout, int64_t pad_to);                     \
+      int64_t group_size, int64_t group_stride, int64_t grid_size,             \
+      int64_t layout, int64_t pad_to);                                         \
   int64_t _mlir_ciface_moert_all_to_all_slots_start_##T(                       \
       struct moert_memref2d *input, struct moert_memref1d *send_counts,        \
       struct moert_memref2d *result, struct moert_memref1d *recv_counts,       \
-      int64_t group_size, int64_t layout, int64_t pad_to);
+      int64_t group_size, int64_t group_stride, int64_t grid_size,             \
+      int64_t layout, int64_t pad_to);
 MOERT_DECLARE_ALL_TO_ALL_SLOTS(f32)
 MOERT_DECLARE_ALL_TO_ALL_SLOTS(bf16)
 MOERT_DECLARE_ALL_TO_ALL_SLOTS(f16)
@@ -327,9 +374,9 @@ MOERT_DECLARE_ALL_TO_ALL_SLOTS(f8e8m0fnu)
 
 /// shard.all_reduce (sum), on the flattened tensor: result = sum of input.
 #define MOERT_DECLARE_ALL_REDUCE(T)                                            \
-  void _mlir_ciface_moert_all_reduce_sum_##T(struct moert_memref1d *input,     \
-                                             struct moert_memref1d *result,    \
-                                             int64_t group_size);
+  void _mlir_ciface_moert_all_reduce_sum_##T(                                  \
+      struct moert_memref1d *input, struct moert_memref1d *result,             \
+      int64_t group_size, int64_t group_stride, int64_t grid_size);
 MOERT_DECLARE_ALL_REDUCE(f32)
 MOERT_DECLARE_ALL_REDUCE(f64)
 MOERT_DECLARE_ALL_REDUCE(bf16)
@@ -338,7 +385,28 @@ MOERT_DECLARE_ALL_REDUCE(i32)
 MOERT_DECLARE_ALL_REDUCE(i64)
 #undef MOERT_DECLARE_ALL_REDUCE
 
-/// shard.process_linear_index of a 1-d grid: this process's rank.
+/// The same sum in two calls, so that compute runs while it travels
+/// (-convert-moe-to-runtime{overlap=true}): `start` checks the buffers and
+/// starts the reduction, returning a handle; `wait` returns once `result`
+/// holds the sums. The program leaves `input` and `result` untouched in
+/// between and passes them to `wait` again (checked against the handle).
+#define MOERT_DECLARE_ALL_REDUCE_ASYNC(T)                                      \
+  int64_t _mlir_ciface_moert_all_reduce_sum_start_##T(                         \
+      struct moert_memref1d *input, struct moert_memref1d *result,             \
+      int64_t group_size, int64_t group_stride, int64_t grid_size);            \
+  void _mlir_ciface_moert_all_reduce_sum_wait_##T(                             \
+      int64_t handle, struct moert_memref1d *input,                            \
+      struct moert_memref1d *result);
+MOERT_DECLARE_ALL_REDUCE_ASYNC(f32)
+MOERT_DECLARE_ALL_REDUCE_ASYNC(f64)
+MOERT_DECLARE_ALL_REDUCE_ASYNC(bf16)
+MOERT_DECLARE_ALL_REDUCE_ASYNC(f16)
+MOERT_DECLARE_ALL_REDUCE_ASYNC(i32)
+MOERT_DECLARE_ALL_REDUCE_ASYNC(i64)
+#undef MOERT_DECLARE_ALL_REDUCE_ASYNC
+
+/// shard.process_linear_index: this process's rank (its linear index in
+/// the grid).
 int32_t moert_comm_rank(void);
 /// The number of ranks launched.
 int32_t moert_comm_size(void);

@@ -11,13 +11,16 @@
 // for bit. Used by moe-train (after compiling) and by moert-train (with an
 // artifact compiled elsewhere, on a machine without MLIR).
 //
-// A step compiled for N expert-parallel ranks trains on N ranks (a launcher
-// such as mpirun): each rank takes its rows of a step's N * batch (the
-// same rows, in the same order, as one rank with N times the batch), its
-// experts' rows of the state (the seeded initialization, --init-from and a
-// checkpoint are read whole and split), and writes its own checkpoint file
-// (Train.h: writeCheckpointIndex); the first rank writes the metrics, the
-// plot and the messages. --out must be a directory every rank sees.
+// A step compiled for D data-parallel copies of N expert-parallel ranks
+// (manifest meta `ranks D N`; D = 1 when absent) trains on D * N ranks (a
+// launcher such as mpirun): each rank takes its rows of a step's D * N *
+// batch (the same rows, in the same order, as one rank with D * N times the
+// batch) and its experts' rows of the state (those of its place in its
+// group of N, rank mod N; the seeded initialization, --init-from and a
+// checkpoint are read and split). The first group writes one checkpoint
+// file per rank (Train.h: writeCheckpointIndex; one file when N = 1); the
+// first rank writes the metrics, the plot and the messages. --out must be a
+// directory every rank sees.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAINER_H

@@ -16,7 +16,8 @@
 // PTX: ptxas accepted {{[1-9][0-9]*}} kernel modules for sm_90a
 // SYMS-DAG: T _mlir_ciface_layer
 // SYMS-DAG: T _mlir_ciface_router_grad
-// SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_f32
+// SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_start_f32
+// SYMS-DAG: U _mlir_ciface_moert_all_reduce_sum_wait_f32
 // SYMS-DAG: U _mlir_ciface_moert_all_to_all_slots_start_f32
 // SYMS-DAG: U _mlir_ciface_moert_all_to_all_wait_f32
 // TRAIN: U _mlir_ciface_moert_all_to_all_slots_start_f32
@@ -52,7 +53,8 @@
 // CHECK: llvm.return
 // CHECK-LABEL: llvm.func @router_grad(
 // CHECK-COUNT-2: llvm.call @moert_all_to_all_slots_start_f32(
-// CHECK: llvm.call @moert_all_reduce_sum_f32(
+// CHECK: %[[HR:.*]] = llvm.call @moert_all_reduce_sum_start_f32(
+// CHECK: llvm.call @moert_all_reduce_sum_wait_f32(%[[HR]],
 // CHECK: llvm.return
 
 // With chunks=2: both chunks' rows go out before the first chunk's experts

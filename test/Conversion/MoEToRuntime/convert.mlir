@@ -9,6 +9,7 @@
 // CHECK-LABEL: func.func @exchange
 // CHECK-SAME: (%[[X:.*]]: tensor<8x16xf32>, %[[C:.*]]: tensor<4xi32>)
 // CHECK-DAG: %[[G:.*]] = arith.constant 2 : i64
+// CHECK-DAG: %[[S:.*]] = arith.constant 1 : i64
 // CHECK-DAG: %[[XB:.*]] = bufferization.to_buffer %[[X]] read_only : tensor<8x16xf32> to memref<8x16xf32>
 // CHECK-DAG: %[[XD:.*]] = memref.cast %[[XB]] : memref<8x16xf32> to memref<?x?xf32>
 // CHECK-DAG: %[[CB:.*]] = bufferization.to_buffer %[[C]] read_only : tensor<4xi32> to memref<4xi32>
@@ -17,11 +18,11 @@
 // CHECK-DAG: %[[RC:.*]] = memref.alloc() : memref<4xi32>
 // CHECK-DAG: %[[RD:.*]] = memref.cast %[[R]] : memref<16x16xf32> to memref<?x?xf32>
 // CHECK-DAG: %[[RCD:.*]] = memref.cast %[[RC]] : memref<4xi32> to memref<?xi32>
-// CHECK: call @moert_all_to_all_f32(%[[XD]], %[[CD]], %[[RD]], %[[RCD]], %[[G]]) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> ()
+// CHECK: call @moert_all_to_all_f32(%[[XD]], %[[CD]], %[[RD]], %[[RCD]], %[[G]], %[[S]], %{{.*}}) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) -> ()
 // CHECK-DAG: %[[RT:.*]] = bufferization.to_tensor %[[R]] restrict writable : memref<16x16xf32> to tensor<16x16xf32>
 // CHECK-DAG: %[[RCT:.*]] = bufferization.to_tensor %[[RC]] restrict writable : memref<4xi32> to tensor<4xi32>
 // CHECK: return %[[RT]], %[[RCT]]
-// CHECK: func.func private @moert_all_to_all_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
 // The CPU pipeline (overlap on: a start and a wait) bufferizes it and calls
 // the runtime's C interface.
 // LLVM-LABEL: llvm.func @exchange
@@ -29,7 +30,7 @@
 // LLVM: llvm.call @moert_all_to_all_wait_f32(%[[H]],
 // LLVM: llvm.func private @moert_all_to_all_start_f32(
 // LLVM: llvm.call @_mlir_ciface_moert_all_to_all_start_f32(
-// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_start_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i64
+// LLVM: llvm.func @_mlir_ciface_moert_all_to_all_start_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i64
 // LLVM: llvm.func @_mlir_ciface_moert_all_to_all_wait_f32(i64, !llvm.ptr, !llvm.ptr)
 shard.grid @ep(shape = 2)
 func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf32>, tensor<4xi32>) {
@@ -45,13 +46,10 @@ func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf3
 // the padding on the call (its rows lie between padding, not in the first
 // sum(counts); the declaration serves every layout).
 // CHECK-LABEL: func.func @slots
-// CHECK-DAG: %[[G:.*]] = arith.constant 2 : i64
-// CHECK-DAG: %[[L2:.*]] = arith.constant 2 : i64
-// CHECK-DAG: %[[P4:.*]] = arith.constant 4 : i64
-// CHECK: call @moert_all_to_all_slots_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[L2]], %[[P4]]) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) -> ()
-// CHECK: call @moert_all_to_all_slots_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {moe.rows_in_slots_padded_to = 4 : i64} : (memref<?x?xbf16>, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) -> ()
-// CHECK: func.func private @moert_all_to_all_slots_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
-// CHECK: func.func private @moert_all_to_all_slots_bf16(memref<?x?xbf16> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64) attributes {llvm.emit_c_interface}
+// CHECK: call @moert_all_to_all_slots_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %c2_i64, %c1_i64, %c2_i64{{[_0-9]*}}, %c2_i64{{[_0-9]*}}, %c4_i64) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64, i64, i64) -> ()
+// CHECK: call @moert_all_to_all_slots_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {moe.rows_in_slots_padded_to = 4 : i64} : (memref<?x?xbf16>, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64, i64, i64) -> ()
+// CHECK: func.func private @moert_all_to_all_slots_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64, i64, i64) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_slots_bf16(memref<?x?xbf16> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xbf16>, memref<?xi32>, i64, i64, i64, i64, i64) attributes {llvm.emit_c_interface}
 shard.grid @ep(shape = 2)
 func.func @slots(%x: tensor<8x16xf32>, %y: tensor<40x16xbf16>, %c: tensor<4xi32>)
     -> (tensor<40x16xf32>, tensor<8x16xbf16>) {
@@ -72,8 +70,7 @@ func.func @slots(%x: tensor<8x16xf32>, %y: tensor<40x16xbf16>, %c: tensor<4xi32>
 // CHECK: %[[RC:.*]] = bufferization.to_tensor %{{.*}} restrict writable : memref<4xi32> to tensor<4xi32>
 // CHECK: arith.extsi %[[RC]] : tensor<4xi32> to tensor<4xi64>
 // CHECK: call @moert_all_to_all_bf16(
-// CHECK: %[[N:.*]] = arith.constant 4 : i64
-// CHECK: call @moert_all_to_all_bf16({{.*}}, %[[N]])
+// CHECK: call @moert_all_to_all_bf16({{.*}}, %c4_i64, %c1_i64{{[_0-9]*}}, %c4_i64{{[_0-9]*}})
 // CHECK-COUNT-1: func.func private @moert_all_to_all_bf16
 // LLVM-LABEL: llvm.func @bf16_i64
 // LLVM-COUNT-2: llvm.call @moert_all_to_all_start_bf16(
@@ -94,22 +91,22 @@ func.func @bf16_i64(%x: tensor<8x16xbf16>, %c: tensor<4xi64>) -> (tensor<8x16xbf
 // Sums over the grid: the flattened tensor; the input is converted to the
 // result's element type first. The rank is the runtime's.
 // CHECK-LABEL: func.func @reduce
-// CHECK: %[[B:.*]] = bufferization.to_buffer %{{.*}} read_only : tensor<4x8xf32> to memref<4x8xf32>
-// CHECK: %[[O:.*]] = memref.alloc() : memref<4x8xf32>
-// CHECK: %[[BF:.*]] = memref.collapse_shape %[[B]] {{\[\[}}0, 1]] : memref<4x8xf32> into memref<32xf32>
-// CHECK: %[[BD:.*]] = memref.cast %[[BF]] : memref<32xf32> to memref<?xf32>
-// CHECK: %[[OF:.*]] = memref.collapse_shape %[[O]] {{\[\[}}0, 1]]
-// CHECK: %[[OD:.*]] = memref.cast %[[OF]]
-// CHECK: call @moert_all_reduce_sum_f32(%[[BD]], %[[OD]], %{{.*}}) : (memref<?xf32>, memref<?xf32>, i64) -> ()
-// CHECK: bufferization.to_tensor %[[O]] restrict writable : memref<4x8xf32> to tensor<4x8xf32>
+// CHECK: %[[F:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1]] : tensor<4x8xf32> into tensor<32xf32>
+// CHECK: %[[B:.*]] = bufferization.to_buffer %[[F]] read_only : tensor<32xf32> to memref<32xf32>
+// CHECK: %[[BD:.*]] = memref.cast %[[B]] : memref<32xf32> to memref<?xf32>
+// CHECK: %[[O:.*]] = memref.alloc() : memref<32xf32>
+// CHECK: %[[OD:.*]] = memref.cast %[[O]] : memref<32xf32> to memref<?xf32>
+// CHECK: call @moert_all_reduce_sum_f32(%[[BD]], %[[OD]], %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?xf32>, memref<?xf32>, i64, i64, i64) -> ()
+// CHECK: %[[T:.*]] = bufferization.to_tensor %[[O]] restrict writable : memref<32xf32> to tensor<32xf32>
+// CHECK: tensor.expand_shape %[[T]] {{\[\[}}0, 1]] output_shape [4, 8] : tensor<32xf32> into tensor<4x8xf32>
 // CHECK: %[[W:.*]] = arith.extf %{{.*}} : tensor<3xf16> to tensor<3xf32>
 // CHECK: bufferization.to_buffer %[[W]] read_only
 // CHECK: call @moert_all_reduce_sum_f32(
-// CHECK: memref.expand_shape %{{.*}} [] output_shape [1] : memref<f64> into memref<1xf64>
+// CHECK: tensor.expand_shape %{{.*}} [] output_shape [1] : tensor<f64> into tensor<1xf64>
 // CHECK: call @moert_all_reduce_sum_f64(
 // CHECK: %[[R:.*]] = call @moert_comm_rank() : () -> i32
 // CHECK: arith.index_cast %[[R]] : i32 to index
-// CHECK: func.func private @moert_all_reduce_sum_f32(memref<?xf32>, memref<?xf32>, i64) attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_reduce_sum_f32(memref<?xf32>, memref<?xf32>, i64, i64, i64) attributes {llvm.emit_c_interface}
 // CHECK: func.func private @moert_comm_rank() -> i32
 // CHECK-NOT: llvm.emit_c_interface
 // LLVM-LABEL: llvm.func @reduce
@@ -123,6 +120,34 @@ func.func @reduce(%g: tensor<4x8xf32>, %h: tensor<3xf16>, %s: tensor<f64>)
   %2 = shard.all_reduce %s on @ep grid_axes = [0] : tensor<f64> -> tensor<f64>
   %3 = shard.process_linear_index on @ep : index
   return %0, %1, %2, %3 : tensor<4x8xf32>, tensor<3xf32>, tensor<f64>, index
+}
+
+// -----
+
+// A 2 x 3 grid (data x expert parallel, rank = 3 d + e): an exchange over
+// axis 1 runs among 3 ranks 1 apart, a sum over axis 0 among 2 ranks 3
+// apart, a sum over both among all 6; the coordinate on axis 1 is rank mod 3,
+// on axis 0 rank / 3 (mod 2).
+// CHECK-LABEL: func.func @grid_2d
+// CHECK: call @moert_all_to_all_f32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %c3_i64, %c1_i64, %c6_i64)
+// CHECK: call @moert_all_reduce_sum_f32(%{{.*}}, %{{.*}}, %c2_i64, %c3_i64{{.*}}, %c6_i64{{.*}})
+// CHECK: call @moert_all_reduce_sum_f32(%{{.*}}, %{{.*}}, %c6_i64{{.*}}, %c1_i64{{.*}}, %c6_i64{{.*}})
+// CHECK: %[[R32:.*]] = call @moert_comm_rank() : () -> i32
+// CHECK: %[[R:.*]] = arith.index_cast %[[R32]] : i32 to index
+// CHECK: %[[D0:.*]] = arith.divui %[[R]], %c3
+// CHECK: %[[A0:.*]] = arith.remui %[[D0]], %c2
+// CHECK: %[[D1:.*]] = arith.divui %[[R]], %c1
+// CHECK: %[[A1:.*]] = arith.remui %[[D1]], %c3
+// CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %[[A1]], %[[A0]]
+shard.grid @dpep(shape = 2x3)
+func.func @grid_2d(%x: tensor<8x16xf32>, %c: tensor<6xi32>, %g: tensor<4xf32>)
+    -> (tensor<24x16xf32>, tensor<4xf32>, tensor<4xf32>, index, index) {
+  %r, %rc = moe.all_to_all %x, %c on @dpep grid_axes = [1]
+      : tensor<8x16xf32>, tensor<6xi32> -> tensor<24x16xf32>, tensor<6xi32>
+  %s0 = shard.all_reduce %g on @dpep grid_axes = [0] : tensor<4xf32> -> tensor<4xf32>
+  %s01 = shard.all_reduce %g on @dpep grid_axes = [0, 1] : tensor<4xf32> -> tensor<4xf32>
+  %i:2 = shard.process_multi_index on @dpep : index, index
+  return %r, %s0, %s01, %i#1, %i#0 : tensor<24x16xf32>, tensor<4xf32>, tensor<4xf32>, index, index
 }
 
 // -----

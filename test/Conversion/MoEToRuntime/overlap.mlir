@@ -19,7 +19,7 @@
 // CHECK: %[[XD:.*]] = memref.cast %[[XB]]
 // CHECK: %[[R:.*]] = memref.alloc() : memref<16x16xf32>
 // CHECK: %[[RD:.*]] = memref.cast %[[R]]
-// CHECK: %[[H:.*]] = call @moert_all_to_all_start_f32(%[[XD]], %{{.*}}, %[[RD]], %{{.*}}, %{{.*}}) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64
+// CHECK: %[[H:.*]] = call @moert_all_to_all_start_f32(%[[XD]], %{{.*}}, %[[RD]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x?xf32>, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) -> i64
 // CHECK: %[[RC:.*]] = bufferization.to_tensor %{{.*}} restrict writable : memref<4xi32> to tensor<4xi32>
 // CHECK: %[[U:.*]] = arith.addf %[[Z]], %[[Z]]
 // CHECK: %[[N:.*]] = arith.addi %[[RC]], %[[RC]]
@@ -33,7 +33,7 @@
 // The exchange reads the first sum(counts) rows of its input (counts:
 // argument 1), the wait none (it checks the input's address): what the
 // live-rows analysis of -convert-moe-to-linalg reads.
-// CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64) -> i64 attributes {llvm.emit_c_interface}
+// CHECK: func.func private @moert_all_to_all_start_f32(memref<?x?xf32> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf32>, memref<?xi32>, i64, i64, i64) -> i64 attributes {llvm.emit_c_interface}
 // CHECK: func.func private @moert_all_to_all_wait_f32(i64, memref<?x?xf32, strided<[?, ?], offset: ?>> {moe.rows_unread}, memref<?x?xf32>) attributes {llvm.emit_c_interface}
 shard.grid @ep(shape = 2)
 func.func @overlap(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %z: tensor<32xf32>)
@@ -95,8 +95,8 @@ func.func @nested(%x: tensor<8x16xf32>, %c: tensor<4xi32>, %acc: tensor<16x16xf3
 // CHECK: %[[RS:.*]] = bufferization.to_tensor {{.*}} : memref<16x2xf8E8M0FNU> to tensor<16x2xf8E8M0FNU>
 // CHECK: %[[R:.*]] = moe.mx_pack %[[RD]], %[[RS]] : tensor<16x64xf8E4M3FN>, tensor<16x2xf8E8M0FNU> -> !moe.mx<16x64xf8E4M3FN, axis = 1>
 // CHECK: moe.dequantize %[[R]]
-// CHECK: func.func private @moert_all_to_all_start_f8e4m3fn(memref<?x?xf8E4M3FN> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E4M3FN>, memref<?xi32>, i64) -> i64
-// CHECK: func.func private @moert_all_to_all_start_f8e8m0fnu(memref<?x?xf8E8M0FNU> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E8M0FNU>, memref<?xi32>, i64) -> i64
+// CHECK: func.func private @moert_all_to_all_start_f8e4m3fn(memref<?x?xf8E4M3FN> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E4M3FN>, memref<?xi32>, i64, i64, i64) -> i64
+// CHECK: func.func private @moert_all_to_all_start_f8e8m0fnu(memref<?x?xf8E8M0FNU> {moe.rows_counted_by = 1 : i64}, memref<?xi32>, memref<?x?xf8E8M0FNU>, memref<?xi32>, i64, i64, i64) -> i64
 shard.grid @ep(shape = 2)
 func.func @mx_rows(%x: !moe.mx<8x64xf8E4M3FN, axis = 1>, %c: tensor<4xi32>, %z: tensor<32xf32>)
     -> (tensor<16x64xf32>, tensor<4xi32>, tensor<32xf32>) {
@@ -105,4 +105,38 @@ func.func @mx_rows(%x: !moe.mx<8x64xf8E4M3FN, axis = 1>, %c: tensor<4xi32>, %z: 
   %v = arith.mulf %z, %z : tensor<32xf32>
   %w = moe.dequantize %r : !moe.mx<16x64xf8E4M3FN, axis = 1> -> tensor<16x64xf32>
   return %w, %rc, %v : tensor<16x64xf32>, tensor<4xi32>, tensor<32xf32>
+}
+
+// -----
+
+// Sums too: each starts as soon as its input is computed and the
+// collectives before it in program order have started (%sb's input is ready
+// first, but its sum starts after %sa's, which comes first), and is waited
+// for before its first reader. The wait reads the flattened input again, as
+// an exchange's does.
+// CHECK-LABEL: func.func @sums
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : tensor<4x8xf32>
+// CHECK: %[[GA:.*]] = arith.addf %{{.*}}, %{{.*}} : tensor<4x8xf32>
+// CHECK: tensor.collapse_shape %[[GA]]
+// CHECK: %[[HA:.*]] = call @moert_all_reduce_sum_start_f32(
+// CHECK: %[[FB:.*]] = tensor.collapse_shape
+// CHECK: %[[HB:.*]] = call @moert_all_reduce_sum_start_f32(%{{.*}}, %[[OB:.*]], %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?xf32>, memref<?xf32>, i64, i64, i64) -> i64
+// CHECK: arith.subf
+// CHECK: %[[AGAIN:.*]] = bufferization.to_buffer %[[FB]] read_only : tensor<32xf32> to memref<32xf32, strided<[?], offset: ?>>
+// CHECK: %[[AD:.*]] = memref.cast %[[AGAIN]] : memref<32xf32, strided<[?], offset: ?>> to memref<?xf32, strided<[?], offset: ?>>
+// CHECK: call @moert_all_reduce_sum_wait_f32(%[[HB]], %[[AD]], %[[OB]]) : (i64, memref<?xf32, strided<[?], offset: ?>>, memref<?xf32>) -> ()
+// CHECK: tensor.expand_shape
+// CHECK: arith.mulf
+// CHECK: call @moert_all_reduce_sum_wait_f32(%[[HA]],
+// CHECK: return
+// CHECK: func.func private @moert_all_reduce_sum_wait_f32(i64, memref<?xf32, strided<[?], offset: ?>>, memref<?xf32>) attributes {llvm.emit_c_interface}
+shard.grid @ep(shape = 2)
+func.func @sums(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %gb = arith.mulf %y, %y : tensor<4x8xf32>
+  %ga = arith.addf %x, %x : tensor<4x8xf32>
+  %u = arith.subf %x, %y : tensor<4x8xf32>
+  %sa = shard.all_reduce %ga on @ep grid_axes = [0] : tensor<4x8xf32> -> tensor<4x8xf32>
+  %sb = shard.all_reduce %gb on @ep grid_axes = [0] : tensor<4x8xf32> -> tensor<4x8xf32>
+  %w = arith.mulf %sb, %u : tensor<4x8xf32>
+  return %sa, %w : tensor<4x8xf32>, tensor<4x8xf32>
 }

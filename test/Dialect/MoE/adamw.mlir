@@ -95,6 +95,42 @@ func.func @sharded(%w: tensor<2x4x4xf32> {moe.expert_shard = {experts = 4 : i64,
 
 // -----
 
+// Experts spread over axis 1 of a data x expert grid: the squares are summed
+// over that axis (the copies on axis 0 hold the same gradients).
+// CHECK-LABEL: func.func @sharded_2d_step(
+// CHECK: %[[SQ:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<32xf64>) outs(%{{.*}} : tensor<f64>)
+// CHECK: shard.all_reduce %[[SQ]] on @dpep grid_axes = [1] : tensor<f64> -> tensor<f64>
+shard.grid @dpep(shape = 2x2)
+func.func @sharded_2d(%w: tensor<2x4x4xf32> {moe.expert_shard = {axis = 1 : i64, experts = 4 : i64, grid = "dpep", local_experts = 2 : i64}}) -> tensor<f32> {
+  %c = tensor.collapse_shape %w [[0, 1, 2]] : tensor<2x4x4xf32> into tensor<32xf32>
+  %row = tensor.expand_shape %c [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
+  %col = tensor.expand_shape %c [[0, 1]] output_shape [32, 1] : tensor<32xf32> into tensor<32x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x32xf32>, tensor<32x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+shard.grid @ep(shape = 2)
+// expected-error@+1 {{argument 0 is an expert shard over axis 1 of the 1-d grid @ep}}
+func.func @bad_axis(%w: tensor<2x4x4xf32> {moe.expert_shard = {axis = 1 : i64, experts = 4 : i64, grid = "ep", local_experts = 2 : i64}}) -> tensor<f32> {
+  %c = tensor.collapse_shape %w [[0, 1, 2]] : tensor<2x4x4xf32> into tensor<32xf32>
+  %row = tensor.expand_shape %c [[0, 1]] output_shape [1, 32] : tensor<32xf32> into tensor<1x32xf32>
+  %col = tensor.expand_shape %c [[0, 1]] output_shape [32, 1] : tensor<32xf32> into tensor<32x1xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x1xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = linalg.matmul ins(%row, %col : tensor<1x32xf32>, tensor<32x1xf32>) outs(%z : tensor<1x1xf32>) -> tensor<1x1xf32>
+  %l = tensor.collapse_shape %m [] : tensor<1x1xf32> into tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // Outputs of the loss function (moe.output) pass through both passes: after
 // the gradients in @loss_grad, after the loss and the norm in @loss_step.
 // CHECK-LABEL: func.func @counted(

@@ -1,6 +1,6 @@
 // RUN: moe-opt %s -moe-autodiff | FileCheck %s
 // RUN: moe-opt %s -moe-autodiff -moe-cpu-pipeline -o /dev/null
-// RUN: moe-opt %s -moe-train-pipeline="autodiff=true ep-size=2 recipe=none" | FileCheck %s --check-prefix=EP
+// RUN: moe-opt %s -moe-train-pipeline="autodiff=true ep-size=2 recipe=none grad-bucket-mib=0" | FileCheck %s --check-prefix=EP
 
 // Across 2 ranks: the forward's two exchanges, the backward's two reverse
 // ones (counted by what was received), and the data-parallel gradients

@@ -8,8 +8,8 @@
 // (groups from moe.slot_offsets), and go back read from those groups.
 // CHECK: shard.grid @ep(shape = 2)
 // CHECK-LABEL: func.func @layer
-// CHECK-SAME: %[[W1:[a-z0-9]+]]: tensor<4x64x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
-// CHECK-SAME: %[[W2:[a-z0-9]+]]: tensor<4x32x64xf32> {moe.expert_shard = {experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK-SAME: %[[W1:[a-z0-9]+]]: tensor<4x64x64xf32> {moe.expert_shard = {axis = 0 : i64, experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK-SAME: %[[W2:[a-z0-9]+]]: tensor<4x32x64xf32> {moe.expert_shard = {axis = 0 : i64, experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
 // CHECK: %{{.*}}, %[[W:.*]] = moe.router
 // CHECK: %[[S:.*]], %{{.*}}, %[[C:.*]], %[[P:.*]] = moe.dispatch %{{.*}} experts(8) : {{.*}} -> tensor<32x64xf32>, tensor<9xi32>, tensor<8xi32>, tensor<16x2xi32>
 // CHECK: %[[R:.*]], %[[RC:.*]] = moe.all_to_all %[[S]], %[[C]] on @ep grid_axes = [0] slot_major_result pad_to(4) : tensor<32x64xf32>, tensor<8xi32> -> tensor<96x64xf32>, tensor<8xi32>
@@ -66,7 +66,7 @@ func.func @layer(%x: tensor<16x64xf32>, %logits: tensor<16x8xf32>,
 // A weight that is not an argument (here: computed) is sliced at this
 // rank's offset; quantized-in-graph weights are sharded before quantizing.
 // CHECK-LABEL: func.func @computed_weight
-// CHECK: %[[RANK:.*]] = shard.process_linear_index on @ep
+// CHECK: %[[RANK:.*]] = shard.process_multi_index on @ep axes = [0]
 // CHECK: %[[OFF:.*]] = arith.muli %[[RANK]], %c4
 // CHECK: tensor.extract_slice %{{.*}}[%[[OFF]], 0, 0] [4, 32, 32] [1, 1, 1] : tensor<8x32x32xf32> to tensor<4x32x32xf32>
 // CHECK: moe.quantize %{{.*}} : tensor<4x32x32xf32> -> !moe.mx<4x32x32xf8E4M3FN, axis = 1>

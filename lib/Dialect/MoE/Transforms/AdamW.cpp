@@ -130,19 +130,31 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
     if (symbols.lookup(stepName))
       return grad.emitOpError("-moe-adamw: a symbol named '")
              << stepName << "' already exists";
-    // Expert shards: the grid their gradients' squares are summed over.
+    // Expert shards: the grid and axis their gradients' squares are summed
+    // over (the ranks holding the other experts).
     SmallVector<StringAttr> shardGrid(grad.getNumArguments());
+    SmallVector<shard::GridAxis> shardAxis(grad.getNumArguments(), 0);
     for (unsigned i = 0; i < grad.getNumArguments(); ++i)
       if (Attribute a = grad.getArgAttr(i, "moe.expert_shard")) {
         auto dict = dyn_cast<DictionaryAttr>(a);
         auto gridName = dict ? dict.getAs<StringAttr>("grid") : StringAttr();
-        if (!gridName || !SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
-                             grad, FlatSymbolRefAttr::get(gridName)))
+        auto grid = gridName
+                        ? SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(
+                              grad, FlatSymbolRefAttr::get(gridName))
+                        : shard::GridOp();
+        if (!grid)
           return grad.emitOpError("-moe-adamw: argument ")
                  << i
                  << " is an expert shard (moe.expert_shard) without the "
                     "grid of its ranks";
+        auto axis = dict.getAs<IntegerAttr>("axis");
+        if (axis && (axis.getInt() < 0 || axis.getInt() >= grid.getRank()))
+          return grad.emitOpError("-moe-adamw: argument ")
+                 << i << " is an expert shard over axis " << axis.getInt()
+                 << " of the " << grid.getRank() << "-d grid @"
+                 << gridName.getValue();
         shardGrid[i] = gridName;
+        shardAxis[i] = axis ? shard::GridAxis(axis.getInt()) : 0;
       }
     Block &body = grad.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -222,9 +234,10 @@ struct AdamWPass : moe::impl::MoEAdamWBase<AdamWPass> {
     for (Trained &t : trained) {
       Value sq = ob.sumOfSquares(t.grad);
       if (StringAttr gridName = shardGrid[t.arg])
-        sq = shard::AllReduceOp::create(b, oloc, sq, gridName.getValue(),
-                                        ArrayRef<shard::GridAxis>{0},
-                                        shard::ReductionKind::Sum)
+        sq = shard::AllReduceOp::create(
+                 b, oloc, sq, gridName.getValue(),
+                 ArrayRef<shard::GridAxis>{shardAxis[t.arg]},
+                 shard::ReductionKind::Sum)
                  .getResult();
       squares.push_back(sq);
     }

@@ -172,12 +172,31 @@ struct MoEExpertParallelPass
     : moe::impl::MoEExpertParallelBase<MoEExpertParallelPass> {
   using MoEExpertParallelBase::MoEExpertParallelBase;
 
+  /// The grid's shape: [ep-size], or [dp-size, ep-size] (expert groups of
+  /// adjacent ranks).
+  SmallVector<int64_t> gridShape() const {
+    if (dpSize > 1)
+      return {dpSize, epSize};
+    return {epSize};
+  }
+  /// The grid axis the experts are spread over, and the data-parallel one.
+  int16_t epAxis() const { return dpSize > 1 ? 1 : 0; }
+  static constexpr int16_t kDpAxis = 0;
+  /// Every axis: what the whole job sums over.
+  SmallVector<shard::GridAxis> allAxes() const {
+    if (dpSize > 1)
+      return {0, 1};
+    return {0};
+  }
+
   shard::GridOp getOrCreateGrid(ModuleOp module) {
     SymbolTable symbols(module);
+    SmallVector<int64_t> shape = gridShape();
     if (auto grid = symbols.lookup<shard::GridOp>(gridName)) {
-      if (grid.getRank() != 1 || grid.getShape()[0] != epSize) {
+      if (grid.getShape() != ArrayRef<int64_t>(shape)) {
         grid.emitError("moe-expert-parallel: grid @")
-            << gridName << " exists with another shape; expected one axis of "
+            << gridName << " exists with another shape; expected "
+            << (dpSize > 1 ? std::to_string(dpSize) + " x " : std::string())
             << int64_t(epSize) << " ranks";
         return {};
       }
@@ -185,7 +204,7 @@ struct MoEExpertParallelPass
     }
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
     auto grid = shard::GridOp::create(b, module.getLoc(), gridName.getValue(),
-                                      ArrayRef<int64_t>{epSize});
+                                      ArrayRef<int64_t>(shape));
     symbols.insert(grid);
     return grid;
   }
@@ -213,6 +232,7 @@ struct MoEExpertParallelPass
           arg.getArgNumber(), "moe.expert_shard",
           b.getDictionaryAttr(
               {b.getNamedAttr("grid", b.getStringAttr(gridName)),
+               b.getNamedAttr("axis", b.getI64IntegerAttr(epAxis())),
                b.getNamedAttr("experts", b.getI64IntegerAttr(total)),
                b.getNamedAttr("local_experts", b.getI64IntegerAttr(local))}));
       arg.setType(shardType);
@@ -227,8 +247,9 @@ struct MoEExpertParallelPass
       auto t = dyn_cast<RankedTensorType>(weight.getType());
       if (!t)
         return {};
-      auto index =
-          shard::ProcessLinearIndexOp::create(b, loc, StringRef(gridName));
+      Value index = shard::ProcessMultiIndexOp::create(
+                        b, loc, StringRef(gridName), {epAxis()})
+                        .getResult()[0];
       Value off = arith::MulIOp::create(
           b, loc, index, arith::ConstantIndexOp::create(b, loc, local));
       SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)), sizes,
@@ -297,7 +318,7 @@ struct MoEExpertParallelPass
     int64_t hidden = tokensType.getDimSize(1);
     Type rowElt = tokensType.getElementType();
     auto grid = FlatSymbolRefAttr::get(ctx, gridName);
-    auto axes = b.getDenseI16ArrayAttr({0});
+    auto axes = b.getDenseI16ArrayAttr({epAxis()});
     int64_t rows0 = part * k;
     if (int64_t cap = d.getCapacity(); cap >= 0)
       rows0 = std::min(rows0, experts * cap);
@@ -444,10 +465,12 @@ struct MoEExpertParallelPass
     return success();
   }
 
-  /// `v` summed over the ranks of the grid.
-  Value sumOverGrid(OpBuilder &b, Location loc, Value v) {
+  /// `v` summed over `axes` of the grid (by default every rank's).
+  Value sumOverGrid(OpBuilder &b, Location loc, Value v,
+                    ArrayRef<shard::GridAxis> axes = {}) {
+    SmallVector<shard::GridAxis> all = allAxes();
     return shard::AllReduceOp::create(b, loc, v, gridName.getValue(),
-                                      ArrayRef<shard::GridAxis>{0},
+                                      axes.empty() ? ArrayRef(all) : axes,
                                       shard::ReductionKind::Sum)
         .getResult();
   }
@@ -539,9 +562,10 @@ struct MoEExpertParallelPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (epSize < 1) {
-      module.emitError("moe-expert-parallel: ep-size must be at least 1, got ")
-          << int64_t(epSize);
+    if (epSize < 1 || dpSize < 1) {
+      module.emitError("moe-expert-parallel: ")
+          << (epSize < 1 ? "ep-size" : "dp-size") << " must be at least 1, got "
+          << int64_t(epSize < 1 ? epSize : dpSize);
       return signalPassFailure();
     }
     if (!getOrCreateGrid(module))
@@ -552,8 +576,11 @@ struct MoEExpertParallelPass
       // A function that already exchanges rows is expert-parallel (for
       // example a train step -moe-autodiff derived from a sharded loss):
       // its layers stay as they are; only its gradients are reduced below.
+      // (Data-parallel copies of whole experts, ep-size=1 with dp-size > 1:
+      // nothing to exchange.)
       SmallVector<CombineOp> combines;
-      if (!func.walk([](AllToAllOp) { return WalkResult::interrupt(); })
+      if ((epSize > 1 || dpSize == 1) &&
+          !func.walk([](AllToAllOp) { return WalkResult::interrupt(); })
                .wasInterrupted())
         func.walk([&](CombineOp op) { combines.push_back(op); });
       for (CombineOp combine : combines) {
@@ -568,7 +595,7 @@ struct MoEExpertParallelPass
                                      func.getBody().front().getArgumentTypes(),
                                      func.getResultTypes()));
       // One rank: nothing to sum over the ranks.
-      if (epSize == 1)
+      if (epSize * dpSize == 1)
         continue;
       // Means over tokens: over every rank's tokens.
       func.walk([&](CrossEntropyOp op) {
@@ -581,6 +608,7 @@ struct MoEExpertParallelPass
       for (unsigned i = 0; i < func.getNumResults(); ++i) {
         auto output = func.getResultAttrOfType<StringAttr>(i, "moe.output");
         bool sum = output && output.getValue() == "expert_load";
+        SmallVector<shard::GridAxis> axes = allAxes();
         if (auto of =
                 func.getResultAttrOfType<IntegerAttr>(i, "moe.gradient_of")) {
           int64_t argNo = of.getInt();
@@ -589,14 +617,19 @@ struct MoEExpertParallelPass
                 << argNo << " on result #" << i << " names no argument";
             return signalPassFailure();
           }
-          // Each rank owns its experts' gradients.
-          sum = !func.getArgAttr(argNo, "moe.expert_shard");
+          // Each expert group owns its experts' gradients: summed over the
+          // data-parallel copies of the group only.
+          sum = true;
+          if (func.getArgAttr(argNo, "moe.expert_shard")) {
+            sum = dpSize > 1;
+            axes = {kDpAxis};
+          }
         }
         Value v = ret.getOperand(i);
         if (!sum || v.getDefiningOp<shard::AllReduceOp>())
           continue; // (reduced by an earlier run of this pass)
         OpBuilder b(ret);
-        ret.setOperand(i, sumOverGrid(b, ret.getLoc(), v));
+        ret.setOperand(i, sumOverGrid(b, ret.getLoc(), v, axes));
       }
     }
   }

@@ -113,7 +113,8 @@ def MoEAdamW : Pass<"moe-adamw", "::mlir::ModuleOp"> {
 
     Expert-parallel train steps (arguments with `moe.expert_shard = {grid =
     ...}`, -moe-expert-parallel): the sum of squares of an expert shard's
-    gradient is summed over the grid (`shard.all_reduce`) before it joins
+    gradient is summed over the grid's axis the experts are spread over
+    (the shard's `axis`, 0 when absent; `shard.all_reduce`) before it joins
     the norm, so every rank clips by the norm of the whole model (the other
     gradients are the same on every rank). The sum over the experts then
     runs in another order than on one rank: the norm can differ from the
@@ -526,10 +527,24 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     the summed gradients are its gradients. Results marked `moe.output =
     "expert_load"` (tokens routed to each expert) are summed over the grid:
     every rank sees the load of the whole batch.
+
+    Data parallelism: with `dp-size` = D > 1 the grid is `shard.grid
+    @<grid>(shape = D x ep-size)`: D copies of the expert-parallel group,
+    each of `ep-size` adjacent ranks (rank = d * ep-size + e). Rows are
+    exchanged within a group (axis 1, recorded as `axis` in
+    `moe.expert_shard`; the shard's offset is the rank's coordinate on it,
+    `shard.process_multi_index`); the data-parallel gradients, the token
+    counts of the means and the expert load are summed over both axes, and
+    the gradients of expert shards over axis 0 (the copies of the same
+    experts). With `ep-size=1` and D > 1 the layers stay whole and only the
+    sums are added: plain data parallelism.
   }];
   let options = [
     Option<"epSize", "ep-size", "int64_t", /*default=*/"1",
            "Number of ranks the experts are spread over">,
+    Option<"dpSize", "dp-size", "int64_t", /*default=*/"1",
+           "Number of data-parallel copies of the expert-parallel group "
+           "(the grid becomes dp-size x ep-size)">,
     Option<"gridName", "grid", "std::string", /*default=*/"\"ep\"",
            "Name of the shard.grid holding the expert-parallel axis">,
     Option<"remarks", "remarks", "bool", /*default=*/"false",
@@ -542,6 +557,31 @@ def MoEExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def MoEBucketAllReduce : Pass<"moe-bucket-all-reduce", "func::FuncOp"> {
+  let summary = "The sums a function returns, summed a bucket at a time";
+  let description = [{
+    The `shard.all_reduce` sums whose only reader is the block's terminator
+    (the data-parallel gradients `-moe-expert-parallel` sums over the ranks)
+    are grouped, by grid, axes and element type and in the order their
+    inputs are computed, into buckets of at least `bucket-mib` MiB (the last
+    one of a kind smaller). Each bucket of several becomes one sum: right
+    after the last of its inputs is computed they are flattened and placed
+    one after another (`tensor.insert_slice` into a `tensor.empty`), summed
+    with one `shard.all_reduce`, and each result is its slice of the sum,
+    reshaped. The sums are the same elementwise; there are fewer of them,
+    and each starts where its bucket is complete instead of at the end:
+    once `-convert-moe-to-runtime` has split it into a start and a wait, a
+    bucket of the last layers' gradients travels while the backward of the
+    earlier layers computes. `bucket-mib=0` leaves every sum as it is.
+  }];
+  let options = [
+    Option<"bucketMiB", "bucket-mib", "int64_t", /*default=*/"32",
+           "Size of a bucket in MiB (0: one sum per tensor)">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 
