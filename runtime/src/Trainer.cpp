@@ -28,6 +28,7 @@
 #include <random>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 namespace moert {
@@ -227,6 +228,50 @@ namespace {
 
 /// Normal(0, 1) values from a seeded generator (Box-Muller: the same values
 /// on every platform, unlike std::normal_distribution).
+/// The splitmix64 finalizer: a bijective mix of 64 bits.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// The seeded initialization of element `index` of parameter `param`: a
+/// standard normal draw (Box-Muller on two uniforms) that depends on the
+/// seed, the parameter and the element only -- not on who draws it or in
+/// which order -- so that every rank draws just its rows of a sharded
+/// tensor, on every core, and gets what one rank would.
+double initialNormal(uint64_t seed, uint64_t param, uint64_t index) {
+  uint64_t key = mix64(seed ^ mix64(param));
+  auto uniform = [](uint64_t bits) {
+    return (double(bits >> 11) + 0.5) / 9007199254740992.0;
+  };
+  double u = uniform(mix64(key + 2 * index)),
+         v = uniform(mix64(key + 2 * index + 1));
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
+}
+
+/// out[k] = float(initialNormal(seed, param, first + k) * scale), on the
+/// cores of the machine (pieces of at least a million values).
+void drawNormal(std::vector<float> &out, uint64_t seed, uint64_t param,
+                uint64_t first, double scale) {
+  const size_t n = out.size(), piece = size_t(1) << 20;
+  size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
+                       (n + piece - 1) / piece);
+  auto fill = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k)
+      out[k] = float(initialNormal(seed, param, first + k) * scale);
+  };
+  if (threads <= 1)
+    return fill(0, n);
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+  for (std::thread &th : pool)
+    th.join();
+}
+
 struct Rng {
   std::mt19937_64 gen;
   explicit Rng(uint64_t s) : gen(s) {}
@@ -346,17 +391,6 @@ struct Loop {
   [[noreturn]] void die(const std::string &message) {
     throw Stop{ranks > 1 ? "rank " + std::to_string(rank) + ": " + message
                          : message};
-  }
-
-  /// This rank's part of parameter i's whole tensor `full`: all of it, or
-  /// its experts' rows of a shard.
-  std::vector<float> mine(size_t i, std::vector<float> full) const {
-    const Param &p = params[i];
-    if (!p.experts)
-      return full;
-    size_t n = size_t(p.elements()), at = n * size_t(epRank);
-    return std::vector<float>(full.begin() + long(at),
-                              full.begin() + long(at + n));
   }
 
   /// The sum of `x` over the ranks (the ranks' shares of a loss).
@@ -949,14 +983,15 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     for (size_t i = 0; i < np; ++i)
       t.place(i);
   } else {
-    // Every rank draws the whole model (the same values as one rank) and
-    // keeps its part.
-    Rng rng(o.seed);
+    // Each rank draws its part only: the values one rank would draw there.
     for (size_t i = 0; i < np; ++i) {
-      std::vector<float> full(size_t(t.params[i].fullElements()));
-      for (float &v : full)
-        v = t.params[i].ones ? 1.0f : float(rng.normal() * initStd);
-      t.values[i] = t.mine(i, std::move(full));
+      const Param &p = t.params[i];
+      std::vector<float> &v = t.values[i];
+      v.assign(size_t(p.elements()), 1.0f);
+      if (!p.ones)
+        drawNormal(v, o.seed, i,
+                   p.experts ? uint64_t(p.elements()) * uint64_t(t.epRank) : 0,
+                   initStd);
       t.place(i);
     }
   }

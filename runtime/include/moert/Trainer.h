@@ -16,8 +16,8 @@
 // launcher such as mpirun): each rank takes its rows of a step's D * N *
 // batch (the same rows, in the same order, as one rank with D * N times the
 // batch) and its experts' rows of the state (those of its place in its
-// group of N, rank mod N; the seeded initialization, --init-from and a
-// checkpoint are read and split). The first group writes one checkpoint
+// group of N, rank mod N: it draws, or reads from --init-from and a
+// checkpoint, those rows only). The first group writes one checkpoint
 // file per rank (Train.h: writeCheckpointIndex; one file when N = 1); the
 // first rank writes the metrics, the plot and the messages. --out must be a
 // directory every rank sees.
