@@ -169,6 +169,17 @@ r = run(["moe-train", "--config", config, *data, "--batch", "1", "--seq", "32", 
 check(r.returncode == 0 and same_run(d, os.path.join(out, "run-dp2ep2"), 0),
       "moe-train --dp-size 2 --ep-size 2 --launcher: the same run as moert-train under mpirun")
 
+# --- the gradient sums in buckets or one by one; exchanges in chunks ---
+d = os.path.join(out, "unbucketed")
+r = run(["moe-train", "--config", config, *data, "--batch", "2", "--seq", "32", "--ep-size", "2",
+         "--grad-bucket-mib", "0", "--launcher", MPIRUN + " -np 2", *opts, "--steps", "6", "--out", d])
+check(r.returncode == 0 and same_run(d, os.path.join(out, "run2"), 0),
+      "--grad-bucket-mib 0 (one sum per gradient): the bucketed run, exactly")
+d = os.path.join(out, "chunks")
+r = run(["moe-train", "--config", config, *data, "--batch", "2", "--seq", "32", "--ep-size", "2",
+         "--ep-chunks", "2", "--launcher", MPIRUN + " -np 2", *opts, "--steps", "6", "--out", d])
+check(r.returncode == 0 and same_run(d, ref), "--ep-chunks 2: one rank's run")
+
 # --- moe-train --ep-size launches the ranks itself ---
 d = os.path.join(out, "launched")
 r = run(["moe-train", "--config", config, *data, "--batch", "2", "--seq", "32", "--ep-size", "2", "--launcher",
@@ -353,4 +364,13 @@ check("nothing is launched" in r.stderr, "--launcher with --compile-only")
 r = run(["moe-train", "--config", config, *data, "--ep-size", "2", "--launcher",
          "no-such-launcher -n 2", "--out", os.path.join(out, "bad6")], expect=1)
 check("cannot run no-such-launcher" in r.stderr, "a launcher that does not exist")
+r = run(["moe-train", "--config", config, *data, "--ep-chunks", "2", "--out",
+         os.path.join(out, "bad8")], expect=1)
+check("--ep-chunks splits the exchanges of --ep-size N > 1" in r.stderr, "--ep-chunks without --ep-size")
+r = run(["moe-train", "--config", config, *data, "--batch", "1", "--seq", "30", "--ep-size", "2",
+         "--ep-chunks", "4", "--out", os.path.join(out, "bad9")], expect=1)
+check("--ep-chunks 4 must divide the 30 tokens" in r.stderr, "--ep-chunks not dividing the tokens")
+r = run(["moe-train", "--config", config, *data, "--ep-size", "2", "--grad-bucket-mib", "-1",
+         "--out", os.path.join(out, "bad10")], expect=1)
+check("--grad-bucket-mib expects a non-negative integer, got '-1'" in r.stderr, "a negative bucket size")
 finish()

@@ -97,6 +97,12 @@ static const char *kUsage =
     "                         the ranks holding its parameter. --ep-size 1 "
     "--dp-size D\n"
     "                         is plain data parallelism\n"
+    "  --ep-chunks C          with --ep-size: each MoE layer's tokens in C "
+    "chunks,\n"
+    "                         one chunk's exchange travelling while another's "
+    "experts\n"
+    "                         compute (default 1; the tokens of a step must "
+    "divide)\n"
     "  --grad-bucket-mib M    on several ranks: the gradients are summed "
     "over the\n"
     "                         ranks M MiB at a time, each bucket as soon as "
@@ -182,7 +188,8 @@ int main(int argc, char **argv) {
 
   std::string configPath, target = "cpu", recipe = "none", dense = "bf16",
                           launcher;
-  int64_t batch = 8, seq = 128, epSize = 1, dpSize = 1, bucketMiB = 32;
+  int64_t batch = 8, seq = 128, epSize = 1, dpSize = 1, bucketMiB = 32,
+          epChunks = 1;
   bool compileOnly = false, denseGiven = false, documentMask = false,
        layerFunctions = false, recompute = false;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -233,6 +240,8 @@ int main(int argc, char **argv) {
       integer(epSize);
     } else if (name == "--dp-size") {
       integer(dpSize);
+    } else if (name == "--ep-chunks") {
+      integer(epChunks);
     } else if (name == "--grad-bucket-mib") {
       next();
       char *end = nullptr;
@@ -296,6 +305,13 @@ int main(int argc, char **argv) {
         std::to_string(config->moeIntermediateSize) +
         ": use --recipe bf16 or none");
 
+  if (epChunks > 1 && epSize == 1)
+    die("--ep-chunks splits the exchanges of --ep-size N > 1");
+  if (epChunks > 1 && (batch * seq) % epChunks)
+    die("--ep-chunks " + std::to_string(epChunks) + " must divide the " +
+        std::to_string(batch * seq) +
+        " tokens of a rank's step (--batch x "
+        "--seq)");
   if (epSize > 1 && (config->numExperts < 1 || config->numExperts % epSize))
     die("--ep-size " + std::to_string(epSize) + " must divide the " +
         std::to_string(config->numExperts) + " experts of " + configPath +
@@ -339,6 +355,7 @@ int main(int argc, char **argv) {
     train.epSize = epSize;
     train.dpSize = dpSize;
     train.gradBucketMiB = bucketMiB;
+    train.epChunks = epChunks;
     train.recompute = recompute;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
