@@ -303,9 +303,10 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(moe::createMoEFuseGroupedMlp());
   if (sharded && !options.autodiff)
     pm.addPass(moe::createMoEExpertParallel(parallel));
-  // MXFP8: rows are quantized before dispatch and exchange move them (a
-  // quarter of the bytes; T tokens quantized instead of T * k copies).
-  if (options.recipe == "mxfp8")
+  // Rows are quantized (MXFP8) or narrowed (bf16) before dispatch and
+  // exchange move them: a quarter or half of the bytes, T tokens converted
+  // instead of T * k copies.
+  if (options.recipe != "none")
     pm.addNestedPass<func::FuncOp>(moe::createMoEHoistQuantize());
   // The backward of each called layer reads the forward's bf16 operands
   // (and other values both compute) instead of computing them again.

@@ -240,7 +240,7 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
 }
 
 def MoEHoistQuantize : Pass<"moe-hoist-quantize", "func::FuncOp"> {
-  let summary = "Quantize rows before moe.dispatch and moe.all_to_all move them";
+  let summary = "Quantize or narrow rows before moe.dispatch and moe.all_to_all move them";
   let description = [{
     A rowwise `moe.quantize` (blocks along the row, `axis = 1`) of rows that
     `moe.dispatch` or `moe.all_to_all` produced is moved before that op,
@@ -265,8 +265,17 @@ def MoEHoistQuantize : Pass<"moe-hoist-quantize", "func::FuncOp"> {
     Only when the moved rows have no other use (the row-moving op's result
     is read by this quantize alone); a columnwise quantize (`axis = 0`)
     mixes rows and stays where it is.
+
+    The same for an elementwise narrowing of the moved rows (a
+    `linalg.generic` with identity maps whose body is one `arith.truncf`:
+    the bf16 recipe's GEMM operands): the narrowed rows are moved instead,
+    half the bytes of f32, and the T x H narrowing of the tokens is the one
+    the router's GEMM already makes (CSE merges them). Exact: rounding is
+    elementwise, and zero rows stay zero.
   }];
-  let dependentDialects = ["moe::MoEDialect"];
+  let dependentDialects = ["moe::MoEDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 def MoESplitDeallocs : Pass<"moe-split-deallocs", "func::FuncOp"> {
