@@ -144,6 +144,7 @@ public:
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     check(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", "setup");
     check(MPI_Comm_size(comm, &size_), "MPI_Comm_size", "setup");
+    groups().push_back(this);
   }
 
   std::unique_ptr<Communicator> split(int color, int, int key,
@@ -368,7 +369,9 @@ public:
   }
 
   void abort(int code) override {
-    MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, code);
+    // The whole job (MPI_Abort on a group's communicator may end only the
+    // group).
+    MPI_Abort(MPI_COMM_WORLD, code);
   }
 
 private:
@@ -387,8 +390,11 @@ private:
     // After a failed collective MPI_Finalize would wait for the rank that
     // failed (or requests that never complete): the job is aborted instead,
     // which also stops the other ranks.
-    if (self && !self->failure().empty())
-      MPI_Abort(self->comm, 2);
+    bool failed = self && !self->failure().empty();
+    for (MpiComm *g : groups())
+      failed |= !g->failure().empty();
+    if (failed)
+      MPI_Abort(MPI_COMM_WORLD, 2);
     if (self && self->comm != MPI_COMM_NULL) {
       for (auto &[bytes, type] : self->rowTypes)
         MPI_Type_free(&type);
@@ -513,6 +519,11 @@ private:
   Sequence seq;
   std::map<int64_t, MPI_Datatype> rowTypes;
   static MpiComm *self;
+  /// The groups' communicators (never destroyed).
+  static std::vector<MpiComm *> &groups() {
+    static std::vector<MpiComm *> *all = new std::vector<MpiComm *>();
+    return *all;
+  }
 };
 
 MpiComm *MpiComm::self = nullptr;

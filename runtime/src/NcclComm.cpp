@@ -674,7 +674,7 @@ protected:
 
 private:
   std::string prefix() const {
-    return "moert: rank " + std::to_string(rank_) + ": ";
+    return "moert: rank " + std::to_string(jobRank()) + ": ";
   }
 
   /// Every NCCL call is checked; a failure names the call and the collective.
