@@ -490,7 +490,17 @@ public:
     g.parent = this;
     g.color = color;
     g.colors = colors;
-    return std::make_unique<NcclComm>(nc, g);
+    try {
+      return std::make_unique<NcclComm>(nc, g);
+    } catch (const Error &e) {
+      // The other ranks may be waiting for this one's part of the ids in
+      // this communicator's sum: failing it (ncclCommAbort) stops them at
+      // once, naming this failure, instead of at the deadline.
+      if (failure().empty())
+        fail(e.status(), "forming a group of " + std::to_string(size) +
+                             " ranks: " + e.what());
+      throw;
+    }
   }
 
   const char *backend() const override { return "nccl"; }
