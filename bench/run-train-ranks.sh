@@ -19,7 +19,9 @@
 # --layer-functions --recompute (what 48 layers need to fit);
 # MOE_TRAIN_SHAPE: BATCHxSEQ per rank (default 4x4096); MOE_TRAIN_STEPS
 # (default 6; the first is not counted); MOE_TRAIN_DP: data-parallel copies
-# (default 1): N ranks are --dp-size MOE_TRAIN_DP --ep-size N/MOE_TRAIN_DP.
+# (default 1): N ranks are --dp-size MOE_TRAIN_DP --ep-size N/MOE_TRAIN_DP;
+# MOE_TRAIN_BASELINE=0 leaves out the one-GPU run (a model that does not fit
+# one GPU, such as the 48 layers).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/train-ranks"
@@ -39,6 +41,11 @@ for n in "${counts[@]}"; do
   (( n % dp == 0 )) ||
     { echo "run-train-ranks: $n ranks are not MOE_TRAIN_DP=$dp copies of a group" >&2; exit 2; }
 done
+case "${MOE_TRAIN_BASELINE:-1}" in
+  1) with_one=(1 "${counts[@]}") ;;
+  0) with_one=("${counts[@]}") ;;
+  *) echo "run-train-ranks: MOE_TRAIN_BASELINE is 0 or 1, got '$MOE_TRAIN_BASELINE'" >&2; exit 2 ;;
+esac
 config() { echo "$dir/qwen3-30b-a3b-$1layers.json"; }
 
 prepare() {
@@ -48,7 +55,7 @@ prepare() {
     qwen_layers_config "$l" >"$(config "$l")"
     local flags
     read -r -a flags <<<"$(recipe_flags "$recipe" | tr '\n' ' ')"
-    for n in 1 "${counts[@]}"; do
+    for n in "${with_one[@]}"; do
       local d=$(( n > 1 ? dp : 1 ))
       echo "compile: $l layers, $shape tokens a rank, ${flags[*]} --dp-size $d --ep-size $(( n / d ))"
       "$root/build/bin/moe-train" --config "$(config "$l")" --batch "${shape%x*}" \
@@ -70,7 +77,7 @@ run() {
   for l in "${layers[@]}"; do
     echo "## Qwen3-30B-A3B dims, $l layers, $shape tokens a rank, --recipe $recipe"
     local one=""
-    for n in 1 "${counts[@]}"; do
+    for n in "${with_one[@]}"; do
       local a="$dir/qwen-$l-ranks$n" o="$w/qwen-$l-ranks$n"
       [ -d "$a" ] || { echo "$n ranks: not prepared ($a)"; continue; }
       [ "$n" -le "$gpus" ] || { echo "$n ranks: skipped ($gpus GPUs here)"; continue; }

@@ -14,6 +14,8 @@
 #   stalls ends it within MOERT_COMM_TIMEOUT; the index names the last
 #   complete checkpoint, which resumes exactly (the same bytes as a run
 #   that was never interrupted);
+# - layer functions (--layer-functions, with --recompute) on 2 and 2 x 2
+#   ranks train as one rank;
 # - data parallelism: 2 copies of 2 expert-parallel ranks (--dp-size 2
 #   --ep-size 2) and 2 data-parallel ranks (--dp-size 2) train as one rank
 #   too; the first expert-parallel group writes the checkpoint, which
@@ -168,6 +170,14 @@ r = run(["moe-train", "--config", config, *data, "--batch", "1", "--seq", "32", 
          "--dp-size", "2", "--launcher", MPIRUN + " -np 4", *opts, "--steps", "6", "--out", d])
 check(r.returncode == 0 and same_run(d, os.path.join(out, "run-dp2ep2"), 0),
       "moe-train --dp-size 2 --ep-size 2 --launcher: the same run as moert-train under mpirun")
+
+# --- layer functions: the layers' expert weights sharded through the calls ---
+for name, ranks, args in (("lf-ep2", 2, ["--ep-size", "2", "--batch", "2", "--recompute"]),
+                          ("lf-dp2ep2", 4, ["--ep-size", "2", "--dp-size", "2", "--batch", "1"])):
+    d = os.path.join(out, name)
+    r = run(["moe-train", "--config", config, *data, "--seq", "32", "--layer-functions", *args,
+             "--launcher", MPIRUN + " -np %d" % ranks, *opts, "--steps", "6", "--out", d])
+    check(r.returncode == 0 and same_run(d, ref), f"--layer-functions {' '.join(args)}: one rank's run")
 
 # --- the gradient sums in buckets or one by one; exchanges in chunks ---
 d = os.path.join(out, "unbucketed")

@@ -118,3 +118,39 @@ func.func @unknown_op_in_experts(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w
   %out = moe.combine %z, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>
   return %out : tensor<8x32xf32>
 }
+
+// -----
+
+// A layer function (moe-model --layer-functions): its expert weight becomes
+// this rank's shard, and so does the caller's argument that only such calls
+// read; a weight the caller computes is sliced at the rank's offset before
+// the call. Gradients returned by the private function are not summed (the
+// public step sums them once).
+// CHECK-LABEL: func.func private @layer_fn(
+// CHECK-SAME: tensor<4x32x32xf32> {moe.expert_shard = {axis = 0 : i64, experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK-NOT: shard.all_reduce
+// CHECK: return
+// CHECK-LABEL: func.func @caller(
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4x32x32xf32> {moe.expert_shard = {axis = 0 : i64, experts = 8 : i64, grid = "ep", local_experts = 4 : i64}}
+// CHECK-SAME: %[[V:[^:]*]]: tensor<8x32x32xf32>)
+// CHECK: call @layer_fn(%{{.*}}, %{{.*}}, %[[W]])
+// CHECK: %[[R:.*]] = shard.process_multi_index on @ep axes = [0] : index
+// CHECK: %[[OFF:.*]] = arith.muli %[[R]], %c4
+// CHECK: %[[S:.*]] = tensor.extract_slice %{{.*}}[%[[OFF]], 0, 0] [4, 32, 32] [1, 1, 1] : tensor<8x32x32xf32> to tensor<4x32x32xf32>
+// CHECK: call @layer_fn(%{{.*}}, %{{.*}}, %[[S]])
+func.func private @layer_fn(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: tensor<8x32x32xf32>)
+    -> (tensor<8x32xf32>, tensor<8x32xf32> {moe.gradient_of = 0 : i64}) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(8)
+      : tensor<8x32xf32>, tensor<8x1xi32> -> tensor<8x32xf32>, tensor<9xi32>, tensor<8xi32>, tensor<8x1xi32>
+  %y = moe.grouped_matmul %s, %w, %o : tensor<8x32xf32>, tensor<8x32x32xf32>, tensor<9xi32> -> tensor<8x32xf32>
+  %ones = arith.constant dense<1.0> : tensor<8x1xf32>
+  %out = moe.combine %y, %ones, %p : tensor<8x32xf32>, tensor<8x1xf32>, tensor<8x1xi32> -> tensor<8x32xf32>
+  return %out, %x : tensor<8x32xf32>, tensor<8x32xf32>
+}
+func.func @caller(%x: tensor<8x32xf32>, %idx: tensor<8x1xi32>, %w: tensor<8x32x32xf32>, %v: tensor<8x32x32xf32>)
+    -> tensor<8x32xf32> {
+  %a, %ga = func.call @layer_fn(%x, %idx, %w) : (tensor<8x32xf32>, tensor<8x1xi32>, tensor<8x32x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>)
+  %v2 = arith.mulf %v, %v : tensor<8x32x32xf32>
+  %b, %gb = func.call @layer_fn(%a, %idx, %v2) : (tensor<8x32xf32>, tensor<8x1xi32>, tensor<8x32x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>)
+  return %b : tensor<8x32xf32>
+}

@@ -243,26 +243,93 @@ struct MoEExpertParallelPass
               cast<MXTensorType>(withLeading(q.getType(), local)));
       result = arg;
     } else {
-      // Slice at this rank's offset.
-      auto t = dyn_cast<RankedTensorType>(weight.getType());
-      if (!t)
-        return {};
-      Value index = shard::ProcessMultiIndexOp::create(
-                        b, loc, StringRef(gridName), {epAxis()})
-                        .getResult()[0];
-      Value off = arith::MulIOp::create(
-          b, loc, index, arith::ConstantIndexOp::create(b, loc, local));
-      SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)), sizes,
-          strides(t.getRank(), b.getIndexAttr(1));
-      offs[0] = off;
-      for (int64_t i = 0; i < t.getRank(); ++i)
-        sizes.push_back(b.getIndexAttr(i == 0 ? local : t.getDimSize(i)));
-      result = tensor::ExtractSliceOp::create(
-          b, loc, cast<RankedTensorType>(withLeading(t, local)), weight, offs,
-          sizes, strides);
+      result = sliceAtRank(b, loc, weight, local);
     }
     done[weight] = result;
     return result;
+  }
+
+  /// This rank's `local` experts of a stacked weight `[E, ...]`: the slice
+  /// at its offset on the expert axis (null for a value that is not a
+  /// ranked tensor).
+  Value sliceAtRank(OpBuilder &b, Location loc, Value weight, int64_t local) {
+    auto t = dyn_cast<RankedTensorType>(weight.getType());
+    if (!t)
+      return {};
+    Value index = shard::ProcessMultiIndexOp::create(
+                      b, loc, StringRef(gridName), {epAxis()})
+                      .getResult()[0];
+    Value off = arith::MulIOp::create(
+        b, loc, index, arith::ConstantIndexOp::create(b, loc, local));
+    SmallVector<OpFoldResult> offs(t.getRank(), b.getIndexAttr(0)), sizes,
+        strides(t.getRank(), b.getIndexAttr(1));
+    offs[0] = off;
+    for (int64_t i = 0; i < t.getRank(); ++i)
+      sizes.push_back(b.getIndexAttr(i == 0 ? local : t.getDimSize(i)));
+    return tensor::ExtractSliceOp::create(
+        b, loc, cast<RankedTensorType>(withLeading(t, local)), weight, offs,
+        sizes, strides);
+  }
+
+  /// Calls of functions whose expert weights became shards (layer
+  /// functions, -moe-model --layer-functions) pass shards: an argument of
+  /// the caller that only such calls read becomes a shard too (and its own
+  /// callers are fixed in turn); any other value is sliced at this rank's
+  /// offset before the call.
+  LogicalResult passShardsToCalls(ModuleOp module) {
+    SymbolTable symbols(module);
+    auto shardAt = [&](OpOperand &use) -> DictionaryAttr {
+      auto call = dyn_cast<func::CallOp>(use.getOwner());
+      auto callee =
+          call ? symbols.lookup<func::FuncOp>(call.getCallee()) : nullptr;
+      return callee ? callee.getArgAttrOfType<DictionaryAttr>(
+                          use.getOperandNumber(), "moe.expert_shard")
+                    : DictionaryAttr();
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      SmallVector<func::CallOp> calls;
+      module.walk([&](func::CallOp call) { calls.push_back(call); });
+      for (func::CallOp call : calls) {
+        auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
+        if (!callee)
+          continue;
+        for (OpOperand &use : call->getOpOperands()) {
+          DictionaryAttr shard = shardAt(use);
+          Type want = callee.getArgumentTypes()[use.getOperandNumber()];
+          Value v = use.get();
+          if (!shard || v.getType() == want)
+            continue;
+          auto caller = call->getParentOfType<func::FuncOp>();
+          auto arg = dyn_cast<BlockArgument>(v);
+          if (arg && arg.getOwner()->isEntryBlock() &&
+              arg.getOwner()->getParentOp() == caller.getOperation() &&
+              llvm::all_of(arg.getUses(), [&](OpOperand &u) {
+                DictionaryAttr other = shardAt(u);
+                return other && other == shard;
+              })) {
+            arg.setType(want);
+            caller.setArgAttr(arg.getArgNumber(), "moe.expert_shard", shard);
+            caller.setType(FunctionType::get(
+                &getContext(), caller.getBody().front().getArgumentTypes(),
+                caller.getResultTypes()));
+            changed = true;
+            continue;
+          }
+          auto local = shard.getAs<IntegerAttr>("local_experts");
+          OpBuilder b(call);
+          Value slice = local ? sliceAtRank(b, call.getLoc(), v, local.getInt())
+                              : Value();
+          if (!slice || slice.getType() != want)
+            return call.emitError("moe-expert-parallel: operand #")
+                   << use.getOperandNumber() << " of this call, " << v.getType()
+                   << ", is not the whole of the expert shard " << want
+                   << " the callee takes";
+          use.set(slice);
+        }
+      }
+    }
+    return success();
   }
 
   /// Rows [offset, offset + rows) of a 2-d tensor.
@@ -594,6 +661,13 @@ struct MoEExpertParallelPass
       func.setType(FunctionType::get(&getContext(),
                                      func.getBody().front().getArgumentTypes(),
                                      func.getResultTypes()));
+    }
+    // Callers of layer functions pass the shards.
+    if (failed(passShardsToCalls(module)))
+      return signalPassFailure();
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
       // One rank: nothing to sum over the ranks.
       if (epSize * dpSize == 1)
         continue;
@@ -602,9 +676,13 @@ struct MoEExpertParallelPass
         if (!op->hasAttr("moe.global_mean"))
           globalMean(op);
       });
-      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
       // Summed over the ranks: the gradients of data-parallel parameters
-      // and the expert load (of every rank's tokens).
+      // and the expert load (of every rank's tokens), where the step returns
+      // them -- not in the private functions it calls (a layer function's
+      // backward), whose gradients the step sums once, over all layers.
+      if (func.isPrivate())
+        continue;
+      auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
       for (unsigned i = 0; i < func.getNumResults(); ++i) {
         auto output = func.getResultAttrOfType<StringAttr>(i, "moe.output");
         bool sum = output && output.getValue() == "expert_load";
