@@ -292,20 +292,56 @@ public:
     rows.isRecv = std::move(isRecv);
   }
 
-  void allReduceSum(const void *in, void *out, int64_t count,
-                    DType type) override {
-    std::lock_guard<std::mutex> lock(mu);
-    std::string what =
-        std::string(name(type)) + ", " + std::to_string(count) + " values";
-    std::string label = seq.enter(*this, Kind::AllReduce, what.c_str());
+  /// A sum in flight: headers and MPI_Iallreduce posted, finished by
+  /// finishSum (blocking) or by the wait of a started sum.
+  struct Sum final : Pending {
+    explicit Sum(MpiComm &comm) : comm(comm) {}
+    void wait() override {
+      std::lock_guard<std::mutex> lock(comm.mu);
+      comm.finishSum(*this);
+    }
+    MpiComm &comm;
+    std::string label;
+    uint64_t total = 0; ///< this rank's collective count at the start
     std::vector<Header> headers;
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
     std::vector<bool> isRecv;
-    postHeaders(Kind::AllReduce, count, int64_t(type), label, headers, reqs,
-                peers, isRecv);
-    // bf16 / f16: summed in f32.
-    std::vector<float> wide;
+    std::vector<float> wide; ///< bf16 / f16: summed in f32
+    void *out = nullptr;
+    DType type = DType::F32;
+    int64_t count = 0;
+  };
+
+  void allReduceSum(const void *in, void *out, int64_t count,
+                    DType type) override {
+    std::lock_guard<std::mutex> lock(mu);
+    Sum sum(*this);
+    startSum(in, out, count, type, sum);
+    finishSum(sum);
+  }
+
+  /// The sum runs in MPI's background (its progress: inside MPI calls)
+  /// until the wait; the headers are checked there.
+  std::unique_ptr<Pending> allReduceSumStart(const void *in, void *out,
+                                             int64_t count,
+                                             DType type) override {
+    std::lock_guard<std::mutex> lock(mu);
+    auto sum = std::make_unique<Sum>(*this);
+    startSum(in, out, count, type, *sum);
+    return sum;
+  }
+
+  void startSum(const void *in, void *out, int64_t count, DType type, Sum &s) {
+    std::string what =
+        std::string(name(type)) + ", " + std::to_string(count) + " values";
+    s.label = seq.enter(*this, Kind::AllReduce, what.c_str());
+    s.total = seq.total;
+    s.out = out;
+    s.type = type;
+    s.count = count;
+    postHeaders(Kind::AllReduce, count, int64_t(type), s.label, s.headers,
+                s.reqs, s.peers, s.isRecv);
     void *buffer = out;
     MPI_Datatype mpiType;
     switch (type) {
@@ -323,34 +359,37 @@ public:
       break;
     default:
       mpiType = MPI_FLOAT;
-      wide.resize(size_t(count));
+      s.wide.resize(size_t(count));
       for (int64_t i = 0; i < count; ++i)
-        wide[size_t(i)] = toFloat(in, type, i);
-      buffer = wide.data();
+        s.wide[size_t(i)] = toFloat(in, type, i);
+      buffer = s.wide.data();
       break;
     }
-    if (wide.empty() && in != out)
+    if (s.wide.empty() && in != out)
       std::memcpy(out, in, size_t(count) * bytes(type));
-    size_t eb = wide.empty() ? bytes(type) : sizeof(float);
+    size_t eb = s.wide.empty() ? bytes(type) : sizeof(float);
     for (int64_t done = 0; done < count;) {
       int n = int(std::min<int64_t>(count - done, INT_MAX));
-      reqs.emplace_back();
+      s.reqs.emplace_back();
       check(MPI_Iallreduce(MPI_IN_PLACE,
                            static_cast<char *>(buffer) + done * eb, n, mpiType,
-                           MPI_SUM, comm, &reqs.back()),
-            "MPI_Iallreduce", label);
-      peers.push_back(-1);
-      isRecv.push_back(true);
+                           MPI_SUM, comm, &s.reqs.back()),
+            "MPI_Iallreduce", s.label);
+      s.peers.push_back(-1);
+      s.isRecv.push_back(true);
       done += n;
     }
-    wait(reqs, peers, isRecv, label, "values");
+  }
+
+  void finishSum(Sum &s) {
+    wait(s.reqs, s.peers, s.isRecv, s.label, "values");
     for (int p = 0; p < size_; ++p)
       if (p != rank_)
-        checkHeader(*this, label, p, &headers[size_t(p)].seq, seq.total,
+        checkHeader(*this, s.label, p, &s.headers[size_t(p)].seq, s.total,
                     Kind::AllReduce);
-    if (!wide.empty())
-      for (int64_t i = 0; i < count; ++i)
-        fromFloat(out, type, i, wide[size_t(i)]);
+    if (!s.wide.empty())
+      for (int64_t i = 0; i < s.count; ++i)
+        fromFloat(s.out, s.type, i, s.wide[size_t(i)]);
   }
 
   void barrier() override {
