@@ -226,8 +226,6 @@ bool parseTrainOptions(const std::vector<std::string> &args, TrainOptions &o,
 
 namespace {
 
-/// Normal(0, 1) values from a seeded generator (Box-Muller: the same values
-/// on every platform, unlike std::normal_distribution).
 /// The splitmix64 finalizer: a bijective mix of 64 bits.
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -271,16 +269,6 @@ void drawNormal(std::vector<float> &out, uint64_t seed, uint64_t param,
   for (std::thread &th : pool)
     th.join();
 }
-
-struct Rng {
-  std::mt19937_64 gen;
-  explicit Rng(uint64_t s) : gen(s) {}
-  double uniform() { return (double(gen() >> 11) + 0.5) / 9007199254740992.0; }
-  double normal() {
-    double u = uniform(), v = uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
-  }
-};
 
 /// Where the artifact's tensors live: host memory (CPU artifacts) or device
 /// memory staged from and to the host (GPU artifacts).
@@ -354,9 +342,6 @@ struct Param {
     if (experts)
       full[0] = experts;
     return full;
-  }
-  int64_t fullElements() const {
-    return experts ? elements() / local * experts : elements();
   }
 };
 
@@ -1017,9 +1002,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::vector<int64_t> order(static_cast<size_t>(rows));
     for (int64_t i = 0; i < rows; ++i)
       order[size_t(i)] = i;
-    Rng rng(o.seed * 1000003 + uint64_t(epoch) + 1);
+    // (mt19937_64's sequence is fixed by the standard: the same order on
+    // every platform.)
+    std::mt19937_64 gen(o.seed * 1000003 + uint64_t(epoch) + 1);
     for (int64_t i = rows - 1; i > 0; --i)
-      std::swap(order[size_t(i)], order[size_t(rng.gen() % uint64_t(i + 1))]);
+      std::swap(order[size_t(i)], order[size_t(gen() % uint64_t(i + 1))]);
     return order;
   };
   auto fill = [&](const std::vector<int32_t> &source, int64_t row,

@@ -207,12 +207,13 @@ int main(int argc, char **argv) {
         die(name + " expects a value");
       value = rest[++i];
     };
-    auto integer = [&](int64_t &out) {
+    auto integer = [&](int64_t &out, int64_t least = 1) {
       next();
       char *end = nullptr;
       long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end || v < 1 || v > (int64_t(1) << 30))
-        die(name + " expects a positive integer, got '" + value + "'");
+      if (value.empty() || *end || v < least || v > (int64_t(1) << 30))
+        die(name + " expects a " + (least == 1 ? "positive" : "non-negative") +
+            " integer, got '" + value + "'");
       out = v;
     };
     if (name == "--config") {
@@ -243,13 +244,7 @@ int main(int argc, char **argv) {
     } else if (name == "--ep-chunks") {
       integer(epChunks);
     } else if (name == "--grad-bucket-mib") {
-      next();
-      char *end = nullptr;
-      long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end || v < 0 || v > (1 << 20))
-        die("--grad-bucket-mib expects a non-negative integer, got '" + value +
-            "'");
-      bucketMiB = v;
+      integer(bucketMiB, /*least=*/0);
     } else if (name == "--launcher") {
       next();
       launcher = value;

@@ -210,6 +210,26 @@ struct ConvertMoEToRuntimePass
       b.setInsertionPointToStart(block);
   }
 
+  /// The wait of a started collective, before `at`: `handle`, the input
+  /// tensor read again and the result buffer (dynamic sizes). The input is
+  /// read again (to_buffer) so that bufferization writes nothing into its
+  /// buffer while the collective runs; the wait checks that it is the
+  /// buffer the start was given. That read has a type of its own (any
+  /// strided layout: the buffer as it is), so that CSE cannot merge it into
+  /// the start's. Leaves `b` before `at`.
+  static void emitWait(OpBuilder &b, Location loc, func::FuncOp wait,
+                       Value handle, Value input, Value resultDyn,
+                       Operation *at) {
+    b.setInsertionPoint(at);
+    auto t = cast<RankedTensorType>(input.getType());
+    Value again = bufferization::ToBufferOp::create(
+        b, loc, anyLayout(MemRefType::get(t.getShape(), t.getElementType())),
+        input, /*read_only=*/true);
+    Value againDyn = memref::CastOp::create(
+        b, loc, anyLayout(cast<MemRefType>(resultDyn.getType())), again);
+    func::CallOp::create(b, loc, wait, ValueRange{handle, againDyn, resultDyn});
+  }
+
   /// The first op of `block` that reads `v` (itself or inside its regions),
   /// or the terminator.
   static Operation *firstReaderInBlock(Value v, Block *block) {
@@ -359,22 +379,9 @@ struct ConvertMoEToRuntimePass
       recv = arith::ExtSIOp::create(b, loc, countsType, recv);
     op.getRecvCounts().replaceAllUsesWith(recv);
     if (overlap) {
-      // The rows are waited for where they are first needed. The input is
-      // read again there (to_buffer), so that bufferization writes nothing
-      // into its buffer while the rows travel; the wait checks that it is
-      // the buffer the exchange started with. That read has a type of its
-      // own (any strided layout: the buffer as it is), so that CSE cannot
-      // merge it into the start's.
-      b.setInsertionPoint(firstReaderInBlock(op.getResult(), block));
-      Value again = bufferization::ToBufferOp::create(
-          b, loc,
-          anyLayout(
-              MemRefType::get(inType.getShape(), inType.getElementType())),
-          op.getInput(), /*read_only=*/true);
-      Value againDyn =
-          memref::CastOp::create(b, loc, anyLayout(rowsDyn), again);
-      func::CallOp::create(b, loc, *waitFn,
-                           ValueRange{call.getResult(0), againDyn, outDyn});
+      // The rows are waited for where they are first needed.
+      emitWait(b, loc, *waitFn, call.getResult(0), op.getInput(), outDyn,
+               firstReaderInBlock(op.getResult(), block));
     }
     op.getResult().replaceAllUsesWith(toTensor(b, loc, outBuf));
     op.erase();
@@ -478,16 +485,9 @@ struct ConvertMoEToRuntimePass
     auto call = func::CallOp::create(b, loc, *fn, args);
     if (overlap) {
       lastStart[block] = call;
-      // The sums are waited for where they are first needed; the input is
-      // read again there (see the exchange's wait above).
-      b.setInsertionPoint(firstReaderInBlock(op.getResult(), block));
-      Value again = bufferization::ToBufferOp::create(
-          b, loc, anyLayout(MemRefType::get({n}, elt)), flatIn,
-          /*read_only=*/true);
-      Value againDyn =
-          memref::CastOp::create(b, loc, anyLayout(flatDyn), again);
-      func::CallOp::create(b, loc, *waitFn,
-                           ValueRange{call.getResult(0), againDyn, outDyn});
+      // The sums are waited for where they are first needed.
+      emitWait(b, loc, *waitFn, call.getResult(0), flatIn, outDyn,
+               firstReaderInBlock(op.getResult(), block));
     }
     Value result = toTensor(b, loc, outBuf);
     if (rank == 0)

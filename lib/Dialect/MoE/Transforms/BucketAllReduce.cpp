@@ -155,28 +155,29 @@ struct MoEBucketAllReducePass
       llvm::stable_sort(sums, [&](shard::AllReduceOp a, shard::AllReduceOp b) {
         return before(readyAt(a, &block), readyAt(b, &block));
       });
-      llvm::MapVector<std::tuple<StringRef, ArrayRef<int16_t>, Type>,
-                      SmallVector<shard::AllReduceOp>>
+      // The bucket being filled for each grid, axes and element type.
+      struct Filling {
+        SmallVector<shard::AllReduceOp> sums;
+        int64_t bytes = 0;
+      };
+      llvm::MapVector<std::tuple<StringRef, ArrayRef<int16_t>, Type>, Filling>
           open;
       SmallVector<SmallVector<shard::AllReduceOp>> buckets;
-      llvm::DenseMap<std::tuple<StringRef, ArrayRef<int16_t>, Type>, int64_t>
-          bytes;
       for (shard::AllReduceOp sum : sums) {
         auto t = cast<RankedTensorType>(sum.getType());
-        auto key = std::make_tuple(sum.getGridAttr().getValue(),
-                                   sum.getGridAxes(), t.getElementType());
-        open[key].push_back(sum);
-        bytes[key] +=
-            t.getNumElements() * int64_t(t.getElementTypeBitWidth() / 8);
-        if (bytes[key] >= limit) {
-          buckets.push_back(std::move(open[key]));
-          open[key].clear();
-          bytes[key] = 0;
+        Filling &f =
+            open[std::make_tuple(sum.getGridAttr().getValue(),
+                                 sum.getGridAxes(), t.getElementType())];
+        f.sums.push_back(sum);
+        f.bytes += t.getNumElements() * int64_t(t.getElementTypeBitWidth() / 8);
+        if (f.bytes >= limit) {
+          buckets.push_back(std::move(f.sums));
+          f = Filling();
         }
       }
-      for (auto &[key, rest] : open)
-        if (!rest.empty())
-          buckets.push_back(std::move(rest));
+      for (auto &[key, f] : open)
+        if (!f.sums.empty())
+          buckets.push_back(std::move(f.sums));
       for (SmallVector<shard::AllReduceOp> &bucket : buckets)
         if (bucket.size() > 1)
           emit(bucket, &block);
