@@ -294,6 +294,7 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
     moe::MoEQuantizeOptions quantize;
     quantize.recipe = options.recipe;
     quantize.scale = options.scale;
+    quantize.blockScales = options.blockScales;
     quantize.keepFirstLast = options.keepFirstLast;
     // (none: nothing is marked dense; an unknown name is refused there.)
     quantize.dense = options.dense == "none" ? std::string("bf16")
@@ -322,7 +323,8 @@ void mlir::moe::registerMoEPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "moe-train-pipeline",
       "The moe training transformations: group experts, precision recipe "
-      "(mxfp8|bf16|none), fuse expert MLPs, expert parallelism (ep-size), "
+      "(mxfp8|bf16|fp8-blockwise|none), fuse expert MLPs, expert parallelism "
+      "(ep-size), "
       "and with autodiff=true the train step of every loss function",
       buildTrainPipeline);
   PassPipelineRegistration<GPUPipelineOptions>(

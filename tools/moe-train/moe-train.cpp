@@ -66,10 +66,17 @@ static const char *kUsage =
     "(MXFP8\n"
     "                         expert GEMMs, the others as --dense says; "
     "hidden and\n"
-    "                         expert FFN sizes multiples of 32)\n"
+    "                         expert FFN sizes multiples of 32); "
+    "fp8-blockwise\n"
+    "                         (E4M3 expert GEMMs, one power-of-two scale per "
+    "1 x 128\n"
+    "                         tile of activations and gradients and per 128 x "
+    "128 of\n"
+    "                         weights, the others as --dense says; any "
+    "sizes)\n"
     "  --dense NAME           with a recipe: the dense GEMMs' precision, bf16 "
-    "(default)\n"
-    "                         or mxfp8\n"
+    "(default),\n"
+    "                         mxfp8 or fp8-blockwise\n"
     "  --document-mask        each sequence packed into a row attends only "
     "to\n"
     "                         itself (attention masked where a <bos> starts "
@@ -225,14 +232,17 @@ int main(int argc, char **argv) {
     } else if (name == "--recipe") {
       next();
       recipe = value;
-      if (recipe != "none" && recipe != "bf16" && recipe != "mxfp8")
-        die("--recipe must be none, bf16 or mxfp8, got '" + recipe + "'");
+      if (recipe != "none" && recipe != "bf16" && recipe != "mxfp8" &&
+          recipe != "fp8-blockwise")
+        die("--recipe must be none, bf16, mxfp8 or fp8-blockwise, got '" +
+            recipe + "'");
     } else if (name == "--dense") {
       next();
       dense = value;
       denseGiven = true;
-      if (dense != "bf16" && dense != "mxfp8")
-        die("--dense must be bf16 or mxfp8, got '" + dense + "'");
+      if (dense != "bf16" && dense != "mxfp8" && dense != "fp8-blockwise")
+        die("--dense must be bf16, mxfp8 or fp8-blockwise, got '" + dense +
+            "'");
     } else if (name == "--batch") {
       integer(batch);
     } else if (name == "--seq") {
@@ -281,7 +291,8 @@ int main(int argc, char **argv) {
           "--dp-size itself "
           "(or run moert-train under the launcher)");
   if (denseGiven && recipe == "none")
-    die("--dense needs --recipe bf16 or mxfp8 (under none every GEMM is f32)");
+    die("--dense needs --recipe bf16, mxfp8 or fp8-blockwise (under none "
+        "every GEMM is f32)");
   // What the checkpoint records (a run resumes only under the same one).
   std::string precision =
       recipe + (recipe != "none" && dense != "bf16" ? "-dense-" + dense : "");

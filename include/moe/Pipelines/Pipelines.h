@@ -133,19 +133,24 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   PassOptions::Option<std::string> recipe{
       *this, "recipe",
       llvm::cl::desc(
-          "Expert GEMM precision: mxfp8, bf16, or none (as written)"),
+          "Expert GEMM precision: mxfp8, bf16, fp8-blockwise, or none (as "
+          "written)"),
       llvm::cl::init("mxfp8")};
   PassOptions::Option<std::string> dense{
       *this, "dense",
       llvm::cl::desc(
           "Under a recipe (not none), at any ep-size: the dense GEMMs "
           "(projections, router, shared experts, LM head; -moe-dense-to-"
-          "grouped) run on the grouped GEMM kernels in bf16 (default) or "
-          "mxfp8; none keeps them as written"),
+          "grouped) run on the grouped GEMM kernels in bf16 (default), "
+          "mxfp8 or fp8-blockwise; none keeps them as written"),
       llvm::cl::init("bf16")};
   PassOptions::Option<std::string> scale{
       *this, "scale", llvm::cl::desc("MX scale choice: rceil or floor"),
       llvm::cl::init("rceil")};
+  PassOptions::Option<std::string> blockScales{
+      *this, "block-scales",
+      llvm::cl::desc("fp8-blockwise scales: pow2 or f32"),
+      llvm::cl::init("pow2")};
   PassOptions::Option<bool> keepFirstLast{
       *this, "keep-first-last",
       llvm::cl::desc("Keep the first and last layer (moe.layer) in high "

@@ -92,8 +92,8 @@ std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
   auto pack = dq.getInput().getDefiningOp<MXPackOp>();
   if (!pack)
     return std::nullopt;
-  MXTensorType mx = pack.getType();
-  if (mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock ||
+  auto mx = dyn_cast<MXTensorType>(pack.getType());
+  if (!mx || mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock ||
       !isa<Float8E4M3FNType, Float8E5M2Type>(mx.getElementType()))
     return std::nullopt;
   return std::make_pair(dq, pack);
@@ -163,8 +163,8 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
     auto q = dyn_cast<QuantizeOp>(user);
     if (!q || fusion.quantize)
       continue;
-    MXTensorType mx = q.getType();
-    if (mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock)
+    auto mx = dyn_cast<MXTensorType>(q.getType());
+    if (!mx || mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock)
       continue;
     for (Operation *qUser : q->getUsers())
       if (auto dq = dyn_cast<DequantizeOp>(qUser))
@@ -181,7 +181,8 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   if (!g.tma)
     return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
                          "epilogues");
-  fusion.epilogue.f8 = fusion.quantize.getType().getElementType();
+  fusion.epilogue.f8 =
+      cast<MXTensorType>(fusion.quantize.getType()).getElementType();
   fusion.epilogue.mode = fusion.quantize.getScaleMode();
   // Whether the f32 values must stay a result: something besides their
   // rowwise rounding (and `col`, the columnwise one) reads them, or the
@@ -198,8 +199,9 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   if (groupsAlignedTo(op.getOffsets(), tma::SwigluBlock)) {
     for (Operation *user : values.getUsers()) {
       auto q = dyn_cast<QuantizeOp>(user);
-      if (!q || fusion.colQuantize || q.getType().getAxis() != 0 ||
-          q.getType().getBlockSize() != tma::SwigluBlock)
+      auto mx = q ? dyn_cast<MXTensorType>(q.getType()) : MXTensorType();
+      if (!mx || fusion.colQuantize || mx.getAxis() != 0 ||
+          mx.getBlockSize() != tma::SwigluBlock)
         continue;
       fusion.colRoundTrips = bf16RoundTripsOf(q);
       if (!fusion.colRoundTrips.empty())
@@ -216,7 +218,8 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
         (!fusion.epilogue.grad ||
          (mxAlways && colRoundingLowersPeak(op, fusion)))) {
       fusion.epilogue.col = true;
-      fusion.epilogue.colF8 = fusion.colQuantize.getType().getElementType();
+      fusion.epilogue.colF8 =
+          cast<MXTensorType>(fusion.colQuantize.getType()).getElementType();
       fusion.epilogue.colMode = fusion.colQuantize.getScaleMode();
     } else {
       // Not in the epilogue: the f32 values stay a result for it.

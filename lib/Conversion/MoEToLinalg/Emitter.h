@@ -458,6 +458,15 @@ Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
                    Type elt);
 
 /// A GEMM operand as a float tensor: MX operands are dequantized to f32.
+/// Quantizes `x` (shape of `type`) to (data, scales) with the blockwise FP8
+/// rules (moe.quantize).
+std::pair<Value, Value> quantizeFP8Block(Emitter &e, Value x,
+                                         FP8BlockTensorType type);
+
+/// (data, scales) of `type` -> a float tensor of element type `elt`.
+Value dequantizeFP8Block(Emitter &e, Value data, Value scales,
+                         FP8BlockTensorType type, Type elt);
+
 Value gemmOperand(Emitter &e, Type original, ValueRange converted);
 
 /// If `live` bounds `op`: sets `e` to compute rows [0, n) of `rows`, n the

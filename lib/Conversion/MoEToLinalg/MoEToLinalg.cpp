@@ -128,6 +128,182 @@ Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
   return view.collapse(e, out, elt);
 }
 
+namespace {
+/// A tensor of a blockwise FP8 type's shape seen as tiles: padded to whole
+/// tiles, then every dimension d split into [d / block, block]. Computations
+/// run over (tile indices..., offsets in the tile...), the offsets innermost.
+struct TileView {
+  FP8BlockTensorType type;
+  SmallVector<OpFoldResult> sizes, tiles, padded;
+
+  TileView(Emitter &e, FP8BlockTensorType type, Value like) : type(type) {
+    sizes = e.sizes(like);
+    for (auto [size, block] : llvm::zip(sizes, type.getBlock())) {
+      if (std::optional<int64_t> s = getConstantIntValue(size)) {
+        int64_t n = (*s + block - 1) / block;
+        tiles.push_back(e.b.getIndexAttr(n));
+        padded.push_back(e.b.getIndexAttr(n * block));
+        continue;
+      }
+      Value n = arith::CeilDivUIOp::create(e.b, e.loc, cast<Value>(size),
+                                           e.idx(block));
+      tiles.push_back(n);
+      padded.push_back(
+          arith::MulIOp::create(e.b, e.loc, n, e.idx(block)).getResult());
+    }
+  }
+  int64_t rank() const { return type.getRank(); }
+  SmallVector<ReassociationIndices> reassociation() const {
+    SmallVector<ReassociationIndices> r;
+    for (int64_t i = 0; i < rank(); ++i)
+      r.push_back({2 * i, 2 * i + 1});
+    return r;
+  }
+  SmallVector<OpFoldResult> expandedSizes(Emitter &e) const {
+    SmallVector<OpFoldResult> s;
+    for (auto [n, block] : llvm::zip(tiles, type.getBlock())) {
+      s.push_back(n);
+      s.push_back(e.b.getIndexAttr(block));
+    }
+    return s;
+  }
+  /// `t` (the type's shape) padded with `pad` to whole tiles and expanded.
+  Value expand(Emitter &e, Value t, Value pad) const {
+    auto tt = cast<RankedTensorType>(t.getType());
+    SmallVector<OpFoldResult> low(rank(), e.b.getIndexAttr(0)), high;
+    bool padding = false;
+    for (auto [size, full] : llvm::zip(sizes, padded)) {
+      std::optional<int64_t> s = getConstantIntValue(size),
+                             f = getConstantIntValue(full);
+      if (s && f) {
+        high.push_back(e.b.getIndexAttr(*f - *s));
+        padding |= *f != *s;
+        continue;
+      }
+      high.push_back(arith::SubIOp::create(
+                         e.b, e.loc,
+                         getValueOrCreateConstantIndexOp(e.b, e.loc, full),
+                         getValueOrCreateConstantIndexOp(e.b, e.loc, size))
+                         .getResult());
+      padding = true;
+    }
+    if (padding) {
+      SmallVector<int64_t> shape;
+      for (OpFoldResult f : padded)
+        shape.push_back(getConstantIntValue(f).value_or(ShapedType::kDynamic));
+      t = tensor::PadOp::create(
+          e.b, e.loc, RankedTensorType::get(shape, tt.getElementType()), t, low,
+          high, pad);
+    }
+    SmallVector<OpFoldResult> outSizes = expandedSizes(e);
+    SmallVector<int64_t> shape;
+    for (OpFoldResult s : outSizes)
+      shape.push_back(getConstantIntValue(s).value_or(ShapedType::kDynamic));
+    return tensor::ExpandShapeOp::create(
+        e.b, e.loc, RankedTensorType::get(shape, tt.getElementType()), t,
+        reassociation(), outSizes);
+  }
+  /// The inverse of `expand`: back to the type's shape, padding dropped.
+  Value collapse(Emitter &e, Value t) const {
+    auto tt = cast<RankedTensorType>(t.getType());
+    SmallVector<int64_t> shape;
+    for (OpFoldResult f : padded)
+      shape.push_back(getConstantIntValue(f).value_or(ShapedType::kDynamic));
+    Value whole = tensor::CollapseShapeOp::create(
+        e.b, e.loc, RankedTensorType::get(shape, tt.getElementType()), t,
+        reassociation());
+    if (sizes == padded)
+      return whole;
+    SmallVector<OpFoldResult> zero(rank(), e.b.getIndexAttr(0)),
+        one(rank(), e.b.getIndexAttr(1));
+    return tensor::ExtractSliceOp::create(e.b, e.loc, whole, zero, sizes, one);
+  }
+  /// Loops (tiles..., offsets...) -> the expanded tensor.
+  AffineMap elements(MLIRContext *ctx) const {
+    SmallVector<AffineExpr> exprs;
+    for (int64_t i = 0; i < rank(); ++i) {
+      exprs.push_back(getAffineDimExpr(i, ctx));
+      exprs.push_back(getAffineDimExpr(rank() + i, ctx));
+    }
+    return AffineMap::get(2 * rank(), 0, exprs, ctx);
+  }
+  /// Loops (tiles..., offsets...) -> the scales (one per tile).
+  AffineMap scales(MLIRContext *ctx) const {
+    SmallVector<AffineExpr> exprs;
+    for (int64_t i = 0; i < rank(); ++i)
+      exprs.push_back(getAffineDimExpr(i, ctx));
+    return AffineMap::get(2 * rank(), 0, exprs, ctx);
+  }
+};
+} // namespace
+
+std::pair<Value, Value> quantizeFP8Block(Emitter &e, Value x,
+                                         FP8BlockTensorType type) {
+  MLIRContext *ctx = e.b.getContext();
+  MXFormat fmt = MXFormat::get(type.getElementType());
+  TileView view(e, type, x);
+  Type f32 = e.b.getF32Type();
+  int64_t rank = view.rank();
+  // Padding is zero: it leaves every amax as it is.
+  Value xe = view.expand(e, x, e.zeroOf(getElementTypeOrSelf(x.getType())));
+  AffineMap elements = view.elements(ctx), scales = view.scales(ctx);
+  SmallVector<IteratorType> its(2 * rank, IteratorType::parallel);
+  SmallVector<IteratorType> red = its;
+  for (int64_t i = rank; i < 2 * rank; ++i)
+    red[i] = IteratorType::reduction;
+
+  // 1. amax per tile (NaN-propagating), the tile's elements innermost.
+  Value amax = e.generic(
+      xe, e.zeros(view.tiles, f32), {elements, scales}, red,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter n{nb, nl};
+        Value mag = math::AbsFOp::create(nb, nl, n.toF32(a[0]));
+        return SmallVector<Value>{arith::MaximumFOp::create(nb, nl, a[1], mag)};
+      })[0];
+  // 2. the factor per tile, and the stored scale 1 / factor.
+  Value factor = e.map(amax, f32, [&](Emitter &n, ValueRange a) {
+    return buildFP8BlockScale(n.b, n.loc, a[0], fmt, type.getPow2());
+  });
+  Value stored = e.map(factor, f32, [&](Emitter &n, ValueRange a) {
+    return arith::DivFOp::create(n.b, n.loc, n.f32(1.0), a[0]).getResult();
+  });
+  // 3. the elements.
+  Value data = e.generic(
+      {xe, factor}, e.empty(view.expandedSizes(e), type.getElementType()),
+      {elements, scales, elements}, its,
+      [&](OpBuilder &nb, Location nl, ValueRange a) {
+        Emitter n{nb, nl};
+        Value v = arith::MulFOp::create(nb, nl, n.toF32(a[0]), a[1]);
+        Value code = buildEncode(nb, nl, v, fmt);
+        return SmallVector<Value>{
+            arith::BitcastOp::create(nb, nl, type.getElementType(), code)};
+      })[0];
+  return {view.collapse(e, data), stored};
+}
+
+Value dequantizeFP8Block(Emitter &e, Value data, Value scales,
+                         FP8BlockTensorType type, Type elt) {
+  MLIRContext *ctx = e.b.getContext();
+  MXFormat fmt = MXFormat::get(type.getElementType());
+  TileView view(e, type, data);
+  int64_t rank = view.rank();
+  Type i8 = e.b.getI8Type();
+  Value de = view.expand(e, data, e.zeroOf(type.getElementType()));
+  AffineMap elements = view.elements(ctx), tilesMap = view.scales(ctx);
+  SmallVector<IteratorType> its(2 * rank, IteratorType::parallel);
+  Value out =
+      e.generic({de, scales}, e.empty(view.expandedSizes(e), elt),
+                {elements, tilesMap, elements}, its,
+                [&](OpBuilder &nb, Location nl, ValueRange a) {
+                  Emitter n{nb, nl};
+                  Value q = buildDecode(
+                      nb, nl, arith::BitcastOp::create(nb, nl, i8, a[0]), fmt);
+                  return SmallVector<Value>{
+                      n.fromF32(arith::MulFOp::create(nb, nl, q, a[1]), elt)};
+                })[0];
+  return view.collapse(e, out);
+}
+
 bool boundRows(Emitter &e, Operation *op, const LiveRowBounds *live,
                ConversionPatternRewriter &rewriter, int64_t rows) {
   if (!live || ShapedType::isDynamic(rows))
@@ -185,6 +361,9 @@ LiveRowBounds findLiveRowBounds(Operation *root) {
 Value gemmOperand(Emitter &e, Type original, ValueRange converted) {
   if (auto mx = dyn_cast<MXTensorType>(original))
     return dequantizeMX(e, converted[0], converted[1], mx, e.b.getF32Type());
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(original))
+    return dequantizeFP8Block(e, converted[0], converted[1], fp8,
+                              e.b.getF32Type());
   return converted[0];
 }
 
@@ -219,8 +398,13 @@ struct QuantizeLowering : RowwiseLowering<QuantizeOp> {
   matchAndRewrite(QuantizeOp op, OneToNOpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
-    MXTensorType type = op.getResult().getType();
     Value x = adaptor.getInput()[0];
+    if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getResult().getType())) {
+      auto [data, scales] = quantizeFP8Block(e, x, fp8);
+      rewriter.replaceOpWithMultiple(op, {{data, scales}});
+      return success();
+    }
+    auto type = cast<MXTensorType>(op.getResult().getType());
     if (boundRows(e, op, live, rewriter, type.getShape()[0])) {
       x = e.leadingRows(x, e.liveCount);
       auto [data, scales] =
@@ -243,8 +427,12 @@ struct DequantizeLowering : RowwiseLowering<DequantizeOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Emitter e{rewriter, op.getLoc()};
     ValueRange in = adaptor.getInput();
-    MXTensorType type = op.getInput().getType();
     Type elt = op.getType().getElementType();
+    if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getInput().getType())) {
+      rewriter.replaceOp(op, dequantizeFP8Block(e, in[0], in[1], fp8, elt));
+      return success();
+    }
+    auto type = cast<MXTensorType>(op.getInput().getType());
     if (boundRows(e, op, live, rewriter, type.getShape()[0])) {
       Value out = dequantizeMX(e, e.leadingRows(in[0], e.liveCount),
                                e.leadingRows(in[1], e.liveCount),
@@ -982,6 +1170,8 @@ struct ConvertMoEToLinalgPass
           shape = t.getShape();
         else if (auto mx = dyn_cast<MXTensorType>(type))
           shape = mx.getShape();
+        else if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
+          shape = fp8.getShape();
         if (llvm::is_contained(shape, 0)) {
           op->emitOpError("has a zero-size dimension in ")
               << type
@@ -1021,7 +1211,7 @@ struct ConvertMoEToLinalgPass
       return signalPassFailure();
 
     TypeConverter converter;
-    populateMXTypeConversion(converter);
+    populateBlockScaledTypeConversion(converter);
     ConversionTarget target(*ctx);
     target.addIllegalDialect<MoEDialect>();
     target.markUnknownOpDynamicallyLegal(
@@ -1070,7 +1260,7 @@ struct ConvertMoEToLinalgPass
 };
 } // namespace
 
-void mlir::moe::populateMXTypeConversion(TypeConverter &converter) {
+void mlir::moe::populateBlockScaledTypeConversion(TypeConverter &converter) {
   converter.addConversion([](Type t) { return t; });
   converter.addConversion(
       [](MXTensorType t, SmallVectorImpl<Type> &results) -> LogicalResult {
@@ -1078,6 +1268,12 @@ void mlir::moe::populateMXTypeConversion(TypeConverter &converter) {
         results.push_back(t.getScalesType());
         return success();
       });
+  converter.addConversion([](FP8BlockTensorType t,
+                             SmallVectorImpl<Type> &results) -> LogicalResult {
+    results.push_back(t.getDataType());
+    results.push_back(t.getScalesType());
+    return success();
+  });
 }
 
 void mlir::moe::populateMoEToLinalgConversionPatterns(

@@ -23,7 +23,7 @@
 // GRAD: moe.grouped_matmul_wgrad {{.*}} {moe.dense} : tensor<64x128xbf16>, tensor<64x256xbf16>, tensor<2xi32> -> tensor<1x128x256xf32>
 // MX-LABEL: func.func @loss_grad(
 // MX: moe.grouped_matmul_wgrad {{.*}} {moe.dense} : !moe.mx<64x512xf8E4M3FN, axis = 0>
-// BAD: unknown dense precision 'fp16' (expected 'bf16' or 'mxfp8')
+// BAD: unknown dense precision 'fp16' (expected 'bf16', 'mxfp8' or 'fp8-blockwise')
 func.func @loss(%x: tensor<64x128xf32>, %w: tensor<128x256xf32>, %h: tensor<512x256xf32>, %labels: tensor<64xi32>) -> tensor<f32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<64x256xf32>

@@ -631,7 +631,7 @@ func.func @gmm_mx_rhs_axis_transposed(%x: tensor<128x64xbf16>, %w: !moe.mx<4x32x
 
 // grouped_matmul: integer lhs.
 func.func @gmm_int_lhs(%x: tensor<12x16xi32>, %w: tensor<4x16x64xbf16>, %o: tensor<5xi32>) {
-  // expected-error @+1 {{operand #0 must be float tensor or block-scaled MX tensor, but got 'tensor<12x16xi32>'}}
+  // expected-error @+1 {{operand #0 must be float tensor or block-scaled tensor (MX or blockwise FP8), but got 'tensor<12x16xi32>'}}
   %0 = moe.grouped_matmul %x, %w, %o : tensor<12x16xi32>, tensor<4x16x64xbf16>, tensor<5xi32> -> tensor<12x64xf32>
   return
 }
@@ -914,7 +914,7 @@ func.func @quantize_rank(%x: tensor<4x64xbf16>) {
 
 // quantize: the result must be an MX tensor.
 func.func @quantize_not_mx(%x: tensor<4x64xbf16>) {
-  // expected-error @+1 {{result #0 must be block-scaled MX tensor, but got 'tensor<4x64xf8E4M3FN>'}}
+  // expected-error @+1 {{result #0 must be block-scaled tensor (MX or blockwise FP8), but got 'tensor<4x64xf8E4M3FN>'}}
   %0 = moe.quantize %x : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>
   return
 }
@@ -941,7 +941,7 @@ func.func @dequantize_shape(%q: !moe.mx<4x64xf8E4M3FN, axis = 1>) {
 
 // dequantize: the input must be an MX tensor.
 func.func @dequantize_not_mx(%q: tensor<4x64xf8E4M3FN>) {
-  // expected-error @+1 {{operand #0 must be block-scaled MX tensor, but got 'tensor<4x64xf8E4M3FN>'}}
+  // expected-error @+1 {{operand #0 must be block-scaled tensor (MX or blockwise FP8), but got 'tensor<4x64xf8E4M3FN>'}}
   %0 = moe.dequantize %q : tensor<4x64xf8E4M3FN> -> tensor<4x64xf32>
   return
 }
@@ -968,7 +968,7 @@ func.func @pack_scales_shape(%d: tensor<4x64xf8E4M3FN>, %s: tensor<4x4xf8E8M0FNU
 
 // mx_pack: scales must be f8E8M0FNU.
 func.func @pack_scales_type(%d: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E4M3FN>) {
-  // expected-error @+1 {{operand #1 must be ranked tensor of f8E8M0FNU type values, but got 'tensor<4x2xf8E4M3FN>'}}
+  // expected-error @+1 {{operand #1 must be ranked tensor of f8E8M0FNU type or 32-bit float values, but got 'tensor<4x2xf8E4M3FN>'}}
   %0 = moe.mx_pack %d, %s : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E4M3FN> -> !moe.mx<4x64xf8E4M3FN, axis = 1>
   return
 }
@@ -1281,5 +1281,64 @@ func.func @slot_offsets_size(%c: tensor<8xi32>) {
 func.func @router_bias_size(%l: tensor<16x8xf32>, %b: tensor<4xf32>) {
   // expected-error @+1 {{'moe.router' op expects bias size (the number of experts) to be 8, got 4}}
   %i, %w = moe.router %l bias(%b : tensor<4xf32>) top_k(2) softmax : tensor<16x8xf32> -> tensor<16x2xi32>, tensor<16x2xf32>
+  return
+}
+
+// -----
+
+// fp8block: one block size per dimension.
+// expected-error @+1 {{expects one block size per dimension: 1 for a 2-d tensor}}
+func.func @fp8block_block_rank(%q: !moe.fp8block<4x256xf8E4M3FN, block = [128]>) {
+  return
+}
+
+// -----
+
+// fp8block: block sizes are positive.
+// expected-error @+1 {{block size 0 of dimension 1 is not in [1, 1048576]}}
+func.func @fp8block_block_zero(%q: !moe.fp8block<4x256xf8E4M3FN, block = [1, 0]>) {
+  return
+}
+
+// -----
+
+// fp8block: FP8 elements only.
+// expected-error @+1 {{expects FP8 element type f8E4M3FN or f8E5M2, got 'bf16'}}
+func.func @fp8block_element(%q: !moe.fp8block<4x256xbf16, block = [1, 128]>) {
+  return
+}
+
+// -----
+
+// fp8block: only the pow2 flag may follow the blocks.
+// expected-error @+1 {{expected 'pow2'}}
+func.func @fp8block_flag(%q: !moe.fp8block<4x256xf8E4M3FN, block = [1, 128], pow3>) {
+  return
+}
+
+// -----
+
+// quantize: scale modes choose MX scales, not blockwise FP8 ones.
+func.func @fp8block_scale_mode(%x: tensor<4x256xf32>) {
+  // expected-error @+1 {{scale(floor) applies to MX results; a blockwise FP8 result's scales are set by its type (pow2 or not)}}
+  %q = moe.quantize %x scale(floor) : tensor<4x256xf32> -> !moe.fp8block<4x256xf8E4M3FN, block = [1, 128]>
+  return
+}
+
+// -----
+
+// quantize: the shapes agree.
+func.func @fp8block_quantize_shape(%x: tensor<4x256xf32>) {
+  // expected-error @+1 {{expects result dim 1 (from input) to be 256, got 128}}
+  %q = moe.quantize %x : tensor<4x256xf32> -> !moe.fp8block<4x128xf8E4M3FN, block = [1, 128]>
+  return
+}
+
+// -----
+
+// mx_unpack: blockwise FP8 scales are f32, one per tile (partial tiles too).
+func.func @fp8block_unpack_scales(%q: !moe.fp8block<4x260xf8E4M3FN, block = [1, 128]>) {
+  // expected-error @+1 {{expects the scales of '!moe.fp8block<4x260xf8E4M3FN, block = [1, 128]>' to be 'tensor<4x3xf32>', got 'tensor<4x2xf32>'}}
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<4x260xf8E4M3FN, block = [1, 128]> -> tensor<4x260xf8E4M3FN>, tensor<4x2xf32>
   return
 }

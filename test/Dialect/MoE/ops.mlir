@@ -319,6 +319,40 @@ func.func @mx_pack_unpack(%d: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E8M0FNU>,
                           tensor<2x4xf8E8M0FNU>, !moe.mx<2x128x8xf8E5M2, axis = 1, block = 16>
 }
 
+// !moe.fp8block: quantize, dequantize, pack and unpack, a GEMM operand.
+// CHECK-LABEL: func.func @fp8block_forms
+func.func @fp8block_forms(%x: tensor<?x260xbf16>, %w: tensor<4x256x96xf32>,
+                          %o: tensor<5xi32>)
+    -> (tensor<?x260xf32>, tensor<?x96xf32>,
+        !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>) {
+  // CHECK: moe.quantize %{{.*}} : tensor<?x260xbf16> -> !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+  %q = moe.quantize %x : tensor<?x260xbf16>
+      -> !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+  // CHECK: moe.mx_unpack %{{.*}} : !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]> -> tensor<?x260xf8E4M3FN>, tensor<?x3xf32>
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+      -> tensor<?x260xf8E4M3FN>, tensor<?x3xf32>
+  // CHECK: moe.mx_pack %{{.*}}, %{{.*}} : tensor<?x260xf8E4M3FN>, tensor<?x3xf32> -> !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+  %p = moe.mx_pack %d, %s : tensor<?x260xf8E4M3FN>, tensor<?x3xf32>
+      -> !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+  // CHECK: moe.dequantize %{{.*}} : !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]> -> tensor<?x260xf32>
+  %y = moe.dequantize %p : !moe.fp8block<?x260xf8E4M3FN, block = [1, 128]>
+      -> tensor<?x260xf32>
+  // CHECK: moe.quantize %{{.*}} : tensor<4x256x96xf32> -> !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>
+  %qw = moe.quantize %w : tensor<4x256x96xf32>
+      -> !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>
+  %rows = arith.constant dense<1.0> : tensor<7x256xf32>
+  %qr = moe.quantize %rows : tensor<7x256xf32>
+      -> !moe.fp8block<7x256xf8E4M3FN, block = [1, 128]>
+  // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}} : !moe.fp8block<7x256xf8E4M3FN, block = [1, 128]>, !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>, tensor<5xi32> -> tensor<7x96xf32>
+  %g = moe.grouped_matmul %qr, %qw, %o
+      : !moe.fp8block<7x256xf8E4M3FN, block = [1, 128]>,
+        !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<7x96xf32>
+  %gc = tensor.cast %g : tensor<7x96xf32> to tensor<?x96xf32>
+  return %y, %gc, %qw : tensor<?x260xf32>, tensor<?x96xf32>,
+                        !moe.fp8block<4x256x96xf8E5M2, block = [1, 128, 128], pow2>
+}
+
 // The MX type as a plain function argument and result, rank 1 to 3.
 // CHECK-LABEL: func.func @mx_type_forms
 // CHECK-SAME: (%{{.*}}: !moe.mx<32xf8E4M3FN, axis = 0>, %{{.*}}: !moe.mx<8x2048x768xf8E4M3FN, axis = 1>, %{{.*}}: !moe.mx<?x?x96xf8E5M2, axis = 2, block = 48>) -> !moe.mx<32xf8E4M3FN, axis = 0>

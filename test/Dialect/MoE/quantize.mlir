@@ -1,6 +1,8 @@
 // RUN: moe-opt %s -split-input-file -moe-quantize -verify-diagnostics | FileCheck %s
 // RUN: moe-opt %s -split-input-file -moe-quantize="scale=floor" 2>/dev/null | FileCheck %s --check-prefix=FLOOR
 // RUN: moe-opt %s -split-input-file -moe-quantize="recipe=bf16" 2>/dev/null | FileCheck %s --check-prefix=BF16
+// RUN: moe-opt %s -split-input-file -moe-quantize="recipe=fp8-blockwise" 2>&1 | FileCheck %s --check-prefix=BLOCK
+// RUN: moe-opt %s -split-input-file -moe-quantize="recipe=fp8-blockwise block-scales=f32" 2>/dev/null | FileCheck %s --check-prefix=BLOCK-F32
 // RUN: moe-opt %s -split-input-file -moe-quantize="keep-layers=1,7" 2>/dev/null | FileCheck %s --check-prefix=KEEP
 // RUN: moe-opt %s -split-input-file -moe-quantize="keep-first-last" 2>/dev/null | FileCheck %s --check-prefix=FIRSTLAST
 // RUN: moe-opt %s -split-input-file -moe-quantize="keep-first-last=true keep-layers=1" 2>/dev/null | FileCheck %s --check-prefix=BOTHKEEP
@@ -11,11 +13,13 @@
 // RUN: not moe-opt %s -moe-quantize="scale=ceil" 2>&1 | FileCheck %s --check-prefix=BAD-SCALE
 // RUN: not moe-opt %s -moe-quantize="keep-layers=first" 2>&1 | FileCheck %s --check-prefix=BAD-LAYERS
 // RUN: not moe-opt %s -moe-quantize="precision=fp8" 2>&1 | FileCheck %s --check-prefix=BAD-OPTION
+// RUN: not moe-opt %s -moe-quantize="recipe=fp8-blockwise block-scales=e8m0" 2>&1 | FileCheck %s --check-prefix=BAD-BLOCK-SCALES
 
-// BAD-RECIPE: moe-quantize: unknown recipe 'fp4' (expected 'mxfp8' or 'bf16')
+// BAD-RECIPE: moe-quantize: unknown recipe 'fp4' (expected 'mxfp8', 'bf16' or 'fp8-blockwise')
 // BAD-SCALE: moe-quantize: unknown scale 'ceil' (expected 'rceil' or 'floor')
 // BAD-LAYERS: for the --keep-layers option: 'first' value invalid
 // BAD-OPTION: no such option precision
+// BAD-BLOCK-SCALES: moe-quantize: unknown block-scales 'e8m0' (expected 'pow2' or 'f32')
 
 // -moe-quantize puts MXFP8 (or bf16) where the recipes do: on the operands
 // of expert GEMMs, along the contraction dimension; results keep their
@@ -181,6 +185,18 @@ func.func @dense(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>, %c: tensor<64x64x
 // BF16-COUNT-9: linalg.generic
 // BF16-NOT: linalg.generic
 // BF16: return
+// Blockwise FP8 takes any size (partial tiles) and warns about nothing; the
+// fused MLP becomes its GEMMs (unused here, so they are gone; see
+// Integration/CPU/quantize-pass.mlir for the expansion's results).
+// BLOCK-NOT: warning
+// BLOCK-LABEL: func.func @not_multiple_of_32
+// BLOCK: moe.grouped_matmul {{.*}} : !moe.fp8block<64x48xf8E4M3FN, block = [1, 128], pow2>, !moe.fp8block<4x48x64xf8E4M3FN, block = [1, 128, 128], pow2>
+// BLOCK: moe.grouped_matmul_wgrad {{.*}} : !moe.fp8block<40x32xf8E4M3FN, block = [128, 1], pow2>, !moe.fp8block<40x64xf8E4M3FN, block = [128, 1], pow2>
+// BLOCK: moe.grouped_matmul {{.*}} : !moe.fp8block<64x?xf8E4M3FN, block = [1, 128], pow2>, !moe.fp8block<4x?x64xf8E4M3FN, block = [1, 128, 128], pow2>
+// BLOCK-NOT: moe.grouped_mlp
+// BLOCK: return
+// BLOCK-F32-LABEL: func.func @not_multiple_of_32
+// BLOCK-F32: moe.grouped_matmul {{.*}} : !moe.fp8block<64x48xf8E4M3FN, block = [1, 128]>, !moe.fp8block<4x48x64xf8E4M3FN, block = [1, 128, 128]>
 func.func @not_multiple_of_32(%x: tensor<64x48xf32>, %w: tensor<4x48x64xf32>, %off: tensor<5xi32>,
                               %r: tensor<40x32xf32>, %g: tensor<40x64xf32>,
                               %xd: tensor<64x?xf32>, %wd: tensor<4x?x64xf32>,

@@ -6,6 +6,14 @@
 // RUN: moe-opt %s -moe-quantize="recipe=bf16 keep-layers=0" --moe-cpu-pipeline \
 // RUN:   | mlir-runner -e main -entry-point-result=void \
 // RUN:     -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=BF16
+// Blockwise FP8 (power-of-two and f32 scales) meets the MXFP8 bounds:
+// RUN: moe-opt %s -moe-quantize="recipe=fp8-blockwise keep-layers=0" | FileCheck %s --check-prefix=BLOCK-IR
+// RUN: moe-opt %s -moe-quantize="recipe=fp8-blockwise keep-layers=0" --moe-cpu-pipeline \
+// RUN:   | mlir-runner -e main -entry-point-result=void \
+// RUN:     -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=MX
+// RUN: moe-opt %s -moe-quantize="recipe=fp8-blockwise block-scales=f32 keep-layers=0" --moe-cpu-pipeline \
+// RUN:   | mlir-runner -e main -entry-point-result=void \
+// RUN:     -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=MX
 // Without the pass both layers compute the same bits:
 // RUN: moe-opt %s --moe-cpu-pipeline | mlir-runner -e main -entry-point-result=void \
 // RUN:   -shared-libs=%mlir_runner_utils,%mlir_c_runner_utils | FileCheck %s --check-prefix=NONE
@@ -60,6 +68,21 @@
 // IR-NEXT: moe.grouped_mlp_backward %arg0, %arg1, %arg2, %arg3, %arg4 gemm_type(f8E4M3FN) {moe.layer = 1 : i64} :
 
 // h, the four results of the unfused MLP, then the four of the fused one.
+// Blockwise FP8: 1 x 128 tiles along K, 128 x 128 per expert for the
+// weights, 128 x 1 along the rows for weight gradients; the fused ops are
+// expanded into their GEMMs. Its scales map a tile's amax into (224, 448]
+// (pow2) or onto 448 (f32), so the MXFP8 error analysis holds as it is.
+// BLOCK-IR-LABEL: func.func @mlp_q
+// BLOCK-IR: moe.grouped_matmul {{.*}} : !moe.fp8block<64x32xf8E4M3FN, block = [1, 128], pow2>, !moe.fp8block<4x32x64xf8E4M3FN, block = [1, 128, 128], pow2>
+// BLOCK-IR: moe.grouped_matmul {{.*}} transpose_rhs {{.*}} : !moe.fp8block<64x32xf8E4M3FN, block = [1, 128], pow2>, !moe.fp8block<4x32x32xf8E4M3FN, block = [1, 128, 128], pow2>
+// BLOCK-IR: moe.grouped_matmul_wgrad {{.*}} : !moe.fp8block<64x32xf8E4M3FN, block = [128, 1], pow2>, !moe.fp8block<64x64xf8E4M3FN, block = [128, 1], pow2>
+// BLOCK-IR-LABEL: func.func @fused_ref
+// BLOCK-IR-NEXT: moe.grouped_mlp %arg0, %arg1, %arg2, %arg3 {moe.layer = 0 : i64} : tensor<64x32xf32>
+// BLOCK-IR-LABEL: func.func @fused_q
+// BLOCK-IR-NOT: moe.grouped_mlp
+// BLOCK-IR: moe.grouped_matmul_wgrad {{.*}} !moe.fp8block
+// BLOCK-IR-NOT: moe.grouped_mlp
+
 // MX-COUNT-9: [1,  0,  1]
 // BF16-COUNT-9: [1,  1,  1]
 // NONE-COUNT-9: [1,  1,  0]

@@ -10,8 +10,9 @@
 
 namespace mlir::moe {
 
-/// Adds `!moe.mx<...>` -> (data tensor, scale tensor) to `converter`.
-void populateMXTypeConversion(TypeConverter &converter);
+/// Adds `!moe.mx<...>` and `!moe.fp8block<...>` -> (data tensor, scale
+/// tensor) to `converter`.
+void populateBlockScaledTypeConversion(TypeConverter &converter);
 
 /// Ops whose lowering computes only the rows before their bound (a
 /// dispatch's offsets[E], or the sum of an exchange's counts), leaving the

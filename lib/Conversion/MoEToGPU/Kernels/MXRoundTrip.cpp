@@ -77,10 +77,10 @@ std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq) {
   auto q = dq.getInput().getDefiningOp<QuantizeOp>();
   if (!q || dq->getParentOfType<ExpertsOp>())
     return std::nullopt;
-  auto mx = cast<MXTensorType>(q.getType());
+  auto mx = dyn_cast<MXTensorType>(q.getType());
   auto in = dyn_cast<RankedTensorType>(q.getInput().getType());
   RankedTensorType out = dq.getType();
-  if (!in || !in.hasStaticShape() || !out.hasStaticShape() ||
+  if (!mx || !in || !in.hasStaticShape() || !out.hasStaticShape() ||
       ShapedType::isDynamicShape(mx.getShape()) ||
       !isRoundTripFloat(in.getElementType()) ||
       !isRoundTripFloat(out.getElementType()) || mx.getBlockSize() != Block ||

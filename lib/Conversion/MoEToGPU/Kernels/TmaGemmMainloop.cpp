@@ -742,7 +742,7 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   const SwigluEpilogue &e = fusion.epilogue;
   Operation *activation = fusion.activation;
   auto valuesType = cast<RankedTensorType>(activation->getResult(0).getType());
-  MXTensorType mxType = fusion.quantize.getType();
+  auto mxType = cast<MXTensorType>(fusion.quantize.getType());
   SmallVector<RankedTensorType> resultTypes;
   if (e.mx)
     resultTypes = {cast<RankedTensorType>(mxType.getDataType()),
@@ -819,7 +819,7 @@ void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
             g.liveRowsOnly,
             /*wgrad=*/false,
             /*swiglu=*/std::nullopt};
-  t.lhsF8 = pack.getType().getElementType();
+  t.lhsF8 = cast<MXTensorType>(pack.getType()).getElementType();
   SmallVector<Value> args = {pack.getData(), pack.getScales(), op.getRhs(),
                              op.getOffsets()};
   func::FuncOp kernel = getOrCreateWgmmaTmaFunction(

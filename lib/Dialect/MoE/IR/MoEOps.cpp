@@ -29,6 +29,8 @@ using namespace mlir::moe;
 static ArrayRef<int64_t> shapeOf(Type type) {
   if (auto t = dyn_cast<RankedTensorType>(type))
     return t.getShape();
+  if (auto b = dyn_cast<FP8BlockTensorType>(type))
+    return b.getShape();
   return cast<MXTensorType>(type).getShape();
 }
 
@@ -530,6 +532,12 @@ static LogicalResult verifySameShape(Operation *op, Type a, StringRef aName,
 }
 
 LogicalResult QuantizeOp::verify() {
+  if (isa<FP8BlockTensorType>(getResult().getType()) &&
+      getScaleMode() != ScaleMode::rceil)
+    return emitOpError("scale(")
+           << stringifyScaleMode(getScaleMode())
+           << ") applies to MX results; a blockwise FP8 result's scales are "
+              "set by its type (pow2 or not)";
   return verifySameShape(getOperation(), getInput().getType(), "input",
                          getResult().getType(), "result");
 }
@@ -539,14 +547,23 @@ LogicalResult DequantizeOp::verify() {
                          getResult().getType(), "result");
 }
 
-static LogicalResult verifyPackTypes(Operation *op, MXTensorType mx, Type data,
+static LogicalResult verifyPackTypes(Operation *op, Type packed, Type data,
                                      Type scales) {
-  if (data != mx.getDataType())
+  RankedTensorType wantData, wantScales;
+  if (auto mx = dyn_cast<MXTensorType>(packed)) {
+    wantData = mx.getDataType();
+    wantScales = mx.getScalesType();
+  } else {
+    auto fp8 = cast<FP8BlockTensorType>(packed);
+    wantData = fp8.getDataType();
+    wantScales = fp8.getScalesType();
+  }
+  if (data != wantData)
     return op->emitOpError("expects the data of ")
-           << mx << " to be " << mx.getDataType() << ", got " << data;
-  if (scales != mx.getScalesType())
+           << packed << " to be " << wantData << ", got " << data;
+  if (scales != wantScales)
     return op->emitOpError("expects the scales of ")
-           << mx << " to be " << mx.getScalesType() << ", got " << scales;
+           << packed << " to be " << wantScales << ", got " << scales;
   return success();
 }
 

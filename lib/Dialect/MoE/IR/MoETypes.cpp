@@ -22,6 +22,17 @@ void MoEDialect::registerTypes() {
       >();
 }
 
+/// Prints `shape` as `dims x` (`?` for dynamic ones), as tensor types do.
+static void printDims(AsmPrinter &printer, ArrayRef<int64_t> shape) {
+  for (int64_t d : shape) {
+    if (ShapedType::isDynamic(d))
+      printer << "?";
+    else
+      printer << d;
+    printer << "x";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // MXTensorType
 //===----------------------------------------------------------------------===//
@@ -67,13 +78,7 @@ Type MXTensorType::parse(AsmParser &parser) {
 
 void MXTensorType::print(AsmPrinter &printer) const {
   printer << "<";
-  for (int64_t d : getShape()) {
-    if (ShapedType::isDynamic(d))
-      printer << "?";
-    else
-      printer << d;
-    printer << "x";
-  }
+  printDims(printer, getShape());
   printer << getElementType() << ", axis = " << getAxis();
   if (getBlockSize() != 32)
     printer << ", block = " << getBlockSize();
@@ -124,5 +129,89 @@ RankedTensorType MXTensorType::getDataType() const {
 }
 
 RankedTensorType MXTensorType::getScalesType() const {
+  return RankedTensorType::get(getScalesShape(), getScaleType());
+}
+
+//===----------------------------------------------------------------------===//
+// FP8BlockTensorType
+//===----------------------------------------------------------------------===//
+
+/// Parses `<` dims `x` element-type `,` `block` `=` `[` N (`,` N)* `]`
+/// [`,` `pow2`] `>`.
+Type FP8BlockTensorType::parse(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<int64_t> shape, block;
+  Type elementType;
+  if (parser.parseLess() ||
+      parser.parseDimensionList(shape, /*allowDynamic=*/true,
+                                /*withTrailingX=*/true) ||
+      parser.parseType(elementType) || parser.parseComma() ||
+      parser.parseKeyword("block") || parser.parseEqual() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        return parser.parseInteger(block.emplace_back());
+      }))
+    return {};
+  bool pow2 = false;
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("pow2"))
+      return {};
+    pow2 = true;
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<FP8BlockTensorType>(loc, parser.getContext(), shape,
+                                               elementType, block, pow2);
+}
+
+void FP8BlockTensorType::print(AsmPrinter &printer) const {
+  printer << "<";
+  printDims(printer, getShape());
+  printer << getElementType() << ", block = [";
+  llvm::interleaveComma(getBlock(), printer);
+  printer << "]";
+  if (getPow2())
+    printer << ", pow2";
+  printer << ">";
+}
+
+LogicalResult
+FP8BlockTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
+                           ArrayRef<int64_t> shape, Type elementType,
+                           ArrayRef<int64_t> block, bool) {
+  if (shape.empty())
+    return emitError() << "a blockwise FP8 tensor needs at least one dimension";
+  if (!isa<Float8E4M3FNType, Float8E5M2Type>(elementType))
+    return emitError() << "expects FP8 element type f8E4M3FN or f8E5M2, got "
+                       << elementType;
+  for (int64_t d : shape)
+    if (!ShapedType::isDynamic(d) && d < 0)
+      return emitError() << "dimension sizes must be non-negative";
+  if (block.size() != shape.size())
+    return emitError() << "expects one block size per dimension: "
+                       << block.size() << " for a " << shape.size()
+                       << "-d tensor";
+  for (auto [i, b] : llvm::enumerate(block))
+    if (b < 1 || b > (1 << 20))
+      return emitError() << "block size " << b << " of dimension " << i
+                         << " is not in [1, 1048576]";
+  return success();
+}
+
+SmallVector<int64_t> FP8BlockTensorType::getScalesShape() const {
+  SmallVector<int64_t> shape;
+  for (auto [d, b] : llvm::zip(getShape(), getBlock()))
+    shape.push_back(ShapedType::isDynamic(d) ? d : (d + b - 1) / b);
+  return shape;
+}
+
+Type FP8BlockTensorType::getScaleType() const {
+  return Float32Type::get(getContext());
+}
+
+RankedTensorType FP8BlockTensorType::getDataType() const {
+  return RankedTensorType::get(getShape(), getElementType());
+}
+
+RankedTensorType FP8BlockTensorType::getScalesType() const {
   return RankedTensorType::get(getScalesShape(), getScaleType());
 }

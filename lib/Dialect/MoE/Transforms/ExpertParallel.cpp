@@ -141,15 +141,33 @@ Type withLeading(Type type, int64_t d) {
     return MXTensorType::get(type.getContext(), shape, mx.getElementType(),
                              mx.getAxis(), mx.getBlockSize());
   }
+  // (Tiles of one expert each, see expertTiles: a shard's tiles are the
+  // whole tensor's.)
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type)) {
+    SmallVector<int64_t> shape(fp8.getShape());
+    shape[0] = d;
+    return FP8BlockTensorType::get(type.getContext(), shape,
+                                   fp8.getElementType(), fp8.getBlock(),
+                                   fp8.getPow2());
+  }
   auto t = cast<RankedTensorType>(type);
   SmallVector<int64_t> shape(t.getShape());
   shape[0] = d;
   return RankedTensorType::get(shape, t.getElementType());
 }
 
+/// Whether every tile of a blockwise FP8 `type` holds one expert's values
+/// (other types: always), so that a shard of experts quantizes alike.
+bool expertTiles(Type type) {
+  auto fp8 = dyn_cast<FP8BlockTensorType>(type);
+  return !fp8 || fp8.getBlock()[0] == 1;
+}
+
 int64_t leading(Type type) {
   if (auto mx = dyn_cast<MXTensorType>(type))
     return mx.getShape()[0];
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
+    return fp8.getShape()[0];
   return cast<RankedTensorType>(type).getDimSize(0);
 }
 
@@ -209,11 +227,16 @@ struct MoEExpertParallelPass
     return grid;
   }
 
-  /// This rank's E_local experts of a stacked weight.
+  /// This rank's E_local experts of a stacked weight (null if it has none:
+  /// a blockwise FP8 quantization whose tiles span experts).
   Value localShard(OpBuilder &b, Location loc, Value weight, int64_t local,
                    func::FuncOp func, llvm::DenseMap<Value, Value> &done) {
     if (Value v = done.lookup(weight))
       return v;
+    if (llvm::any_of(weight.getUsers(), [](Operation *u) {
+          return isa<QuantizeOp>(u) && !expertTiles(u->getResult(0).getType());
+        }))
+      return {};
     Value result;
     auto arg = dyn_cast<BlockArgument>(weight);
     bool onlyExperts =
@@ -239,8 +262,7 @@ struct MoEExpertParallelPass
       // Quantize users of the argument see the smaller type too.
       for (Operation *u : arg.getUsers())
         if (auto q = dyn_cast<QuantizeOp>(u))
-          q.getResult().setType(
-              cast<MXTensorType>(withLeading(q.getType(), local)));
+          q.getResult().setType(withLeading(q.getType(), local));
       result = arg;
     } else {
       result = sliceAtRank(b, loc, weight, local);
@@ -412,10 +434,9 @@ struct MoEExpertParallelPass
           if (s != q.getInput()) {
             OpBuilder qb(q);
             qb.setInsertionPointAfterValue(s);
-            auto lq = QuantizeOp::create(
-                qb, q.getLoc(),
-                cast<MXTensorType>(withLeading(q.getType(), local)), s,
-                q.getScaleMode());
+            auto lq = QuantizeOp::create(qb, q.getLoc(),
+                                         withLeading(q.getType(), local), s,
+                                         q.getScaleMode());
             weights.map(w, lq.getResult());
           }
           continue;

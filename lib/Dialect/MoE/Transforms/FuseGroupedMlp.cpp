@@ -75,8 +75,8 @@ struct FuseGroupedMlpForward : OpRewritePattern<GroupedMatmulOp> {
       if (q.getType() != want || !swiglu || !a.hasOneUse() || !isF32Tensor(a))
         return failure();
       mode = q.getScaleMode();
-    } else {
-      Type w2Elt = cast<RankedTensorType>(w2.getType()).getElementType();
+    } else if (auto w2Tensor = dyn_cast<RankedTensorType>(w2.getType())) {
+      Type w2Elt = w2Tensor.getElementType();
       swiglu = act.getDefiningOp<SwigluOp>();
       if (Value a = getRoundToBF16Input(act); a && w2Elt.isBF16()) {
         // An f32 SwiGLU rounded to bf16 by the bf16 recipe: SwiGLU computes
@@ -87,6 +87,8 @@ struct FuseGroupedMlpForward : OpRewritePattern<GroupedMatmulOp> {
       } else if (!swiglu || swiglu.getType().getElementType() != w2Elt) {
         return failure();
       }
+    } else {
+      return failure(); // blockwise FP8: grouped_mlp has no such recipe
     }
     Value h = swiglu.getInput();
     auto g1 = h.getDefiningOp<GroupedMatmulOp>();
@@ -206,7 +208,11 @@ struct FuseGroupedMlpBackward : OpRewritePattern<SwigluGradOp> {
     // The recipe, read off dx's lhs; everything else must agree with it.
     GemmRecipe recipe;
     if (auto q = gdx.getLhs().getDefiningOp<QuantizeOp>()) {
-      recipe.gemmType = q.getType().getElementType();
+      // The fused backward quantizes to MX only.
+      auto mx = dyn_cast<MXTensorType>(q.getType());
+      if (!mx)
+        return failure();
+      recipe.gemmType = mx.getElementType();
       recipe.mode = q.getScaleMode();
     } else if (getRoundToBF16Input(gdx.getLhs())) {
       recipe.gemmType = rewriter.getBF16Type();

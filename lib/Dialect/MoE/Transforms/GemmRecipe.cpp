@@ -114,8 +114,8 @@ bool mlir::moe::isGemmOperandOf(Value operand, Value source, Type gemmType,
     auto q = operand.getDefiningOp<QuantizeOp>();
     if (!q || q.getInput() != source || q.getScaleMode() != mode)
       return false;
-    MXTensorType mx = q.getType();
-    return mx.getElementType() == gemmType && mx.getAxis() == axis &&
+    auto mx = dyn_cast<MXTensorType>(q.getType());
+    return mx && mx.getElementType() == gemmType && mx.getAxis() == axis &&
            mx.getBlockSize() == kMXBlock;
   }
   if (!gemmType.isBF16())

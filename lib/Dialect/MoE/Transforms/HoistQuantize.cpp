@@ -39,8 +39,8 @@ MXTensorType quantizedLike(Value rows, MXTensorType like) {
 
 /// Whether `op` quantizes whole rows of a rank-2 tensor that only it reads.
 bool isMovableRowwise(QuantizeOp op) {
-  MXTensorType type = op.getResult().getType();
-  return type.getRank() == 2 && type.getAxis() == 1 &&
+  auto type = dyn_cast<MXTensorType>(op.getResult().getType());
+  return type && type.getRank() == 2 && type.getAxis() == 1 &&
          op.getInput().hasOneUse();
 }
 
@@ -82,9 +82,10 @@ struct QuantizeBeforeMove : OpRewritePattern<QuantizeOp> {
       return failure();
     rewriter.setInsertionPoint(mover);
     Value rows = mover->getOperand(0);
-    Value quantized = QuantizeOp::create(rewriter, op.getLoc(),
-                                         quantizedLike(rows, op.getType()),
-                                         rows, op.getScaleModeAttr());
+    Value quantized = QuantizeOp::create(
+        rewriter, op.getLoc(),
+        quantizedLike(rows, cast<MXTensorType>(op.getType())), rows,
+        op.getScaleModeAttr());
     rewriter.replaceOp(op, moveOther(rewriter, mover, quantized, op.getType()));
     rewriter.eraseOp(mover);
     return success();

@@ -2,7 +2,8 @@
 //
 // Brings the operands of expert GEMMs to the precision of a training recipe:
 // MXFP8 (E4M3 elements, one E8M0 scale per 32 values along the contraction
-// dimension) or bf16, and attention's inputs to bf16. Every rewrite only
+// dimension), blockwise FP8 (E4M3 elements, one f32 scale per 1 x 128 or
+// 128 x 128 tile) or bf16, and attention's inputs to bf16. Every rewrite only
 // changes operands (or the recipe attribute of the fused backward op);
 // results keep their types.
 //
@@ -13,6 +14,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -29,18 +31,42 @@ namespace {
 constexpr StringLiteral kLayerAttr = "moe.layer";
 constexpr StringLiteral kDenseAttr = "moe.dense";
 
+/// The precision of a GEMM's operands.
+struct Precision {
+  /// bf16, or the 8-bit element type (f8E4M3FN).
+  Type type;
+  /// With an 8-bit type: blockwise FP8 tiles instead of MX blocks.
+  bool blockwise = false;
+};
+
+/// The tile of a blockwise FP8 operand quantized for a GEMM that contracts
+/// dimension `axis`: stacked weights ([E, ., .]) 128 x 128 per expert,
+/// others 128 along `axis`.
+SmallVector<int64_t> blockwiseTile(int64_t rank, unsigned axis) {
+  constexpr int64_t kTile = 128;
+  SmallVector<int64_t> block(rank, 1);
+  if (rank >= 3) {
+    for (int64_t d = 1; d < rank; ++d)
+      block[d] = kTile;
+    return block;
+  }
+  block[axis] = kTile;
+  return block;
+}
+
 /// What the pass's options say, parsed.
 struct Recipe {
-  /// bf16, or the MX element type (f8E4M3FN): of expert GEMMs, and of
-  /// dense ones (moe.dense).
-  Type gemmType, denseType;
+  /// Of expert GEMMs, and of dense ones (moe.dense).
+  Precision gemm, dense;
   ScaleMode scale;
+  /// Blockwise FP8 scales are powers of two.
+  bool pow2 = true;
   /// moe.layer values whose GEMMs stay in high precision.
   llvm::DenseSet<int64_t> keptLayers;
 
   /// The precision of `op`'s operands.
-  Type typeFor(Operation *op) const {
-    return op->hasAttr(kDenseAttr) ? denseType : gemmType;
+  const Precision &precisionFor(Operation *op) const {
+    return op->hasAttr(kDenseAttr) ? dense : gemm;
   }
   bool keeps(Operation *op) const {
     auto layer = op->getAttrOfType<IntegerAttr>(kLayerAttr);
@@ -63,13 +89,18 @@ struct OperandSpec {
 /// Returns whether anything changed.
 LogicalResult rewriteOperands(Operation *op, ArrayRef<OperandSpec> specs,
                               const Recipe &recipe, PatternRewriter &rewriter) {
-  Type gemmType = recipe.typeFor(op);
-  bool mx = isMXElementType(gemmType);
+  const Precision &precision = recipe.precisionFor(op);
+  Type gemmType = precision.type;
+  bool mx = !precision.blockwise && isMXElementType(gemmType);
   SmallVector<const OperandSpec *> todo;
   for (const OperandSpec &spec : specs) {
     auto type = dyn_cast<RankedTensorType>(spec.operand->get().getType());
     if (!type)
       continue; // already block-scaled
+    if (precision.blockwise) {
+      todo.push_back(&spec); // any size: the last tile may be partial
+      continue;
+    }
     if (!mx) {
       if (type.getElementType().isF32())
         todo.push_back(&spec);
@@ -93,8 +124,20 @@ LogicalResult rewriteOperands(Operation *op, ArrayRef<OperandSpec> specs,
     return failure();
   SmallVector<Value> replacements;
   for (const OperandSpec *spec : todo) {
-    Value q = createGemmOperand(rewriter, op->getLoc(), spec->operand->get(),
-                                gemmType, spec->axis, recipe.scale);
+    Value v = spec->operand->get();
+    Value q;
+    if (precision.blockwise) {
+      auto type = cast<RankedTensorType>(v.getType());
+      q = QuantizeOp::create(
+          rewriter, op->getLoc(),
+          FP8BlockTensorType::get(op->getContext(), type.getShape(), gemmType,
+                                  blockwiseTile(type.getRank(), spec->axis),
+                                  recipe.pow2),
+          v, ScaleMode::rceil);
+    } else {
+      q = createGemmOperand(rewriter, op->getLoc(), v, gemmType, spec->axis,
+                            recipe.scale);
+    }
     // The conversion belongs to the GEMM's layer.
     if (Attribute layer = op->getAttr(kLayerAttr))
       q.getDefiningOp()->setAttr(kLayerAttr, layer);
@@ -189,7 +232,7 @@ struct QuantizeGroupedMlp : OpRewritePattern<GroupedMlpOp> {
                            {&op.getW2Mutable(), 1, "w2 dim 1 (ffn)"}};
     if (failed(rewriteOperands(op, specs, recipe, rewriter)))
       return failure();
-    if (isMXElementType(recipe.typeFor(op)) && !w2WasMX)
+    if (isMXElementType(recipe.gemm.type) && !w2WasMX)
       rewriter.modifyOpInPlace(op, [&] { op.setScaleMode(recipe.scale); });
     return success();
   }
@@ -207,7 +250,7 @@ struct QuantizeGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
                                 PatternRewriter &rewriter) const override {
     if (recipe.keeps(op) || op.getGemmType())
       return failure();
-    if (isMXElementType(recipe.gemmType)) {
+    if (isMXElementType(recipe.gemm.type)) {
       // The dimensions its GEMMs contract (see its definition).
       ArrayRef<int64_t> x = op.getX().getType().getShape();
       ArrayRef<int64_t> w1 = op.getW1().getType().getShape();
@@ -231,8 +274,8 @@ struct QuantizeGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
       }
     }
     rewriter.modifyOpInPlace(op, [&] {
-      op.setGemmType(recipe.gemmType);
-      if (isMXElementType(recipe.gemmType))
+      op.setGemmType(recipe.gemm.type);
+      if (isMXElementType(recipe.gemm.type))
         op.setScaleMode(recipe.scale);
     });
     return success();
@@ -256,15 +299,21 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
   }
 
   std::optional<std::string> checkOptions() const {
-    if (recipe != "mxfp8" && recipe != "bf16")
+    auto known = [](StringRef name) {
+      return name == "mxfp8" || name == "bf16" || name == "fp8-blockwise";
+    };
+    if (!known(recipe))
       return "moe-quantize: unknown recipe '" + recipe +
-             "' (expected 'mxfp8' or 'bf16')";
+             "' (expected 'mxfp8', 'bf16' or 'fp8-blockwise')";
     if (scale != "rceil" && scale != "floor")
       return "moe-quantize: unknown scale '" + scale +
              "' (expected 'rceil' or 'floor')";
-    if (dense != "mxfp8" && dense != "bf16")
+    if (blockScales != "pow2" && blockScales != "f32")
+      return "moe-quantize: unknown block-scales '" + blockScales +
+             "' (expected 'pow2' or 'f32')";
+    if (!known(dense))
       return "moe-quantize: unknown dense precision '" + dense +
-             "' (expected 'bf16' or 'mxfp8')";
+             "' (expected 'bf16', 'mxfp8' or 'fp8-blockwise')";
     return std::nullopt;
   }
 
@@ -277,13 +326,15 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
       return signalPassFailure();
     }
     Recipe r;
-    auto typeOf = [&](StringRef name) {
-      return name == "bf16" ? Type(BFloat16Type::get(ctx))
-                            : Type(Float8E4M3FNType::get(ctx));
+    auto precisionOf = [&](StringRef name) {
+      if (name == "bf16")
+        return Precision{BFloat16Type::get(ctx)};
+      return Precision{Float8E4M3FNType::get(ctx), name == "fp8-blockwise"};
     };
-    r.gemmType = typeOf(recipe);
-    r.denseType = typeOf(dense);
+    r.gemm = precisionOf(recipe);
+    r.dense = precisionOf(dense);
     r.scale = scale == "floor" ? ScaleMode::floor : ScaleMode::rceil;
+    r.pow2 = blockScales == "pow2";
     r.keptLayers.insert(keepLayers.begin(), keepLayers.end());
     if (keepFirstLast) {
       std::optional<int64_t> lo, hi;
@@ -298,6 +349,26 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
         r.keptLayers.insert(*lo);
         r.keptLayers.insert(*hi);
       }
+    }
+
+    // The fused expert MLPs have no blockwise FP8 form: their grouped GEMMs,
+    // quantized below, take their place.
+    if (r.gemm.blockwise) {
+      SmallVector<Operation *> fused;
+      module.walk([&](Operation *op) {
+        if (isa<GroupedMlpOp>(op) && !r.keeps(op))
+          fused.push_back(op);
+        auto backward = dyn_cast<GroupedMlpBackwardOp>(op);
+        if (backward && !r.keeps(op) && !backward.getGemmType())
+          fused.push_back(op);
+      });
+      RewritePatternSet expand(ctx);
+      populateExpandGroupedMlpPatterns(expand);
+      if (failed(applyOpPatternsGreedily(
+              fused, std::move(expand),
+              GreedyRewriteConfig().setStrictness(
+                  GreedyRewriteStrictness::ExistingOps))))
+        return signalPassFailure();
     }
 
     RewritePatternSet patterns(ctx);

@@ -166,17 +166,20 @@ RowBound LiveRows::compute(Value v) {
             .Case<SwigluOp, SwigluGradOp>(
                 [&](Operation *op) { return agree(boundOf(op->getResult(0))); })
             .Case([&](QuantizeOp op) {
+              // Blockwise FP8 tiles may span rows: all rows are computed.
+              auto mx = dyn_cast<MXTensorType>(op.getType());
               RowBound d = boundOf(op.getResult());
-              return d && blocksWithinRows(op.getType(), d) && agree(d);
+              return mx && d && blocksWithinRows(mx, d) && agree(d);
             })
             .Case([&](DequantizeOp op) {
+              auto mx = dyn_cast<MXTensorType>(op.getInput().getType());
               RowBound d = boundOf(op.getResult());
-              return d && blocksWithinRows(op.getInput().getType(), d) &&
-                     agree(d);
+              return mx && d && blocksWithinRows(mx, d) && agree(d);
             })
             .Case([&](MXUnpackOp op) {
               // Scales of row blocks have rows / block rows.
-              if (op.getInput().getType().getAxis() == 0)
+              auto mx = dyn_cast<MXTensorType>(op.getInput().getType());
+              if (!mx || mx.getAxis() == 0)
                 return false;
               RowBound d = boundOf(op.getData());
               return d && d == boundOf(op.getScales()) && agree(d);
@@ -214,11 +217,13 @@ RowBound LiveRows::boundedOp(Operation *op) {
   }
   if (isa<SwigluOp, SwigluGradOp, CombineOp>(op))
     d = boundOf(op->getResult(0));
-  else if (auto q = dyn_cast<QuantizeOp>(op))
-    d = q.getType().getAxis() != 0 ? boundOf(q.getResult()) : RowBound();
-  else if (auto dq = dyn_cast<DequantizeOp>(op))
-    d = dq.getInput().getType().getAxis() != 0 ? boundOf(dq.getResult())
-                                               : RowBound();
+  else if (auto q = dyn_cast<QuantizeOp>(op)) {
+    auto mx = dyn_cast<MXTensorType>(q.getType());
+    d = mx && mx.getAxis() != 0 ? boundOf(q.getResult()) : RowBound();
+  } else if (auto dq = dyn_cast<DequantizeOp>(op)) {
+    auto mx = dyn_cast<MXTensorType>(dq.getInput().getType());
+    d = mx && mx.getAxis() != 0 ? boundOf(dq.getResult()) : RowBound();
+  }
   if (!d)
     return {};
   bool available =

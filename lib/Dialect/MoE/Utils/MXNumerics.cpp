@@ -181,3 +181,22 @@ Value mlir::moe::buildDecode(OpBuilder &b, Location loc, Value bits,
   Value isNaN = a.cmp(P::eq, a.band(u, a.c32(0x7F)), a.c32(fmt.nanCode));
   return a.sel(isNaN, nan, v);
 }
+
+Value mlir::moe::buildFP8BlockScale(OpBuilder &b, Location loc, Value amax,
+                                    const MXFormat &fmt, bool pow2) {
+  Arith a{b, loc};
+  using F = arith::CmpFPredicate;
+  Value inf = a.f32(std::numeric_limits<float>::infinity());
+  Value s = arith::DivFOp::create(b, loc, a.f32(fmt.maxValue), amax);
+  s = a.sel(a.cmpf(F::OEQ, s, inf), a.f32(std::numeric_limits<float>::max()),
+            s);
+  Value unit = arith::OrIOp::create(
+      b, loc,
+      arith::OrIOp::create(b, loc, a.cmpf(F::UNO, amax, amax),
+                           a.cmpf(F::OEQ, amax, a.f32(0.0))),
+      a.cmpf(F::OEQ, amax, inf));
+  s = a.sel(unit, a.f32(1.0), s);
+  if (pow2)
+    s = a.asF(a.band(a.bitsF(s), a.c32(int32_t(0xFF800000u))));
+  return s;
+}

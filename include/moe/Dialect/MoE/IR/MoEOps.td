@@ -21,8 +21,17 @@ def MoE_MXTensor : Type<CPred<"::llvm::isa<::mlir::moe::MXTensorType>($_self)">,
                         "block-scaled MX tensor", "::mlir::moe::MXTensorType">;
 def MoE_FloatOrMXTensor : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor],
                                     "float tensor or block-scaled MX tensor">;
+def MoE_FP8BlockTensor
+    : Type<CPred<"::llvm::isa<::mlir::moe::FP8BlockTensorType>($_self)">,
+           "blockwise-scaled FP8 tensor", "::mlir::moe::FP8BlockTensorType">;
+def MoE_BlockScaledTensor : AnyTypeOf<[MoE_MXTensor, MoE_FP8BlockTensor],
+    "block-scaled tensor (MX or blockwise FP8)">;
+def MoE_GemmOperand : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor,
+                                 MoE_FP8BlockTensor],
+    "float tensor or block-scaled tensor (MX or blockwise FP8)">;
 def MoE_NarrowFloatTensor : RankedTensorOf<[F8E4M3FN, F8E5M2]>;
 def MoE_ScaleTensor : RankedTensorOf<[F8E8M0FNU]>;
+def MoE_BlockScaleTensor : RankedTensorOf<[F8E8M0FNU, F32]>;
 def MoE_RowsTensor : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor,
                                 MoE_NarrowFloatTensor, MoE_ScaleTensor],
     "float tensor, block-scaled MX tensor, or the data or scales of one">;
@@ -256,7 +265,10 @@ def MoE_GroupedMatmulOp : MoE_Op<"grouped_matmul", [Pure]> {
     Either operand may be block-scaled (`!moe.mx`); its blocks must run along
     the contraction dimension K (`axis = 1` for `lhs`; for `rhs` `axis = 1`,
     or `axis = 2` with `transpose_rhs`). The result is then exactly that of
-    dequantizing the operand to f32 first.
+    dequantizing the operand to f32 first. A blockwise FP8 operand
+    (`!moe.fp8block`) may have any tiles; its result is likewise that of the
+    dequantized operand (kernels that accumulate FP8 products in the tensor
+    cores' narrower accumulator state their bound against this).
 
     Example:
 
@@ -267,7 +279,7 @@ def MoE_GroupedMatmulOp : MoE_Op<"grouped_matmul", [Pure]> {
         : tensor<12x64xbf16>, tensor<4x16x64xbf16>, tensor<5xi32> -> tensor<12x16xf32>
     ```
   }];
-  let arguments = (ins MoE_FloatOrMXTensor:$lhs, MoE_FloatOrMXTensor:$rhs,
+  let arguments = (ins MoE_GemmOperand:$lhs, MoE_GemmOperand:$rhs,
                        MoE_IntTensor:$offsets, UnitAttr:$transpose_rhs);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
@@ -286,8 +298,9 @@ def MoE_GroupedMatmulWgradOp : MoE_Op<"grouped_matmul_wgrad", [Pure]> {
     `result[e] = lhs[g]^T @ rhs[g]` where `g` are the rows
     `[offsets[e], offsets[e+1])` of `lhs` `[R, K]` and `rhs` `[R, N]`; the
     result is `[E, K, N]`. An empty group gives a zero matrix. Accumulation
-    is f32 in row order. Block-scaled operands must have their blocks along
-    the rows (`axis = 0`, columnwise).
+    is f32 in row order. MX operands must have their blocks along the rows
+    (`axis = 0`, columnwise); blockwise FP8 operands may have any tiles
+    (the recipe uses 128 x 1, tiles along the rows).
 
     Example:
 
@@ -296,7 +309,7 @@ def MoE_GroupedMatmulWgradOp : MoE_Op<"grouped_matmul_wgrad", [Pure]> {
         : tensor<12x16xbf16>, tensor<12x64xbf16>, tensor<5xi32> -> tensor<4x16x64xf32>
     ```
   }];
-  let arguments = (ins MoE_FloatOrMXTensor:$lhs, MoE_FloatOrMXTensor:$rhs,
+  let arguments = (ins MoE_GemmOperand:$lhs, MoE_GemmOperand:$rhs,
                        MoE_IntTensor:$offsets);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
@@ -367,7 +380,8 @@ def MoE_SwigluGradOp : MoE_Op<"swiglu_grad", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def MoE_QuantizeOp : MoE_Op<"quantize", [Pure]> {
-  let summary = "quantizes a tensor to a block-scaled MX tensor";
+  let summary = "quantizes a tensor to a block-scaled (MX or blockwise FP8) "
+                "tensor";
   let description = [{
     For every block of `block` (32) consecutive values along the type's
     `axis`, in f32 (exact from bf16):
@@ -387,18 +401,35 @@ def MoE_QuantizeOp : MoE_Op<"quantize", [Pure]> {
     (`0xFF`); its elements are converted with `e = 0` (NaN stays NaN,
     infinities saturate), and the whole block dequantizes to NaN.
 
+    To a blockwise FP8 type (`!moe.fp8block`), for every tile, in f32:
+
+    1. `amax` = the largest magnitude in the tile.
+    2. The scale `s = max_elem / amax`, rounded to nearest f32. An `amax` of
+       0, infinity or NaN gives `s = 1`; an `s` that overflows to infinity
+       becomes the largest finite f32. With the type's `pow2`, `s` keeps
+       only its exponent (the largest power of two not above it).
+    3. Every element becomes `x * s` in f32, rounded to nearest even to the
+       element type and saturated to `±max_elem` (NaN stays NaN).
+    4. The stored scale is `1 / s`, rounded to nearest f32 (exact under
+       `pow2`).
+
+    These are Transformer Engine's `Float8BlockScaling` rules (epsilon 0).
+    `scale(...)` applies to MX results only.
+
     Example:
 
     ```mlir
     %q = moe.quantize %x : tensor<128x2048xbf16> -> !moe.mx<128x2048xf8E4M3FN, axis = 1>
     %c = moe.quantize %x scale(floor)
         : tensor<128x2048xbf16> -> !moe.mx<128x2048xf8E4M3FN, axis = 0>
+    %b = moe.quantize %x
+        : tensor<128x2048xbf16> -> !moe.fp8block<128x2048xf8E4M3FN, block = [1, 128]>
     ```
   }];
   let arguments = (ins MoE_FloatTensor:$input,
                        DefaultValuedAttr<MoE_ScaleMode,
                                          "::mlir::moe::ScaleMode::rceil">:$scale_mode);
-  let results = (outs MoE_MXTensor:$result);
+  let results = (outs MoE_BlockScaledTensor:$result);
   let assemblyFormat = [{
     $input (`scale` `(` $scale_mode^ `)`)? attr-dict `:` type($input) `->`
     qualified(type($result))
@@ -407,11 +438,13 @@ def MoE_QuantizeOp : MoE_Op<"quantize", [Pure]> {
 }
 
 def MoE_DequantizeOp : MoE_Op<"dequantize", [Pure]> {
-  let summary = "expands a block-scaled MX tensor to floats";
+  let summary = "expands a block-scaled (MX or blockwise FP8) tensor to "
+                "floats";
   let description = [{
     Every element becomes `q * 2^e` in f32, with `2^e` its block's scale; a
-    NaN scale (`0xFF`) makes the whole block NaN. The f32 value is rounded
-    to the result element type.
+    NaN scale (`0xFF`) makes the whole block NaN. For a blockwise FP8 input
+    it becomes `q * s_inv` in f32, with `s_inv` its tile's stored scale. The
+    f32 value is rounded to the result element type.
 
     Example:
 
@@ -419,7 +452,7 @@ def MoE_DequantizeOp : MoE_Op<"dequantize", [Pure]> {
     %x = moe.dequantize %q : !moe.mx<128x2048xf8E4M3FN, axis = 1> -> tensor<128x2048xf32>
     ```
   }];
-  let arguments = (ins MoE_MXTensor:$input);
+  let arguments = (ins MoE_BlockScaledTensor:$input);
   let results = (outs MoE_FloatTensor:$result);
   let assemblyFormat = [{
     $input attr-dict `:` qualified(type($input)) `->` type($result)
@@ -428,20 +461,23 @@ def MoE_DequantizeOp : MoE_Op<"dequantize", [Pure]> {
 }
 
 def MoE_MXPackOp : MoE_Op<"mx_pack", [Pure]> {
-  let summary = "builds an MX tensor from its data and scale tensors";
+  let summary = "builds a block-scaled tensor from its data and scale tensors";
   let description = [{
-    Views a data tensor and a scale tensor (see `!moe.mx`) as one
-    block-scaled tensor. No data moves.
+    Views a data tensor and a scale tensor (see `!moe.mx` and
+    `!moe.fp8block`) as one block-scaled tensor. No data moves.
 
     Example:
 
     ```mlir
     %q = moe.mx_pack %data, %scales : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
         -> !moe.mx<4x64xf8E4M3FN, axis = 1>
+    %b = moe.mx_pack %data, %tile_scales : tensor<4x256xf8E4M3FN>, tensor<4x2xf32>
+        -> !moe.fp8block<4x256xf8E4M3FN, block = [1, 128]>
     ```
   }];
-  let arguments = (ins MoE_NarrowFloatTensor:$data, MoE_ScaleTensor:$scales);
-  let results = (outs MoE_MXTensor:$result);
+  let arguments = (ins MoE_NarrowFloatTensor:$data,
+                       MoE_BlockScaleTensor:$scales);
+  let results = (outs MoE_BlockScaledTensor:$result);
   let assemblyFormat = [{
     $data `,` $scales attr-dict `:` type($data) `,` type($scales) `->`
     qualified(type($result))
@@ -451,10 +487,11 @@ def MoE_MXPackOp : MoE_Op<"mx_pack", [Pure]> {
 }
 
 def MoE_MXUnpackOp : MoE_Op<"mx_unpack", [Pure]> {
-  let summary = "splits an MX tensor into its data and scale tensors";
+  let summary = "splits a block-scaled tensor into its data and scale tensors";
   let description = [{
-    The inverse of `moe.mx_pack`: returns the narrow elements and the E8M0
-    scales of a block-scaled tensor. No data moves.
+    The inverse of `moe.mx_pack`: returns the narrow elements and the scales
+    (E8M0 for `!moe.mx`, f32 for `!moe.fp8block`) of a block-scaled tensor.
+    No data moves.
 
     Example:
 
@@ -463,8 +500,9 @@ def MoE_MXUnpackOp : MoE_Op<"mx_unpack", [Pure]> {
         -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
     ```
   }];
-  let arguments = (ins MoE_MXTensor:$input);
-  let results = (outs MoE_NarrowFloatTensor:$data, MoE_ScaleTensor:$scales);
+  let arguments = (ins MoE_BlockScaledTensor:$input);
+  let results = (outs MoE_NarrowFloatTensor:$data,
+                      MoE_BlockScaleTensor:$scales);
   let assemblyFormat = [{
     $input attr-dict `:` qualified(type($input)) `->` type($data) `,` type($scales)
   }];

@@ -195,6 +195,18 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
     around `arith.truncf`, round to nearest even); `moe.grouped_mlp_backward`
     gets `gemm_type(bf16)`.
 
+    `recipe=fp8-blockwise` (DeepSeek-V3's recipe, Transformer Engine's
+    `Float8BlockScaling`): every float operand becomes `moe.quantize ... ->
+    !moe.fp8block<..xf8E4M3FN, block = ...>` with f32 scales, powers of two
+    unless `block-scales=f32`. Stacked weights get 128 x 128 tiles (`[1, 128,
+    128]`, one expert per tile; the same tiles serve the forward and, read
+    transposed, the data gradient); the other operands of forward and
+    data-gradient GEMMs 1 x 128 tiles along K (`[1, 128]`); both operands of
+    `moe.grouped_matmul_wgrad` 128 x 1 tiles along the rows (`[128, 1]`). Any
+    size works (the last tile may be partial). `moe.grouped_mlp` and
+    `moe.grouped_mlp_backward` have no such recipe: they are expanded into
+    their grouped GEMMs first, which are then quantized.
+
     Under either recipe, `moe.attention` and `moe.attention_grad` get bf16
     inputs (query, key, value, and the result's gradient: the same
     `linalg.generic` rounding), the precision the flash attention kernels
@@ -224,7 +236,8 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
   let options = [
     Option<"recipe", "recipe", "std::string", /*default=*/"\"mxfp8\"",
            "the training recipe: mxfp8 (E4M3 elements, one E8M0 scale per 32 "
-           "values) or bf16 (f32 operands rounded to bf16)">,
+           "values), bf16 (f32 operands rounded to bf16) or fp8-blockwise "
+           "(E4M3 elements, one f32 scale per 1 x 128 or 128 x 128 tile)">,
     ListOption<"keepLayers", "keep-layers", "int64_t",
                "moe.layer indices whose GEMMs stay in high precision">,
     Option<"keepFirstLast", "keep-first-last", "bool", /*default=*/"false",
@@ -233,9 +246,13 @@ def MoEQuantize : Pass<"moe-quantize", "::mlir::ModuleOp"> {
     Option<"scale", "scale", "std::string", /*default=*/"\"rceil\"",
            "MX scale choice: rceil (NVIDIA recipes, never clips) or floor "
            "(OCP MX spec)">,
+    Option<"blockScales", "block-scales", "std::string",
+           /*default=*/"\"pow2\"",
+           "fp8-blockwise scales: pow2 (powers of two, Transformer Engine's "
+           "default) or f32">,
     Option<"dense", "dense", "std::string", /*default=*/"\"bf16\"",
            "precision of dense GEMMs (grouped GEMMs marked moe.dense, from "
-           "-moe-dense-to-grouped): bf16 or mxfp8">,
+           "-moe-dense-to-grouped): bf16, mxfp8 or fp8-blockwise">,
   ];
 }
 

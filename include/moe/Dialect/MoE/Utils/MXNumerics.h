@@ -60,6 +60,14 @@ Value buildEncode(OpBuilder &b, Location loc, Value x, const MXFormat &format);
 Value buildDecode(OpBuilder &b, Location loc, Value bits,
                   const MXFormat &format);
 
+/// A blockwise FP8 tile's amax (f32, >= 0, may be NaN/Inf) -> the f32 factor
+/// its elements are multiplied by before rounding (moe.quantize):
+/// `max / amax` rounded to nearest; 1 for an amax of 0, Inf or NaN; the
+/// largest finite f32 where the quotient overflows; with `pow2`, only its
+/// exponent. The stored scale is its reciprocal.
+Value buildFP8BlockScale(OpBuilder &b, Location loc, Value amax,
+                         const MXFormat &format, bool pow2);
+
 } // namespace mlir::moe
 
 #endif

@@ -1,0 +1,77 @@
+// Blockwise FP8 (!moe.fp8block) on the GPU against the CPU: quantization
+// to every tiling the fp8-blockwise recipe uses (1 x 128, 128 x 1 and
+// 128 x 128 per expert, sizes that leave partial tiles, power-of-two and
+// f32 scales) and the grouped GEMMs reading such operands (forward, data
+// gradient, weight gradient). No dedicated kernel takes these yet: they
+// run on the generic kernels, which must give the CPU's bytes. Elements
+// are compared bit for bit, scales and dequantized values with tolerance
+// 0; the GEMMs differ by summation order only (relative error 1e-6).
+// RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
+// CHECK: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// RUN: moe-compile %s --target=cpu -o %t.cpu.so
+
+func.func @quantize_rows(%x: tensor<300x260xbf16>)
+    -> (tensor<300x260xf8E4M3FN>, tensor<300x3xf32>, tensor<300x260xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x : tensor<300x260xbf16>
+      -> !moe.fp8block<300x260xf8E4M3FN, block = [1, 128], pow2>
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<300x260xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<300x260xf8E4M3FN>, tensor<300x3xf32>
+  %y = moe.dequantize %q : !moe.fp8block<300x260xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<300x260xf32>
+  return %d, %s, %y : tensor<300x260xf8E4M3FN>, tensor<300x3xf32>, tensor<300x260xf32>
+}
+
+func.func @quantize_columns(%x: tensor<300x96xf32>)
+    -> (tensor<300x96xf8E5M2>, tensor<3x96xf32>, tensor<300x96xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x : tensor<300x96xf32>
+      -> !moe.fp8block<300x96xf8E5M2, block = [128, 1]>
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<300x96xf8E5M2, block = [128, 1]>
+      -> tensor<300x96xf8E5M2>, tensor<3x96xf32>
+  %y = moe.dequantize %q : !moe.fp8block<300x96xf8E5M2, block = [128, 1]>
+      -> tensor<300x96xf32>
+  return %d, %s, %y : tensor<300x96xf8E5M2>, tensor<3x96xf32>, tensor<300x96xf32>
+}
+
+func.func @quantize_weights(%w: tensor<4x200x136xf32>)
+    -> (tensor<4x200x136xf8E4M3FN>, tensor<4x2x2xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %w : tensor<4x200x136xf32>
+      -> !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>
+      -> tensor<4x200x136xf8E4M3FN>, tensor<4x2x2xf32>
+  return %d, %s : tensor<4x200x136xf8E4M3FN>, tensor<4x2x2xf32>
+}
+
+// The recipe's three GEMMs of one expert layer (K = 200, N = 136: partial
+// tiles in both).
+func.func @grouped_gemms(%x: tensor<256x200xf32>, %w: tensor<4x200x136xf32>,
+                         %dy: tensor<256x136xf32>)
+    -> (tensor<256x136xf32>, tensor<256x200xf32>, tensor<4x200x136xf32>)
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-4, 1.0e-6]} {
+  %o = arith.constant dense<[0, 50, 50, 180, 256]> : tensor<5xi32>
+  %xq = moe.quantize %x : tensor<256x200xf32>
+      -> !moe.fp8block<256x200xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x200x136xf32>
+      -> !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<256x200xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<256x136xf32>
+  %dyq = moe.quantize %dy : tensor<256x136xf32>
+      -> !moe.fp8block<256x136xf8E4M3FN, block = [1, 128], pow2>
+  %dx = moe.grouped_matmul %dyq, %wq, %o transpose_rhs
+      : !moe.fp8block<256x136xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<256x200xf32>
+  %xc = moe.quantize %x : tensor<256x200xf32>
+      -> !moe.fp8block<256x200xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<256x136xf32>
+      -> !moe.fp8block<256x136xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dyc, %o
+      : !moe.fp8block<256x200xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<256x136xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x200x136xf32>
+  return %y, %dx, %dw : tensor<256x136xf32>, tensor<256x200xf32>, tensor<4x200x136xf32>
+}
