@@ -14,7 +14,7 @@
 // stream before calling the runtime (-gpu-async-region puts a host wait
 // before every call) and start a new one after it; other callers must have
 // finished writing the input buffers, and the runtime synchronizes the
-// context first (cuCtxSynchronize) to be safe.
+// context first (cuCtxSynchronize, under the watchdog) to be safe.
 //
 // Two NCCL communicators over the same ranks, each with its stream: `data`
 // carries the rows, the reductions and the blocking collectives' headers;
@@ -517,7 +517,7 @@ public:
     drainRows(label);
     int64_t count = slots * size_;
     if (isDevicePointer(sendCounts)) {
-      MOERT_CU(driver().cuCtxSynchronize()); // the inputs are written
+      synchronizeContext(label); // the inputs are written
       exchange(label, data, dev(send), sendRows, dev(sendCounts), slots,
                rowBytes, dev(recv), recvCapacity, dev(recvCounts), layout);
       wait(label, "rows", data, nullptr);
@@ -595,7 +595,7 @@ public:
     drainRows(label);
     size_t n = size_t(count) * bytes(type);
     if (isDevicePointer(in) || isDevicePointer(out)) {
-      MOERT_CU(driver().cuCtxSynchronize());
+      synchronizeContext(label);
       reduce(label, dev(in), dev(out), count, type);
       return;
     }
@@ -653,6 +653,21 @@ public:
   /// those rows with no deadline, and a dead peer would hang this rank.
   void drainRows(const std::string &label) {
     wait(label, "rows of earlier started exchanges", data, nullptr);
+  }
+
+  /// The context synchronization of a blocking collective, under the
+  /// watchdog: drainRows bounds this communicator's own work in flight, but
+  /// the context may also hold another communicator's (another group of the
+  /// job's, or its parent's) started collectives, which a dead peer keeps
+  /// there for ever.
+  void synchronizeContext(const std::string &label) {
+    Guard guard(prefix() + label + ": timed out after " +
+                    secondsText(timeoutSeconds() + kWatchdogGrace) +
+                    " s (MOERT_COMM_TIMEOUT) waiting for the device's earlier "
+                    "work, which holds another communicator's collectives: "
+                    "a rank of that group failed or stalls; exiting",
+                timeoutSeconds() + kWatchdogGrace);
+    MOERT_CU(driver().cuCtxSynchronize());
   }
 
   /// A communicator and the stream its operations run on.

@@ -2,12 +2,19 @@
 // to every tiling the fp8-blockwise recipe uses (1 x 128, 128 x 1 and
 // 128 x 128 per expert, sizes that leave partial tiles, power-of-two and
 // f32 scales) and the grouped GEMMs reading such operands (forward, data
-// gradient, weight gradient). No dedicated kernel takes these yet: they
-// run on the generic kernels, which must give the CPU's bytes. Elements
-// are compared bit for bit, scales and dequantized values with tolerance
-// 0; the GEMMs differ by summation order only (relative error 1e-6).
-// RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
+// gradient, weight gradient). Quantization runs on the generic kernels,
+// which must give the CPU's bytes: elements are compared bit for bit,
+// scales and dequantized values with tolerance 0. With power-of-two scales
+// the GEMMs run on the bf16 wgmma kernels after an exact dequantization to
+// bf16; with f32 scales (no exact bf16 form) on the generic kernels. Either
+// way they differ from the CPU by summation order only (relative error
+// 1e-6).
+// RUN: moe-compile %s --target=sm_90a --verify-ptx --emit-ptx=%t.ptx -o %t.so | FileCheck %s
 // CHECK: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
+// RUN: FileCheck %s --check-prefix=KERNELS < %t.ptx
+// KERNELS-DAG: kernel module moe_wgmma_gmm_256x200x136_e4_bf16_i32_tma_kernel
+// KERNELS-DAG: kernel module moe_wgmma_gmm_256x136x200_e4_bf16_rhsT_i32_tma_kernel
+// KERNELS-DAG: kernel module moe_wgmma_wgrad_256x200x136_e4_bf16_i32_tma_kernel
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 
 func.func @quantize_rows(%x: tensor<300x260xbf16>)
@@ -74,4 +81,20 @@ func.func @grouped_gemms(%x: tensor<256x200xf32>, %w: tensor<4x200x136xf32>,
         !moe.fp8block<256x136xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x200x136xf32>
   return %y, %dx, %dw : tensor<256x136xf32>, tensor<256x200xf32>, tensor<4x200x136xf32>
+}
+
+// f32 scales: the generic kernels.
+func.func @grouped_gemm_f32_scales(%x: tensor<256x200xf32>, %w: tensor<4x200x136xf32>)
+    -> tensor<256x136xf32>
+    attributes {moe.test_tolerance = [1.0e-4, 1.0e-4, 1.0e-6]} {
+  %o = arith.constant dense<[0, 100, 120, 120, 256]> : tensor<5xi32>
+  %xq = moe.quantize %x : tensor<256x200xf32>
+      -> !moe.fp8block<256x200xf8E4M3FN, block = [1, 128]>
+  %wq = moe.quantize %w : tensor<4x200x136xf32>
+      -> !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<256x200xf8E4M3FN, block = [1, 128]>,
+        !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>, tensor<5xi32>
+      -> tensor<256x136xf32>
+  return %y : tensor<256x136xf32>
 }

@@ -20,9 +20,19 @@ static bool bf16Operand(Value v, StringRef name, WhyNot why) {
   return false;
 }
 
-/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
-/// blocks along `axis` (the contraction), which dequantizes exactly.
+/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, MX with its
+/// blocks along `axis` (the contraction), or blockwise FP8 with
+/// power-of-two scales, which dequantize exactly.
 bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why) {
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(v.getType())) {
+    if (fp8.getPow2())
+      return true;
+    noKernel(why,
+             "the {0} is blockwise FP8 with f32 scales, which have no exact "
+             "bf16 form (block-scales=pow2 has one) and no FP8 kernel yet",
+             name);
+    return false;
+  }
   if (auto mx = dyn_cast<MXTensorType>(v.getType())) {
     if (mx.getAxis() == axis)
       return true;
@@ -35,15 +45,19 @@ bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why) {
   return bf16Operand(v, name, why);
 }
 
-/// `v` as bf16: MX operands dequantized (the new op is added to `created`),
-/// bf16 ones as they are.
+/// `v` as bf16: block-scaled operands dequantized (the new op is added to
+/// `created`), bf16 ones as they are.
 Value toBF16(OpBuilder &b, Location loc, Value v,
              SmallVectorImpl<Operation *> &created) {
-  auto mx = dyn_cast<MXTensorType>(v.getType());
-  if (!mx)
+  ArrayRef<int64_t> shape;
+  if (auto mx = dyn_cast<MXTensorType>(v.getType()))
+    shape = mx.getShape();
+  else if (auto fp8 = dyn_cast<FP8BlockTensorType>(v.getType()))
+    shape = fp8.getShape();
+  else
     return v;
   auto dq = DequantizeOp::create(
-      b, loc, RankedTensorType::get(mx.getShape(), b.getBF16Type()), v);
+      b, loc, RankedTensorType::get(shape, b.getBF16Type()), v);
   created.push_back(dq);
   return dq;
 }

@@ -325,9 +325,12 @@ struct HopperBuilder : KernelBuilder {
   }
 };
 
-/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, or MX with its
-/// blocks along `axis` (the contraction), which dequantizes exactly; if not,
-/// says why, naming the operand `name`.
+/// Whether `v` can feed a Hopper bf16 kernel: bf16 already, MX with its
+/// blocks along `axis` (the contraction), or blockwise FP8 with power-of-two
+/// scales, which dequantize exactly (a value q * 2^e of an E4M3 q has at
+/// most 4 significant bits; bf16 holds it unless it lies below 2^-133,
+/// which only a tile whose largest magnitude is below 2^-115 can give); if
+/// not, says why, naming the operand `name`.
 bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why);
 
 /// `d` rounded up to a multiple of 8: bf16 rows of a multiple of 16 bytes,
@@ -344,8 +347,8 @@ Value padWithZeros(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape,
 /// shape.
 Value leadingPart(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape);
 
-/// `v` as bf16: MX operands dequantized (the new op is added to `created`),
-/// bf16 ones as they are.
+/// `v` as bf16: block-scaled operands dequantized (the new op is added to
+/// `created`), bf16 ones as they are.
 Value toBF16(OpBuilder &b, Location loc, Value v,
              SmallVectorImpl<Operation *> &created);
 

@@ -107,7 +107,8 @@ namespace mlir::moe::kernels {
 ///   power of two, so `q * 2^e` is a bf16 value (down to bf16's smallest
 ///   subnormal, 2^-133: scales of 2^-124 (E4M3) / 2^-117 (E5M2) and above,
 ///   beneath which elements are far below anything a GEMM sums); bf16
-///   products are exact in the f32 accumulator.
+///   products are exact in the f32 accumulator. A blockwise FP8 operand
+///   with power-of-two scales (any tiles) likewise.
 /// - K or N not a multiple of 8 (bf16 rows the copy engine cannot read: a
 ///   router over 60 experts): the operands padded with zeros to multiples of
 ///   8, of which the result's first N columns are taken (the same values:
@@ -123,6 +124,8 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
     ArrayRef<int64_t> shape;
     if (auto mx = dyn_cast<MXTensorType>(v.getType()))
       shape = mx.getShape();
+    else if (auto fp8 = dyn_cast<FP8BlockTensorType>(v.getType()))
+      shape = fp8.getShape();
     else if (auto t = dyn_cast<RankedTensorType>(v.getType()))
       shape = t.getShape();
     else
@@ -139,12 +142,15 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
     return std::nullopt;
   int64_t rows = result.getDimSize(0), n = result.getDimSize(1);
   int64_t k = (*lhs)[1], experts = (*rhs)[0];
-  bool anyMX = isa<MXTensorType>(op.getLhs().getType()) ||
-               isa<MXTensorType>(op.getRhs().getType());
+  auto blockScaled = [](Value v) {
+    return isa<MXTensorType, FP8BlockTensorType>(v.getType());
+  };
+  bool anyBlockScaled = blockScaled(op.getLhs()) || blockScaled(op.getRhs());
   bool pad = (k % 8 || n % 8) && !isMatrixVector(k, n);
-  if (!anyMX && !pad)
+  if (!anyBlockScaled && !pad)
     return std::nullopt;
-  // Each operand: MX with blocks along K (dequantized), or already bf16.
+  // Each operand: MX with blocks along K or blockwise FP8 with power-of-two
+  // scales (dequantized), or already bf16.
   if (!bf16OrMXAlong(op.getLhs(), 1, "lhs", why) ||
       !bf16OrMXAlong(op.getRhs(), transposed ? 2 : 1, "rhs", why))
     return std::nullopt;
