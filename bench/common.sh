@@ -18,7 +18,7 @@
 #   recipe_flags RECIPE                moe-train flags of a bench recipe name:
 #                                      -lf --layer-functions, -rc also
 #                                      --recompute (bf16-rc); --recipe is the
-#                                      part before the first '-'
+#                                      name without that suffix
 bench_args() {
   local defaults=$1 t
   shift
@@ -75,10 +75,10 @@ train_data_args() {
 }
 
 recipe_flags() {
-  echo "--recipe ${1%%-*}"
   case "$1" in
-    *-lf) echo "--layer-functions" ;;
-    *-rc) echo "--layer-functions --recompute" ;;
+    *-lf) echo "--recipe ${1%-lf}"; echo "--layer-functions" ;;
+    *-rc) echo "--recipe ${1%-rc}"; echo "--layer-functions --recompute" ;;
+    *) echo "--recipe $1" ;;
   esac
 }
 
