@@ -470,11 +470,14 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "have kernels; other chips change nothing)",
            "::mlir::moe::GPUChipValues()">,
     Option<"fp8Mma", "fp8-mma", "bool", /*default=*/"false",
-           "Hopper: run MXFP8 grouped GEMMs on FP8 wgmma with per-32-K promotion "
-           "(the tensor core sums each 32-term slice at reduced precision: "
-           "about 5e-5 relative from the exact result on the H200; and "
-           "today slower, its kernel has no TMA pipeline); off by default, "
-           "MXFP8 then dequantizes to bf16 (exact) for the bf16 wgmma kernel">,
+           "Hopper: run block-scaled grouped GEMMs on FP8 wgmma with "
+           "promotion, MXFP8 every 32 of K, blockwise FP8 (1 x 128 and "
+           "128 x 128 tiles) every 128 (the tensor core sums each promoted "
+           "block at reduced precision: about 5e-5 relative from the exact "
+           "result on the H200 for MXFP8; and today slower, the kernel has "
+           "no TMA pipeline); off by default, such operands then dequantize "
+           "to bf16 (exact for MX and power-of-two blockwise scales) for the "
+           "bf16 wgmma kernel">,
     Option<"flashDkvOverlap", "flash-dkv-overlap", "bool",
            /*default=*/"false",
            "Hopper: the flash dK/dV kernel issues dV += P^T dO as soon as P^T "

@@ -38,10 +38,11 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
   PassOptions::Option<bool> mxfp8FP8MMA{
       *this, "mxfp8-fp8-mma",
       llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
-                     "slice (not exact: the tensor core sums a slice's FP8 "
-                     "products at reduced precision, about 5e-5 relative; "
-                     "and today slower than the exact default, which "
-                     "dequantizes to bf16 for the TMA wgmma kernel)"),
+                     "slice, blockwise FP8 ones per 128 (not exact: the "
+                     "tensor core sums a slice's FP8 products at reduced "
+                     "precision, about 5e-5 relative for MXFP8; and today "
+                     "slower than the exact default, which dequantizes to "
+                     "bf16 for the TMA wgmma kernel)"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> flashDkvOverlap{
       *this, "flash-dkv-overlap",

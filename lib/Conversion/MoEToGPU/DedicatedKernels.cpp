@@ -399,16 +399,18 @@ struct MoEGPUDedicatedKernelsPass
     for (GroupedMatmulOp &op : candidates) {
       live.push_back(liveRowsOnly.contains(op));
       whyNot.emplace_back();
-      bool mxOperands = isa<MXTensorType>(op.getLhs().getType()) ||
-                        isa<MXTensorType>(op.getRhs().getType());
-      if (!fp8Mma || !mxOperands)
+      // On request, block-scaled GEMMs the FP8 kernel takes stay as they
+      // are for it; the others go to the bf16 kernels where they can.
+      if (!fp8Mma || !fitsFp8Wgmma(op))
         if (std::optional<GroupedMatmulOp> rewritten =
                 rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
     }
     for (auto [op, live, why] : llvm::zip(candidates, live, whyNot)) {
-      // FP8 wgmma sums each 32-term slice at reduced precision: only on
-      // request (fp8-mma); otherwise MXFP8 keeps the exact generic path.
+      // FP8 wgmma sums each promoted block at reduced precision: only on
+      // request (fp8-mma); otherwise block-scaled operands take the bf16
+      // kernels exactly (MX, power-of-two blockwise FP8) or the generic
+      // ones.
       if (fp8Mma && lowerToFp8Wgmma(op, module, symbols))
         continue;
       std::optional<WgmmaGemm> gemm =

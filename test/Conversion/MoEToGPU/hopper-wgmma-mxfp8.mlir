@@ -26,7 +26,7 @@
 // EXACT: call @moe_mx_dequantize_16x256x128_a1_e5m2_to_bf16(
 // EXACT: call @moe_wgmma_gmm_4576x256x128_e16_bf16_i64(
 
-// VERIFY: ptxas accepted 28 kernel modules for sm_90a
+// VERIFY: ptxas accepted 10 kernel modules for sm_90a
 
 // PTX-LABEL: kernel module moe_wgmma_mx_gmm_200x128x256_e3_e4m3_e4m3_i32_kernel
 // PTX: .target sm_90a
@@ -91,11 +91,15 @@ func.func @kernels_shape(%xd: tensor<4576x256xf8E4M3FN>, %xs: tensor<4576x8xf8E8
 }
 
 // Ineligible: K not a multiple of 64, N not a multiple of 128, transposed
-// weights (blocks along the rhs's last axis). They stay moe.grouped_matmul.
+// weights (blocks along the rhs's last axis). They take the exact path, as
+// without fp8-mma: operands dequantized to bf16 (here by round trips of
+// their quantization) for the bf16 wgmma kernels.
 // CHECK-LABEL: func.func @ineligible
-// CHECK-NOT: call @moe_wgmma
-// CHECK-COUNT-3: moe.grouped_matmul
-// CHECK-NOT: call @moe_wgmma
+// CHECK-NOT: call @moe_wgmma_mx
+// CHECK: call @moe_wgmma_gmm_64x96x128_e2_bf16_i32_tma
+// CHECK: call @moe_wgmma_gmm_64x128x64_e2_bf16_i32_tma
+// CHECK: call @moe_wgmma_gmm_64x128x128_e2_bf16_rhsT_i32
+// CHECK-NOT: call @moe_wgmma_mx
 // CHECK: return
 func.func @ineligible(%x96b: tensor<64x96xbf16>, %w96b: tensor<2x96x128xbf16>,
                       %xb: tensor<64x128xbf16>, %w64b: tensor<2x128x64xbf16>,

@@ -16,6 +16,19 @@
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x136x200_e4_bf16_rhsT_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_wgrad_256x200x136_e4_bf16_i32_tma_kernel
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
+//
+// With --mxfp8-fp8-mma, GEMMs in 1 x 128 / 128 x 128 tiles with K and N
+// multiples of 128 (@fp8_mma_gemms) run on FP8 wgmma, promoted to f32
+// every 128 of K (the variant below; scripts/gpu-check.sh checks it against
+// the same CPU build):
+// GPU-CHECK-VARIANT: fp8mma --mxfp8-fp8-mma
+// RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --verify-ptx --emit-ptx=%t.mma.ptx -o %t.mma.so
+// RUN: FileCheck %s --check-prefix=MMA < %t.mma.ptx
+// MMA-DAG: kernel module moe_wgmma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
+// MMA-DAG: kernel module moe_wgmma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
+// MMA-DAG: kernel module moe_wgmma_mx_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
+// (The f32-scaled forward GEMM calls the first kernel too: scales are f32
+// either way.)
 
 func.func @quantize_rows(%x: tensor<300x260xbf16>)
     -> (tensor<300x260xf8E4M3FN>, tensor<300x3xf32>, tensor<300x260xf32>)
@@ -97,4 +110,59 @@ func.func @grouped_gemm_f32_scales(%x: tensor<256x200xf32>, %w: tensor<4x200x136
         !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>, tensor<5xi32>
       -> tensor<256x136xf32>
   return %y : tensor<256x136xf32>
+}
+
+// Tile-aligned K and N (rows are not): on FP8 wgmma with fp8-mma, else on
+// the bf16 kernels (power-of-two scales) and the generic ones (f32).
+// The bound of the FP8 path: each promoted partial sums 128 exact FP8
+// products in the tensor core's accumulator, which keeps about 14 bits
+// (DeepSeek-V3's measurement on H800, the reason for promoting every 128):
+// a relative error of about 2^-14 per addition, growing as the square root
+// of the 128 additions for inputs of random sign, sqrt(128) * 2^-14 = 7e-4
+// of a partial; partials of independent tiles add in quadrature, so the
+// result's relative Frobenius error stays below 1e-3 (elementwise: 5e-2
+// absolute plus 1e-2 relative, for outputs of magnitude up to sqrt(K)).
+func.func @fp8_mma_gemms(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>,
+                         %dy: tensor<300x384xf32>)
+    -> (tensor<300x384xf32>, tensor<300x256xf32>, tensor<300x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %o = arith.constant dense<[0, 90, 90, 220, 300]> : tensor<5xi32>
+  %xq = moe.quantize %x : tensor<300x256xf32>
+      -> !moe.fp8block<300x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<300x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x384xf32>
+  %dyq = moe.quantize %dy : tensor<300x384xf32>
+      -> !moe.fp8block<300x384xf8E4M3FN, block = [1, 128], pow2>
+  %dx = moe.grouped_matmul %dyq, %wq, %o transpose_rhs
+      : !moe.fp8block<300x384xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x256xf32>
+  // f32 scales (not powers of two).
+  %xf = moe.quantize %x : tensor<300x256xf32>
+      -> !moe.fp8block<300x256xf8E4M3FN, block = [1, 128]>
+  %wf = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128]>
+  %yf = moe.grouped_matmul %xf, %wf, %o
+      : !moe.fp8block<300x256xf8E4M3FN, block = [1, 128]>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128]>, tensor<5xi32>
+      -> tensor<300x384xf32>
+  return %y, %dx, %yf : tensor<300x384xf32>, tensor<300x256xf32>, tensor<300x384xf32>
+}
+
+// The same kernel's MXFP8 form (promotion every 32 of K), under fp8-mma
+// (otherwise exact through bf16).
+func.func @mx_fp8_mma_gemm(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>)
+    -> tensor<300x384xf32>
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %o = arith.constant dense<[0, 90, 90, 220, 300]> : tensor<5xi32>
+  %xq = moe.quantize %x : tensor<300x256xf32> -> !moe.mx<300x256xf8E4M3FN, axis = 1>
+  %wq = moe.quantize %w : tensor<4x256x384xf32> -> !moe.mx<4x256x384xf8E4M3FN, axis = 1>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.mx<300x256xf8E4M3FN, axis = 1>, !moe.mx<4x256x384xf8E4M3FN, axis = 1>,
+        tensor<5xi32> -> tensor<300x384xf32>
+  return %y : tensor<300x384xf32>
 }

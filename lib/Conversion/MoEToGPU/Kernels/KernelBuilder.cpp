@@ -140,22 +140,27 @@ func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
   return kernel;
 }
 
+/// The (data, scales) tensors of a block-scaled (MX or blockwise FP8) type.
+static std::pair<RankedTensorType, RankedTensorType> partsOf(Type type) {
+  if (auto mx = dyn_cast<MXTensorType>(type))
+    return {mx.getDataType(), mx.getScalesType()};
+  auto fp8 = cast<FP8BlockTensorType>(type);
+  return {fp8.getDataType(), fp8.getScalesType()};
+}
+
 SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op) {
-  auto lhs = cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = cast<MXTensorType>(op.getRhs().getType());
-  return {lhs.getDataType(), lhs.getScalesType(), rhs.getDataType(),
-          rhs.getScalesType(), op.getOffsets().getType()};
+  auto [lhsData, lhsScales] = partsOf(op.getLhs().getType());
+  auto [rhsData, rhsScales] = partsOf(op.getRhs().getType());
+  return {lhsData, lhsScales, rhsData, rhsScales, op.getOffsets().getType()};
 }
 
 void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel) {
-  auto lhs = cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = cast<MXTensorType>(op.getRhs().getType());
+  auto [lhsData, lhsScales] = partsOf(op.getLhs().getType());
+  auto [rhsData, rhsScales] = partsOf(op.getRhs().getType());
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
-                                     lhs.getScalesType(), op.getLhs());
-  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
-                                     rhs.getScalesType(), op.getRhs());
+  auto lhsParts = MXUnpackOp::create(b, loc, lhsData, lhsScales, op.getLhs());
+  auto rhsParts = MXUnpackOp::create(b, loc, rhsData, rhsScales, op.getRhs());
   auto call = func::CallOp::create(
       b, loc, kernel,
       ValueRange{lhsParts.getData(), lhsParts.getScales(), rhsParts.getData(),

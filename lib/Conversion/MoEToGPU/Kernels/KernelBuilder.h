@@ -456,12 +456,12 @@ func::FuncOp getOrCreateKernelCall(
 func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
                              unsigned offsets);
 
-/// The arguments of a grouped GEMM kernel on MX operands: (A data, A scales,
-/// B data, B scales, offsets).
+/// The arguments of a grouped GEMM kernel on block-scaled (MX or blockwise
+/// FP8) operands: (A data, A scales, B data, B scales, offsets).
 SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op);
 
-/// Replaces `op` (MX lhs and rhs) by a call of `kernel` on their data and
-/// scales (moe.mx_unpack) and the offsets.
+/// Replaces `op` (block-scaled lhs and rhs) by a call of `kernel` on their
+/// data and scales (moe.mx_unpack) and the offsets.
 void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel);
 
 /// Replaces `op` by a call of `kernel` on its lhs, rhs and offsets.

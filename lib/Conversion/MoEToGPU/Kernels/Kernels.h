@@ -297,11 +297,15 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
                              KernelReport *report = nullptr);
 
 //===----------------------------------------------------------------------===//
-// Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with promotion
+// Hopper (sm_90a): block-scaled grouped GEMMs on FP8 wgmma with promotion
 //===----------------------------------------------------------------------===//
 
-/// `op` (MXFP8 operands) as a call of the FP8 wgmma kernel if it handles the
-/// shape; returns whether it did.
+/// Whether the FP8 wgmma kernel takes `op` (MXFP8 operands, or blockwise
+/// FP8 ones in 1 x 128 and 128 x 128 tiles).
+bool fitsFp8Wgmma(GroupedMatmulOp op);
+
+/// `op` as a call of the FP8 wgmma kernel if it handles the shape; returns
+/// whether it did.
 bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//

@@ -1,4 +1,4 @@
-//===- WgmmaFp8Gemm.cpp - Hopper MXFP8 GEMM on FP8 wgmma ------------------===//
+//===- WgmmaFp8Gemm.cpp - Hopper block-scaled GEMMs on FP8 wgmma ----------===//
 //
 // Hopper (sm_90a): MXFP8 grouped GEMM on FP8 wgmma with per-block promotion
 // -------------------------------------------------------------------------
@@ -68,6 +68,26 @@
 //
 // Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
 //
+// Blockwise FP8: promotion every 128 of K
+// ---------------------------------------
+// The same kernel takes blockwise FP8 operands (DeepSeek-V3's recipe):
+// lhs !moe.fp8block<R x K x f8, block = [1, 128]>, rhs
+// !moe.fp8block<E x K x N x f8, block = [1, 128, 128]> (or [E, N, K] with
+// transpose_rhs, the data gradient), f32 scales, K and N multiples of 128.
+// A stage is 128 K values, one tile of both operands: the four k32 wgmmas
+// of a half accumulate into one fresh partial (scale-d 0, then 1), which is
+// promoted once, acc = fma(P * sa(row), sb, acc), with sa the row's scale
+// and sb the CTA's 128 x 128 weight tile's (the thread stores it for each
+// column, so the promotion code is the MX one). Layout as above with
+// TileK = 128: A at 0 (16 KiB, SBO 1024), B at 16384, A scales at 32768
+// (one f32 per row), B scales at 33280; 33 KiB a stage, 132 KiB the ring.
+// A transposed rhs ([E, N, K], K contiguous) is already K-major: copied
+// like A. Accuracy: the tensor core sums a partial's 128 FP8 products in
+// its own accumulator format, narrower than f32 (DeepSeek-V3 measured about
+// 14 bits on H800, which is why the recipe promotes every 128); the bound
+// is stated in test/Integration/GPU/fp8block.mlir. Only with fp8-mma for
+// now (the default dequantizes power-of-two operands to bf16, exactly).
+//
 //===----------------------------------------------------------------------===//
 
 #include "HopperBuilder.h"
@@ -79,31 +99,48 @@ using namespace mlir::moe;
 namespace mlir::moe::kernels {
 
 namespace fp8wgmma {
-constexpr int64_t TileK = 64;                   // K per stage: 2 MX blocks
-constexpr int64_t MmaK = 32;                    // one FP8 wgmma = one block
-constexpr int64_t Blocks = TileK / MXBlock;     // 2
-constexpr int64_t OffB = hopper::TileM * TileK; // 8192
-constexpr int64_t OffSA = OffB + hopper::TileN * TileK;            // 16384
-constexpr int64_t OffSB = OffSA + Blocks * hopper::TileM * 4;      // 17408
-constexpr int64_t StageBytes = OffSB + Blocks * hopper::TileN * 4; // 18432
-constexpr int64_t Stages = 4, Ahead = 2;           // ring depth, stages ahead
-constexpr int64_t SmemBytes = Stages * StageBytes; // 73728
-constexpr int64_t LBO = 128;                       // next core matrix along K
-constexpr int64_t SBO = TileK / 16 * 128;          // next 8 rows / columns: 512
+constexpr int64_t MmaK = 32;             // K of one FP8 wgmma
+constexpr int64_t BlockwiseTile = 128;   // blockwise FP8 tiles (and stages)
+constexpr int64_t Stages = 4, Ahead = 2; // ring depth, stages ahead
+constexpr int64_t LBO = 128;             // next core matrix along K
 } // namespace fp8wgmma
 
 using namespace fp8wgmma;
 
 namespace {
 
-/// One MXFP8 grouped GEMM shape the FP8 wgmma kernel handles.
+/// One block-scaled grouped GEMM shape the FP8 wgmma kernel handles: MXFP8
+/// (E8M0 scales per 32 of K) or blockwise FP8 (f32 scales per 1 x 128 lhs
+/// and 128 x 128 rhs tile).
 struct WgmmaMxGemm {
   int64_t rows, k, n, experts;
   Type lhsElt, rhsElt, offsetElt;
+  bool blockwise = false;
+  /// rhs [E, N, K] (blockwise only).
+  bool rhsTransposed = false;
+
+  /// K values summed by the tensor core between promotions.
+  int64_t promoteK() const { return blockwise ? BlockwiseTile : MXBlock; }
+  /// K values per stage: 2 MX blocks, or 1 blockwise tile.
+  int64_t tileK() const { return blockwise ? BlockwiseTile : 64; }
+  int64_t blocks() const { return tileK() / promoteK(); }
+  int64_t sbo() const { return tileK() / 16 * 128; }
+  int64_t offB() const { return hopper::TileM * tileK(); }
+  int64_t offSA() const { return offB() + hopper::TileN * tileK(); }
+  int64_t offSB() const { return offSA() + blocks() * hopper::TileM * 4; }
+  int64_t stageBytes() const { return offSB() + blocks() * hopper::TileN * 4; }
+  int64_t smemBytes() const { return Stages * stageBytes(); }
+
   std::string name() const {
-    return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,
-                         k, n, experts, elementName(lhsElt),
-                         elementName(rhsElt), elementName(offsetElt))
+    if (!blockwise)
+      return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}",
+                           rows, k, n, experts, elementName(lhsElt),
+                           elementName(rhsElt), elementName(offsetElt))
+          .str();
+    return llvm::formatv(
+               "moe_wgmma_fp8block_gmm_{0}x{1}x{2}_e{3}_{4}_{5}{6}_{7}", rows,
+               k, n, experts, elementName(lhsElt), elementName(rhsElt),
+               rhsTransposed ? "_rhsT" : "", elementName(offsetElt))
         .str();
   }
   static NVVM::WGMMATypes type(Type t) {
@@ -112,44 +149,66 @@ struct WgmmaMxGemm {
   }
 };
 
-std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
-  if (op.getTransposeRhs() || op->getParentOfType<ExpertsOp>())
-    return std::nullopt;
-  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
-  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
+/// The shapes both scalings need: 2-d lhs [R, K], 3-d rhs, a static f32
+/// result, integer offsets [E + 1].
+std::optional<WgmmaMxGemm> matchShapes(GroupedMatmulOp op,
+                                       ArrayRef<int64_t> lhs,
+                                       ArrayRef<int64_t> rhs, Type lhsElt,
+                                       Type rhsElt, int64_t kMultiple) {
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
   RankedTensorType result = op.getType();
-  if (!lhs || !rhs || !offsets || lhs.getRank() != 2 || rhs.getRank() != 3 ||
-      result.getRank() != 2 || offsets.getRank() != 1 || lhs.getAxis() != 1 ||
-      rhs.getAxis() != 1 || lhs.getBlockSize() != MXBlock ||
-      rhs.getBlockSize() != MXBlock || !isMXFP8(lhs.getElementType()) ||
-      !isMXFP8(rhs.getElementType()) || !result.getElementType().isF32() ||
-      !result.hasStaticShape() || !offsets.hasStaticShape() ||
-      !offsets.getElementType().isInteger() ||
-      ShapedType::isDynamicShape(lhs.getShape()) ||
-      ShapedType::isDynamicShape(rhs.getShape()))
+  bool t = op.getTransposeRhs();
+  if (!offsets || lhs.size() != 2 || rhs.size() != 3 || result.getRank() != 2 ||
+      offsets.getRank() != 1 || !isMXFP8(lhsElt) || !isMXFP8(rhsElt) ||
+      !result.getElementType().isF32() || !result.hasStaticShape() ||
+      !offsets.hasStaticShape() || !offsets.getElementType().isInteger() ||
+      ShapedType::isDynamicShape(lhs) || ShapedType::isDynamicShape(rhs))
     return std::nullopt;
-  int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1];
-  int64_t experts = rhs.getShape()[0], n = rhs.getShape()[2];
-  if (rows < 1 || k < TileK || k % TileK || n < hopper::TileN ||
-      n % hopper::TileN || experts < 1 || rhs.getShape()[1] != k ||
+  int64_t rows = lhs[0], k = lhs[1];
+  int64_t experts = rhs[0], n = rhs[t ? 1 : 2];
+  if (rows < 1 || k < kMultiple || k % kMultiple || n < hopper::TileN ||
+      n % hopper::TileN || experts < 1 || rhs[t ? 2 : 1] != k ||
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
     return std::nullopt;
-  return WgmmaMxGemm{rows,
-                     k,
-                     n,
-                     experts,
-                     lhs.getElementType(),
-                     rhs.getElementType(),
-                     offsets.getElementType()};
+  return WgmmaMxGemm{
+      rows, k, n, experts, lhsElt, rhsElt, offsets.getElementType()};
 }
 
-/// Emits the body of the MXFP8 wgmma grouped GEMM's gpu.launch.
+std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
+  if (op->getParentOfType<ExpertsOp>())
+    return std::nullopt;
+  if (auto lhs = dyn_cast<FP8BlockTensorType>(op.getLhs().getType())) {
+    auto rhs = dyn_cast<FP8BlockTensorType>(op.getRhs().getType());
+    if (!rhs || lhs.getBlock() != ArrayRef<int64_t>{1, BlockwiseTile} ||
+        rhs.getBlock() != ArrayRef<int64_t>{1, BlockwiseTile, BlockwiseTile})
+      return std::nullopt;
+    std::optional<WgmmaMxGemm> g =
+        matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
+                    rhs.getElementType(), BlockwiseTile);
+    if (g) {
+      g->blockwise = true;
+      g->rhsTransposed = op.getTransposeRhs();
+    }
+    return g;
+  }
+  auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<MXTensorType>(op.getRhs().getType());
+  if (op.getTransposeRhs() || !lhs || !rhs || lhs.getAxis() != 1 ||
+      rhs.getAxis() != 1 || lhs.getBlockSize() != MXBlock ||
+      rhs.getBlockSize() != MXBlock)
+    return std::nullopt;
+  return matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
+                     rhs.getElementType(), 64);
+}
+
+/// Emits the body of the FP8 wgmma grouped GEMM's gpu.launch.
 struct WgmmaMxEmitter : HopperBuilder {
   const WgmmaMxGemm &g;
-  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
-  // [E, K/32, N], offsets [E+1], result [R, N].
+  // Buffers: A data [R, K], A scales, B data [E, K, N] (or [E, N, K]),
+  // B scales, offsets [E+1], result [R, N]. MX scales: A [R, K/32], B
+  // [E, K/32, N] (E8M0); blockwise: A [R, K/128], B [E, K/128, N/128] (or
+  // [E, N/128, K/128]) (f32).
   Value a, aScales, w, wScales, offsets, out;
   Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
   // Per thread: byte offsets (index) of its accumulator rows' scales within
@@ -171,69 +230,100 @@ struct WgmmaMxEmitter : HopperBuilder {
     v = select(cmp(P::eq, e, int32(255)), int32(0x7FC00000), v);
     return arith::BitcastOp::create(b, loc, b.getF32Type(), v);
   }
+  /// A scale as the f32 factor it stands for.
+  Value loadScale(Value scales, ValueRange at) {
+    if (g.blockwise)
+      return memref::LoadOp::create(b, loc, scales, at);
+    return scaleToF32(loadBits(scales, at));
+  }
 
-  /// Stage `kt` (K values [64 kt, 64 kt + 64)) of expert `e` into ring
-  /// buffer `slot` (layouts in the header of this section).
+  /// 16-byte chunks of a K-major tile of 128 rows (A, or a transposed B):
+  /// row `row0 + r` of the global [., K] matrix at `global` (clamped to
+  /// `rowsLast`) into the tile at `dst`, chunk (row r, K chunk c) at
+  /// (r/8) SBO + c LBO + (r%8) 16. Thread t's copy i: chunk (t/8) % cpr of
+  /// row 8 ((t/8)/cpr + (16/cpr) i) + t%8 (a warp fills 512 contiguous
+  /// bytes).
+  void copyKMajor(Value dst, Value global, Value row0, Value rowsLast,
+                  Value k0) {
+    int64_t cpr = g.tileK() / 16; // chunks per row
+    Value lane8 = rem(tid, 8);
+    Value chunk = rem(div(tid, 8), cpr);
+    Value group0 = div(div(tid, 8), cpr);
+    Value col = add(k0, mul(chunk, idx(16)));
+    Value base = add(dst, add(mul(chunk, idx(LBO)), mul(lane8, idx(16))));
+    for (int64_t i = 0; i < cpr; ++i) {
+      Value group = add(group0, idx(16 / cpr * i));
+      Value r = add(lane8, mul(group, idx(8)));
+      Value grow = rowsLast ? minS(add(row0, r), rowsLast) : add(row0, r);
+      Value src = add(mul(grow, idx(g.k)), col);
+      copy16(add(base, mul(group, idx(g.sbo()))), global, src);
+    }
+  }
+
+  /// Stage `kt` (K values [tileK kt, tileK (kt + 1))) of expert `e` into
+  /// ring buffer `slot` (layouts in the header of this section).
   void loadStage(Value e, Value kt, Value slot) {
-    Value stageBase = mul(slot, idx(StageBytes));
-    Value k0 = mul(kt, idx(TileK));
+    Value stageBase = mul(slot, idx(g.stageBytes()));
+    Value k0 = mul(kt, idx(g.tileK()));
     Value rowsLast = idx(g.rows - 1);
     Value warp = div(tid, 32), lane = rem(tid, 32);
-    // A: chunk (row 8 (4i + t/32) + t%8, K chunk (t/8)%4), cp.async.
-    Value lane8 = rem(tid, 8);
-    Value aChunk = rem(div(tid, 8), 4);
-    Value aDst =
-        add(stageBase, add(mul(warp, idx(SBO)),
-                           add(mul(aChunk, idx(LBO)), mul(lane8, idx(16)))));
-    Value aCol = add(k0, mul(aChunk, idx(16)));
-    for (int64_t i = 0; i < hopper::TileM * TileK / 16 / hopper::Threads; ++i) {
-      Value r = add(lane8, mul(add(warp, idx(4 * i)), idx(8)));
-      Value grow = minS(add(m0, r), rowsLast);
-      Value src = add(mul(grow, idx(g.k)), aCol);
-      copy16(add(aDst, idx(4 * i * SBO)), aGlobal, src);
-    }
-    // B: 4 x 4 byte blocks (K rows 4 (t/32) + 16 i + q, N columns
-    // 4 (t%32) + c), transposed in registers.
-    Value n = mul(lane, idx(4));
-    Value kIn = mul(warp, idx(4)); // k % 16
-    Value bDst =
-        add(stageBase, add(idx(OffB), add(mul(div(n, 8), idx(SBO)),
+    copyKMajor(stageBase, aGlobal, m0, rowsLast, k0);
+    if (g.rhsTransposed) {
+      // B rows are the experts' [N, K] rows n0 + r: K-major already.
+      copyKMajor(add(stageBase, idx(g.offB())), wGlobal,
+                 add(mul(e, idx(g.n)), n0), Value(), k0);
+    } else {
+      // B: 4 x 4 byte blocks (K rows 4 (t/32) + 16 i + q, N columns
+      // 4 (t%32) + c), transposed in registers.
+      Value n = mul(lane, idx(4));
+      Value kIn = mul(warp, idx(4)); // k % 16
+      Value bDst = add(stageBase, add(idx(g.offB()),
+                                      add(mul(div(n, 8), idx(g.sbo())),
                                           add(mul(rem(n, 8), idx(16)), kIn))));
-    Value bRow0 = add(mul(e, idx(g.k)), add(k0, kIn));
-    for (int64_t i = 0; i < TileK / 16; ++i) {
-      SmallVector<Value> in;
-      for (int64_t q = 0; q < 4; ++q) {
-        Value krow = add(bRow0, idx(16 * i + q));
-        Value src = add(mul(krow, idx(g.n)), add(n0, n));
-        in.push_back(LLVM::LoadOp::create(b, loc, i32(),
-                                          globalPtr(wGlobal, src),
-                                          /*alignment=*/4));
-      }
-      for (int64_t c = 0; c < 4; ++c) {
-        Value word;
+      Value bRow0 = add(mul(e, idx(g.k)), add(k0, kIn));
+      for (int64_t i = 0; i < g.tileK() / 16; ++i) {
+        SmallVector<Value> in;
         for (int64_t q = 0; q < 4; ++q) {
-          Value byte =
-              arith::AndIOp::create(b, loc, shr(in[q], 8 * c), int32(0xff));
-          Value placed = q ? shl(byte, 8 * q) : byte;
-          word = q ? lor(word, placed) : placed;
+          Value krow = add(bRow0, idx(16 * i + q));
+          Value src = add(mul(krow, idx(g.n)), add(n0, n));
+          in.push_back(LLVM::LoadOp::create(b, loc, i32(),
+                                            globalPtr(wGlobal, src),
+                                            /*alignment=*/4));
         }
-        Value dst = add(bDst, idx(i * LBO + c * 16));
-        LLVM::StoreOp::create(b, loc, word, sharedPtrAt(dst), /*alignment=*/4);
+        for (int64_t c = 0; c < 4; ++c) {
+          Value word;
+          for (int64_t q = 0; q < 4; ++q) {
+            Value byte =
+                arith::AndIOp::create(b, loc, shr(in[q], 8 * c), int32(0xff));
+            Value placed = q ? shl(byte, 8 * q) : byte;
+            word = q ? lor(word, placed) : placed;
+          }
+          Value dst = add(bDst, idx(i * LBO + c * 16));
+          LLVM::StoreOp::create(b, loc, word, sharedPtrAt(dst),
+                                /*alignment=*/4);
+        }
       }
     }
-    // Scales: row m0 + t (clamped) and column n0 + t, blocks 2 kt + j.
+    // Scales: row m0 + t (clamped) and column n0 + t, of each block.
     Value safeRow = minS(add(m0, tid), rowsLast);
-    for (int64_t j = 0; j < Blocks; ++j) {
-      Value block = add(mul(kt, idx(Blocks)), idx(j));
-      Value sa = scaleToF32(loadBits(aScales, {safeRow, block}));
-      Value sb = scaleToF32(loadBits(wScales, {e, block, add(n0, tid)}));
+    for (int64_t j = 0; j < g.blocks(); ++j) {
+      Value block = add(mul(kt, idx(g.blocks())), idx(j));
+      Value sa = loadScale(aScales, {safeRow, block});
+      Value sb;
+      if (!g.blockwise) {
+        sb = loadScale(wScales, {e, block, add(n0, tid)});
+      } else {
+        Value nTile = div(n0, BlockwiseTile); // the CTA's weight tile
+        sb = g.rhsTransposed ? loadScale(wScales, {e, nTile, block})
+                             : loadScale(wScales, {e, block, nTile});
+      }
       Value at = mul(add(idx(j * hopper::TileM), tid), idx(4));
-      LLVM::StoreOp::create(b, loc, sa,
-                            sharedPtrAt(add(stageBase, add(idx(OffSA), at))),
-                            /*alignment=*/4);
-      LLVM::StoreOp::create(b, loc, sb,
-                            sharedPtrAt(add(stageBase, add(idx(OffSB), at))),
-                            /*alignment=*/4);
+      LLVM::StoreOp::create(
+          b, loc, sa, sharedPtrAt(add(stageBase, add(idx(g.offSA()), at))),
+          /*alignment=*/4);
+      LLVM::StoreOp::create(
+          b, loc, sb, sharedPtrAt(add(stageBase, add(idx(g.offSB()), at))),
+          /*alignment=*/4);
     }
   }
 
@@ -243,7 +333,7 @@ struct WgmmaMxEmitter : HopperBuilder {
   }
 
   SmallVector<Value> kLoop(Value e) {
-    int64_t nk = g.k / TileK;
+    int64_t nk = g.k / g.tileK();
     for (int64_t p = 0; p < Ahead; ++p) {
       if (p < nk)
         loadStage(e, idx(p), idx(p));
@@ -256,12 +346,16 @@ struct WgmmaMxEmitter : HopperBuilder {
     auto typeA = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.lhsElt));
     auto typeB = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.rhsElt));
     auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-    // A fresh accumulator for every slice: the partial to promote.
-    auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
+    // A fresh accumulator for every promoted block: the partial to promote
+    // (its first wgmma ignores the input, the others add to it).
+    auto fresh = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
+    auto accumulate =
+        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
     auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
     // Both operands K-major: A `row`, B `col`.
     auto rowLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
     auto colLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+    int64_t slices = g.promoteK() / MmaK;
     SmallVector<Value> acc = forLoop(
         0, idx(nk), {zero, zero},
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
@@ -274,28 +368,36 @@ struct WgmmaMxEmitter : HopperBuilder {
           NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
           Value slot = rem(it, Stages);
-          Value slotBase = mul(slot, idx(StageBytes));
-          Value slotUnits = toI64(mul(slot, idx(StageBytes >> 4)));
+          Value slotBase = mul(slot, idx(g.stageBytes()));
+          Value slotUnits = toI64(mul(slot, idx(g.stageBytes() >> 4)));
           SmallVector<Value> d(carried.begin(), carried.end());
-          for (int64_t s = 0; s < Blocks; ++s) {
-            Value bDesc = descriptor(slotUnits, OffB + 256 * s);
-            Value sbBase = add(slotBase, idx(OffSB + 4 * hopper::TileN * s));
-            Value saBase = add(slotBase, idx(OffSA + 4 * hopper::TileM * s));
+          for (int64_t s = 0; s < g.blocks(); ++s) {
+            Value sbBase =
+                add(slotBase, idx(g.offSB() + 4 * hopper::TileN * s));
+            Value saBase =
+                add(slotBase, idx(g.offSA() + 4 * hopper::TileM * s));
             SmallVector<Value> colScale;
             for (Value off : colScaleOff)
               colScale.push_back(loadF32(add(sbBase, off)));
             for (int64_t hf = 0; hf < hopper::TileM / hopper::MmaM; ++hf) {
-              Value aDesc = descriptor(slotUnits,
-                                       hf * (hopper::MmaM / 8) * SBO + 256 * s);
-              Value fresh = LLVM::UndefOp::create(b, loc, accType);
+              SmallVector<Value> aDesc, bDesc;
+              for (int64_t sl = 0; sl < slices; ++sl) {
+                int64_t kOff = 256 * (s * slices + sl);
+                bDesc.push_back(descriptor(slotUnits, g.offB() + kOff));
+                aDesc.push_back(descriptor(
+                    slotUnits, hf * (hopper::MmaM / 8) * g.sbo() + kOff));
+              }
+              Value part = LLVM::UndefOp::create(b, loc, accType);
               NVVM::WgmmaFenceAlignedOp::create(b, loc);
-              Value part = NVVM::WgmmaMmaAsyncOp::create(
-                  b, loc, accType, fresh, aDesc, bDesc, shape, typeA, typeB,
-                  f32, scaleD, scaleIn, scaleIn, rowLayout, colLayout,
-                  /*satfinite=*/NVVM::MMAIntOverflowAttr());
+              for (int64_t sl = 0; sl < slices; ++sl)
+                part = NVVM::WgmmaMmaAsyncOp::create(
+                    b, loc, accType, part, aDesc[sl], bDesc[sl], shape, typeA,
+                    typeB, f32, sl ? accumulate : fresh, scaleIn, scaleIn,
+                    rowLayout, colLayout,
+                    /*satfinite=*/NVVM::MMAIntOverflowAttr());
               NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
               NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-              // Promotion: acc += (P * 2^sa(row)) * 2^sb(col).
+              // Promotion: acc += (P * sa(row)) * sb(col).
               Value rowScale[2];
               for (int64_t hh = 0; hh < 2; ++hh)
                 rowScale[hh] = loadF32(add(saBase, rowScaleOff[2 * hf + hh]));
@@ -322,7 +424,7 @@ struct WgmmaMxEmitter : HopperBuilder {
     tid = launch.getThreadIds().x;
     n0 = mul(launch.getBlockIds().x, idx(hopper::TileN));
     m0 = mul(launch.getBlockIds().y, idx(hopper::TileM));
-    setUp(LBO, SBO);
+    setUp(LBO, g.sbo());
     aGlobal = baseAddress(a);
     wGlobal = baseAddress(w);
 
@@ -347,8 +449,8 @@ struct WgmmaMxEmitter : HopperBuilder {
   }
 };
 
-/// The private function computing one MXFP8 grouped GEMM shape on FP8
-/// wgmma: (A data, A scales, B data, B scales, offsets) -> result.
+/// The private function computing one block-scaled grouped GEMM shape on
+/// FP8 wgmma: (A data, A scales, B data, B scales, offsets) -> result.
 func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
                                         const WgmmaMxGemm &g,
                                         ArrayRef<Type> argTypes,
@@ -359,7 +461,7 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
           module, symbols, g.name(), "wgmma.mma_async f8 promoted", argTypes,
           resultType, loc,
           {g.n / hopper::TileN, tilesOf(g.rows, hopper::TileM), 1,
-           hopper::Threads, SmemBytes},
+           hopper::Threads, g.smemBytes()},
           [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
               Value out) {
             WgmmaMxEmitter k{{{b, loc}}, g,      buf[0], buf[1],
@@ -370,6 +472,10 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
 }
 
 } // namespace
+
+bool fitsFp8Wgmma(GroupedMatmulOp op) {
+  return matchWgmmaMxGemm(op).has_value();
+}
 
 bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
                      SymbolTable &symbols) {
