@@ -18,7 +18,10 @@ them for sm_90a, once as they are and once with --mxfp8-fp8-mma):
   along K): the dequantize kernel (exact, to bf16) and the bf16 kernel;
 - MXFP8 fp8-mma: FP8 wgmma per 32-wide K slice with both scales applied to
   the f32 partial sums (opt-in: Hopper's FP8 tensor core sums a slice at
-  reduced precision, so it is not exact).
+  reduced precision, so it is not exact);
+- blockwise FP8 (E4M3, power-of-two f32 scales per 1 x 128 of x and per
+  128 x 128 of w): dequantized to bf16 (exact) for the bf16 kernel, and with
+  fp8-mma on FP8 wgmma promoted every 128 of K.
 Peers: torch._grouped_mm (bf16 result, and f32 where torch offers
 out_dtype), torch._scaled_grouped_mm with FP8 rowwise scales (bf16 result).
 The FP8 peer's operands are quantized before timing; ours are MX already.
@@ -56,6 +59,17 @@ func.func @{name}_mxfp8(%xd: {xd}, %xs: {xs}, %wd: {wd}, %ws: {ws}, %off: {off})
   %x = moe.mx_pack %xd, %xs : {xd}, {xs} -> {xm}
   %w = moe.mx_pack %wd, %ws : {wd}, {ws} -> {wm}
   %y = moe.grouped_matmul %x, %w, %off : {xm}, {wm}, {off} -> {y}
+  return %y : {y}
+}}""")
+        bs = f"tensor<{rows}x{-(-k // 128)}xf32>"
+        bws = f"tensor<{E}x{k // 128}x{n // 128}xf32>"
+        xb = f"!moe.fp8block<{rows}x{k}xf8E4M3FN, block = [1, 128], pow2>"
+        wb = f"!moe.fp8block<{E}x{k}x{n}xf8E4M3FN, block = [1, 128, 128], pow2>"
+        out.append(f"""
+func.func @{name}_fp8block(%xd: {xd}, %xs: {bs}, %wd: {wd}, %ws: {bws}, %off: {off}) -> {y} {{
+  %x = moe.mx_pack %xd, %xs : {xd}, {bs} -> {xb}
+  %w = moe.mx_pack %wd, %ws : {wd}, {bws} -> {wb}
+  %y = moe.grouped_matmul %x, %w, %off : {xb}, {wb}, {off} -> {y}
   return %y : {y}
 }}""")
     return "\n".join(out) + "\n"
@@ -104,6 +118,21 @@ def mx_operand(shape, axis, gen):
     exps = torch.randint(118, 126, sshape, device="cuda", generator=gen, dtype=torch.uint8)
     scales = exps.view(torch.float8_e8m0fnu)
     factor = torch.exp2(exps.float() - 127).repeat_interleave(32, dim=axis)
+    return data, scales, (data.float() * factor).to(torch.bfloat16)
+
+
+def fp8block_operand(shape, block, gen):
+    """Random blockwise FP8 data (E4M3) and power-of-two f32 scales, one per
+    tile of `block`, and the exact dequantization as bf16."""
+    import torch
+    data = (torch.randn(shape, device="cuda", generator=gen) * 64).clamp(-448, 448)
+    data = data.to(torch.float8_e4m3fn)
+    sshape = [-(-d // b) for d, b in zip(shape, block)]
+    exps = torch.randint(-9, -1, sshape, device="cuda", generator=gen)
+    scales = torch.exp2(exps.float())
+    factor = scales
+    for dim, b in enumerate(block):
+        factor = factor.repeat_interleave(b, dim=dim).narrow(dim, 0, shape[dim])
     return data, scales, (data.float() * factor).to(torch.bfloat16)
 
 
@@ -189,6 +218,17 @@ def run(art_dir, token_counts):
                     qa = qb = None
                 except Exception as err:  # report, do not hide
                     print(f"# torch._scaled_grouped_mm unavailable: {str(err).splitlines()[0][:90]}")
+                mx = xd = xs = wd = ws = xq = wq = ref = None
+                xd, xs, xq = fp8block_operand((rows, k), (1, 128), gen)
+                wd, ws, wq = fp8block_operand((E, k, n), (1, 128, 128), gen)
+                ref = reference(xq, wq)
+                fb = (xd, xs, wd, ws, off0)
+                row("moe-mlir blockwise FP8 (bf16 kernel)",
+                    lambda: getattr(ours, f"{name}_fp8block")(*fb), ref)
+                if ours_fp8 is not None:
+                    row("moe-mlir blockwise FP8 fp8-mma",
+                        lambda: getattr(ours_fp8, f"{name}_fp8block")(*fb), ref)
+                fb = None
                 routing = "skewed" if skew else "balanced"
                 for label, ms, tf, d in results:
                     print(f"{T:7d} {rows:7d} {name:5} {routing:9} {label:38} {ms:8.3f} {tf:8.1f} {d:9.1e}",
