@@ -15,7 +15,7 @@
 #   complete checkpoint, which resumes exactly (the same bytes as a run
 #   that was never interrupted);
 # - layer functions (--layer-functions, with --recompute) on 2 and 2 x 2
-#   ranks train as one rank;
+#   ranks train as one rank, and so does the blockwise FP8 recipe on 2;
 # - data parallelism: 2 copies of 2 expert-parallel ranks (--dp-size 2
 #   --ep-size 2) and 2 data-parallel ranks (--dp-size 2) train as one rank
 #   too; the first expert-parallel group writes the checkpoint, which
@@ -170,6 +170,18 @@ r = run(["moe-train", "--config", config, *data, "--batch", "1", "--seq", "32", 
          "--dp-size", "2", "--launcher", MPIRUN + " -np 4", *opts, "--steps", "6", "--out", d])
 check(r.returncode == 0 and same_run(d, os.path.join(out, "run-dp2ep2"), 0),
       "moe-train --dp-size 2 --ep-size 2 --launcher: the same run as moert-train under mpirun")
+
+# --- the blockwise FP8 recipe: each rank quantizes its experts' weight tiles
+# (128 x 128 per expert, so a shard's tiles are the whole tensor's) ---
+fb = {}
+for name, batch, ranks in (("fb-one", 4, 1), ("fb-ep2", 2, 2)):
+    d = os.path.join(out, name)
+    run(["moe-train", "--config", config, "--batch", str(batch), "--seq", "32",
+         "--ep-size", str(ranks), "--recipe", "fp8-blockwise", "--compile-only", "--out", d])
+    fb[name] = os.path.join(d, "train_step-cpu-fp8-blockwise" + ("-ep2" if ranks > 1 else "") + ".so")
+    moert(ranks, fb[name], os.path.join(out, "run-" + name), "--steps", "6")
+check(same_run(os.path.join(out, "run-fb-ep2"), os.path.join(out, "run-fb-one")),
+      "--recipe fp8-blockwise: 2 ranks train as one rank")
 
 # --- layer functions: the layers' expert weights sharded through the calls ---
 for name, ranks, args in (("lf-ep2", 2, ["--ep-size", "2", "--batch", "2", "--recompute"]),

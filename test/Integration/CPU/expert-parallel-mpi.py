@@ -235,6 +235,11 @@ case("train-pipeline-chunked", train, sizes=(2,),
      single_passes=["--moe-train-pipeline=ep-size=1 recipe=mxfp8"],
      ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} ep-chunks=2 recipe=mxfp8"])
 
+# CHECK: train-pipeline-fp8-blockwise ep=2: ok (2 ranks ok)
+case("train-pipeline-fp8-blockwise", train, sizes=(2,),
+     single_passes=["--moe-train-pipeline=ep-size=1 recipe=fp8-blockwise"],
+     ep_passes=lambda n: [f"--moe-train-pipeline=ep-size={n} recipe=fp8-blockwise"])
+
 # Tokens quantized before they travel (-moe-hoist-quantize in the train
 # pipeline): MX rows are exchanged, E4M3 data and E8M0 scales as bytes,
 # against one rank quantizing the dispatched rows (no hoisting): the same
