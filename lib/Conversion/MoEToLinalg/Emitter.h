@@ -62,6 +62,12 @@ struct Emitter {
     return arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
   }
   Value dim(Value t, int64_t d) { return tensor::DimOp::create(b, loc, t, d); }
+  /// `t` as `type` (tensor.cast where the static sizes differ).
+  Value castTo(Value t, Type type) {
+    if (t.getType() == type)
+      return t;
+    return tensor::CastOp::create(b, loc, type, t);
+  }
   SmallVector<OpFoldResult> sizes(Value t) {
     auto type = cast<RankedTensorType>(t.getType());
     if (liveCount && type.getRank() > 0 && type.isDynamicDim(0)) {
@@ -457,7 +463,6 @@ std::pair<Value, Value> quantizeMX(Emitter &e, Value x, MXTensorType type,
 Value dequantizeMX(Emitter &e, Value data, Value scales, MXTensorType type,
                    Type elt);
 
-/// A GEMM operand as a float tensor: MX operands are dequantized to f32.
 /// Quantizes `x` (shape of `type`) to (data, scales) with the blockwise FP8
 /// rules (moe.quantize).
 std::pair<Value, Value> quantizeFP8Block(Emitter &e, Value x,
@@ -467,6 +472,8 @@ std::pair<Value, Value> quantizeFP8Block(Emitter &e, Value x,
 Value dequantizeFP8Block(Emitter &e, Value data, Value scales,
                          FP8BlockTensorType type, Type elt);
 
+/// A GEMM operand as a float tensor: block-scaled (MX, blockwise FP8)
+/// operands are dequantized to f32.
 Value gemmOperand(Emitter &e, Type original, ValueRange converted);
 
 /// If `live` bounds `op`: sets `e` to compute rows [0, n) of `rows`, n the

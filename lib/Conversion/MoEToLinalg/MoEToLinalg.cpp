@@ -401,7 +401,11 @@ struct QuantizeLowering : RowwiseLowering<QuantizeOp> {
     Value x = adaptor.getInput()[0];
     if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getResult().getType())) {
       auto [data, scales] = quantizeFP8Block(e, x, fp8);
-      rewriter.replaceOpWithMultiple(op, {{data, scales}});
+      // The types the input's sizes gave, as the op's type says (a static
+      // size where the input's is dynamic).
+      rewriter.replaceOpWithMultiple(op,
+                                     {{e.castTo(data, fp8.getDataType()),
+                                       e.castTo(scales, fp8.getScalesType())}});
       return success();
     }
     auto type = cast<MXTensorType>(op.getResult().getType());
@@ -429,7 +433,9 @@ struct DequantizeLowering : RowwiseLowering<DequantizeOp> {
     ValueRange in = adaptor.getInput();
     Type elt = op.getType().getElementType();
     if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getInput().getType())) {
-      rewriter.replaceOp(op, dequantizeFP8Block(e, in[0], in[1], fp8, elt));
+      rewriter.replaceOp(op,
+                         e.castTo(dequantizeFP8Block(e, in[0], in[1], fp8, elt),
+                                  op.getType()));
       return success();
     }
     auto type = cast<MXTensorType>(op.getInput().getType());

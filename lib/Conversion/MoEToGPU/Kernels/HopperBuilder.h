@@ -327,10 +327,10 @@ struct HopperBuilder : KernelBuilder {
 
 /// Whether `v` can feed a Hopper bf16 kernel: bf16 already, MX with its
 /// blocks along `axis` (the contraction), or blockwise FP8 with power-of-two
-/// scales, which dequantize exactly (a value q * 2^e of an E4M3 q has at
-/// most 4 significant bits; bf16 holds it unless it lies below 2^-133,
-/// which only a tile whose largest magnitude is below 2^-115 can give); if
-/// not, says why, naming the operand `name`.
+/// scales, which dequantize exactly (a value q * 2^e of an E4M3 or E5M2 q has
+/// at most 4 significant bits; bf16 holds it unless it lies below 2^-133,
+/// which only a tile whose largest magnitude is below 2^-115 (E4M3) or
+/// 2^-102 (E5M2) can give); if not, says why, naming the operand `name`.
 bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why);
 
 /// `d` rounded up to a multiple of 8: bf16 rows of a multiple of 16 bytes,

@@ -233,7 +233,8 @@ struct MoEExpertParallelPass
                    func::FuncOp func, llvm::DenseMap<Value, Value> &done) {
     if (Value v = done.lookup(weight))
       return v;
-    if (llvm::any_of(weight.getUsers(), [](Operation *u) {
+    if (!expertTiles(weight.getType()) ||
+        llvm::any_of(weight.getUsers(), [](Operation *u) {
           return isa<QuantizeOp>(u) && !expertTiles(u->getResult(0).getType());
         }))
       return {};

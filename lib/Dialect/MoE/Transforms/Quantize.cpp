@@ -232,7 +232,8 @@ struct QuantizeGroupedMlp : OpRewritePattern<GroupedMlpOp> {
                            {&op.getW2Mutable(), 1, "w2 dim 1 (ffn)"}};
     if (failed(rewriteOperands(op, specs, recipe, rewriter)))
       return failure();
-    if (isMXElementType(recipe.gemm.type) && !w2WasMX)
+    const Precision &precision = recipe.precisionFor(op);
+    if (!precision.blockwise && isMXElementType(precision.type) && !w2WasMX)
       rewriter.modifyOpInPlace(op, [&] { op.setScaleMode(recipe.scale); });
     return success();
   }
@@ -353,13 +354,15 @@ struct MoEQuantizePass : moe::impl::MoEQuantizeBase<MoEQuantizePass> {
 
     // The fused expert MLPs have no blockwise FP8 form: their grouped GEMMs,
     // quantized below, take their place.
-    if (r.gemm.blockwise) {
+    if (r.gemm.blockwise || r.dense.blockwise) {
       SmallVector<Operation *> fused;
       module.walk([&](Operation *op) {
-        if (isa<GroupedMlpOp>(op) && !r.keeps(op))
+        if (!r.precisionFor(op).blockwise || r.keeps(op))
+          return;
+        if (isa<GroupedMlpOp>(op))
           fused.push_back(op);
         auto backward = dyn_cast<GroupedMlpBackwardOp>(op);
-        if (backward && !r.keeps(op) && !backward.getGemmType())
+        if (backward && !backward.getGemmType())
           fused.push_back(op);
       });
       RewritePatternSet expand(ctx);

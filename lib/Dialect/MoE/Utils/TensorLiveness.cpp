@@ -35,6 +35,11 @@ int64_t mlir::moe::tensorBytes(Value value) {
       return 0;
     return bytesOf(mx.getDataType()) + bytesOf(mx.getScalesType());
   }
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(value.getType())) {
+    if (ShapedType::isDynamicShape(fp8.getShape()))
+      return 0;
+    return bytesOf(fp8.getDataType()) + bytesOf(fp8.getScalesType());
+  }
   return bytesOf(value.getType());
 }
 
