@@ -19,9 +19,9 @@
 // CHECK-NEXT: %[[Y:.*]] = moe.grouped_mlp %[[X]], %[[W1]], %[[W2]], %[[OFF]] layout(interleaved) {moe.layer = 2 : i64} : tensor<64x32xbf16>, tensor<4x32x64xbf16>, tensor<4x32x32xbf16>, tensor<5xi32> -> tensor<64x32xbf16>
 // CHECK-NEXT: return %[[Y]]
 // EXPAND-LABEL: func.func @fwd_float
-// EXPAND-NEXT: %[[H:.*]] = moe.grouped_matmul %arg0, %arg1, %arg3 : {{.*}} -> tensor<64x64xf32>
-// EXPAND-NEXT: %[[A:.*]] = moe.swiglu %[[H]] layout(interleaved) : tensor<64x64xf32> -> tensor<64x32xbf16>
-// EXPAND-NEXT: %[[Y:.*]] = moe.grouped_matmul %[[A]], %arg2, %arg3 : {{.*}} -> tensor<64x32xbf16>
+// EXPAND-NEXT: %[[H:.*]] = moe.grouped_matmul %arg0, %arg1, %arg3 {moe.layer = 2 : i64} : {{.*}} -> tensor<64x64xf32>
+// EXPAND-NEXT: %[[A:.*]] = moe.swiglu %[[H]] layout(interleaved) {moe.layer = 2 : i64} : tensor<64x64xf32> -> tensor<64x32xbf16>
+// EXPAND-NEXT: %[[Y:.*]] = moe.grouped_matmul %[[A]], %arg2, %arg3 {moe.layer = 2 : i64} : {{.*}} -> tensor<64x32xbf16>
 // EXPAND-NEXT: return %[[Y]]
 // Fused first, MXFP8 quantizes the fused op's operands (and so its f32
 // activation). Quantized first, the bf16 activation gets quantized: two

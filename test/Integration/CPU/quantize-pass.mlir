@@ -80,7 +80,7 @@
 // BLOCK-IR-NEXT: moe.grouped_mlp %arg0, %arg1, %arg2, %arg3 {moe.layer = 0 : i64} : tensor<64x32xf32>
 // BLOCK-IR-LABEL: func.func @fused_q
 // BLOCK-IR-NOT: moe.grouped_mlp
-// BLOCK-IR: moe.grouped_matmul_wgrad {{.*}} !moe.fp8block
+// BLOCK-IR: moe.grouped_matmul_wgrad {{.*}} {moe.layer = 1 : i64} : !moe.fp8block
 // BLOCK-IR-NOT: moe.grouped_mlp
 
 // MX-COUNT-9: [1,  0,  1]

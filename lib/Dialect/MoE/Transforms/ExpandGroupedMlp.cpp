@@ -16,6 +16,20 @@ using namespace mlir;
 using namespace mlir::moe;
 
 namespace {
+/// Gives the ops made right before `op` (those after `prev`, or from the
+/// start of the block) `op`'s discardable attributes: a model's moe.layer
+/// stays on the parts of a fused op.
+void inheritAttrs(Operation *op, Operation *prev) {
+  DictionaryAttr attrs = op->getDiscardableAttrDictionary();
+  if (attrs.empty())
+    return;
+  Block::iterator it =
+      prev ? std::next(prev->getIterator()) : op->getBlock()->begin();
+  for (; &*it != op; ++it)
+    for (NamedAttribute a : attrs)
+      it->setAttr(a.getName(), a.getValue());
+}
+
 /// grouped_mlp(x, w1, w2, off) is, by definition,
 ///   grouped_matmul(act(swiglu(grouped_matmul(x, w1, off) : f32)), w2, off)
 /// where act quantizes rowwise when w2 is block-scaled and otherwise rounds
@@ -25,6 +39,7 @@ struct ExpandGroupedMlp : OpRewritePattern<GroupedMlpOp> {
   LogicalResult matchAndRewrite(GroupedMlpOp op,
                                 PatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
+    Operation *prev = op->getPrevNode();
     auto resultType = op.getResult().getType();
     int64_t rows = resultType.getDimSize(0);
     auto w1Shape =
@@ -52,8 +67,10 @@ struct ExpandGroupedMlp : OpRewritePattern<GroupedMlpOp> {
                              RankedTensorType::get({rows, twoF / 2}, elt), h,
                              op.getLayout());
     }
-    rewriter.replaceOpWithNewOp<GroupedMatmulOp>(
-        op, resultType, act, op.getW2(), op.getOffsets(), false);
+    Value y = GroupedMatmulOp::create(rewriter, loc, resultType, act,
+                                      op.getW2(), op.getOffsets(), false);
+    inheritAttrs(op, prev);
+    rewriter.replaceOp(op, y);
     return success();
   }
 };
@@ -67,6 +84,7 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
   LogicalResult matchAndRewrite(GroupedMlpBackwardOp op,
                                 PatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
+    Operation *prev = op->getPrevNode();
     Type gemmType = op.getGemmType().value_or(Type());
     ScaleMode mode = op.getScaleMode();
     SwigluLayout layout = op.getLayout();
@@ -113,6 +131,7 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
         rewriter, loc, op.getDw1().getType(), q(x, 0), q(dh, 0), off);
     if (!dw2First)
       dw2 = weightGradient2();
+    inheritAttrs(op, prev);
     rewriter.replaceOp(op, {dx, dw1, dw2});
     return success();
   }
