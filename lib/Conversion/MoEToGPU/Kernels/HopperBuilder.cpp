@@ -51,15 +51,10 @@ bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why) {
 /// `created`), bf16 ones as they are.
 Value toBF16(OpBuilder &b, Location loc, Value v,
              SmallVectorImpl<Operation *> &created) {
-  ArrayRef<int64_t> shape;
-  if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-    shape = mx.getShape();
-  else if (auto fp8 = dyn_cast<FP8BlockTensorType>(v.getType()))
-    shape = fp8.getShape();
-  else
+  RankedTensorType data = blockScaledParts(v.getType()).first;
+  if (!data)
     return v;
-  auto dq = DequantizeOp::create(
-      b, loc, RankedTensorType::get(shape, b.getBF16Type()), v);
+  auto dq = DequantizeOp::create(b, loc, data.clone(b.getBF16Type()), v);
   created.push_back(dq);
   return dq;
 }

@@ -140,23 +140,23 @@ func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
   return kernel;
 }
 
-/// The (data, scales) tensors of a block-scaled (MX or blockwise FP8) type.
-static std::pair<RankedTensorType, RankedTensorType> partsOf(Type type) {
+std::pair<RankedTensorType, RankedTensorType> blockScaledParts(Type type) {
   if (auto mx = dyn_cast<MXTensorType>(type))
     return {mx.getDataType(), mx.getScalesType()};
-  auto fp8 = cast<FP8BlockTensorType>(type);
-  return {fp8.getDataType(), fp8.getScalesType()};
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
+    return {fp8.getDataType(), fp8.getScalesType()};
+  return {};
 }
 
 SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op) {
-  auto [lhsData, lhsScales] = partsOf(op.getLhs().getType());
-  auto [rhsData, rhsScales] = partsOf(op.getRhs().getType());
+  auto [lhsData, lhsScales] = blockScaledParts(op.getLhs().getType());
+  auto [rhsData, rhsScales] = blockScaledParts(op.getRhs().getType());
   return {lhsData, lhsScales, rhsData, rhsScales, op.getOffsets().getType()};
 }
 
 void replaceByMXGemmCall(GroupedMatmulOp op, func::FuncOp kernel) {
-  auto [lhsData, lhsScales] = partsOf(op.getLhs().getType());
-  auto [rhsData, rhsScales] = partsOf(op.getRhs().getType());
+  auto [lhsData, lhsScales] = blockScaledParts(op.getLhs().getType());
+  auto [rhsData, rhsScales] = blockScaledParts(op.getRhs().getType());
   OpBuilder b(op);
   Location loc = op.getLoc();
   auto lhsParts = MXUnpackOp::create(b, loc, lhsData, lhsScales, op.getLhs());

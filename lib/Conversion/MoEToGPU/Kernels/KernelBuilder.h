@@ -456,6 +456,10 @@ func::FuncOp getOrCreateKernelCall(
 func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
                              unsigned offsets);
 
+/// The (data, scales) tensors of a block-scaled (MX or blockwise FP8) type;
+/// null types for any other type.
+std::pair<RankedTensorType, RankedTensorType> blockScaledParts(Type type);
+
 /// The arguments of a grouped GEMM kernel on block-scaled (MX or blockwise
 /// FP8) operands: (A data, A scales, B data, B scales, offsets).
 SmallVector<Type> mxGemmArgTypes(GroupedMatmulOp op);

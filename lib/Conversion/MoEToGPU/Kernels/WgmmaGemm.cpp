@@ -122,10 +122,8 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
   // The operands' shapes (of tensors or MX values), static.
   auto staticShape = [](Value v) -> std::optional<ArrayRef<int64_t>> {
     ArrayRef<int64_t> shape;
-    if (auto mx = dyn_cast<MXTensorType>(v.getType()))
-      shape = mx.getShape();
-    else if (auto fp8 = dyn_cast<FP8BlockTensorType>(v.getType()))
-      shape = fp8.getShape();
+    if (RankedTensorType data = blockScaledParts(v.getType()).first)
+      shape = data.getShape();
     else if (auto t = dyn_cast<RankedTensorType>(v.getType()))
       shape = t.getShape();
     else
