@@ -115,6 +115,9 @@ enum class Family {
   MXRoundTripPairs,
   /// moe.dequantize(moe.quantize x) (Kernels/MXRoundTrip.cpp).
   MXRoundTrips,
+  /// Blockwise FP8 round trips and quantizes
+  /// (Kernels/FP8BlockRoundTrip.cpp).
+  FP8BlockConversions,
   /// Other moe.dequantize ops (Kernels/MXDequantize.cpp).
   MXDequantizes,
 };
@@ -140,6 +143,8 @@ constexpr ChipFamily kKernelTable[] = {
     {GPUChip::sm_100a, Family::MXRoundTripPairs},
     {GPUChip::sm_90a, Family::MXRoundTrips},
     {GPUChip::sm_100a, Family::MXRoundTrips},
+    {GPUChip::sm_90a, Family::FP8BlockConversions},
+    {GPUChip::sm_100a, Family::FP8BlockConversions},
     {GPUChip::sm_90a, Family::MXDequantizes},
     {GPUChip::sm_100a, Family::MXDequantizes},
 };
@@ -251,6 +256,9 @@ struct MoEGPUDedicatedKernelsPass
         break;
       case Family::MXRoundTrips:
         lowerRoundTrips(module, symbols);
+        break;
+      case Family::FP8BlockConversions:
+        lowerFP8BlockConversions(module, symbols);
         break;
       case Family::MXDequantizes:
         lowerDequantizes(module, symbols, reporter());

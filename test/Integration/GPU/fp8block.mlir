@@ -2,9 +2,10 @@
 // to every tiling the fp8-blockwise recipe uses (1 x 128, 128 x 1 and
 // 128 x 128 per expert, sizes that leave partial tiles, power-of-two and
 // f32 scales) and the grouped GEMMs reading such operands (forward, data
-// gradient, weight gradient). Quantization runs on the generic kernels,
-// which must give the CPU's bytes: elements are compared bit for bit,
-// scales and dequantized values with tolerance 0. With power-of-two scales
+// gradient, weight gradient). Quantizes and round trips (dequantize of a
+// quantize) run on the blockwise FP8 kernel (FP8BlockRoundTrip.cpp), which
+// must give the CPU's bytes: elements are compared bit for bit, scales and
+// dequantized values with tolerance 0; special values included. With power-of-two scales
 // the GEMMs run on the bf16 wgmma kernels after an exact dequantization to
 // bf16; with f32 scales (no exact bf16 form) on the generic kernels. Either
 // way they differ from the CPU by summation order only (relative error
@@ -15,6 +16,15 @@
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x200x136_e4_bf16_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x136x200_e4_bf16_rhsT_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_wgrad_256x200x136_e4_bf16_i32_tma_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_300x260_t1x128_e4m3_pow2_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_300x260_t1x128_e4m3_pow2_bf16_to_f32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_300x96_t128x1_e5m2_f32s_f32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_4x200x136_t128x128_e4m3_f32s_f32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_256x200_t1x128_e4m3_pow2_f32_to_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_256x200_t128x1_e4m3_pow2_f32_to_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_4x200x136_t128x128_e4m3_pow2_f32_to_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_5x130_t1x128_e4m3_f32s_f32_to_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_300_t1x128_e5m2_pow2_f32_to_f32_kernel
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 //
 // With --mxfp8-fp8-mma, GEMMs in 1 x 128 / 128 x 128 tiles with K and N
@@ -62,6 +72,92 @@ func.func @quantize_weights(%w: tensor<4x200x136xf32>)
   %d, %s = moe.mx_unpack %q : !moe.fp8block<4x200x136xf8E4M3FN, block = [1, 128, 128]>
       -> tensor<4x200x136xf8E4M3FN>, tensor<4x2x2xf32>
   return %d, %s : tensor<4x200x136xf8E4M3FN>, tensor<4x2x2xf32>
+}
+
+// Round trips on their own: a column count that is not a multiple of 4
+// (element-wise accesses), a rank-1 tensor, bf16 input.
+func.func @round_trips(%x: tensor<5x130xf32>, %v: tensor<300xf32>,
+                       %w: tensor<3x256x128xbf16>)
+    -> (tensor<5x130xbf16>, tensor<300xf32>, tensor<3x256x128xf32>,
+        tensor<3x256x128xbf16>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %q = moe.quantize %x : tensor<5x130xf32>
+      -> !moe.fp8block<5x130xf8E4M3FN, block = [1, 128]>
+  %y = moe.dequantize %q : !moe.fp8block<5x130xf8E4M3FN, block = [1, 128]>
+      -> tensor<5x130xbf16>
+  %vq = moe.quantize %v : tensor<300xf32>
+      -> !moe.fp8block<300xf8E5M2, block = [128], pow2>
+  %vy = moe.dequantize %vq : !moe.fp8block<300xf8E5M2, block = [128], pow2>
+      -> tensor<300xf32>
+  %wq = moe.quantize %w : tensor<3x256x128xbf16>
+      -> !moe.fp8block<3x256x128xf8E4M3FN, block = [1, 128, 1], pow2>
+  %wy = moe.dequantize %wq : !moe.fp8block<3x256x128xf8E4M3FN, block = [1, 128, 1], pow2>
+      -> tensor<3x256x128xf32>
+  %wt = moe.quantize %w : tensor<3x256x128xbf16>
+      -> !moe.fp8block<3x256x128xf8E4M3FN, block = [1, 128, 128]>
+  %wty = moe.dequantize %wt : !moe.fp8block<3x256x128xf8E4M3FN, block = [1, 128, 128]>
+      -> tensor<3x256x128xbf16>
+  return %y, %vy, %wy, %wty : tensor<5x130xbf16>, tensor<300xf32>,
+      tensor<3x256x128xf32>, tensor<3x256x128xbf16>
+}
+
+// Special values in each tiling, round trips and quantizes (the kernel
+// converts elements with the hardware's f32 -> f8 conversion, the generic
+// path with integer arithmetic): NaN and -NaN (s = 1, the elements NaN,
+// the rest of the tile at scale 1), infinities (s = 1, saturated), an
+// all-zero and an all -0 tile, a tile of f32 subnormals (a factor that
+// overflows to FLT_MAX), a value near f32's max.
+func.func @specials(%x: tensor<256x256xf32>)
+    -> (tensor<256x256xbf16>, tensor<256x256xf32>, tensor<256x256xbf16>,
+        tensor<256x256xf8E4M3FN>, tensor<256x2xf32>,
+        tensor<256x256xf8E5M2>, tensor<2x256xf32>,
+        tensor<256x256xf8E4M3FN>, tensor<2x2xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c5 = arith.constant 5 : index
+  %c140 = arith.constant 140 : index
+  %c200 = arith.constant 200 : index
+  %nan = arith.constant 0x7FC00000 : f32
+  %negnan = arith.constant 0xFFC00000 : f32
+  %inf = arith.constant 0xFF800000 : f32
+  %big = arith.constant 3.0e38 : f32
+  %zeros = arith.constant dense<0.0> : tensor<1x128xf32>
+  %negzeros = arith.constant dense<-0.0> : tensor<1x128xf32>
+  %tiny = arith.constant dense<1.0e-39> : tensor<128x128xf32>
+  %a = tensor.insert %nan into %x[%c0, %c3] : tensor<256x256xf32>
+  %b = tensor.insert %inf into %a[%c1, %c140] : tensor<256x256xf32>
+  %c = tensor.insert_slice %zeros into %b[2, 0] [1, 128] [1, 1] : tensor<1x128xf32> into tensor<256x256xf32>
+  %d = tensor.insert_slice %negzeros into %c[2, 128] [1, 128] [1, 1] : tensor<1x128xf32> into tensor<256x256xf32>
+  %e = tensor.insert %big into %d[%c3, %c5] : tensor<256x256xf32>
+  %n = tensor.insert %negnan into %e[%c200, %c200] : tensor<256x256xf32>
+  %tile = tensor.extract_slice %n[128, 0] [128, 128] [1, 1] : tensor<256x256xf32> to tensor<128x128xf32>
+  %sub = arith.mulf %tile, %tiny : tensor<128x128xf32>
+  %f = tensor.insert_slice %sub into %n[128, 0] [128, 128] [1, 1] : tensor<128x128xf32> into tensor<256x256xf32>
+  %q1 = moe.quantize %f : tensor<256x256xf32>
+      -> !moe.fp8block<256x256xf8E4M3FN, block = [1, 128], pow2>
+  %y1 = moe.dequantize %q1 : !moe.fp8block<256x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<256x256xbf16>
+  %d1, %s1 = moe.mx_unpack %q1 : !moe.fp8block<256x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<256x256xf8E4M3FN>, tensor<256x2xf32>
+  %q2 = moe.quantize %f : tensor<256x256xf32>
+      -> !moe.fp8block<256x256xf8E5M2, block = [128, 1]>
+  %y2 = moe.dequantize %q2 : !moe.fp8block<256x256xf8E5M2, block = [128, 1]>
+      -> tensor<256x256xf32>
+  %d2, %s2 = moe.mx_unpack %q2 : !moe.fp8block<256x256xf8E5M2, block = [128, 1]>
+      -> tensor<256x256xf8E5M2>, tensor<2x256xf32>
+  %q3 = moe.quantize %f : tensor<256x256xf32>
+      -> !moe.fp8block<256x256xf8E4M3FN, block = [128, 128]>
+  %y3 = moe.dequantize %q3 : !moe.fp8block<256x256xf8E4M3FN, block = [128, 128]>
+      -> tensor<256x256xbf16>
+  %d3, %s3 = moe.mx_unpack %q3 : !moe.fp8block<256x256xf8E4M3FN, block = [128, 128]>
+      -> tensor<256x256xf8E4M3FN>, tensor<2x2xf32>
+  return %y1, %y2, %y3, %d1, %s1, %d2, %s2, %d3, %s3
+      : tensor<256x256xbf16>, tensor<256x256xf32>, tensor<256x256xbf16>,
+        tensor<256x256xf8E4M3FN>, tensor<256x2xf32>,
+        tensor<256x256xf8E5M2>, tensor<2x256xf32>,
+        tensor<256x256xf8E4M3FN>, tensor<2x2xf32>
 }
 
 // The recipe's three GEMMs of one expert layer (K = 200, N = 136: partial

@@ -17,6 +17,7 @@
 //   MXRoundTrip.cpp             MX round trip (quantize + dequantize)
 //   MXRoundTripPair.cpp         both blockings of a matrix in one pass
 //   MXDequantize.cpp            MX data and scales to floats
+//   FP8BlockRoundTrip.cpp       blockwise FP8 round trip and quantize
 //
 // The builders they share are KernelBuilder.h and HopperBuilder.h; which
 // family runs on which chip is -moe-gpu-dedicated-kernels' table
@@ -438,6 +439,25 @@ std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq);
 /// Every `moe.dequantize (moe.quantize x)` the round-trip kernel handles
 /// becomes a call of it; quantizes left without uses are erased.
 void lowerRoundTrips(ModuleOp module, SymbolTable &symbols);
+
+/// Runs `call` (a round trip of one input to a narrower type, the input's
+/// only reader) right after its input is computed, so that the narrow result
+/// is what waits for the reader.
+void runNarrowingRoundTripEarly(func::CallOp call);
+
+//===----------------------------------------------------------------------===//
+// Blockwise FP8 round trips and quantizes
+//===----------------------------------------------------------------------===//
+
+/// Whether the blockwise FP8 kernel computes `dq` as a round trip (its input
+/// a moe.quantize in tiles it takes); says why not in `why`.
+bool isFP8BlockRoundTrip(DequantizeOp dq, WhyNot why);
+
+/// Every `moe.dequantize (moe.quantize x)` through a blockwise FP8 type the
+/// kernel takes becomes a call of its round trip (one per quantize, result
+/// type and block); every other such quantize becomes a call writing its
+/// data and scales. Quantizes left without uses are erased.
+void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols);
 
 /// One pair of round trips of x: `alongK` with blocks along dim rank - 2,
 /// `alongN` along rank - 1.

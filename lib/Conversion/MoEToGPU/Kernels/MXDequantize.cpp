@@ -49,6 +49,15 @@ struct MXDequantize {
 std::optional<MXDequantize> matchDequantize(DequantizeOp dq, WhyNot why) {
   auto mx = dyn_cast<MXTensorType>(dq.getInput().getType());
   RankedTensorType out = dq.getType();
+  if (isa<FP8BlockTensorType>(dq.getInput().getType())) {
+    // What the blockwise FP8 round trip (which ran before) said.
+    if (why) {
+      std::string reason;
+      isFP8BlockRoundTrip(dq, &reason);
+      return noKernel(why, "blockwise FP8: {0}", reason);
+    }
+    return std::nullopt;
+  }
   if (!mx)
     return noKernel(why, "the input is not MX");
   if (dq->getParentOfType<ExpertsOp>())

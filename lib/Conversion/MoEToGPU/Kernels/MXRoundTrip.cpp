@@ -209,6 +209,25 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
 
 } // namespace
 
+void runNarrowingRoundTripEarly(func::CallOp call) {
+  // A round trip to a narrower type, the only reader of its input, runs
+  // right after the input is computed: the narrow result is what waits for
+  // the reader (the activation's columnwise rounding, read by the backward,
+  // is held as bf16 instead of f32 in between).
+  if (call.getNumOperands() != 1 || call.getNumResults() != 1)
+    return;
+  Value x = call.getOperand(0);
+  Operation *producer = x.getDefiningOp();
+  auto in = dyn_cast<RankedTensorType>(x.getType());
+  auto out = dyn_cast<RankedTensorType>(call.getResult(0).getType());
+  if (in && out && x.hasOneUse() && producer &&
+      producer->getBlock() == call->getBlock() &&
+      producer->isBeforeInBlock(call) &&
+      out.getElementType().getIntOrFloatBitWidth() <
+          in.getElementType().getIntOrFloatBitWidth())
+    call->moveAfter(producer);
+}
+
 void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
   SmallVector<std::tuple<DequantizeOp, MXRoundTrip, RowBound>> work;
   {
@@ -241,19 +260,7 @@ void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
     dq.erase();
     if (q->use_empty())
       q.erase();
-    // A round trip to a narrower type, the only reader of its input, runs
-    // right after the input is computed: the narrow result is what waits
-    // for the reader (the activation's columnwise rounding, read by the
-    // backward, is held as bf16 instead of f32 in between).
-    Value x = args[0];
-    Operation *producer = x.getDefiningOp();
-    auto in = cast<RankedTensorType>(x.getType());
-    if (args.size() == 1 && x.hasOneUse() && producer &&
-        producer->getBlock() == call->getBlock() &&
-        producer->isBeforeInBlock(call) &&
-        g.outElt.getIntOrFloatBitWidth() <
-            in.getElementType().getIntOrFloatBitWidth())
-      call->moveAfter(producer);
+    runNarrowingRoundTripEarly(call);
   }
 }
 

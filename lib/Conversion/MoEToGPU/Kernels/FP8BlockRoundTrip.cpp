@@ -1,0 +1,545 @@
+//===- FP8BlockRoundTrip.cpp - blockwise FP8 round trips and quantizes ----===//
+//
+// Blockwise FP8 round trip and quantize
+// -------------------------------------
+// `moe.dequantize (moe.quantize x)` through an !moe.fp8block type in one
+// pass (every blockwise FP8 GEMM operand takes it on its way to the bf16
+// wgmma kernels), and a `moe.quantize` to that type whose 8-bit data and
+// scales are read (the FP8 wgmma kernel's operands) as one kernel writing
+// both. The generic path runs a quantize as an amax kernel and an encoding
+// kernel, and a dequantize as a third, reading x twice; this kernel reads x
+// once. Tiles of the last two dims: 1 x 128 (along the innermost dim),
+// 128 x 1 (along the rows) and 128 x 128, 1 along every leading dim (a
+// rank-1 tensor: 128); the last tile along a dim may be partial. Static
+// shapes; f32, bf16 or f16 input and result.
+//
+// Numerics, as the generic lowering computes them: the tile's amax (NaN
+// propagating), buildFP8BlockScale's factor s and the stored scale 1 / s
+// (an f32 division); each element x * s, clamped to +-max (NaN stays NaN),
+// converted by the hardware (cvt.rn.satfinite: nearest even, buildEncode's
+// rule); the round trip's value is the exact f8 -> f16 conversion times
+// 1 / s in f32, rounded once to the result type. Bit-identical
+// (test/Integration/GPU/fp8block.mlir checks it on the GPU, special values
+// included).
+//
+// Work: a CTA of 256 threads takes a region of RR rows x W columns of one
+// matrix; thread t holds the 4 consecutive columns 4 (t % L) of the rows
+// t / L + G r (L = W / 4 lanes across the columns, G = 256 / L row groups),
+// so each load of a warp is a run of contiguous columns (16-byte loads where
+// the buffers are aligned and the columns a multiple of 4).
+// - 1 x 128: W = 128, RR = 8, a warp a row; the amax by five xor shuffles.
+// - 128 x 1: W = 32, RR = 128, 4 rows of 4 columns a thread; each column's
+//   amax by two xor shuffles, then across the 8 warps in shared memory.
+// - 128 x 128: W = 128, RR = 128, 16 rows of 4 columns a thread; the amax by
+//   five xor shuffles, then across the warps (each lane reads one warp's,
+//   three more shuffles).
+// CTAs stride over the regions. Live rows (1 x 128 tiles of a matrix whose
+// rows past the groups' last offset nothing reads, LiveRows.h): only the
+// rows before it are computed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelBuilder.h"
+#include "Kernels.h"
+
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace mlir::moe::kernels {
+
+namespace {
+
+constexpr int64_t Threads = 256;
+constexpr int64_t Warps = Threads / 32;
+static_assert(Warps == 8, "the whole-tile amax reads 8 warps' values");
+/// The tile size the kernel takes along a dim that is tiled.
+constexpr int64_t Tile = 128;
+
+/// One blockwise FP8 conversion the kernel handles: a round trip (`outElt`
+/// set) or a quantize (`outElt` null: data and scales).
+struct FP8BlockKernel {
+  FP8BlockTensorType type;
+  Type inElt, outElt;
+  /// The offsets' element type when only the rows before their last entry
+  /// are computed; null otherwise.
+  Type offsetElt;
+
+  bool roundTrip() const { return bool(outElt); }
+  ArrayRef<int64_t> shape() const { return type.getShape(); }
+  int64_t rank() const { return int64_t(shape().size()); }
+  /// The tensor as `matrices()` matrices of rows() x cols().
+  int64_t rows() const { return rank() == 1 ? 1 : shape()[rank() - 2]; }
+  int64_t cols() const { return shape().back(); }
+  int64_t matrices() const {
+    int64_t n = 1;
+    for (int64_t d : shape().drop_back(std::min<int64_t>(rank(), 2)))
+      n *= d;
+    return n;
+  }
+  int64_t tileRows() const {
+    return rank() == 1 ? 1 : type.getBlock()[rank() - 2];
+  }
+  int64_t tileCols() const { return type.getBlock().back(); }
+  /// The region a CTA takes: regionRows() x width().
+  int64_t width() const { return tileCols() == 1 ? 32 : tileCols(); }
+  int64_t lanes() const { return width() / 4; }
+  int64_t rowGroups() const { return Threads / lanes(); }
+  int64_t regionRows() const {
+    return tileRows() == 1 ? rowGroups() : tileRows();
+  }
+  int64_t rowsPerThread() const { return regionRows() / rowGroups(); }
+  int64_t rowRegions() const { return tilesOf(rows(), regionRows()); }
+  int64_t colRegions() const { return tilesOf(cols(), width()); }
+  int64_t regions() const { return matrices() * rowRegions() * colRegions(); }
+  /// Whether a tile's rows are spread over the CTA's warps.
+  bool acrossWarps() const { return tileRows() > 1; }
+  /// Amax values a warp hands to the others: one a column (128 x 1) or one.
+  int64_t warpSlots() const { return tileCols() == 1 ? width() : 1; }
+
+  std::string name() const {
+    std::string dims;
+    for (int64_t d : shape())
+      dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    std::string tile =
+        std::to_string(tileRows()) + "x" + std::to_string(tileCols());
+    std::string scales = type.getPow2() ? "pow2" : "f32s";
+    if (!roundTrip())
+      return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}", dims,
+                           tile, elementName(type.getElementType()), scales,
+                           elementName(inElt))
+          .str();
+    return llvm::formatv(
+               "moe_fp8block_round_trip_{0}_t{1}_{2}_{3}_{4}_to_{5}{6}", dims,
+               tile, elementName(type.getElementType()), scales,
+               elementName(inElt), elementName(outElt),
+               offsetElt ? "_live_" + elementName(offsetElt) : std::string())
+        .str();
+  }
+};
+
+/// The conversion of `q` (to `outElt`, or a quantize when null), if the
+/// kernel takes it.
+std::optional<FP8BlockKernel> matchFP8Block(QuantizeOp q, Type outElt,
+                                            WhyNot why) {
+  auto type = dyn_cast<FP8BlockTensorType>(q.getType());
+  auto in = dyn_cast<RankedTensorType>(q.getInput().getType());
+  if (!type)
+    return noKernel(why, "the result is not blockwise FP8");
+  if (q->getParentOfType<ExpertsOp>())
+    return noKernel(why, "inside a moe.experts region (not grouped)");
+  if (!in || !in.hasStaticShape() ||
+      ShapedType::isDynamicShape(type.getShape()))
+    return noKernel(why, "a dynamic shape (the kernels are generated for "
+                         "static shapes)");
+  if (!isRoundTripFloat(in.getElementType()))
+    return noKernel(why, "a {0} input", in.getElementType());
+  if (outElt && !isRoundTripFloat(outElt))
+    return noKernel(why, "a {0} result", outElt);
+  if (in.getNumElements() == 0)
+    return noKernel(why, "no elements");
+  ArrayRef<int64_t> block = type.getBlock();
+  int64_t rank = int64_t(block.size());
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (block[d] != 1)
+      return noKernel(why,
+                      "tiles of {0} along dim {1} (the kernel tiles the "
+                      "last two dims only)",
+                      block[d], d);
+  int64_t tr = rank == 1 ? 1 : block[rank - 2], tc = block.back();
+  if ((tr != 1 && tr != Tile) || (tc != 1 && tc != Tile) ||
+      (tr == 1 && tc == 1))
+    return noKernel(why,
+                    "{0} x {1} tiles (the kernel takes 1 x {2}, {2} x 1 and "
+                    "{2} x {2})",
+                    tr, tc, Tile);
+  return FP8BlockKernel{type, in.getElementType(), outElt, Type()};
+}
+
+/// Emits the body of the kernel's gpu.launch.
+struct FP8BlockEmitter : KernelBuilder {
+  const FP8BlockKernel &g;
+  int64_t grid;
+  Value x, offsets;
+  // The round trip's result, or the quantize's data and scales.
+  Value out, data, scales;
+
+  Type f32() { return b.getF32Type(); }
+  Value f32c(float v) {
+    return arith::ConstantFloatOp::create(b, loc, cast<FloatType>(f32()),
+                                          APFloat(v));
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    if (g.acrossWarps())
+      setUpSharedMemory();
+    Value tid = launch.getThreadIds().x;
+    Value lane = rem(tid, 32), warp = div(tid, 32);
+    Value cl = rem(tid, g.lanes()), rg = div(tid, g.lanes());
+    Value xs = flat(x);
+    Value ys = out ? flat(out) : Value();
+    Value ds = data ? flat(data) : Value();
+    Value ss = scales ? flat(scales) : Value();
+    // 16-byte vector accesses need the columns a multiple of 4 and the
+    // buffers 16-byte aligned (device allocations are; a caller's need not
+    // be).
+    Value aligned = boolean(false);
+    if (g.cols() % 4 == 0) {
+      Value bases = baseAddress(xs);
+      if (ys)
+        bases = arith::OrIOp::create(b, loc, bases, baseAddress(ys));
+      aligned =
+          cmp(P::eq, arith::AndIOp::create(b, loc, bases, int64(15)), int64(0));
+    }
+    Value regions = idx(g.regions());
+    if (offsets)
+      regions =
+          mul(div(add(groupsEnd(offsets, g.rows()), idx(g.regionRows() - 1)),
+                  g.regionRows()),
+              idx(g.colRegions()));
+    int64_t perMatrix = g.rowRegions() * g.colRegions();
+    strideLoop(launch.getBlockIds().x, regions, grid, [&](Value region) {
+      Value m = div(region, perMatrix), rc = rem(region, perMatrix);
+      Value row0 = mul(div(rc, g.colRegions()), idx(g.regionRows()));
+      Value col =
+          add(mul(rem(rc, g.colRegions()), idx(g.width())), mul(cl, idx(4)));
+      emitRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ys, ds, ss);
+    });
+  }
+
+  /// Thread's values of one region: rows row0 + rg + G r, columns col + c.
+  void emitRegion(Value m, Value row0, Value col, Value rg, Value cl,
+                  Value lane, Value warp, Value aligned, Value xs, Value ys,
+                  Value ds, Value ss) {
+    int64_t rowsPer = g.rowsPerThread(), rows = g.rows(), cols = g.cols();
+    unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
+    Value xBase = baseAddress(xs);
+    SmallVector<Value> rowOf, rowValid, first;
+    SmallVector<SmallVector<Value>> values;
+    SmallVector<Type> four(4, g.inElt);
+    Value zeroIn = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
+    for (int64_t r = 0; r < rowsPer; ++r) {
+      Value row = add(add(row0, rg), idx(r * g.rowGroups()));
+      rowOf.push_back(row);
+      rowValid.push_back(
+          land(cmp(P::ult, row, idx(rows)), cmp(P::ult, col, idx(cols))));
+      first.push_back(add(mul(add(mul(m, idx(rows)), row), idx(cols)), col));
+      SmallVector<Value> v;
+      if (cols % 4 == 0) {
+        // A valid run is whole.
+        v = ifElse(
+            four, rowValid.back(),
+            [&] {
+              return ifElse(
+                  four, aligned,
+                  [&] {
+                    return loadVector(
+                        g.inElt, 4,
+                        globalPtr(xBase, mul(first.back(), idx(inBytes))),
+                        4 * inBytes);
+                  },
+                  [&] {
+                    SmallVector<Value> parts;
+                    for (int64_t c = 0; c < 4; ++c)
+                      parts.push_back(memref::LoadOp::create(
+                          b, loc, xs, ValueRange{add(first.back(), idx(c))}));
+                    return parts;
+                  });
+            },
+            [&] { return SmallVector<Value>(4, zeroIn); });
+      } else {
+        for (int64_t c = 0; c < 4; ++c) {
+          Value valid = land(cmp(P::ult, row, idx(rows)),
+                             cmp(P::ult, add(col, idx(c)), idx(cols)));
+          v.push_back(ifElse(
+              TypeRange{g.inElt}, valid,
+              [&] {
+                return SmallVector<Value>{memref::LoadOp::create(
+                    b, loc, xs, ValueRange{add(first.back(), idx(c))})};
+              },
+              [&] { return SmallVector<Value>{zeroIn}; })[0]);
+        }
+      }
+      for (Value &e : v)
+        e = toF32(e);
+      values.push_back(v);
+    }
+
+    // The amax of each of the thread's tiles: one a column (128 x 1), else
+    // one.
+    bool perColumn = g.tileCols() == 1;
+    SmallVector<Value> amax(perColumn ? 4 : 1, f32c(0.0f));
+    for (int64_t r = 0; r < rowsPer; ++r)
+      for (int64_t c = 0; c < 4; ++c) {
+        Value &a = amax[perColumn ? c : 0];
+        a = magnitudeMax(a, values[r][c]);
+      }
+    // Across the lanes holding the same tile.
+    SmallVector<int64_t> xorLanes;
+    if (!perColumn)
+      for (int64_t d = g.lanes() / 2; d >= 1; d /= 2)
+        xorLanes.push_back(d);
+    if (g.acrossWarps())
+      for (int64_t d = g.lanes(); d < 32; d *= 2)
+        xorLanes.push_back(d);
+    for (Value &a : amax)
+      a = warpMax(a, xorLanes);
+    // Across the warps, through shared memory: slot [warp][column or 0].
+    if (g.acrossWarps()) {
+      int64_t slots = g.warpSlots();
+      auto slot = [&](Value w, Value s) {
+        return sharedPtrAt(mul(add(mul(w, idx(slots)), s), idx(4)));
+      };
+      NVVM::Barrier0Op::create(b, loc); // the previous region's reads
+      ifThen(cmp(P::ult, lane, idx(perColumn ? g.lanes() : 1)), [&] {
+        for (auto [c, a] : llvm::enumerate(amax))
+          LLVM::StoreOp::create(
+              b, loc, a,
+              slot(warp, perColumn ? add(mul(cl, idx(4)), idx(c)) : idx(0)), 4);
+      });
+      NVVM::Barrier0Op::create(b, loc);
+      if (perColumn) {
+        for (auto [c, a] : llvm::enumerate(amax))
+          for (int64_t w = 0; w < Warps; ++w)
+            a = arith::MaximumFOp::create(
+                b, loc, a,
+                LLVM::LoadOp::create(b, loc, f32(),
+                                     slot(idx(w), add(mul(cl, idx(4)), idx(c))),
+                                     4));
+      } else {
+        // Lane l reads warp l % 8's amax; three xor shuffles finish.
+        amax[0] = warpMax(LLVM::LoadOp::create(
+                              b, loc, f32(), slot(rem(lane, Warps), idx(0)), 4),
+                          {4, 2, 1});
+      }
+    }
+
+    // The factors and stored scales.
+    MXFormat fmt = MXFormat::get(g.type.getElementType());
+    SmallVector<Value> factor, stored;
+    for (Value a : amax) {
+      factor.push_back(buildFP8BlockScale(b, loc, a, fmt, g.type.getPow2()));
+      stored.push_back(
+          arith::DivFOp::create(b, loc, f32c(1.0f), factor.back()));
+    }
+    auto of = [&](SmallVector<Value> &v, int64_t c) -> Value {
+      return v[perColumn ? c : 0];
+    };
+
+    // The elements: x * s clamped to +-max, two at a time through the
+    // hardware conversion.
+    Type f8 = g.type.getElementType();
+    auto pairI8 = VectorType::get({2}, i8());
+    Value maxV = f32c(float(fmt.maxValue)), minV = f32c(-float(fmt.maxValue));
+    for (int64_t r = 0; r < rowsPer; ++r) {
+      SmallVector<Value> scaled;
+      for (int64_t c = 0; c < 4; ++c) {
+        Value v = arith::MulFOp::create(b, loc, values[r][c], of(factor, c));
+        v = arith::MaximumFOp::create(b, loc, v, minV);
+        scaled.push_back(arith::MinimumFOp::create(b, loc, v, maxV));
+      }
+      SmallVector<Value> pairs;
+      for (int64_t c = 0; c < 4; c += 2)
+        // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
+        pairs.push_back(NVVM::ConvertF32x2ToF8x2Op::create(
+            b, loc, pairI8, scaled[c + 1], scaled[c], NVVM::FPRoundingMode::RN,
+            NVVM::SaturationMode::SATFINITE, /*relu=*/false, f8));
+      if (g.roundTrip()) {
+        SmallVector<Value> results;
+        for (int64_t p = 0; p < 2; ++p)
+          llvm::append_range(
+              results, decodeF8Pair(pairs[p], f8,
+                                    {of(stored, 2 * p), of(stored, 2 * p + 1)},
+                                    g.outElt));
+        storeValues(ys, first[r], rowOf[r], col, rowValid[r], aligned, results);
+      } else {
+        // A NaN's code is buildEncode's: the format's NaN with x's sign (the
+        // conversion's NaN need not be).
+        SmallVector<Value> codes;
+        for (int64_t c = 0; c < 4; ++c) {
+          Value code = LLVM::ExtractElementOp::create(b, loc, pairs[c / 2],
+                                                      int32(c % 2));
+          Value bits = arith::BitcastOp::create(b, loc, i32(), values[r][c]);
+          Value sign = arith::TruncIOp::create(
+              b, loc, i8(), arith::ShRUIOp::create(b, loc, bits, int32(24)));
+          Value nan = arith::OrIOp::create(
+              b, loc, arith::AndIOp::create(b, loc, sign, int8(-128)),
+              int8(fmt.nanCode));
+          Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
+                                              values[r][c], values[r][c]);
+          codes.push_back(
+              arith::BitcastOp::create(b, loc, f8, select(isNaN, nan, code)));
+        }
+        storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), codes);
+      }
+    }
+    if (!g.roundTrip())
+      storeScales(ss, m, rowOf[0], col, rg, cl, stored);
+  }
+
+  /// Stores a thread's 4 results of one row: as a run when the row's run is
+  /// whole and `aligned` (floats only), else each valid one.
+  void storeValues(Value buffer, Value first, Value row, Value col,
+                   Value runValid, Value aligned, ArrayRef<Value> results) {
+    int64_t rows = g.rows(), cols = g.cols();
+    if (cols % 4 == 0 && aligned) {
+      ifThen(runValid, [&] {
+        storeRun(buffer, baseAddress(buffer), first, results, aligned);
+      });
+      return;
+    }
+    for (int64_t c = 0; c < 4; ++c)
+      ifThen(land(cmp(P::ult, row, idx(rows)),
+                  cmp(P::ult, add(col, idx(c)), idx(cols))),
+             [&] {
+               memref::StoreOp::create(b, loc, results[c], buffer,
+                                       ValueRange{add(first, idx(c))});
+             });
+  }
+
+  /// Stores the stored scales of the thread's tiles, once a tile: by the
+  /// threads holding a tile's first row (of the region, for tall tiles) and
+  /// first columns.
+  void storeScales(Value ss, Value m, Value row, Value col, Value rg, Value cl,
+                   ArrayRef<Value> stored) {
+    int64_t tr = g.tileRows(), tc = g.tileCols();
+    int64_t scaleRows = tilesOf(g.rows(), tr),
+            scaleCols = tilesOf(g.cols(), tc);
+    Value writer = cmp(P::ult, row, idx(g.rows()));
+    if (tr > 1)
+      writer = land(writer, cmp(P::eq, rg, idx(0)));
+    if (tc > 1)
+      writer = land(writer, cmp(P::eq, cl, idx(0)));
+    ifThen(writer, [&] {
+      Value base =
+          mul(add(mul(m, idx(scaleRows)), div(row, tr)), idx(scaleCols));
+      for (size_t c = 0; c < stored.size(); ++c) {
+        Value column = add(col, idx(c));
+        ifThen(cmp(P::ult, column, idx(g.cols())), [&] {
+          memref::StoreOp::create(b, loc, stored[c], ss,
+                                  ValueRange{add(base, div(column, tc))});
+        });
+      }
+    });
+  }
+};
+
+/// The private function computing one conversion: (x[, offsets]) -> the
+/// round trip's result, or (data, scales).
+func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
+                                 const FP8BlockKernel &g,
+                                 ArrayRef<Type> argTypes,
+                                 ArrayRef<RankedTensorType> resultTypes,
+                                 Location loc) {
+  int64_t grid = std::min(g.regions(), roundtrip::MaxBlocks);
+  int64_t smem = g.acrossWarps() ? Warps * g.warpSlots() * 4 : 0;
+  func::FuncOp kernel = getOrCreateKernelCall(
+      module, symbols, g.name(),
+      g.roundTrip() ? "fp8block round trip" : "fp8block quantize", argTypes,
+      resultTypes, loc, {grid, 1, 1, Threads, smem},
+      [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
+          ArrayRef<Value> outs) {
+        FP8BlockEmitter k{{b, loc},
+                          g,
+                          grid,
+                          buf[0],
+                          g.offsetElt ? buf[1] : Value(),
+                          g.roundTrip() ? outs[0] : Value(),
+                          g.roundTrip() ? Value() : outs[0],
+                          g.roundTrip() ? Value() : outs[1]};
+        k.emit(launch);
+      });
+  return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
+}
+
+} // namespace
+
+bool isFP8BlockRoundTrip(DequantizeOp dq, WhyNot why) {
+  auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+  if (!q) {
+    noKernel(why, "the input is not a moe.quantize's result (the round trip "
+                  "rounds x through the format in one pass)");
+    return false;
+  }
+  return matchFP8Block(q, dq.getType().getElementType(), why).has_value();
+}
+
+void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
+  // Round trips: each dequantize of a quantize the kernel takes (one call
+  // per quantize and result type).
+  SmallVector<std::tuple<DequantizeOp, FP8BlockKernel, RowBound>> trips;
+  {
+    LiveRows live(module);
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func->hasAttr("moe.dedicated_kernel"))
+        func.walk([&](DequantizeOp dq) {
+          auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+          if (!q)
+            return;
+          if (std::optional<FP8BlockKernel> g =
+                  matchFP8Block(q, dq.getType().getElementType(), nullptr))
+            trips.push_back({dq, *g, live.boundedOp(dq)});
+        });
+  }
+  llvm::DenseMap<std::pair<Operation *, Type>, Value> done;
+  for (auto [dq, g, bound] : trips) {
+    auto q = dq.getInput().getDefiningOp<QuantizeOp>();
+    // (The first call of a block serves the block's later round trips of
+    // the same quantize.)
+    Value y = done.lookup({q, dq.getType()});
+    if (y && y.getParentBlock() == dq->getBlock()) {
+      dq.getResult().replaceAllUsesWith(y);
+      dq.erase();
+      if (q->use_empty())
+        q.erase();
+      continue;
+    }
+    SmallVector<Value> args = {q.getInput()};
+    auto offsetsType = bound.offsets
+                           ? dyn_cast<RankedTensorType>(bound.offsets.getType())
+                           : RankedTensorType();
+    if (offsetsType && offsetsType.hasStaticShape() &&
+        offsetsType.getRank() == 1 && offsetsType.getDimSize(0) > 0 &&
+        offsetsType.getElementType().isInteger() && g.rank() == 2 &&
+        g.tileRows() == 1) {
+      g.offsetElt = offsetsType.getElementType();
+      args.push_back(bound.offsets);
+    }
+    func::FuncOp kernel = getOrCreateFunction(
+        module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
+        {dq.getType()}, dq.getLoc());
+    OpBuilder b(dq);
+    auto call = func::CallOp::create(b, dq.getLoc(), kernel, args);
+    done[{q, dq.getType()}] = call.getResult(0);
+    dq.getResult().replaceAllUsesWith(call.getResult(0));
+    dq.erase();
+    if (q->use_empty())
+      q.erase();
+    runNarrowingRoundTripEarly(call);
+  }
+
+  // Quantizes whose data and scales something else reads.
+  SmallVector<std::pair<QuantizeOp, FP8BlockKernel>> quantizes;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func->hasAttr("moe.dedicated_kernel"))
+      func.walk([&](QuantizeOp q) {
+        if (std::optional<FP8BlockKernel> g = matchFP8Block(q, Type(), nullptr))
+          quantizes.push_back({q, *g});
+      });
+  for (auto &[q, g] : quantizes) {
+    FP8BlockTensorType type = g.type;
+    func::FuncOp kernel = getOrCreateFunction(
+        module, symbols, g, {q.getInput().getType()},
+        {type.getDataType(), type.getScalesType()}, q.getLoc());
+    OpBuilder b(q);
+    auto call =
+        func::CallOp::create(b, q.getLoc(), kernel, ValueRange{q.getInput()});
+    auto packed = MXPackOp::create(b, q.getLoc(), type, call.getResult(0),
+                                   call.getResult(1));
+    q.getResult().replaceAllUsesWith(packed.getResult());
+    q.erase();
+  }
+}
+
+} // namespace mlir::moe::kernels
