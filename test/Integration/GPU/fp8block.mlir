@@ -160,6 +160,28 @@ func.func @specials(%x: tensor<256x256xf32>)
         tensor<256x256xf8E4M3FN>, tensor<2x2xf32>
 }
 
+// f16 input: a -NaN keeps its sign in the code (taken from the input's
+// bits), an infinity saturates.
+func.func @specials_f16(%x: tensor<4x256xf16>)
+    -> (tensor<4x256xf8E4M3FN>, tensor<4x2xf32>, tensor<4x256xf32>)
+    attributes {moe.test_tolerance = [0.0, 0.0]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c7 = arith.constant 7 : index
+  %c130 = arith.constant 130 : index
+  %negnan = arith.constant 0xFE00 : f16
+  %inf = arith.constant 0x7C00 : f16
+  %a = tensor.insert %negnan into %x[%c0, %c7] : tensor<4x256xf16>
+  %b = tensor.insert %inf into %a[%c1, %c130] : tensor<4x256xf16>
+  %q = moe.quantize %b : tensor<4x256xf16>
+      -> !moe.fp8block<4x256xf8E4M3FN, block = [1, 128], pow2>
+  %d, %s = moe.mx_unpack %q : !moe.fp8block<4x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<4x256xf8E4M3FN>, tensor<4x2xf32>
+  %y = moe.dequantize %q : !moe.fp8block<4x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<4x256xf32>
+  return %d, %s, %y : tensor<4x256xf8E4M3FN>, tensor<4x2xf32>, tensor<4x256xf32>
+}
+
 // The recipe's three GEMMs of one expert layer (K = 200, N = 136: partial
 // tiles in both).
 func.func @grouped_gemms(%x: tensor<256x200xf32>, %w: tensor<4x200x136xf32>,

@@ -216,7 +216,8 @@ struct FP8BlockEmitter : KernelBuilder {
     unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
     Value xBase = baseAddress(xs);
     SmallVector<Value> rowOf, rowValid, first;
-    SmallVector<SmallVector<Value>> values;
+    // The loaded elements (`raw`, the input type) and as f32 (`values`).
+    SmallVector<SmallVector<Value>> raw, values;
     SmallVector<Type> four(4, g.inElt);
     Value zeroIn = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
     for (int64_t r = 0; r < rowsPer; ++r) {
@@ -261,6 +262,7 @@ struct FP8BlockEmitter : KernelBuilder {
               [&] { return SmallVector<Value>{zeroIn}; })[0]);
         }
       }
+      raw.push_back(v);
       for (Value &e : v)
         e = toF32(e);
       values.push_back(v);
@@ -354,18 +356,21 @@ struct FP8BlockEmitter : KernelBuilder {
                                     g.outElt));
         storeValues(ys, first[r], rowOf[r], col, rowValid[r], aligned, results);
       } else {
-        // A NaN's code is buildEncode's: the format's NaN with x's sign (the
-        // conversion's NaN need not be).
+        // A NaN's code is buildEncode's: the format's NaN with x's sign,
+        // taken from the input's bits (the conversions' NaNs need not keep
+        // it).
+        unsigned width = g.inElt.getIntOrFloatBitWidth();
+        Type bitsType = b.getIntegerType(width);
         SmallVector<Value> codes;
         for (int64_t c = 0; c < 4; ++c) {
           Value code = LLVM::ExtractElementOp::create(b, loc, pairs[c / 2],
                                                       int32(c % 2));
-          Value bits = arith::BitcastOp::create(b, loc, i32(), values[r][c]);
-          Value sign = arith::TruncIOp::create(
-              b, loc, i8(), arith::ShRUIOp::create(b, loc, bits, int32(24)));
-          Value nan = arith::OrIOp::create(
-              b, loc, arith::AndIOp::create(b, loc, sign, int8(-128)),
-              int8(fmt.nanCode));
+          Value bits = arith::BitcastOp::create(b, loc, bitsType, raw[r][c]);
+          Value negative = arith::CmpIOp::create(
+              b, loc, P::slt, bits,
+              arith::ConstantIntOp::create(b, loc, 0, width));
+          Value nan = select(negative, int8(int8_t(0x80 | fmt.nanCode)),
+                             int8(fmt.nanCode));
           Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
                                               values[r][c], values[r][c]);
           codes.push_back(
@@ -482,19 +487,11 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
             trips.push_back({dq, *g, live.boundedOp(dq)});
         });
   }
-  llvm::DenseMap<std::pair<Operation *, Type>, Value> done;
+  // By quantize, result type and live-rows offsets (a result computed for
+  // the rows before offsets[E] only serves dequantizes with that bound).
+  llvm::DenseMap<std::tuple<Operation *, Type, Value>, Value> done;
   for (auto [dq, g, bound] : trips) {
     auto q = dq.getInput().getDefiningOp<QuantizeOp>();
-    // (The first call of a block serves the block's later round trips of
-    // the same quantize.)
-    Value y = done.lookup({q, dq.getType()});
-    if (y && y.getParentBlock() == dq->getBlock()) {
-      dq.getResult().replaceAllUsesWith(y);
-      dq.erase();
-      if (q->use_empty())
-        q.erase();
-      continue;
-    }
     SmallVector<Value> args = {q.getInput()};
     auto offsetsType = bound.offsets
                            ? dyn_cast<RankedTensorType>(bound.offsets.getType())
@@ -506,12 +503,24 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
       g.offsetElt = offsetsType.getElementType();
       args.push_back(bound.offsets);
     }
+    // (The first call of a block serves the block's later round trips of
+    // the same quantize.)
+    std::tuple<Operation *, Type, Value> key = {
+        q, dq.getType(), g.offsetElt ? args[1] : Value()};
+    Value y = done.lookup(key);
+    if (y && y.getParentBlock() == dq->getBlock()) {
+      dq.getResult().replaceAllUsesWith(y);
+      dq.erase();
+      if (q->use_empty())
+        q.erase();
+      continue;
+    }
     func::FuncOp kernel = getOrCreateFunction(
         module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
         {dq.getType()}, dq.getLoc());
     OpBuilder b(dq);
     auto call = func::CallOp::create(b, dq.getLoc(), kernel, args);
-    done[{q, dq.getType()}] = call.getResult(0);
+    done[key] = call.getResult(0);
     dq.getResult().replaceAllUsesWith(call.getResult(0));
     dq.erase();
     if (q->use_empty())
