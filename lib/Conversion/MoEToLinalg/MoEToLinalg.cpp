@@ -1174,10 +1174,8 @@ struct ConvertMoEToLinalgPass
         ArrayRef<int64_t> shape;
         if (auto t = dyn_cast<RankedTensorType>(type))
           shape = t.getShape();
-        else if (auto mx = dyn_cast<MXTensorType>(type))
-          shape = mx.getShape();
-        else if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
-          shape = fp8.getShape();
+        else if (auto scaled = dyn_cast<BlockScaledType>(type))
+          shape = scaled.getShape();
         if (llvm::is_contained(shape, 0)) {
           op->emitOpError("has a zero-size dimension in ")
               << type

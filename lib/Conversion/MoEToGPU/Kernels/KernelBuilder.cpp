@@ -141,10 +141,8 @@ func::FuncOp withGroupedArgs(func::FuncOp kernel, ArrayRef<unsigned> rows,
 }
 
 std::pair<RankedTensorType, RankedTensorType> blockScaledParts(Type type) {
-  if (auto mx = dyn_cast<MXTensorType>(type))
-    return {mx.getDataType(), mx.getScalesType()};
-  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
-    return {fp8.getDataType(), fp8.getScalesType()};
+  if (auto scaled = dyn_cast<BlockScaledType>(type))
+    return {scaled.getDataType(), scaled.getScalesType()};
   return {};
 }
 

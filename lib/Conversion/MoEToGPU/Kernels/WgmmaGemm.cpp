@@ -140,9 +140,7 @@ std::optional<GroupedMatmulOp> rewriteForWgmma(GroupedMatmulOp op, WhyNot why) {
     return std::nullopt;
   int64_t rows = result.getDimSize(0), n = result.getDimSize(1);
   int64_t k = (*lhs)[1], experts = (*rhs)[0];
-  auto blockScaled = [](Value v) {
-    return isa<MXTensorType, FP8BlockTensorType>(v.getType());
-  };
+  auto blockScaled = [](Value v) { return isa<BlockScaledType>(v.getType()); };
   bool anyBlockScaled = blockScaled(op.getLhs()) || blockScaled(op.getRhs());
   bool pad = (k % 8 || n % 8) && !isMatrixVector(k, n);
   if (!anyBlockScaled && !pad)

@@ -29,9 +29,7 @@ using namespace mlir::moe;
 static ArrayRef<int64_t> shapeOf(Type type) {
   if (auto t = dyn_cast<RankedTensorType>(type))
     return t.getShape();
-  if (auto b = dyn_cast<FP8BlockTensorType>(type))
-    return b.getShape();
-  return cast<MXTensorType>(type).getShape();
+  return cast<BlockScaledType>(type).getShape();
 }
 
 /// Checks that dimension `got` of something called `what` equals `expected`

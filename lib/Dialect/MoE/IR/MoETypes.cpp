@@ -12,6 +12,8 @@
 using namespace mlir;
 using namespace mlir::moe;
 
+#include "moe/Dialect/MoE/IR/MoETypeInterfaces.cpp.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "moe/Dialect/MoE/IR/MoETypes.cpp.inc"
 
@@ -132,6 +134,11 @@ RankedTensorType MXTensorType::getScalesType() const {
   return RankedTensorType::get(getScalesShape(), getScaleType());
 }
 
+Type MXTensorType::withShape(ArrayRef<int64_t> shape) const {
+  return MXTensorType::get(getContext(), shape, getElementType(), getAxis(),
+                           getBlockSize());
+}
+
 //===----------------------------------------------------------------------===//
 // FP8BlockTensorType
 //===----------------------------------------------------------------------===//
@@ -214,4 +221,9 @@ RankedTensorType FP8BlockTensorType::getDataType() const {
 
 RankedTensorType FP8BlockTensorType::getScalesType() const {
   return RankedTensorType::get(getScalesShape(), getScaleType());
+}
+
+Type FP8BlockTensorType::withShape(ArrayRef<int64_t> shape) const {
+  return FP8BlockTensorType::get(getContext(), shape, getElementType(),
+                                 getBlock(), getPow2());
 }

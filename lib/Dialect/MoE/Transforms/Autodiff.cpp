@@ -547,8 +547,8 @@ LogicalResult Differentiator::backprop(Operation *op) {
   if (auto c = dyn_cast<CombineOp>(op))
     return combineRule(c, gradOf(0));
   if (auto mm = dyn_cast<GroupedMatmulOp>(op)) {
-    if (isa<MXTensorType, FP8BlockTensorType>(mm.getLhs().getType()) ||
-        isa<MXTensorType, FP8BlockTensorType>(mm.getRhs().getType()))
+    if (isa<BlockScaledType>(mm.getLhs().getType()) ||
+        isa<BlockScaledType>(mm.getRhs().getType()))
       return op->emitOpError("-moe-autodiff: block-scaled operands have no "
                              "gradient; differentiate before -moe-quantize "
                              "(it quantizes the backward GEMMs too)");
@@ -580,7 +580,7 @@ LogicalResult Differentiator::backprop(Operation *op) {
   }
   if (auto mlp = dyn_cast<GroupedMlpOp>(op)) {
     for (Value v : {mlp.getInput(), mlp.getW1(), mlp.getW2()})
-      if (isa<MXTensorType, FP8BlockTensorType>(v.getType()))
+      if (isa<BlockScaledType>(v.getType()))
         return op->emitOpError("-moe-autodiff: block-scaled operands have no "
                                "gradient; differentiate before -moe-quantize");
     auto grad = GroupedMlpBackwardOp::create(

@@ -133,22 +133,13 @@ FailureOr<Layer> matchLayer(CombineOp combine, bool remarks) {
   return layer;
 }
 
-/// `type` with its leading dimension replaced.
+/// `type` with its leading dimension replaced. (A blockwise FP8 shard's
+/// tiles are the whole tensor's: tiles of one expert each, see expertTiles.)
 Type withLeading(Type type, int64_t d) {
-  if (auto mx = dyn_cast<MXTensorType>(type)) {
-    SmallVector<int64_t> shape(mx.getShape());
+  if (auto scaled = dyn_cast<BlockScaledType>(type)) {
+    SmallVector<int64_t> shape(scaled.getShape());
     shape[0] = d;
-    return MXTensorType::get(type.getContext(), shape, mx.getElementType(),
-                             mx.getAxis(), mx.getBlockSize());
-  }
-  // (Tiles of one expert each, see expertTiles: a shard's tiles are the
-  // whole tensor's.)
-  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type)) {
-    SmallVector<int64_t> shape(fp8.getShape());
-    shape[0] = d;
-    return FP8BlockTensorType::get(type.getContext(), shape,
-                                   fp8.getElementType(), fp8.getBlock(),
-                                   fp8.getPow2());
+    return scaled.withShape(shape);
   }
   auto t = cast<RankedTensorType>(type);
   SmallVector<int64_t> shape(t.getShape());
@@ -164,10 +155,8 @@ bool expertTiles(Type type) {
 }
 
 int64_t leading(Type type) {
-  if (auto mx = dyn_cast<MXTensorType>(type))
-    return mx.getShape()[0];
-  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
-    return fp8.getShape()[0];
+  if (auto scaled = dyn_cast<BlockScaledType>(type))
+    return scaled.getShape()[0];
   return cast<RankedTensorType>(type).getDimSize(0);
 }
 

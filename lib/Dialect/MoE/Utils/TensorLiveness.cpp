@@ -30,15 +30,10 @@ int64_t mlir::moe::tensorBytes(Value value) {
     auto tensor = dyn_cast<RankedTensorType>(type);
     return tensor ? shapedBytes(tensor).value_or(0) : 0;
   };
-  if (auto mx = dyn_cast<MXTensorType>(value.getType())) {
-    if (ShapedType::isDynamicShape(mx.getShape()))
+  if (auto scaled = dyn_cast<BlockScaledType>(value.getType())) {
+    if (ShapedType::isDynamicShape(scaled.getShape()))
       return 0;
-    return bytesOf(mx.getDataType()) + bytesOf(mx.getScalesType());
-  }
-  if (auto fp8 = dyn_cast<FP8BlockTensorType>(value.getType())) {
-    if (ShapedType::isDynamicShape(fp8.getShape()))
-      return 0;
-    return bytesOf(fp8.getDataType()) + bytesOf(fp8.getScalesType());
+    return bytesOf(scaled.getDataType()) + bytesOf(scaled.getScalesType());
   }
   return bytesOf(value.getType());
 }

@@ -24,8 +24,9 @@ def MoE_FloatOrMXTensor : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor],
 def MoE_FP8BlockTensor
     : Type<CPred<"::llvm::isa<::mlir::moe::FP8BlockTensorType>($_self)">,
            "blockwise-scaled FP8 tensor", "::mlir::moe::FP8BlockTensorType">;
-def MoE_BlockScaledTensor : AnyTypeOf<[MoE_MXTensor, MoE_FP8BlockTensor],
-    "block-scaled tensor (MX or blockwise FP8)">;
+def MoE_BlockScaledTensor
+    : Type<CPred<"::llvm::isa<::mlir::moe::BlockScaledType>($_self)">,
+           "block-scaled tensor (MX or blockwise FP8)">;
 def MoE_GemmOperand : AnyTypeOf<[MoE_FloatTensor, MoE_MXTensor,
                                  MoE_FP8BlockTensor],
     "float tensor or block-scaled tensor (MX or blockwise FP8)">;

@@ -5,6 +5,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Types.h"
 
+#include "moe/Dialect/MoE/IR/MoETypeInterfaces.h.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "moe/Dialect/MoE/IR/MoETypes.h.inc"
 

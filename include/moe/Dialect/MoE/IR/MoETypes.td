@@ -5,8 +5,10 @@
 include "moe/Dialect/MoE/IR/MoEDialect.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinTypeInterfaces.td"
+include "moe/Dialect/MoE/IR/MoETypeInterfaces.td"
 
-def MoE_MXTensorType : TypeDef<MoE_Dialect, "MXTensor"> {
+def MoE_MXTensorType : TypeDef<MoE_Dialect, "MXTensor",
+    [DeclareTypeInterfaceMethods<MoE_BlockScaledTypeInterface, ["withShape"]>]> {
   let mnemonic = "mx";
   let summary = "a block-scaled (MX) tensor: narrow elements plus one E8M0 scale per block";
   let description = [{
@@ -56,14 +58,12 @@ def MoE_MXTensorType : TypeDef<MoE_Dialect, "MXTensor"> {
     ::llvm::SmallVector<int64_t> getScalesShape() const;
     /// The element type of the scales (`f8E8M0FNU`).
     ::mlir::Type getScaleType() const;
-    /// The tensor holding the narrow elements.
-    ::mlir::RankedTensorType getDataType() const;
-    /// The tensor holding the scales.
-    ::mlir::RankedTensorType getScalesType() const;
+    // getDataType(), getScalesType(), withShape(): BlockScaledType.
   }];
 }
 
-def MoE_FP8BlockTensorType : TypeDef<MoE_Dialect, "FP8BlockTensor"> {
+def MoE_FP8BlockTensorType : TypeDef<MoE_Dialect, "FP8BlockTensor",
+    [DeclareTypeInterfaceMethods<MoE_BlockScaledTypeInterface, ["withShape"]>]> {
   let mnemonic = "fp8block";
   let summary = "a blockwise-scaled FP8 tensor: FP8 elements plus one f32 "
                 "scale per tile";
@@ -110,10 +110,7 @@ def MoE_FP8BlockTensorType : TypeDef<MoE_Dialect, "FP8BlockTensor"> {
     ::llvm::SmallVector<int64_t> getScalesShape() const;
     /// The element type of the scales (f32).
     ::mlir::Type getScaleType() const;
-    /// The tensor holding the FP8 elements.
-    ::mlir::RankedTensorType getDataType() const;
-    /// The tensor holding the scales.
-    ::mlir::RankedTensorType getScalesType() const;
+    // getDataType(), getScalesType(), withShape(): BlockScaledType.
   }];
 }
 
