@@ -459,11 +459,10 @@ struct GraphBuilder {
 };
 } // namespace
 
-OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
-                                                    const ModelConfig &c,
-                                                    int64_t batch, int64_t seq,
-                                                    bool documents,
-                                                    bool layerFunctions) {
+OwningOpRef<ModuleOp>
+mlir::moe::buildLanguageModel(MLIRContext *context, const ModelConfig &c,
+                              int64_t batch, int64_t seq, bool documents,
+                              bool layerFunctions, int64_t expertRowPadding) {
   context->loadDialect<MoEDialect, arith::ArithDialect, func::FuncDialect,
                        linalg::LinalgDialect, math::MathDialect,
                        tensor::TensorDialect>();
@@ -591,7 +590,9 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
     a = rmsNorm(x, weight("post_attention_layernorm.weight"));
     Value y;
     if (moeLayer) {
-      int64_t e = c.numExperts, k = c.numExpertsPerTok, rows = tokens * k;
+      // The dispatch's worst case: every group padded.
+      int64_t e = c.numExperts, k = c.numExpertsPerTok, pad = expertRowPadding;
+      int64_t rows = (tokens * k + e * (pad - 1)) / pad * pad;
       Value logits = g.matmul(a, weight("mlp.gate.weight"));
       auto router = RouterOp::create(
           b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits, bias,
@@ -601,7 +602,7 @@ OwningOpRef<ModuleOp> mlir::moe::buildLanguageModel(MLIRContext *context,
       auto dispatch = DispatchOp::create(
           b, g.loc, g.t({rows, h}), g.t({e + 1}, i32), g.t({e}, i32),
           g.t({tokens, k}, i32), a, router.getIndices(), b.getI64IntegerAttr(e),
-          FloatAttr(), b.getI64IntegerAttr(1));
+          FloatAttr(), b.getI64IntegerAttr(pad));
       Value w1 = weight("mlp.experts.gate_up_proj");
       Value w2 = weight("mlp.experts.down_proj");
       Value ye = GroupedMlpOp::create(

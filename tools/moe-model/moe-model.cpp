@@ -60,6 +60,13 @@ static cl::opt<bool> layerFunctions(
              "(compile time follows the kinds of layers, not the depth) "
              "instead of every layer's ops in @loss"),
     cl::init(false), cl::cat(moeModelOptions));
+static cl::opt<int64_t> expertRowPadding(
+    "expert-row-padding",
+    cl::desc("Pad every expert's group of dispatched rows to a multiple of N "
+             "(moe.dispatch pad_to; as moe-train does, 32 for the mxfp8 "
+             "recipe and 128 for fp8-blockwise, so that no scale block along "
+             "the rows spans two experts). Default 1"),
+    cl::value_desc("N"), cl::init(1), cl::cat(moeModelOptions));
 static cl::opt<bool> debugInfo(
     "debug-info",
     cl::desc("Print each op's location: the module path it was built for "
@@ -78,8 +85,9 @@ int main(int argc, char **argv) {
       argc, argv,
       "moe-model: the MoE language model of a Hugging Face config.json "
       "(Qwen3-MoE family) as MLIR\n");
-  for (auto [name, v] :
-       {std::pair<const char *, int64_t>{"--batch", batch}, {"--seq", seq}})
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"--batch", batch},
+                         {"--seq", seq},
+                         {"--expert-row-padding", expertRowPadding}})
     if (v < 1 || v > (int64_t(1) << 31)) {
       llvm::errs() << "moe-model: " << name
                    << " must be a positive integer below 2^31, got " << v
@@ -120,8 +128,9 @@ int main(int argc, char **argv) {
   }
 
   MLIRContext context;
-  OwningOpRef<ModuleOp> module = moe::buildLanguageModel(
-      &context, *config, batch, seq, documentMask, layerFunctions);
+  OwningOpRef<ModuleOp> module =
+      moe::buildLanguageModel(&context, *config, batch, seq, documentMask,
+                              layerFunctions, expertRowPadding);
   if (failed(verify(*module))) {
     llvm::errs() << "moe-model: the built model does not verify\n";
     return 1;

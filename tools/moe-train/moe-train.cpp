@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Compiler/Compiler.h"
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 #include "moe/Models/LanguageModel.h"
 #include "moe/Pipelines/Pipelines.h"
@@ -350,8 +351,9 @@ int main(int argc, char **argv) {
     DialectRegistry registry;
     moe::registerCompilerDialects(registry);
     MLIRContext context(registry);
-    OwningOpRef<ModuleOp> module = moe::buildLanguageModel(
-        &context, *config, batch, seq, documentMask, layerFunctions);
+    OwningOpRef<ModuleOp> module =
+        moe::buildLanguageModel(&context, *config, batch, seq, documentMask,
+                                layerFunctions, moe::expertRowPadding(recipe));
     PassManager pm(&context);
     moe::TrainPipelineOptions train;
     train.autodiff = true;

@@ -106,11 +106,12 @@ std::vector<ModelParameter> modelParameters(const ModelConfig &config);
 /// decoder layer (MoE, dense) is one private function, @decoder_layer_moe
 /// or @decoder_layer_dense, called once per layer (`no_inline`): the
 /// compiler then works on one layer of each kind, whatever the depth.
-OwningOpRef<ModuleOp> buildLanguageModel(MLIRContext *context,
-                                         const ModelConfig &config,
-                                         int64_t batch, int64_t seq,
-                                         bool documents = false,
-                                         bool layerFunctions = false);
+/// `expertRowPadding`: every expert's group of dispatched rows is padded to
+/// a multiple of it (moe.dispatch pad_to; see expertRowPadding()).
+OwningOpRef<ModuleOp>
+buildLanguageModel(MLIRContext *context, const ModelConfig &config,
+                   int64_t batch, int64_t seq, bool documents = false,
+                   bool layerFunctions = false, int64_t expertRowPadding = 1);
 
 } // namespace mlir::moe
 

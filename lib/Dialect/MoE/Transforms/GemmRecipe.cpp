@@ -9,6 +9,14 @@
 using namespace mlir;
 using namespace mlir::moe;
 
+int64_t mlir::moe::expertRowPadding(llvm::StringRef recipe) {
+  if (recipe == "fp8-blockwise")
+    return kFP8BlockTile;
+  if (recipe == "mxfp8")
+    return kMXBlock;
+  return 1;
+}
+
 Value mlir::moe::createRoundToBF16(OpBuilder &b, Location loc, Value v) {
   auto type = cast<RankedTensorType>(v.getType());
   auto bf16Type = RankedTensorType::get(type.getShape(), b.getBF16Type());

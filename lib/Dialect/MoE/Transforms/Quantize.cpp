@@ -43,14 +43,13 @@ struct Precision {
 /// dimension `axis`: stacked weights ([E, ., .]) 128 x 128 per expert,
 /// others 128 along `axis`.
 SmallVector<int64_t> blockwiseTile(int64_t rank, unsigned axis) {
-  constexpr int64_t kTile = 128;
   SmallVector<int64_t> block(rank, 1);
   if (rank >= 3) {
     for (int64_t d = 1; d < rank; ++d)
-      block[d] = kTile;
+      block[d] = kFP8BlockTile;
     return block;
   }
-  block[axis] = kTile;
+  block[axis] = kFP8BlockTile;
   return block;
 }
 

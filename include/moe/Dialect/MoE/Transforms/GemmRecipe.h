@@ -18,6 +18,19 @@ namespace mlir::moe {
 /// The MX block size of every recipe.
 constexpr unsigned kMXBlock = 32;
 
+/// The tile size of the fp8-blockwise recipe: activations and gradients in
+/// 1 x 128 tiles along K, weights in 128 x 128, weight-gradient operands in
+/// 128 x 1 along the rows.
+constexpr int64_t kFP8BlockTile = 128;
+
+/// The multiple every expert's group of rows is padded to (moe.dispatch
+/// pad_to) for the recipe named `recipe`, so that the scale blocks along the
+/// rows of the weight gradients' operands (fp8-blockwise's 128 x 1 tiles,
+/// MXFP8's blocks of 32) hold one expert's rows each, as when each expert's
+/// rows are quantized on their own (Transformer Engine's grouped GEMMs): 128
+/// for fp8-blockwise, 32 for mxfp8, 1 for the others.
+int64_t expertRowPadding(llvm::StringRef recipe);
+
 /// `v` (an f32 tensor) rounded to bf16, to nearest even: a `linalg.generic`
 /// around `arith.truncf`.
 Value createRoundToBF16(OpBuilder &b, Location loc, Value v);
