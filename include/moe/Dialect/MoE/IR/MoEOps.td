@@ -116,8 +116,10 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
     Dropless by default. `capacity_factor` limits every expert to
     `C = ceil(capacity_factor * T * k / E)` copies; later copies (in token
     order) are dropped. `pad_to(m)` rounds every group up to a multiple of
-    `m` rows (grouped-GEMM tiles, MX blocks along tokens); empty experts
-    stay empty. An index outside `[0, E)` drops that copy.
+    `m` rows (grouped-GEMM tiles, the scale blocks of weight-gradient
+    operands along tokens: moe-train pads to 32 under mxfp8 and to 128
+    under fp8-blockwise, so that no block holds two experts' rows); empty
+    experts stay empty. An index outside `[0, E)` drops that copy.
 
     `R` must be at least the worst case: `T*k + E*(m-1)` rounded down to a
     multiple of `m` (dropless), or `E * roundup(C, m)` with a capacity.
