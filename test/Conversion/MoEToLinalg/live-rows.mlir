@@ -101,3 +101,48 @@ func.func @row_blocks(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>,
 // CHECK-LABEL: func.func @row_blocks(
 // CHECK-NOT: bufferization.alloc_tensor
 // CHECK: return
+
+// -----
+
+// Blockwise FP8 tiles of one row (1 x 128) are row-local: the quantize and
+// dequantize compute the live rows only; on the GPU their round trip is the
+// kernel's live variant, reading offsets[4] on the device.
+func.func @fp8block_rows(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32>,
+                         %w1: tensor<4x32x64xf32>, %w2: tensor<4x32x32xf32>) -> tensor<8x32xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
+      : tensor<8x32xf32>, tensor<8x2xi32> -> tensor<16x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x2xi32>
+  %q = moe.quantize %s : tensor<16x32xf32> -> !moe.fp8block<16x32xf8E4M3FN, block = [1, 128], pow2>
+  %d = moe.dequantize %q : !moe.fp8block<16x32xf8E4M3FN, block = [1, 128], pow2> -> tensor<16x32xbf16>
+  %h = moe.grouped_matmul %d, %w1, %o : tensor<16x32xbf16>, tensor<4x32x64xf32>, tensor<5xi32> -> tensor<16x64xf32>
+  %a = moe.swiglu %h : tensor<16x64xf32> -> tensor<16x32xf32>
+  %y = moe.grouped_matmul %a, %w2, %o : tensor<16x32xf32>, tensor<4x32x32xf32>, tensor<5xi32> -> tensor<16x32xf32>
+  %out = moe.combine %y, %w, %p : tensor<16x32xf32>, tensor<8x2xf32>, tensor<8x2xi32> -> tensor<8x32xf32>
+  return %out : tensor<8x32xf32>
+}
+// CHECK-LABEL: func.func @fp8block_rows(
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<?x1x1x128xf8E4M3FN>)
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<?x1x1x128xbf16>)
+// GPU-LABEL: func.func @fp8block_rows(
+// GPU: gpu.launch_func @moe_fp8block_round_trip_16x32_t1x128_e4m3_pow2_f32_to_bf16_live_i32_kernel::@moe_fp8block_round_trip_16x32_t1x128_e4m3_pow2_f32_to_bf16_live_i32_kernel {{.*}} args(%{{.*}} : memref<5xi32>,
+
+// -----
+
+// 128 x 1 tiles along the rows (a weight gradient's operand) with every
+// group padded to 128: no tile crosses offsets[E], so the quantize is
+// row-local too and the rows it reads stay live-bounded.
+func.func @fp8block_row_tiles(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>,
+                              %dy: tensor<512x32xf32>) -> tensor<4x32x32xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<8x32xf32>, tensor<8x2xi32> -> tensor<512x32xf32>, tensor<5xi32>, tensor<4xi32>, tensor<8x2xi32>
+  %a = moe.swiglu %s : tensor<512x32xf32> -> tensor<512x16xf32>
+  %q = moe.quantize %a : tensor<512x16xf32> -> !moe.fp8block<512x16xf8E4M3FN, block = [128, 1]>
+  %g = moe.dequantize %q : !moe.fp8block<512x16xf8E4M3FN, block = [128, 1]> -> tensor<512x16xf32>
+  %dw = moe.grouped_matmul_wgrad %g, %dy, %o : tensor<512x16xf32>, tensor<512x32xf32>, tensor<5xi32> -> tensor<4x16x32xf32>
+  %z = tensor.empty() : tensor<4x32x32xf32>
+  %r = tensor.insert_slice %dw into %z[0, 0, 0] [4, 16, 32] [1, 1, 1] : tensor<4x16x32xf32> into tensor<4x32x32xf32>
+  return %r : tensor<4x32x32xf32>
+}
+// The SwiGLU (and the gather before it) computes the live rows only.
+// CHECK-LABEL: func.func @fp8block_row_tiles(
+// CHECK: bufferization.alloc_tensor() : tensor<512x16xf32>
+// CHECK: return

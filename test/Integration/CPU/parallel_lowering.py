@@ -4,7 +4,8 @@
 # (what GPUs run) against the reference lowering, on random routings large
 # enough to span many blocks of copies: uneven and empty experts, capacity
 # drops, padding, out-of-range indices, ties and NaN logits; and an expert
-# computation (dispatch, MXFP8 round trip, grouped GEMMs, SwiGLU, combine)
+# computation (dispatch, MXFP8 and blockwise FP8 round trips, grouped GEMMs,
+# SwiGLU, combine)
 # whose rows past offsets[E] the parallel lowering leaves uncomputed (live
 # rows) against the reference computing all; and tokens quantized before
 # the dispatch (MX rows moved with their scales) against the dispatched
@@ -43,10 +44,14 @@ def program(rng, tokens, k, experts, hidden, n, pad, capacity):
     w2 = rng.standard_normal((E, H, 2 * N)).astype(np.float32)
     w3 = rng.standard_normal((E, N, H)).astype(np.float32)
     # With whole MX blocks along the hidden dimension, the rows go through
-    # MXFP8 first (quantize and dequantize, both row-local).
+    # MXFP8 first, then blockwise FP8 in 1 x 128 tiles (a partial one: H is
+    # below 128) (quantize and dequantize, all row-local).
     if H % 32 == 0:
+        fp8 = f"!moe.fp8block<{R}x{H}xf8E4M3FN, block = [1, 128]>"
         mx = (f"%q5 = moe.quantize %s5 : tensor<{R}x{H}xf32> -> !moe.mx<{R}x{H}xf8E4M3FN, axis = 1>\n"
-              f"  %g5 = moe.dequantize %q5 : !moe.mx<{R}x{H}xf8E4M3FN, axis = 1> -> tensor<{R}x{H}xf32>")
+              f"  %m5 = moe.dequantize %q5 : !moe.mx<{R}x{H}xf8E4M3FN, axis = 1> -> tensor<{R}x{H}xf32>\n"
+              f"  %b5 = moe.quantize %m5 : tensor<{R}x{H}xf32> -> {fp8}\n"
+              f"  %g5 = moe.dequantize %b5 : {fp8} -> tensor<{R}x{H}xf32>")
     else:
         mx = "%g5 = tensor.cast %s5 : tensor<{R}x{H}xf32> to tensor<{R}x{H}xf32>".format(R=R, H=H)
     # And the tokens quantized before the dispatch (what -moe-hoist-quantize
@@ -64,7 +69,9 @@ def program(rng, tokens, k, experts, hidden, n, pad, capacity):
             f"  %qx = moe.quantize %x : tensor<{T}x{H}xf32> -> !moe.mx<{T}x{H}xf8E4M3FN, axis = 1>\n"
             f"  %q6, %off6, %cnt6, %pos6 = moe.dispatch %qx, %ix experts({E}){cap} pad_to({pad})\n"
             f"      : !moe.mx<{T}x{H}xf8E4M3FN, axis = 1>, tensor<{T}x{K}xi32> -> {mxt}, tensor<{E+1}xi32>, tensor<{E}xi32>, tensor<{T}x{K}xi32>\n"
-            f"  %g6 = moe.dequantize %q6 : {mxt} -> tensor<{R}x{H}xf32>\n"
+            f"  %m6 = moe.dequantize %q6 : {mxt} -> tensor<{R}x{H}xf32>\n"
+            f"  %b6 = moe.quantize %m6 : tensor<{R}x{H}xf32> -> {fp8}\n"
+            f"  %g6 = moe.dequantize %b6 : {fp8} -> tensor<{R}x{H}xf32>\n"
             f"  %h6 = moe.grouped_matmul %g6, %w2, %off6 : tensor<{R}x{H}xf32>, tensor<{E}x{H}x{2*N}xf32>, tensor<{E+1}xi32> -> tensor<{R}x{2*N}xf32>\n"
             f"  %a6 = moe.swiglu %h6 : tensor<{R}x{2*N}xf32> -> tensor<{R}x{N}xf32>\n"
             f"  %y6 = moe.grouped_matmul %a6, %w3, %off6 : tensor<{R}x{N}xf32>, tensor<{E}x{N}x{H}xf32>, tensor<{E+1}xi32> -> tensor<{R}x{H}xf32>\n"

@@ -30,12 +30,23 @@ int64_t LiveRows::groupPadding(Value offsets) {
   return 1;
 }
 
-/// Whether an MX type's blocks stay inside the rows before bound `d`: blocks
-/// off the rows, or along the rows with every group padded to whole blocks.
-static bool blocksWithinRows(MXTensorType type, RowBound d) {
-  return type.getAxis() != 0 ||
-         (d.offsets &&
-          LiveRows::groupPadding(d.offsets) % type.getBlockSize() == 0);
+/// The rows of one scale block of a block-scaled `type` (MX blocks along
+/// the rows, a blockwise FP8 tile's first size), 0 for other types.
+static int64_t rowsPerBlock(Type type) {
+  if (auto mx = dyn_cast<MXTensorType>(type))
+    return mx.getAxis() == 0 ? mx.getBlockSize() : 1;
+  if (auto fp8 = dyn_cast<FP8BlockTensorType>(type))
+    return fp8.getBlock()[0];
+  return 0;
+}
+
+/// Whether the scale blocks of a block-scaled `type` stay inside the rows
+/// before bound `d`: blocks of one row, or of several with every group
+/// padded to whole blocks.
+static bool blocksWithinRows(Type type, RowBound d) {
+  int64_t rows = rowsPerBlock(type);
+  return rows == 1 || (rows > 1 && d.offsets &&
+                       LiveRows::groupPadding(d.offsets) % rows == 0);
 }
 
 FailureOr<RowBound> LiveRows::boundOfExchangeBuffer(Operation *toBuffer) {
@@ -115,7 +126,7 @@ RowBound LiveRows::boundOf(Value v) {
 
 RowBound LiveRows::compute(Value v) {
   auto shaped = dyn_cast<ShapedType>(v.getType());
-  if (!shaped && !isa<MXTensorType>(v.getType()))
+  if (!shaped && !isa<BlockScaledType>(v.getType()))
     return {};
   if (v.use_empty())
     return {};
@@ -165,21 +176,21 @@ RowBound LiveRows::compute(Value v) {
             // Row-local ops: row r of the result from row r of the operands.
             .Case<SwigluOp, SwigluGradOp>(
                 [&](Operation *op) { return agree(boundOf(op->getResult(0))); })
+            // Blocks of several rows: all rows, unless every group is
+            // padded to whole blocks (then the blocks past the last group
+            // hold only rows nothing reads).
             .Case([&](QuantizeOp op) {
-              // Blockwise FP8 tiles may span rows: all rows are computed.
-              auto mx = dyn_cast<MXTensorType>(op.getType());
               RowBound d = boundOf(op.getResult());
-              return mx && d && blocksWithinRows(mx, d) && agree(d);
+              return d && blocksWithinRows(op.getType(), d) && agree(d);
             })
             .Case([&](DequantizeOp op) {
-              auto mx = dyn_cast<MXTensorType>(op.getInput().getType());
               RowBound d = boundOf(op.getResult());
-              return mx && d && blocksWithinRows(mx, d) && agree(d);
+              return d && blocksWithinRows(op.getInput().getType(), d) &&
+                     agree(d);
             })
             .Case([&](MXUnpackOp op) {
               // Scales of row blocks have rows / block rows.
-              auto mx = dyn_cast<MXTensorType>(op.getInput().getType());
-              if (!mx || mx.getAxis() == 0)
+              if (rowsPerBlock(op.getInput().getType()) != 1)
                 return false;
               RowBound d = boundOf(op.getData());
               return d && d == boundOf(op.getScales()) && agree(d);
@@ -218,11 +229,10 @@ RowBound LiveRows::boundedOp(Operation *op) {
   if (isa<SwigluOp, SwigluGradOp, CombineOp>(op))
     d = boundOf(op->getResult(0));
   else if (auto q = dyn_cast<QuantizeOp>(op)) {
-    auto mx = dyn_cast<MXTensorType>(q.getType());
-    d = mx && mx.getAxis() != 0 ? boundOf(q.getResult()) : RowBound();
+    d = rowsPerBlock(q.getType()) == 1 ? boundOf(q.getResult()) : RowBound();
   } else if (auto dq = dyn_cast<DequantizeOp>(op)) {
-    auto mx = dyn_cast<MXTensorType>(dq.getInput().getType());
-    d = mx && mx.getAxis() != 0 ? boundOf(dq.getResult()) : RowBound();
+    d = rowsPerBlock(dq.getInput().getType()) == 1 ? boundOf(dq.getResult())
+                                                   : RowBound();
   }
   if (!d)
     return {};
