@@ -493,15 +493,10 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
   for (auto [dq, g, bound] : trips) {
     auto q = dq.getInput().getDefiningOp<QuantizeOp>();
     SmallVector<Value> args = {q.getInput()};
-    auto offsetsType = bound.offsets
-                           ? dyn_cast<RankedTensorType>(bound.offsets.getType())
-                           : RankedTensorType();
-    if (offsetsType && offsetsType.hasStaticShape() &&
-        offsetsType.getRank() == 1 && offsetsType.getDimSize(0) > 0 &&
-        offsetsType.getElementType().isInteger() && g.rank() == 2 &&
-        g.tileRows() == 1) {
-      g.offsetElt = offsetsType.getElementType();
-      args.push_back(bound.offsets);
+    if (Value offsets = kernelOffsets(bound.offsets);
+        offsets && g.rank() == 2 && g.tileRows() == 1) {
+      g.offsetElt = getElementTypeOrSelf(offsets.getType());
+      args.push_back(offsets);
     }
     // (The first call of a block serves the block's later round trips of
     // the same quantize.)

@@ -440,6 +440,10 @@ std::optional<MXRoundTrip> matchRoundTrip(DequantizeOp dq);
 /// becomes a call of it; quantizes left without uses are erased.
 void lowerRoundTrips(ModuleOp module, SymbolTable &symbols);
 
+/// `offsets` (a live-rows bound's, LiveRows.h) if a kernel can take it as an
+/// argument (a static, non-empty 1-D integer tensor), else null.
+Value kernelOffsets(Value offsets);
+
 /// Runs `call` (a round trip of one input to a narrower type, the input's
 /// only reader) right after its input is computed, so that the narrow result
 /// is what waits for the reader.

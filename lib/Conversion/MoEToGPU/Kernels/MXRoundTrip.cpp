@@ -209,6 +209,14 @@ func::FuncOp getOrCreateRoundTripFunction(ModuleOp module, SymbolTable &symbols,
 
 } // namespace
 
+Value kernelOffsets(Value offsets) {
+  auto type = offsets ? dyn_cast<RankedTensorType>(offsets.getType()) : nullptr;
+  if (type && type.hasStaticShape() && type.getRank() == 1 &&
+      type.getDimSize(0) > 0 && type.getElementType().isInteger())
+    return offsets;
+  return Value();
+}
+
 void runNarrowingRoundTripEarly(func::CallOp call) {
   // A round trip to a narrower type, the only reader of its input, runs
   // right after the input is computed: the narrow result is what waits for
@@ -242,14 +250,10 @@ void lowerRoundTrips(ModuleOp module, SymbolTable &symbols) {
   for (auto [dq, g, bound] : work) {
     auto q = dq.getInput().getDefiningOp<QuantizeOp>();
     SmallVector<Value> args = {q.getInput()};
-    auto offsetsType = bound.offsets
-                           ? dyn_cast<RankedTensorType>(bound.offsets.getType())
-                           : RankedTensorType();
-    if (offsetsType && offsetsType.hasStaticShape() &&
-        offsetsType.getRank() == 1 && offsetsType.getDimSize(0) > 0 &&
-        offsetsType.getElementType().isInteger() && g.mx.getAxis() != 0) {
-      g.offsetElt = offsetsType.getElementType();
-      args.push_back(bound.offsets);
+    if (Value offsets = kernelOffsets(bound.offsets);
+        offsets && g.mx.getAxis() != 0) {
+      g.offsetElt = getElementTypeOrSelf(offsets.getType());
+      args.push_back(offsets);
     }
     func::FuncOp kernel = getOrCreateRoundTripFunction(
         module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
