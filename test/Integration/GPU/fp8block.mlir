@@ -20,7 +20,7 @@
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_300x260_t1x128_e4m3_pow2_bf16_to_f32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_300x96_t128x1_e5m2_f32s_f32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_4x200x136_t128x128_e4m3_f32s_f32_kernel
-// KERNELS-DAG: kernel module moe_fp8block_round_trip_256x200_t1x128_e4m3_pow2_f32_to_bf16_kernel
+// KERNELS-DAG: kernel module moe_fp8block_round_trip_256x200_t1x128_e4m3_pow2_f32_to_bf16_live_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_256x200_t128x1_e4m3_pow2_f32_to_bf16_kernel
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_4x200x136_t128x128_e4m3_pow2_f32_to_bf16_kernel
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_5x130_t1x128_e4m3_f32s_f32_to_bf16_kernel
