@@ -400,16 +400,9 @@ struct QuantizeLowering : RowwiseLowering<QuantizeOp> {
     Emitter e{rewriter, op.getLoc()};
     Value x = adaptor.getInput()[0];
     if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getResult().getType())) {
-      // Tiles of one row: the live rows only.
-      if (fp8.getBlock()[0] == 1 &&
-          boundRows(e, op, live, rewriter, fp8.getShape()[0])) {
-        auto [data, scales] =
-            quantizeFP8Block(e, e.leadingRows(x, e.liveCount), fp8);
-        rewriter.replaceOpWithMultiple(
-            op, {{e.fullRows(data, fp8.getDataType()),
-                  e.fullRows(scales, fp8.getScalesType())}});
-        return success();
-      }
+      // Every row, live or not: padding the live rows to whole tiles would
+      // size a buffer by the live count, which the GPU path would read on
+      // the host (the round-trip kernel computes live rows on the GPU).
       auto [data, scales] = quantizeFP8Block(e, x, fp8);
       // The types the input's sizes gave, as the op's type says (a static
       // size where the input's is dynamic).
@@ -443,14 +436,7 @@ struct DequantizeLowering : RowwiseLowering<DequantizeOp> {
     ValueRange in = adaptor.getInput();
     Type elt = op.getType().getElementType();
     if (auto fp8 = dyn_cast<FP8BlockTensorType>(op.getInput().getType())) {
-      if (fp8.getBlock()[0] == 1 &&
-          boundRows(e, op, live, rewriter, fp8.getShape()[0])) {
-        Value out =
-            dequantizeFP8Block(e, e.leadingRows(in[0], e.liveCount),
-                               e.leadingRows(in[1], e.liveCount), fp8, elt);
-        rewriter.replaceOp(op, e.fullRows(out, op.getType()));
-        return success();
-      }
+      // Every row, as the quantize.
       rewriter.replaceOp(op,
                          e.castTo(dequantizeFP8Block(e, in[0], in[1], fp8, elt),
                                   op.getType()));

@@ -13,7 +13,7 @@
 // RUN: moe-opt %s --moe-gpu-select-kernels="chip=sm_90a kernel-report=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=REPORT
 
-// VERIFY: ptxas accepted 11 kernel modules for sm_90a
+// VERIFY: ptxas accepted 14 kernel modules for sm_90a
 // NOKERNEL-NOT: moe_fp8block
 // BLACKWELL: call @moe_fp8block_round_trip_300x260_t1x128_e4m3_pow2_f32_to_bf16
 
@@ -116,4 +116,24 @@ func.func @other_tiles(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
   %q = moe.quantize %x : tensor<256x256xf32> -> !moe.fp8block<256x256xf8E4M3FN, block = [64, 64]>
   %y = moe.dequantize %q : !moe.fp8block<256x256xf8E4M3FN, block = [64, 64]> -> tensor<256x256xf32>
   return %y : tensor<256x256xf32>
+}
+
+// Packed operands (data and scales from the caller, as bench/gemm.py passes
+// them): no quantize, so the dequantizes to bf16 stay on the generic
+// kernels, computing every row; nothing reads the offsets on the host.
+// CHECK-LABEL: func.func @packed
+// CHECK: moe.dequantize
+// REPORT: remark: moe.dequantize (tensor<256x256xbf16>): generic kernels on sm_90a: blockwise FP8: the input is not a moe.quantize's result
+func.func @packed(%xd: tensor<256x256xf8E4M3FN>, %xs: tensor<256x2xf32>,
+                  %wd: tensor<4x256x128xf8E4M3FN>, %ws: tensor<4x2x1xf32>,
+                  %off: tensor<5xi32>) -> tensor<256x128xf32> {
+  %x = moe.mx_pack %xd, %xs : tensor<256x256xf8E4M3FN>, tensor<256x2xf32>
+      -> !moe.fp8block<256x256xf8E4M3FN, block = [1, 128], pow2>
+  %w = moe.mx_pack %wd, %ws : tensor<4x256x128xf8E4M3FN>, tensor<4x2x1xf32>
+      -> !moe.fp8block<4x256x128xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %x, %w, %off
+      : !moe.fp8block<256x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x128xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<256x128xf32>
+  return %y : tensor<256x128xf32>
 }

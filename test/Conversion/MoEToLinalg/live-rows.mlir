@@ -104,9 +104,11 @@ func.func @row_blocks(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>,
 
 // -----
 
-// Blockwise FP8 tiles of one row (1 x 128) are row-local: the quantize and
-// dequantize compute the live rows only; on the GPU their round trip is the
-// kernel's live variant, reading offsets[4] on the device.
+// Blockwise FP8 tiles of one row (1 x 128) are row-local: the rows before
+// them are live-bounded (the gather), the generic quantize and dequantize
+// compute every row (tiles of the live rows would need their count on the
+// host), and on the GPU their round trip is the kernel's live variant,
+// reading offsets[4] on the device.
 func.func @fp8block_rows(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32>,
                          %w1: tensor<4x32x64xf32>, %w2: tensor<4x32x32xf32>) -> tensor<8x32xf32> {
   %s, %o, %c, %p = moe.dispatch %x, %idx experts(4)
@@ -120,8 +122,9 @@ func.func @fp8block_rows(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor
   return %out : tensor<8x32xf32>
 }
 // CHECK-LABEL: func.func @fp8block_rows(
-// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<?x1x1x128xf8E4M3FN>)
-// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<?x1x1x128xbf16>)
+// CHECK: %[[ROWS:.*]] = bufferization.alloc_tensor() : tensor<16x32xf32>
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<16x1x1x128xf8E4M3FN>)
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<16x1x1x128xbf16>)
 // GPU-LABEL: func.func @fp8block_rows(
 // GPU: gpu.launch_func @moe_fp8block_round_trip_16x32_t1x128_e4m3_pow2_f32_to_bf16_live_i32_kernel::@moe_fp8block_round_trip_16x32_t1x128_e4m3_pow2_f32_to_bf16_live_i32_kernel {{.*}} args(%{{.*}} : memref<5xi32>,
 
