@@ -17,7 +17,8 @@
 // propagating), buildFP8BlockScale's factor s and the stored scale 1 / s
 // (an f32 division); each element x * s, clamped to +-max (NaN stays NaN),
 // converted by the hardware (cvt.rn.satfinite: nearest even, buildEncode's
-// rule); the round trip's value is the exact f8 -> f16 conversion times
+// rule; a quantize stores a NaN as the format's NaN with the sign of the
+// input's bits, as buildEncode does); the round trip's value is the exact f8 -> f16 conversion times
 // 1 / s in f32, rounded once to the result type. Bit-identical
 // (test/Integration/GPU/fp8block.mlir checks it on the GPU, special values
 // included).
