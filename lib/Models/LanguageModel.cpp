@@ -592,7 +592,8 @@ mlir::moe::buildLanguageModel(MLIRContext *context, const ModelConfig &c,
     if (moeLayer) {
       // The dispatch's worst case: every group padded.
       int64_t e = c.numExperts, k = c.numExpertsPerTok, pad = expertRowPadding;
-      int64_t rows = (tokens * k + e * (pad - 1)) / pad * pad;
+      int64_t rows = DispatchOp::droplessRows(tokens * k, e, pad)
+                         .value_or(ShapedType::kDynamic);
       Value logits = g.matmul(a, weight("mlp.gate.weight"));
       auto router = RouterOp::create(
           b, g.loc, g.t({tokens, k}, i32), g.t({tokens, k}), logits, bias,

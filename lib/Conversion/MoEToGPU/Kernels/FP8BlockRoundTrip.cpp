@@ -18,10 +18,10 @@
 // (an f32 division); each element x * s, clamped to +-max (NaN stays NaN),
 // converted by the hardware (cvt.rn.satfinite: nearest even, buildEncode's
 // rule; a quantize stores a NaN as the format's NaN with the sign of the
-// input's bits, as buildEncode does); the round trip's value is the exact f8 -> f16 conversion times
-// 1 / s in f32, rounded once to the result type. Bit-identical
-// (test/Integration/GPU/fp8block.mlir checks it on the GPU, special values
-// included).
+// input's bits, as buildEncode does); the round trip's value is the exact f8 ->
+// f16 conversion times 1 / s in f32, rounded once to the result type.
+// Bit-identical (test/Integration/GPU/fp8block.mlir checks it on the GPU,
+// special values included).
 //
 // Work: a CTA of 256 threads takes a region of RR rows x W columns of one
 // matrix; thread t holds the 4 consecutive columns 4 (t % L) of the rows

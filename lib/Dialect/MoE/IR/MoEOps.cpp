@@ -197,14 +197,10 @@ static std::optional<int64_t> computeMinRows(DispatchOp op) {
   std::optional<int64_t> copies = llvm::checkedMul(idx[0], idx[1]);
   if (!copies)
     return std::nullopt;
-  // Dropless: T*k + E*(m-1), rounded down to a multiple of m.
-  std::optional<int64_t> padding = llvm::checkedMul(e, m - 1);
-  if (!padding)
+  std::optional<int64_t> droplessOr = DispatchOp::droplessRows(*copies, e, m);
+  if (!droplessOr)
     return std::nullopt;
-  std::optional<int64_t> sum = llvm::checkedAdd(*copies, *padding);
-  if (!sum)
-    return std::nullopt;
-  int64_t dropless = *sum / m * m;
+  int64_t dropless = *droplessOr;
   int64_t cap = op.getCapacity();
   if (cap < 0)
     return dropless;
@@ -214,6 +210,16 @@ static std::optional<int64_t> computeMinRows(DispatchOp op) {
   if (!capped)
     return dropless;
   return std::min(dropless, *capped);
+}
+
+std::optional<int64_t> DispatchOp::droplessRows(int64_t copies, int64_t experts,
+                                                int64_t padTo) {
+  std::optional<int64_t> padding = llvm::checkedMul(experts, padTo - 1);
+  std::optional<int64_t> sum =
+      padding ? llvm::checkedAdd(copies, *padding) : std::nullopt;
+  if (!sum)
+    return std::nullopt;
+  return *sum / padTo * padTo;
 }
 
 int64_t DispatchOp::getMinRows() {

@@ -402,7 +402,8 @@ struct MoEExpertParallelPass
     if (int64_t cap = d.getCapacity(); cap >= 0)
       rows0 = std::min(rows0, experts * cap);
     int64_t recvRows = epSize * rows0;
-    int64_t rows2 = roundUp((recvRows + local * (pad - 1)) / pad * pad, 32);
+    int64_t rows2 =
+        roundUp(DispatchOp::droplessRows(recvRows, local, pad).value_or(0), 32);
     auto counts = RankedTensorType::get({experts}, i32);
 
     // The expert weights: this rank's shards.

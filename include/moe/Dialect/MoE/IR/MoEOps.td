@@ -158,6 +158,13 @@ def MoE_DispatchOp : MoE_Op<"dispatch", [Pure]> {
     int64_t getCapacity();
     /// The smallest row count `sorted` must have.
     int64_t getMinRows();
+    /// The dropless worst case of `copies` token copies over `experts`
+    /// groups each padded to a multiple of `padTo`: `copies + experts *
+    /// (padTo - 1)` rounded down to a multiple of `padTo`; nullopt when it
+    /// does not fit in int64_t.
+    static std::optional<int64_t> droplessRows(int64_t copies,
+                                               int64_t experts,
+                                               int64_t padTo);
   }];
   let hasVerifier = 1;
 }
