@@ -21,7 +21,10 @@ them for sm_90a, once as they are and once with --mxfp8-fp8-mma):
   reduced precision, so it is not exact);
 - blockwise FP8 (E4M3, power-of-two f32 scales per 1 x 128 of x and per
   128 x 128 of w): dequantized to bf16 (exact) for the bf16 kernel, and with
-  fp8-mma on FP8 wgmma promoted every 128 of K.
+  fp8-mma on FP8 wgmma promoted every 128 of K (the TMA kernel; its time
+  includes the transpose of w's elements to the K-major layout FP8 wgmma
+  reads, and the row "w K-major" gives w in that layout already, as the data
+  gradient does).
 Peers: torch._grouped_mm (bf16 result, and f32 where torch offers
 out_dtype), torch._scaled_grouped_mm with FP8 rowwise scales (bf16 result).
 The FP8 peer's operands are quantized before timing; ours are MX already.
@@ -70,6 +73,17 @@ func.func @{name}_fp8block(%xd: {xd}, %xs: {bs}, %wd: {wd}, %ws: {bws}, %off: {o
   %x = moe.mx_pack %xd, %xs : {xd}, {bs} -> {xb}
   %w = moe.mx_pack %wd, %ws : {wd}, {bws} -> {wb}
   %y = moe.grouped_matmul %x, %w, %off : {xb}, {wb}, {off} -> {y}
+  return %y : {y}
+}}""")
+        # The same with the weights K-major ([E, N, K], transpose_rhs), as
+        # FP8 wgmma reads them: the GEMM without the forward's transpose.
+        wtd, wts = f"tensor<{E}x{n}x{k}xf8E4M3FN>", f"tensor<{E}x{n // 128}x{k // 128}xf32>"
+        wtb = f"!moe.fp8block<{E}x{n}x{k}xf8E4M3FN, block = [1, 128, 128], pow2>"
+        out.append(f"""
+func.func @{name}_fp8block_kmajor(%xd: {xd}, %xs: {bs}, %wd: {wtd}, %ws: {wts}, %off: {off}) -> {y} {{
+  %x = moe.mx_pack %xd, %xs : {xd}, {bs} -> {xb}
+  %w = moe.mx_pack %wd, %ws : {wtd}, {wts} -> {wtb}
+  %y = moe.grouped_matmul %x, %w, %off transpose_rhs : {xb}, {wtb}, {off} -> {y}
   return %y : {y}
 }}""")
     return "\n".join(out) + "\n"
@@ -228,6 +242,11 @@ def run(art_dir, token_counts):
                 if ours_fp8 is not None:
                     row("moe-mlir blockwise FP8 fp8-mma",
                         lambda: getattr(ours_fp8, f"{name}_fp8block")(*fb), ref)
+                    fbt = (xd, xs, wd.transpose(-2, -1).contiguous(),
+                           ws.transpose(-2, -1).contiguous(), off0)
+                    row("moe-mlir blockwise FP8 fp8-mma, w K-major",
+                        lambda: getattr(ours_fp8, f"{name}_fp8block_kmajor")(*fbt), ref)
+                    fbt = None
                 fb = None
                 routing = "skewed" if skew else "balanced"
                 for label, ms, tf, d in results:

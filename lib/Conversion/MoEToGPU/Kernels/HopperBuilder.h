@@ -21,6 +21,7 @@ constexpr int64_t TileM = 128; // rows per CTA: two m64 MMAs
 constexpr int64_t TileN = 128; // columns per CTA = MMA N
 constexpr int64_t TileK = 64;  // K per stage
 constexpr int64_t MmaM = 64, MmaK = 16;
+constexpr int64_t F8MmaK = 32;        // K of one FP8 (E4M3 / E5M2) wgmma
 constexpr int64_t Stages = 3;         // shared-memory ring (2 CTAs an SM)
 constexpr int64_t Ahead = Stages - 1; // stages loaded ahead
 // MMA groups left in flight at the end of an iteration: the buffer refilled
@@ -122,6 +123,32 @@ struct HopperBuilder : KernelBuilder {
                                               : NVVM::WGMMAScaleOut::zero),
         scaleIn, scaleIn, NVVM::MMALayoutAttr::get(ctx, layoutA),
         NVVM::MMALayoutAttr::get(ctx, layoutB),
+        /*satfinite=*/NVVM::MMAIntOverflowAttr());
+  }
+  /// The m64nNk32 FP8 MMA (`aElt`, `bElt`: E4M3 or E5M2) on K-major
+  /// shared-memory descriptors `aDesc`, `bDesc` (the only layout FP8 wgmma
+  /// reads: A `row`, B `col`), accumulating into `d` or, without
+  /// `accumulate`, overwriting it.
+  Value f8Mma(Value d, Value aDesc, Value bDesc, Type aElt, Type bElt,
+              bool accumulate) {
+    MLIRContext *ctx = b.getContext();
+    int64_t n = 2 * int64_t(accType.getBody().size());
+    auto type = [&](Type t) {
+      return NVVM::WGMMATypesAttr::get(ctx, isa<Float8E5M2Type>(t)
+                                                ? NVVM::WGMMATypes::e5m2
+                                                : NVVM::WGMMATypes::e4m3);
+    };
+    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+    return NVVM::WgmmaMmaAsyncOp::create(
+        b, loc, accType, d, aDesc, bDesc,
+        NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, n, hopper::F8MmaK),
+        type(aElt), type(bElt),
+        NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
+        NVVM::WGMMAScaleOutAttr::get(ctx, accumulate
+                                              ? NVVM::WGMMAScaleOut::one
+                                              : NVVM::WGMMAScaleOut::zero),
+        scaleIn, scaleIn, NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
+        NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col),
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }
   /// The bf16 MMA main loop over `nk` (index) stages of 64 reduction

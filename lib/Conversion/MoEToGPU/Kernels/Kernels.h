@@ -6,10 +6,12 @@
 //
 //   Tcgen05BlockScaledGemm.cpp  Blackwell: MXFP8 grouped GEMM on tcgen05
 //   WgmmaGemm.cpp               Hopper: bf16 grouped GEMM, cp.async + wgmma
-//   TmaGemmMainloop.cpp         Hopper: bf16 grouped GEMM, TMA + warp-
-//   TmaGemmEpilogues.cpp          specialized wgmma (mainloop; epilogues)
+//   TmaGemmMainloop.cpp         Hopper: bf16 and blockwise FP8 grouped
+//   TmaGemmEpilogues.cpp          GEMMs, TMA + warp-specialized wgmma
+//                                 (mainloop; epilogues)
 //   WgmmaWgrad.cpp              Hopper: grouped weight gradients
 //   WgmmaFp8Gemm.cpp            Hopper: MXFP8 grouped GEMM on FP8 wgmma
+//   ByteTranspose.cpp           8-bit transposes (K-major FP8 operands)
 //   FlashAttention.cpp          Hopper: flash attention forward, dQ, dK/dV
 //   CrossEntropy.cpp            cross-entropy over the vocabulary, a CTA a row
 //   SimtMatmul.cpp              f32 dense matmul on CUDA cores
@@ -233,13 +235,26 @@ struct TmaGemm {
   /// accumulators) instead of f32: a weight gradient whose every user
   /// rounds it to bf16.
   bool outBf16 = false;
-  /// The arguments: lhs (elements, scales with lhsF8), rhs, offsets[, h].
-  unsigned rhsArg() const { return lhsF8 ? 2 : 1; }
-  unsigned offsetsArg() const { return rhsArg() + 1; }
-  /// Column tiles of 256 (tma::TileN) covering N, the last one partial when
-  /// N % 256: it stores nothing past N (and, with the forward SwiGLU
+  /// Blockwise FP8 operands (forward or data gradient, no epilogue): the
+  /// lhs's and rhs's element types (E4M3 or E5M2), their f32 scales per
+  /// 1 x 128 lhs tile and 128 x 128 rhs tile; FP8 wgmma with the partial
+  /// sums promoted to f32 every 128 of K (see "Blockwise FP8" in
+  /// TmaGemmMainloop.cpp). The rhs data argument is K-major, [E, N, K]:
+  /// the transposed rhs itself, or the untransposed rhs's elements
+  /// transposed before the call; its scales are the operand's own.
+  /// Null for other GEMMs.
+  Type blockLhs{}, blockRhs{};
+  /// The arguments: lhs (elements, scales with lhsF8 or blockwise), rhs
+  /// (elements, scales when blockwise), offsets[, h].
+  unsigned rhsArg() const { return lhsF8 || blockLhs ? 2 : 1; }
+  unsigned offsetsArg() const { return rhsArg() + (blockLhs ? 2 : 1); }
+  /// Columns of an output tile: 256, or 128 for blockwise FP8 (whose
+  /// consumers hold a partial sum beside the accumulators).
+  int64_t tileN() const { return blockLhs ? 128 : 256; }
+  /// Column tiles of tileN() covering N, the last one partial when N %
+  /// tileN(): it stores nothing past N (and, with the forward SwiGLU
   /// epilogue, whose tiles hold 128 outputs, nothing past F = N / 2).
-  int64_t columnTiles() const { return (n + 255) / 256; }
+  int64_t columnTiles() const { return (n + tileN() - 1) / tileN(); }
 };
 
 /// Whether the kernel stores its f32 result [rows, N] through the copy engine
@@ -306,8 +321,26 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 bool fitsFp8Wgmma(GroupedMatmulOp op);
 
 /// `op` as a call of the FP8 wgmma kernel if it handles the shape; returns
-/// whether it did.
+/// whether it did. Blockwise FP8 GEMMs take the TMA kernel
+/// (lowerBlockwiseTmaGemm).
 bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
+
+/// Replaces `op`, a grouped GEMM of blockwise FP8 operands (1 x 128 lhs
+/// tiles, 128 x 128 rhs tiles, K and N multiples of 128, static shapes,
+/// f32 result), by the TMA kernel on FP8 wgmma (TmaGemm::blockLhs); an
+/// untransposed rhs's elements are transposed first (transposeBytes).
+void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
+                           SymbolTable &symbols);
+
+/// Whether transposeBytes takes an array of `type`: 8-bit [P, A, B], static,
+/// A and B multiples of 64.
+bool transposesBytes(RankedTensorType type);
+
+/// `data` (8-bit [P, A, B], transposesBytes) with its last two dimensions
+/// swapped, [P, B, A]: a call of the transpose kernel (ByteTranspose.cpp)
+/// at `b`'s insertion point.
+Value transposeBytes(OpBuilder &b, Location loc, Value data, ModuleOp module,
+                     SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // Hopper (sm_90a): flash attention, forward and backward, on wgmma

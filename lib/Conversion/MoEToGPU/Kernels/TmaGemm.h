@@ -89,10 +89,15 @@ static_assert(SmemBytes + ColAmaxBytes <= 232448,
               "TMA kernel: shared memory (columnwise epilogue)");
 } // namespace tma
 
-/// Stages of 64 along K; the last one is partial when K % 64 (the copy
-/// engine reads zeros past K).
+/// K values a stage: 64 (a 128-byte swizzle row of bf16), or 128 with
+/// blockwise FP8 operands (a row of 8-bit elements: one scale tile).
+inline int64_t stageK(const TmaGemm &g) {
+  return g.blockLhs ? 2 * tma::TileK : tma::TileK;
+}
+/// Stages along K; the last one is partial when K % stageK (the copy engine
+/// reads zeros past K).
 inline int64_t kStages(const TmaGemm &g) {
-  return (g.k + tma::TileK - 1) / tma::TileK;
+  return (g.k + stageK(g) - 1) / stageK(g);
 }
 /// A weight gradient's row tiles of 128 along K (the last one partial when
 /// K % 128).
@@ -122,7 +127,8 @@ inline bool outPlanes(const TmaGemm &g) { return g.wgrad && g.k % tma::TileM; }
 /// expert (its average group) by N.
 inline int64_t rasterRows(const TmaGemm &g) {
   int64_t depth = g.wgrad ? g.rows / g.experts : g.k;
-  return g.columnTiles() * tma::TileN * depth * 2 > tma::RasterBytes
+  int64_t bytes = g.blockLhs ? 1 : 2;
+  return g.columnTiles() * g.tileN() * depth * bytes > tma::RasterBytes
              ? tma::RasterRows
              : 1;
 }
@@ -145,9 +151,10 @@ struct TmaEpilogue : HopperBuilder {
   // computed), and the backward's h argument; `out` is then the MX-rounded
   // result.
   Value outH{}, outF32{}, outCol{}, inH{};
-  // The 8-bit lhs's scales (TmaGemm::lhsF8), the forward epilogue's MX
-  // scales (SwigluEpilogue::mx; `out` holds the elements); else null.
-  Value scalesA{}, outScales{};
+  // The 8-bit lhs's scales (TmaGemm::lhsF8, or blockwise with the rhs's,
+  // scalesB), the forward epilogue's MX scales (SwigluEpilogue::mx; `out`
+  // holds the elements); else null.
+  Value scalesA{}, scalesB{}, outScales{};
   // The tensor map (boxes of 64 rows x 32 columns) of the f32 result the
   // copy engine stores (see stagesF32); null if none.
   Value mapOut{};

@@ -38,12 +38,12 @@ void TmaEpilogue::storeBoxes(Value acc, Value map, Value outRow, Value plane,
   };
   Value staging = add(idx(StagingAt), mul(c, idx(2 * BoxBytes)));
   const int64_t columns = boxColumns(g);
-  for (int64_t q = 0; q < TileN / columns; ++q) {
+  for (int64_t q = 0; q < g.tileN() / columns; ++q) {
     // Boxes past N (a last tile's second half, N % 256 == 128) are skipped
     // whole, by the warpgroup alike: written to the staging buffer, one
     // would overwrite the box two before it while its store still reads it
     // (no store of its own to wait for in between).
-    if (g.n % TileN == 0)
+    if (g.n % g.tileN() == 0)
       storeBox(acc, map, outRow, plane, column, c, warp, lane, q, leader, sync,
                add(staging, idx((q % 2) * BoxBytes)));
     else
@@ -64,7 +64,7 @@ void TmaEpilogue::storeBox(Value acc, Value map, Value outRow, Value plane,
     // When a partial last column tile stores an odd number of boxes, the
     // previous tile's last box may be in this buffer: a tile's first box
     // then waits for every store.
-    int64_t lastBoxes = (g.n % TileN + columns - 1) / columns;
+    int64_t lastBoxes = (g.n % g.tileN() + columns - 1) / columns;
     int64_t pending = q == 0 && lastBoxes % 2 ? 0 : 1;
     ifThen(leader, [&] {
       NVVM::CpAsyncBulkWaitGroupOp::create(b, loc, pending,

@@ -66,6 +66,24 @@
 // `full` (then 97 arrivals: theirs and the producer's expect-tx of the B
 // bytes). The consumers are unchanged.
 //
+// Blockwise FP8 (TmaGemm::blockLhs, `moe_tma_fp8block_gmm_*`): DeepSeek-V3's
+// recipe on the FP8 tensor cores. Operands: lhs elements [R, K] (E4M3 or
+// E5M2) with f32 scales [R, K / 128] (1 x 128 tiles), rhs elements K-major
+// [E, N, K] with f32 scales per 128 x 128 tile ([E, N/128, K/128] for a
+// transposed rhs, [E, K/128, N/128] for an untransposed one, whose elements
+// the caller transposed: FP8 wgmma reads K-major operands only); K and N
+// multiples of 128. Tiles of 128 x 128 (a consumer's m64n128 partial and
+// accumulators, 64 + 64 registers a thread, fit beside each other), stages
+// of 128 K values: one 128-byte swizzle row of both operands, so the ring,
+// the boxes (128 x 128 bytes, the copy engine's 128-byte swizzle) and the
+// descriptors (32 bytes along K a wgmma) are the bf16 kernel's, with the
+// B tile in the first 16 KiB of its slot. Each stage's four m64n128k32
+// wgmmas sum into a fresh partial, promoted into the f32 accumulators with
+// the two scales once complete (blockwiseMainloop): acc = fma(P, sa * sb,
+// acc). The tensor core sums a partial's 128 products in its own
+// accumulator, narrower than f32 (about 14 bits, DeepSeek-V3's measurement
+// on H800): the bound is stated in test/Integration/GPU/fp8block.mlir.
+//
 // Rows outside [offsets[0], offsets[E]) (clamped) are zeroed first by all
 // threads (up to offsets[E] only in the `_live` variant). Offsets are a
 // dispatch's: nondecreasing; rows where decreasing offsets make groups
@@ -191,7 +209,7 @@ struct TmaGemmEmitter : TmaEpilogue {
                  lo,
                  hi,
                  add(lo, mul(rowTile, idx(TileM))),
-                 mul(colTile, idx(TileN)),
+                 mul(colTile, idx(g.tileN())),
                  idx(kStages(g))};
           Value count = body(t, args[3]);
           scf::YieldOp::create(b, loc,
@@ -206,12 +224,16 @@ struct TmaGemmEmitter : TmaEpilogue {
         Value s = rem(it, Stages);
         wait(emptyBarrier(s), rem(add(div(it, Stages), idx(1)), 2));
         Value full = fullBarrier(s);
+        // Blockwise FP8: A 128 x 128 and B 128 x 128 elements of a byte.
+        int64_t bytes = g.blockLhs ? TileABytes + g.tileN() * stageK(g)
+                        : g.lhsF8  ? TileBBytes
+                                   : StageBytes;
         NVVM::MBarrierArriveExpectTxOp::create(
-            b, loc, Type(), full, int32(g.lhsF8 ? TileBBytes : StageBytes),
-            NVVM::MemScopeKind::CTA, /*relaxed=*/false, Value());
+            b, loc, Type(), full, int32(bytes), NVVM::MemScopeKind::CTA,
+            /*relaxed=*/false, Value());
         Value stage = mul(s, idx(StageBytes));
         Value bTile = add(stage, idx(TileABytes));
-        Value k0 = mul(kt, idx(TileK));
+        Value k0 = mul(kt, idx(stageK(g)));
         if (g.wgrad) {
           // Rows lo + 64 kt .. + 64 of lhs [R, K] (columns m0 .. + 128, two
           // 64-column blocks) and rhs [R, N] (columns n0 .. + 256, four).
@@ -235,8 +257,8 @@ struct TmaGemmEmitter : TmaEpilogue {
         } else {
           tmaLoad(sharedPtrAt(stage), mapA, k0, t.m0, full);
         }
-        if (g.rhsTransposed) {
-          // [E * N, K]: rows e * N + n0 .. + 256.
+        if (g.rhsTransposed || g.blockLhs) {
+          // [E * N, K]: rows e * N + n0 .. + 256 (blockwise: + 128).
           tmaLoad(sharedPtrAt(bTile), mapB, k0, add(mul(t.e, idx(g.n)), t.n0),
                   full);
         } else {
@@ -400,69 +422,150 @@ struct TmaGemmEmitter : TmaEpilogue {
                             NVVM::BarrierReductionAttr(), Value());
   }
 
-  void consumer(Value grid, Value c) {
-    Value local = rem(tid, 128);
-    Value warp = div(local, 32), lane = rem(local, 32);
-    Value outBase = baseAddress(out);
+  /// The bf16 MMAs of tile `t` by consumer `c`, from running stage count
+  /// `g0`: its 64 x 256 accumulators.
+  Value bf16Mainloop(const Tile &t, Value g0, Value c) {
     // A: K-major (forward) or MN-major (weight gradient: the lhs's rows run
     // along the contraction); B: MN-major, or K-major for a transposed rhs.
     auto layoutA = g.wgrad ? NVVM::MMALayout::col : NVVM::MMALayout::row;
     auto layoutB =
         g.rhsTransposed ? NVVM::MMALayout::col : NVVM::MMALayout::row;
-    tileLoop(grid, [&](const Tile &t, Value g0) {
-      Value zero = LLVM::ZeroOp::create(b, loc, accType);
-      SmallVector<Value> acc =
-          forLoop(0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
-            Value it = add(g0, kt);
-            Value s = rem(it, Stages);
-            wait(fullBarrier(s), rem(div(it, Stages), 2));
-            Value stage = mul(s, idx(StageBytes));
-            if (g.wgrad) {
-              Value valid = arith::SubIOp::create(
-                  b, loc, t.hi, add(t.lo, mul(kt, idx(TileK))));
-              ifThen(cmp(P::slt, valid, idx(TileK)),
-                     [&] { zeroStageTail(stage, valid, c); });
-            }
-            Value slotUnits = toI64(div(stage, 16));
-            // This warpgroup's 64 rows of A: the second 64 (K-major) rows
-            // or the second 64-column block (MN-major), 8 KiB further.
-            Value aUnits = toI64(mul(c, idx(8192 >> 4)));
-            Value d = carried[0];
-            NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            for (int64_t j = 0; j < TileK / hopper::MmaK; ++j) {
-              int64_t aAt = g.wgrad ? 2048 * j : 32 * j;
-              Value aDesc = arith::AddIOp::create(
-                  b, loc, descriptor(slotUnits, aAt), aUnits);
-              int64_t bAt = TileABytes + (g.rhsTransposed ? 32 * j : 2048 * j);
-              d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt), layoutA,
-                          layoutB);
-            }
-            NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-            NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
-            // The previous stage's MMAs are complete: hand it back.
-            ifThen(cmp(P::ugt, kt, idx(0)), [&] {
-              NVVM::MBarrierArriveOp::create(
-                  b, loc, Type(),
-                  emptyBarrier(rem(add(it, idx(Stages - 1)), Stages)), Value());
-            });
-            return SmallVector<Value>{d};
+    Value zero = LLVM::ZeroOp::create(b, loc, accType);
+    SmallVector<Value> acc =
+        forLoop(0, t.stages, {zero}, [&](Value kt, ValueRange carried) {
+          Value it = add(g0, kt);
+          Value s = rem(it, Stages);
+          wait(fullBarrier(s), rem(div(it, Stages), 2));
+          Value stage = mul(s, idx(StageBytes));
+          if (g.wgrad) {
+            Value valid = arith::SubIOp::create(b, loc, t.hi,
+                                                add(t.lo, mul(kt, idx(TileK))));
+            ifThen(cmp(P::slt, valid, idx(TileK)),
+                   [&] { zeroStageTail(stage, valid, c); });
+          }
+          Value slotUnits = toI64(div(stage, 16));
+          // This warpgroup's 64 rows of A: the second 64 (K-major) rows
+          // or the second 64-column block (MN-major), 8 KiB further.
+          Value aUnits = toI64(mul(c, idx(8192 >> 4)));
+          Value d = carried[0];
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          for (int64_t j = 0; j < TileK / hopper::MmaK; ++j) {
+            int64_t aAt = g.wgrad ? 2048 * j : 32 * j;
+            Value aDesc = arith::AddIOp::create(
+                b, loc, descriptor(slotUnits, aAt), aUnits);
+            int64_t bAt = TileABytes + (g.rhsTransposed ? 32 * j : 2048 * j);
+            d = bf16Mma(d, aDesc, descriptor(slotUnits, bAt), layoutA, layoutB);
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
+          // The previous stage's MMAs are complete: hand it back.
+          ifThen(cmp(P::ugt, kt, idx(0)), [&] {
+            NVVM::MBarrierArriveOp::create(
+                b, loc, Type(),
+                emptyBarrier(rem(add(it, idx(Stages - 1)), Stages)), Value());
           });
-      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-      ifThen(cmp(P::ugt, t.stages, idx(0)), [&] {
-        Value last = add(g0, add(t.stages, idx(-1)));
-        NVVM::MBarrierArriveOp::create(
-            b, loc, Type(), emptyBarrier(rem(last, Stages)), Value());
-      });
+          return SmallVector<Value>{d};
+        });
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    ifThen(cmp(P::ugt, t.stages, idx(0)), [&] {
+      Value last = add(g0, add(t.stages, idx(-1)));
+      NVVM::MBarrierArriveOp::create(b, loc, Type(),
+                                     emptyBarrier(rem(last, Stages)), Value());
+    });
+    return acc[0];
+  }
 
+  /// Blockwise FP8 (TmaGemm::blockLhs): the MMAs of tile `t` by consumer
+  /// `c` (rows from `row`, this thread's first), from running stage count
+  /// `g0`: its 64 x 128 accumulators. Per stage, the four m64n128k32 FP8
+  /// wgmmas of its 64 rows sum the stage's 128 K values into a fresh
+  /// partial P (scale-d 0, then 1); once they are complete the stage goes
+  /// back to the producer and P is promoted, acc = fma(P, sa(row) * sb,
+  /// acc), sa the row's lhs scale of the stage and sb the tile's rhs scale.
+  /// The scales of the next stage are loaded (from global memory, L2) while
+  /// this one's MMAs run. While one consumer promotes, the other's MMAs
+  /// keep the tensor cores busy.
+  Value blockwiseMainloop(const Tile &t, Value g0, Value c, Value row) {
+    int64_t kBlocks = g.k / stageK(g), nBlocks = g.n / g.tileN();
+    Value saBase = baseAddress(scalesA), sbBase = baseAddress(scalesB);
+    Value nTile = div(t.n0, g.tileN());
+    auto loadF32 = [&](Value base, Value at) {
+      return LLVM::LoadOp::create(b, loc, b.getF32Type(),
+                                  globalPtr(base, mul(at, idx(4))),
+                                  /*alignment=*/4)
+          .getResult();
+    };
+    // sa(row) * sb of this thread's rows `row` and `row` + 8 (clamped to
+    // the last row: rows past R are stored nowhere) in stage kt.
+    auto loadScales = [&](Value kt) -> SmallVector<Value> {
+      Value sbAt =
+          g.rhsTransposed
+              ? add(mul(add(mul(t.e, idx(nBlocks)), nTile), idx(kBlocks)), kt)
+              : add(mul(add(mul(t.e, idx(kBlocks)), kt), idx(nBlocks)), nTile);
+      Value sb = loadF32(sbBase, sbAt);
+      SmallVector<Value> scales;
+      for (int64_t h = 0; h < 2; ++h) {
+        Value r = minS(add(row, idx(8 * h)), idx(g.rows - 1));
+        Value sa = loadF32(saBase, add(mul(r, idx(kBlocks)), kt));
+        scales.push_back(arith::MulFOp::create(b, loc, sa, sb));
+      }
+      return scales;
+    };
+    SmallVector<Value> init = {LLVM::ZeroOp::create(b, loc, accType)};
+    llvm::append_range(init, loadScales(idx(0)));
+    SmallVector<Value> acc =
+        forLoop(0, t.stages, init, [&](Value kt, ValueRange carried) {
+          Value it = add(g0, kt);
+          Value s = rem(it, Stages);
+          SmallVector<Value> next =
+              loadScales(minS(add(kt, idx(1)), idx(kBlocks - 1)));
+          wait(fullBarrier(s), rem(div(it, Stages), 2));
+          Value slotUnits = toI64(div(mul(s, idx(StageBytes)), 16));
+          // This warpgroup's 64 rows of A, 8 KiB further for the second.
+          Value aUnits = toI64(mul(c, idx(8192 >> 4)));
+          Value part = LLVM::UndefOp::create(b, loc, accType);
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          for (int64_t j = 0; j < stageK(g) / hopper::F8MmaK; ++j) {
+            Value aDesc = arith::AddIOp::create(
+                b, loc, descriptor(slotUnits, 32 * j), aUnits);
+            part =
+                f8Mma(part, aDesc, descriptor(slotUnits, TileABytes + 32 * j),
+                      g.blockLhs, g.blockRhs, /*accumulate=*/j > 0);
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+          NVVM::MBarrierArriveOp::create(b, loc, Type(), emptyBarrier(s),
+                                         Value());
+          // Register 4 j + 2 h + cc is row `row` + 8 h.
+          Value x = carried[0];
+          for (int64_t i = 0; i < g.tileN() / 2; ++i) {
+            Value r = LLVM::FMAOp::create(
+                b, loc, accAt(part, i), carried[1 + (i / 2) % 2], accAt(x, i));
+            x = LLVM::InsertValueOp::create(b, loc, x, r, i);
+          }
+          SmallVector<Value> results = {x};
+          llvm::append_range(results, next);
+          return results;
+        });
+    return acc[0];
+  }
+
+  void consumer(Value grid, Value c) {
+    Value local = rem(tid, 128);
+    Value warp = div(local, 32), lane = rem(local, 32);
+    Value outBase = baseAddress(out);
+    tileLoop(grid, [&](const Tile &t, Value g0) {
       // Register 4 j + 2 h + c of the m64n256 accumulator: row 16 w + l/4
       // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
       Value rowBase = add(add(t.m0, mul(c, idx(hopper::MmaM))),
                           add(mul(warp, idx(16)), div(lane, 4)));
+      Value acc = g.blockLhs ? blockwiseMainloop(t, g0, c, rowBase)
+                             : bf16Mainloop(t, g0, c);
       if (g.swiglu) {
         if (g.swiglu->grad)
-          storeSwigluGrad(t, acc[0], rowBase, c, warp, lane);
+          storeSwigluGrad(t, acc, rowBase, c, warp, lane);
         else
-          storeSwiglu(t, acc[0], rowBase, c, warp, lane);
+          storeSwiglu(t, acc, rowBase, c, warp, lane);
         return add(g0, t.stages);
       }
       // Whole 64-row halves (every half of a weight gradient) go through
@@ -472,7 +575,7 @@ struct TmaGemmEmitter : TmaEpilogue {
       auto boxes = [&] {
         // (A 3-D map, outPlanes: rows of plane e, none past K.)
         storeBoxes(
-            acc[0], mapOut,
+            acc, mapOut,
             g.wgrad && !outPlanes(g) ? add(mul(t.e, idx(g.k)), first) : first,
             outPlanes(g) ? t.e : Value(),
             [&](int64_t q) { return add(t.n0, idx(boxColumns(g) * q)); }, c,
@@ -488,14 +591,14 @@ struct TmaGemmEmitter : TmaEpilogue {
           Value row = add(rowBase, idx(8 * h));
           ifThen(cmp(P::slt, row, t.hi), [&] {
             Value rowAt = add(mul(row, idx(g.n)), colBase);
-            for (int64_t j = 0; j < TileN / 8; ++j) {
+            for (int64_t j = 0; j < g.tileN() / 8; ++j) {
               auto store = [&] {
                 storePair(outBase, add(rowAt, idx(8 * j)),
-                          accAt(acc[0], 4 * j + 2 * h),
-                          accAt(acc[0], 4 * j + 2 * h + 1), b.getF32Type());
+                          accAt(acc, 4 * j + 2 * h),
+                          accAt(acc, 4 * j + 2 * h + 1), b.getF32Type());
               };
               // A last tile past N (N % 256 == 128) stores its first half.
-              if (g.n % TileN == 0 || j < (g.n % TileN) / 8)
+              if (g.n % g.tileN() == 0 || j < (g.n % g.tileN()) / 8)
                 store();
               else
                 ifThen(cmp(P::slt, add(t.n0, idx(8 * j)), idx(g.n)), store);
@@ -570,7 +673,8 @@ struct TmaGemmEmitter : TmaEpilogue {
   void emit(gpu::LaunchOp launch) {
     tid = launch.getThreadIds().x;
     Value grid = launch.getGridSize().x;
-    setUp(hopper::LBO, hopper::SBO, /*swizzled=*/true, /*accRegs=*/TileN / 2);
+    setUp(hopper::LBO, hopper::SBO, /*swizzled=*/true,
+          /*accRegs=*/g.tileN() / 2);
     if (!g.wgrad)
       zeroUncovered(grid);
     ifThen(cmp(P::eq, tid, idx(0)), [&] {
@@ -592,14 +696,15 @@ struct TmaGemmEmitter : TmaEpilogue {
         toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
                                        int32(32), gpu::ShuffleMode::IDX)
                     .getShuffleResult());
-    // The SwiGLU epilogue needs more than the 168 registers a thread of 384
-    // gets: the producer warpgroup gives most of its registers to the
-    // consumers; with an 8-bit lhs it keeps enough for the converters.
+    // The SwiGLU epilogue (and blockwise FP8's partial sums beside the
+    // accumulators) need more than the 168 registers a thread of 384 gets:
+    // the producer warpgroup gives most of its registers to the consumers;
+    // with an 8-bit lhs it keeps enough for the converters.
     int64_t producerRegs = g.lhsF8 ? ConverterRegs : ProducerRegs;
     int64_t consumerRegs = g.lhsF8 ? ConverterConsumerRegs : SwigluConsumerRegs;
     auto setMaxRegisters = [&](int64_t count,
                                NVVM::SetMaxRegisterAction action) {
-      if (g.swiglu || g.lhsF8)
+      if (g.swiglu || g.lhsF8 || g.blockLhs)
         NVVM::SetMaxRegisterOp::create(b, loc, count, action);
     };
     ifElseVoid(
@@ -650,7 +755,9 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                        "and MX rounding epilogue"
           : t.lhsF8  ? "cp.async.bulk.tensor + wgmma.mma_async bf16, MX lhs "
                        "dequantized in shared memory"
-                     : "cp.async.bulk.tensor + wgmma.mma_async bf16",
+          : t.blockLhs
+              ? "cp.async.bulk.tensor + wgmma.mma_async f8, promoted every 128"
+              : "cp.async.bulk.tensor + wgmma.mma_async bf16",
           argTypes, resultTypes, loc,
           {std::min(Ctas, tiles), 1, 1, Threads,
            stagesF32(t) ? StoreSmemBytes
@@ -660,8 +767,10 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
             TmaGemmEmitter k{
                 {{{b, loc}}, t, buf[t.offsetsArg()], outs[0], mapA, mapB}};
             k.mapOut = mapOut;
-            if (t.lhsF8)
+            if (t.lhsF8 || t.blockLhs)
               k.scalesA = buf[1];
+            if (t.blockLhs)
+              k.scalesB = buf[3];
             if (t.swiglu) {
               unsigned next = 1;
               if (t.swiglu->mx)
@@ -724,16 +833,22 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
               mapB = map(buf[1], t.n, t.rows, TileK);
               return;
             }
+            Value rhs = buf[t.rhsArg()];
+            if (t.blockLhs) {
+              // 8-bit [R, K] and [E * N, K]: boxes of 128 K values (one
+              // 128-byte swizzle row) x 128 rows.
+              mapA = map(buf[0], t.k, t.rows, TileM, 1, stageK(t));
+              mapB = map(rhs, t.k, t.experts * t.n, t.tileN(), 1, stageK(t));
+              return;
+            }
             mapA = t.lhsF8 ? map(buf[0], t.k, t.rows, TileM, 1, TileK)
                            : map(buf[0], t.k, t.rows, TileM);
-            Value rhs = buf[t.rhsArg()];
             mapB = t.rhsTransposed ? map(rhs, t.k, t.experts * t.n, TileN)
                    : rhsPlanes(t)  ? map3D(rhs, t.n, t.k, t.experts, 64)
                                    : map(rhs, t.n, t.experts * t.k, 64);
           }),
-      t.wgrad   ? SmallVector<unsigned>{0, 1}
-      : t.lhsF8 ? SmallVector<unsigned>{0, 1}
-                : SmallVector<unsigned>{0},
+      t.wgrad || t.lhsF8 || t.blockLhs ? SmallVector<unsigned>{0, 1}
+                                       : SmallVector<unsigned>{0},
       t.offsetsArg());
 }
 
@@ -834,6 +949,48 @@ void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
     dq.erase();
   if (pack->use_empty())
     pack.erase();
+}
+
+void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
+                           SymbolTable &symbols) {
+  auto lhs = cast<FP8BlockTensorType>(op.getLhs().getType());
+  auto rhs = cast<FP8BlockTensorType>(op.getRhs().getType());
+  bool transposed = op.getTransposeRhs();
+  ArrayRef<int64_t> rhsShape = rhs.getShape();
+  TmaGemm t{lhs.getShape()[0],
+            lhs.getShape()[1],
+            rhsShape[transposed ? 1 : 2],
+            rhsShape[0],
+            transposed,
+            /*liveRowsOnly=*/false,
+            /*wgrad=*/false,
+            /*swiglu=*/std::nullopt};
+  t.blockLhs = lhs.getElementType();
+  t.blockRhs = rhs.getElementType();
+  Location loc = op.getLoc();
+  OpBuilder b(op);
+  auto lhsParts = MXUnpackOp::create(b, loc, lhs.getDataType(),
+                                     lhs.getScalesType(), op.getLhs());
+  auto rhsParts = MXUnpackOp::create(b, loc, rhs.getDataType(),
+                                     rhs.getScalesType(), op.getRhs());
+  Value rhsData = rhsParts.getData();
+  if (!transposed)
+    rhsData = transposeBytes(b, loc, rhsData, module, symbols);
+  SmallVector<Value> args = {lhsParts.getData(), lhsParts.getScales(), rhsData,
+                             rhsParts.getScales(), op.getOffsets()};
+  auto offsets = cast<RankedTensorType>(op.getOffsets().getType());
+  std::string name =
+      llvm::formatv("moe_tma_fp8block_gmm_{0}x{1}x{2}_e{3}_{4}_{5}{6}_{7}",
+                    t.rows, t.k, t.n, t.experts, elementName(t.blockLhs),
+                    elementName(t.blockRhs), transposed ? "_rhsT" : "",
+                    elementName(offsets.getElementType()))
+          .str();
+  func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
+      module, symbols, t, name, llvm::to_vector(ValueRange(args).getTypes()),
+      {op.getType()}, loc);
+  auto call = func::CallOp::create(b, loc, kernel, args);
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
 }
 
 } // namespace mlir::moe::kernels

@@ -99,7 +99,7 @@ using namespace mlir::moe;
 namespace mlir::moe::kernels {
 
 namespace fp8wgmma {
-constexpr int64_t MmaK = 32;             // K of one FP8 wgmma
+constexpr int64_t MmaK = hopper::F8MmaK;
 constexpr int64_t BlockwiseTile = 128;   // blockwise FP8 tiles (and stages)
 constexpr int64_t Stages = 4, Ahead = 2; // ring depth, stages ahead
 constexpr int64_t LBO = 128;             // next core matrix along K
@@ -142,10 +142,6 @@ struct WgmmaMxGemm {
                k, n, experts, elementName(lhsElt), elementName(rhsElt),
                rhsTransposed ? "_rhsT" : "", elementName(offsetElt))
         .str();
-  }
-  static NVVM::WGMMATypes type(Type t) {
-    return isa<Float8E5M2Type>(t) ? NVVM::WGMMATypes::e5m2
-                                  : NVVM::WGMMATypes::e4m3;
   }
 };
 
@@ -340,21 +336,6 @@ struct WgmmaMxEmitter : HopperBuilder {
       NVVM::CpAsyncCommitGroupOp::create(b, loc);
     }
     Value zero = LLVM::ZeroOp::create(b, loc, accType);
-    MLIRContext *ctx = b.getContext();
-    auto shape =
-        NVVM::MMAShapeAttr::get(ctx, hopper::MmaM, hopper::TileN, MmaK);
-    auto typeA = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.lhsElt));
-    auto typeB = NVVM::WGMMATypesAttr::get(ctx, WgmmaMxGemm::type(g.rhsElt));
-    auto f32 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-    // A fresh accumulator for every promoted block: the partial to promote
-    // (its first wgmma ignores the input, the others add to it).
-    auto fresh = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
-    auto accumulate =
-        NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-    auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-    // Both operands K-major: A `row`, B `col`.
-    auto rowLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
-    auto colLayout = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
     int64_t slices = g.promoteK() / MmaK;
     SmallVector<Value> acc = forLoop(
         0, idx(nk), {zero, zero},
@@ -387,14 +368,14 @@ struct WgmmaMxEmitter : HopperBuilder {
                 aDesc.push_back(descriptor(
                     slotUnits, hf * (hopper::MmaM / 8) * g.sbo() + kOff));
               }
+              // A fresh accumulator for every promoted block: the partial
+              // to promote (its first wgmma ignores the input, the others
+              // add to it).
               Value part = LLVM::UndefOp::create(b, loc, accType);
               NVVM::WgmmaFenceAlignedOp::create(b, loc);
               for (int64_t sl = 0; sl < slices; ++sl)
-                part = NVVM::WgmmaMmaAsyncOp::create(
-                    b, loc, accType, part, aDesc[sl], bDesc[sl], shape, typeA,
-                    typeB, f32, sl ? accumulate : fresh, scaleIn, scaleIn,
-                    rowLayout, colLayout,
-                    /*satfinite=*/NVVM::MMAIntOverflowAttr());
+                part = f8Mma(part, aDesc[sl], bDesc[sl], g.lhsElt, g.rhsElt,
+                             /*accumulate=*/sl > 0);
               NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
               NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
               // Promotion: acc += (P * sa(row)) * sb(col).
@@ -482,6 +463,10 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,
   std::optional<WgmmaMxGemm> mx = matchWgmmaMxGemm(op);
   if (!mx)
     return false;
+  if (mx->blockwise) {
+    lowerBlockwiseTmaGemm(op, module, symbols);
+    return true;
+  }
   SmallVector<Type> argTypes = mxGemmArgTypes(op);
   func::FuncOp kernel = getOrCreateWgmmaMxFunction(
       module, symbols, *mx, argTypes, op.getType(), op.getLoc());

@@ -1,0 +1,83 @@
+// Blockwise FP8 grouped GEMMs on the TMA kernel's FP8 wgmma form (sm_90a,
+// fp8-mma): 1 x 128 lhs tiles, 128 x 128 rhs tiles, K and N multiples of
+// 128. The forward's rhs elements [E, K, N] are transposed to the K-major
+// [E, N, K] that FP8 wgmma reads; the data gradient's (transpose_rhs) are
+// K-major already. Each stage's four m64n128k32 wgmmas sum into a fresh
+// partial, promoted into the f32 accumulators once complete.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a fp8-mma=true" | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN:   | FileCheck %s --check-prefix=VERIFY
+// VERIFY: ptxas accepted 3 kernel modules for sm_90a
+// RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// PTX-DAG: kernel module moe_transpose8_4x256x384_e4m3_kernel
+// PTX-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
+// PTX-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e5m2_rhsT_i32_kernel
+// PTX: setmaxnreg.inc.sync.aligned.u32{{.*}}232;
+// PTX: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e{{4m3|5m2}}
+// Without fp8-mma the operands are dequantized for the bf16 kernels.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefix=EXACT
+// EXACT-NOT: moe_tma_fp8block
+
+// CHECK-LABEL: func.func @forward
+// CHECK: %[[AD:.*]], %[[AS:.*]] = moe.mx_unpack
+// CHECK: %[[BD:.*]], %[[BS:.*]] = moe.mx_unpack
+// CHECK: %[[BT:.*]] = call @moe_transpose8_4x256x384_e4m3(%[[BD]]) : (tensor<4x256x384xf8E4M3FN>) -> tensor<4x384x256xf8E4M3FN>
+// CHECK: %[[Y:.*]] = call @moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32(%[[AD]], %[[AS]], %[[BT]], %[[BS]], %arg4) : (tensor<300x256xf8E4M3FN>, tensor<300x2xf32>, tensor<4x384x256xf8E4M3FN>, tensor<4x2x3xf32>, tensor<5xi32>) -> tensor<300x384xf32>
+// CHECK-NOT: moe.grouped_matmul
+// CHECK: return %[[Y]]
+func.func @forward(%xd: tensor<300x256xf8E4M3FN>, %xs: tensor<300x2xf32>,
+                   %wd: tensor<4x256x384xf8E4M3FN>, %ws: tensor<4x2x3xf32>,
+                   %o: tensor<5xi32>) -> tensor<300x384xf32> {
+  %x = moe.mx_pack %xd, %xs : tensor<300x256xf8E4M3FN>, tensor<300x2xf32>
+      -> !moe.fp8block<300x256xf8E4M3FN, block = [1, 128]>
+  %w = moe.mx_pack %wd, %ws : tensor<4x256x384xf8E4M3FN>, tensor<4x2x3xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128]>
+  %y = moe.grouped_matmul %x, %w, %o
+      : !moe.fp8block<300x256xf8E4M3FN, block = [1, 128]>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128]>, tensor<5xi32>
+      -> tensor<300x384xf32>
+  return %y : tensor<300x384xf32>
+}
+
+// CHECK-LABEL: func.func @data_gradient
+// CHECK-NOT: moe_transpose8
+// CHECK: call @moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e5m2_rhsT_i32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %arg4) : (tensor<300x384xf8E4M3FN>, tensor<300x3xf32>, tensor<4x256x384xf8E5M2>, tensor<4x2x3xf32>, tensor<5xi32>) -> tensor<300x256xf32>
+func.func @data_gradient(%dyd: tensor<300x384xf8E4M3FN>, %dys: tensor<300x3xf32>,
+                         %wd: tensor<4x256x384xf8E5M2>, %ws: tensor<4x2x3xf32>,
+                         %o: tensor<5xi32>) -> tensor<300x256xf32> {
+  %dy = moe.mx_pack %dyd, %dys : tensor<300x384xf8E4M3FN>, tensor<300x3xf32>
+      -> !moe.fp8block<300x384xf8E4M3FN, block = [1, 128]>
+  %w = moe.mx_pack %wd, %ws : tensor<4x256x384xf8E5M2>, tensor<4x2x3xf32>
+      -> !moe.fp8block<4x256x384xf8E5M2, block = [1, 128, 128]>
+  %dx = moe.grouped_matmul %dy, %w, %o transpose_rhs
+      : !moe.fp8block<300x384xf8E4M3FN, block = [1, 128]>,
+        !moe.fp8block<4x256x384xf8E5M2, block = [1, 128, 128]>, tensor<5xi32>
+      -> tensor<300x256xf32>
+  return %dx : tensor<300x256xf32>
+}
+
+// The transpose: 64 x 64 byte tiles, grid (N / 64, K / 64, E).
+// CHECK-LABEL: func.func private @moe_transpose8_4x256x384_e4m3(
+// CHECK-SAME: moe.dedicated_kernel = "8-bit transpose"
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %c6, {{.*}} = %c4, {{.*}} = %c4{{.*}}) threads({{.*}}) in ({{.*}} = %c256,
+
+// The GEMM: 384 threads (the producer warpgroup, two consumers), the
+// tensor maps of 128 x 128 byte boxes, four wgmmas a stage into a fresh
+// partial, the stage handed back, then the promotion.
+// CHECK-LABEL: func.func private @moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32(
+// CHECK-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async f8, promoted every 128"
+// The f32 result [300, 384] (boxes of 64 rows x 32), lhs [300, 256] and
+// the K-major rhs [4 * 384, 256] (boxes of 128 x 128 bytes).
+// CHECK: call @moertTensorMap2D({{.*}}, %c4_i64, %c384_i64, %c300_i64, %c1536_i64, %c32_i64, %c64_i64)
+// CHECK: call @moertTensorMap2D({{.*}}, %c1_i64, %c256_i64, %c300_i64{{.*}}, %c256_i64{{.*}}, %c128_i64, %c128_i64{{.*}})
+// CHECK: call @moertTensorMap2D({{.*}}, %c1_i64{{.*}}, %c256_i64{{.*}}, %c1536_i64{{.*}}, %c256_i64{{.*}}, %c128_i64{{.*}}, %c128_i64{{.*}})
+// CHECK: gpu.launch
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// CHECK-COUNT-3: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 32>, D[<f32>, <one>]
+// CHECK-NOT: nvvm.wgmma.mma_async
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.mbarrier.arrive
+// CHECK: llvm.intr.fma
