@@ -28,6 +28,7 @@ namespace mlir::moe::kernels {
 namespace {
 
 constexpr int64_t Tile = 64, Threads = 256, RowBytes = Tile + 4;
+constexpr StringLiteral TransposeKind = "8-bit transpose";
 
 struct TransposeEmitter : KernelBuilder {
   int64_t planes, a, bCols;
@@ -87,6 +88,14 @@ struct TransposeEmitter : KernelBuilder {
 
 } // namespace
 
+bool isTransposeBytes(func::CallOp call) {
+  auto callee = call->getParentOfType<ModuleOp>().lookupSymbol<func::FuncOp>(
+      call.getCallee());
+  auto what = callee ? callee->getAttrOfType<StringAttr>("moe.dedicated_kernel")
+                     : StringAttr();
+  return what && what.getValue() == TransposeKind;
+}
+
 bool transposesBytes(RankedTensorType type) {
   if (type.getRank() != 3 || !type.hasStaticShape() ||
       type.getElementTypeBitWidth() != 8)
@@ -107,7 +116,7 @@ Value transposeBytes(OpBuilder &b, Location loc, Value data, ModuleOp module,
                                    s[2], elementName(type.getElementType()))
                          .str();
   func::FuncOp kernel = getOrCreateKernelCall(
-      module, symbols, name, "8-bit transpose", {type}, resultType, loc,
+      module, symbols, name, TransposeKind, {type}, resultType, loc,
       {s[2] / Tile, s[1] / Tile, s[0], Threads, Tile * RowBytes},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf, Value out) {
         TransposeEmitter k{{kb, loc}, s[0], s[1], s[2], buf[0], out};

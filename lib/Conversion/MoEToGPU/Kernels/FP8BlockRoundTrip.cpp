@@ -34,6 +34,11 @@
 // - 128 x 128: W = 128, RR = 128, 16 rows of 4 columns a thread; the amax by
 //   five xor shuffles, then across the warps (each lane reads one warp's,
 //   three more shuffles).
+// A quantize in 128 x 128 tiles (all whole) whose data something transposes
+// (the K-major rhs of a forward FP8 wgmma GEMM, transposeBytes) writes the
+// transposed data too, in place of that transpose: each region's codes go
+// to shared memory by column, and rows of the transposed tile leave in
+// 64-byte runs (storeTransposed).
 // CTAs stride over the regions. Live rows (1 x 128 tiles of a matrix whose
 // rows past the groups' last offset nothing reads, LiveRows.h): only the
 // rows before it are computed.
@@ -57,6 +62,10 @@ constexpr int64_t Warps = Threads / 32;
 static_assert(Warps == 8, "the whole-tile amax reads 8 warps' values");
 /// The tile size the kernel takes along a dim that is tiled.
 constexpr int64_t Tile = 128;
+/// The transposed codes of a region (FP8BlockKernel::transposed): 128 rows
+/// of 132 bytes (4-byte aligned; a warp's byte stores down a column meet
+/// 4-way bank conflicts at most) after the amax slots.
+constexpr int64_t TransposedAt = 128, TransposedRow = Tile + 4;
 
 /// One blockwise FP8 conversion the kernel handles: a round trip (`outElt`
 /// set) or a quantize (`outElt` null: data and scales).
@@ -66,6 +75,10 @@ struct FP8BlockKernel {
   /// The offsets' element type when only the rows before their last entry
   /// are computed; null otherwise.
   Type offsetElt;
+  /// A quantize that also writes its data with the last two dims swapped
+  /// (128 x 128 tiles, whole: the K-major copy FP8 wgmma reads of a
+  /// forward GEMM's rhs, see transposeBytes).
+  bool transposed = false;
 
   bool roundTrip() const { return bool(outElt); }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
@@ -98,6 +111,12 @@ struct FP8BlockKernel {
   bool acrossWarps() const { return tileRows() > 1; }
   /// Amax values a warp hands to the others: one a column (128 x 1) or one.
   int64_t warpSlots() const { return tileCols() == 1 ? width() : 1; }
+  /// Whether the quantize can also write its data transposed: 128 x 128
+  /// tiles, every one whole.
+  bool transposes() const {
+    return !roundTrip() && rank() >= 2 && tileRows() == Tile &&
+           tileCols() == Tile && rows() % Tile == 0 && cols() % Tile == 0;
+  }
 
   std::string name() const {
     std::string dims;
@@ -107,9 +126,10 @@ struct FP8BlockKernel {
         std::to_string(tileRows()) + "x" + std::to_string(tileCols());
     std::string scales = type.getPow2() ? "pow2" : "f32s";
     if (!roundTrip())
-      return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}", dims,
-                           tile, elementName(type.getElementType()), scales,
-                           elementName(inElt))
+      return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}",
+                           dims, tile, elementName(type.getElementType()),
+                           scales, elementName(inElt),
+                           transposed ? "_and_T" : "")
           .str();
     return llvm::formatv(
                "moe_fp8block_round_trip_{0}_t{1}_{2}_{3}_{4}_to_{5}{6}", dims,
@@ -163,8 +183,9 @@ struct FP8BlockEmitter : KernelBuilder {
   const FP8BlockKernel &g;
   int64_t grid;
   Value x, offsets;
-  // The round trip's result, or the quantize's data and scales.
-  Value out, data, scales;
+  // The round trip's result, or the quantize's data and scales (and the
+  // transposed data: FP8BlockKernel::transposed).
+  Value out, data, scales, dataT{};
 
   Type f32() { return b.getF32Type(); }
   Value f32c(float v) {
@@ -173,7 +194,7 @@ struct FP8BlockEmitter : KernelBuilder {
   }
 
   void emit(gpu::LaunchOp launch) {
-    if (g.acrossWarps())
+    if (g.acrossWarps() || g.transposed)
       setUpSharedMemory();
     Value tid = launch.getThreadIds().x;
     Value lane = rem(tid, 32), warp = div(tid, 32);
@@ -206,7 +227,37 @@ struct FP8BlockEmitter : KernelBuilder {
       Value col =
           add(mul(rem(rc, g.colRegions()), idx(g.width())), mul(cl, idx(4)));
       emitRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ys, ds, ss);
+      if (g.transposed)
+        storeTransposed(m, row0,
+                        arith::SubIOp::create(b, loc, col, mul(cl, idx(4))));
     });
+  }
+
+  /// The region's tile (rows row0.., columns col0..) of element codes,
+  /// which emitRegion left transposed in shared memory, as rows of the
+  /// transposed data: thread t writes row col0 + t / 2, its 64 columns from
+  /// row0 + 64 (t % 2) (four 16-byte stores; 16 lanes write 8 rows of 64
+  /// contiguous bytes each). Every tile is whole (FP8BlockKernel::transposes).
+  void storeTransposed(Value m, Value row0, Value col0) {
+    NVVM::Barrier0Op::create(b, loc); // every code is in shared memory
+    Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+    Value n = div(tid, 2), half = rem(tid, 2);
+    Value from = add(idx(TransposedAt),
+                     add(mul(n, idx(TransposedRow)), mul(half, idx(64))));
+    Value rowAt =
+        add(mul(add(mul(m, idx(g.cols())), add(col0, n)), idx(g.rows())),
+            add(row0, mul(half, idx(64))));
+    Value base = baseAddress(dataT);
+    for (int64_t q = 0; q < 4; ++q) {
+      SmallVector<Value> words;
+      for (int64_t w = 0; w < 4; ++w)
+        words.push_back(LLVM::LoadOp::create(
+            b, loc, i32(), sharedPtrAt(add(from, idx(16 * q + 4 * w))),
+            /*alignment=*/4));
+      LLVM::StoreOp::create(b, loc, vectorOf(words),
+                            globalPtr(base, add(rowAt, idx(16 * q))),
+                            /*alignment=*/16);
+    }
   }
 
   /// Thread's values of one region: rows row0 + rg + G r, columns col + c.
@@ -374,8 +425,17 @@ struct FP8BlockEmitter : KernelBuilder {
                              int8(fmt.nanCode));
           Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
                                               values[r][c], values[r][c]);
-          codes.push_back(
-              arith::BitcastOp::create(b, loc, f8, select(isNaN, nan, code)));
+          Value chosen = select(isNaN, nan, code);
+          codes.push_back(arith::BitcastOp::create(b, loc, f8, chosen));
+          // Transposed: column c's code at [column][row] of the region.
+          if (g.transposed) {
+            Value at =
+                add(idx(TransposedAt),
+                    add(mul(rem(add(col, idx(c)), Tile), idx(TransposedRow)),
+                        rem(rowOf[r], Tile)));
+            LLVM::StoreOp::create(b, loc, chosen, sharedPtrAt(at),
+                                  /*alignment=*/1);
+          }
         }
         storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), codes);
       }
@@ -440,6 +500,9 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
                                  Location loc) {
   int64_t grid = std::min(g.regions(), roundtrip::MaxBlocks);
   int64_t smem = g.acrossWarps() ? Warps * g.warpSlots() * 4 : 0;
+  static_assert(Warps * 4 <= TransposedAt, "the amax slots of 128 x 128 tiles");
+  if (g.transposed)
+    smem = TransposedAt + Tile * TransposedRow;
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, g.name(),
       g.roundTrip() ? "fp8block round trip" : "fp8block quantize", argTypes,
@@ -454,6 +517,8 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
                           g.roundTrip() ? outs[0] : Value(),
                           g.roundTrip() ? Value() : outs[0],
                           g.roundTrip() ? Value() : outs[1]};
+        if (g.transposed)
+          k.dataT = outs[2];
         k.emit(launch);
       });
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
@@ -534,9 +599,23 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
       });
   for (auto &[q, g] : quantizes) {
     FP8BlockTensorType type = g.type;
+    // The transposes of its data (a forward GEMM's K-major rhs): written by
+    // this kernel too, when its tiles allow.
+    SmallVector<func::CallOp> transposes;
+    if (g.transposes())
+      for (Operation *user : q->getUsers())
+        if (auto unpack = dyn_cast<MXUnpackOp>(user))
+          for (Operation *reader : unpack.getData().getUsers())
+            if (auto call = dyn_cast<func::CallOp>(reader))
+              if (isTransposeBytes(call))
+                transposes.push_back(call);
+    g.transposed = !transposes.empty();
+    SmallVector<RankedTensorType> results = {type.getDataType(),
+                                             type.getScalesType()};
+    if (g.transposed)
+      results.push_back(cast<RankedTensorType>(transposes[0].getType(0)));
     func::FuncOp kernel = getOrCreateFunction(
-        module, symbols, g, {q.getInput().getType()},
-        {type.getDataType(), type.getScalesType()}, q.getLoc());
+        module, symbols, g, {q.getInput().getType()}, results, q.getLoc());
     OpBuilder b(q);
     auto call =
         func::CallOp::create(b, q.getLoc(), kernel, ValueRange{q.getInput()});
@@ -544,6 +623,10 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
                                    call.getResult(1));
     q.getResult().replaceAllUsesWith(packed.getResult());
     q.erase();
+    for (func::CallOp transpose : transposes) {
+      transpose.getResult(0).replaceAllUsesWith(call.getResult(2));
+      transpose.erase();
+    }
   }
 }
 

@@ -332,6 +332,9 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
 void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
                            SymbolTable &symbols);
 
+/// Whether `call` calls a transpose kernel (transposeBytes).
+bool isTransposeBytes(func::CallOp call);
+
 /// Whether transposeBytes takes an array of `type`: 8-bit [P, A, B], static,
 /// A and B multiples of 64.
 bool transposesBytes(RankedTensorType type);
