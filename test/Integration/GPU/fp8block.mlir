@@ -29,13 +29,15 @@
 //
 // With --mxfp8-fp8-mma, GEMMs in 1 x 128 / 128 x 128 tiles with K and N
 // multiples of 128 (@fp8_mma_gemms) run on the TMA kernel's FP8 wgmma form,
-// promoted to f32 every 128 of K, the forward's rhs elements transposed
-// first (the variant below; scripts/gpu-check.sh checks it against the same
-// CPU build):
+// promoted to f32 every 128 of K, the forward reading the K-major copy of
+// w's elements that w's quantize writes beside them (the variant below;
+// scripts/gpu-check.sh checks it against the same CPU build):
 // GPU-CHECK-VARIANT: fp8mma --mxfp8-fp8-mma
 // RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --verify-ptx --emit-ptx=%t.mma.ptx -o %t.mma.so
 // RUN: FileCheck %s --check-prefix=MMA < %t.mma.ptx
-// MMA-DAG: kernel module moe_transpose8_4x256x384_e4m3_kernel
+// RUN: not grep -q moe_transpose8 %t.mma.ptx
+// MMA-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T_kernel
+// MMA-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
 // MMA-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
 // MMA-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
 // MMA-DAG: kernel module moe_wgmma_mx_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
