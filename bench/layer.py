@@ -137,6 +137,7 @@ def main(art_dir, token_counts):
             from moe_mlir import load, runtime
             names = {"none": "moe-mlir f32", "bf16": "moe-mlir bf16 experts",
                      "mxfp8": "moe-mlir MXFP8 experts",
+                     "fp8-blockwise": "moe-mlir blockwise FP8 experts",
                      "mxfp8-paired": "moe-mlir MXFP8, pairs always",
                      "mxfp8-mx": "moe-mlir MXFP8, 8-bit activations"}
             for recipe in names:

@@ -13,7 +13,8 @@
 # config.json: hidden_size, moe_intermediate_size, num_experts or
 # num_local_experts, num_experts_per_tok); default Qwen3-30B-A3B's,
 # 2048,768,128,8. Ours: f32 and --recipe bf16 always; --recipe mxfp8 (and
-# its variants) where hidden and FFN are multiples of 32, the MX block.
+# its variants) where hidden and FFN are multiples of 32, the MX block;
+# --recipe fp8-blockwise where they are multiples of 128, its tile.
 # The MXFP8 variants (--pair-round-trips=always, --mx-activations=always)
 # too, unless --no-variants. The f32 recipe up to 2048 tokens only.
 # TOKENS default to 2048 8192. Each dims set has its artifacts directory,
@@ -56,8 +57,8 @@ prepare() {
   mkdir -p "$dir"
   for T in "${tokens[@]}"; do
     # f32 experts: groups as routed; MXFP8: each expert's rows padded to 32
-    # (its columnwise MX blocks never mix two experts).
-    for pad in 1 32; do
+    # (its columnwise MX blocks never mix two experts); blockwise FP8: to 128.
+    for pad in 1 32 128; do
       PYTHONPATH="$root/python" "$root/.venv/bin/python" - "$T" "$pad" "$H" "$F" "$E" "$K" \
         >"$dir/layer_${T}_pad$pad.mlir" <<'PY'
 import sys
@@ -72,9 +73,13 @@ PY
     [ "$T" -le 2048 ] && recipes=(none bf16)
     mx=0
     [ $((H % 32)) -eq 0 ] && [ $((F % 32)) -eq 0 ] && mx=1 && recipes+=(mxfp8)
+    [ $((H % 128)) -eq 0 ] && [ $((F % 128)) -eq 0 ] && recipes+=(fp8-blockwise)
     for recipe in "${recipes[@]}"; do
+      # Each expert's rows padded to the recipe's row block (moe-train's
+      # expertRowPadding): 32 for MXFP8, 128 for blockwise FP8.
       pad=1
       [ "$recipe" = mxfp8 ] && pad=32
+      [ "$recipe" = fp8-blockwise ] && pad=128
       echo "compile: layer $T tokens, recipe $recipe, groups padded to $pad (sm_90a)"
       "$root/build/bin/moe-opt" "$dir/layer_${T}_pad$pad.mlir" \
         --moe-train-pipeline="autodiff=true recipe=$recipe" -o "$dir/layer_${T}_$recipe.mlir"

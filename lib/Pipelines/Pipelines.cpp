@@ -155,6 +155,7 @@ void mlir::moe::buildGPUKernelSelection(OpPassManager &pm,
   moe::MoEGPUDedicatedKernelsOptions dedicated;
   dedicated.chip = options.chip;
   dedicated.fp8Mma = options.mxfp8FP8MMA;
+  dedicated.fp8blockExact = options.fp8blockExact;
   dedicated.flashDkvOverlap = options.flashDkvOverlap;
   dedicated.pairRoundTrips = options.pairRoundTrips;
   dedicated.mxActivations = options.mxActivations;

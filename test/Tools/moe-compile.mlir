@@ -45,6 +45,7 @@
 // HELP-DAG: --buffer-report
 // HELP: GPU targets: the GPU pipeline's options
 // HELP-DAG: --mxfp8-fp8-mma
+// HELP-DAG: --fp8block-exact
 // HELP-DAG: --pair-round-trips=<value>
 // HELP-DAG: --mx-activations=<value>
 // HELP-DAG: --block-size=<value>

@@ -380,6 +380,19 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       grid over every expert's tiles; the f32 result (but for the SwiGLU
       epilogues below) leaves through the copy engine, from staging boxes
       in shared memory, while the next tile's MMAs run.
+      Blockwise FP8 operands (`!moe.fp8block`, 1 x 128 lhs tiles, 128 x 128
+      rhs tiles, K and N multiples of 128, f32 result) take the same kernel
+      on FP8 wgmma (`@moe_tma_fp8block_gmm_...`): 128 x 128 tiles, stages
+      of 128 K values whose four m64n128k32 wgmmas sum into a fresh partial,
+      promoted into the f32 accumulators with the row's and the tile's
+      scales (DeepSeek-V3's recipe; about 1.3e-4 relative from the exact
+      result, since the tensor core sums a partial at reduced precision).
+      FP8 wgmma reads K-major operands only: a forward GEMM's rhs elements
+      `[E, K, N]` are transposed (`@moe_transpose8_...`), by the rhs's own
+      quantize kernel when it is one (`..._and_T`); the data gradient's are
+      K-major already. With `fp8block-exact` such operands are instead
+      dequantized to bf16 for the bf16 kernels (exact with power-of-two
+      scales).
       SwiGLU epilogues: a forward GEMM whose result feeds `moe.swiglu`
       (split layout, f32) and the rowwise MX round trip of the activation
       computes both in its epilogue and returns the next GEMM's bf16 operand
@@ -470,14 +483,18 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
            "have kernels; other chips change nothing)",
            "::mlir::moe::GPUChipValues()">,
     Option<"fp8Mma", "fp8-mma", "bool", /*default=*/"false",
-           "Hopper: run block-scaled grouped GEMMs on FP8 wgmma with "
-           "promotion, MXFP8 every 32 of K, blockwise FP8 (1 x 128 and "
-           "128 x 128 tiles) every 128 (the tensor core sums each promoted "
-           "block at reduced precision: about 5e-5 relative from the exact "
-           "result on the H200 for MXFP8; and today slower, the kernel has "
-           "no TMA pipeline); off by default, such operands then dequantize "
-           "to bf16 (exact for MX and power-of-two blockwise scales) for the "
-           "bf16 wgmma kernel">,
+           "Hopper: run MXFP8 grouped GEMMs on FP8 wgmma, promoted every 32 "
+           "of K (the tensor core sums each slice at reduced precision: "
+           "about 5e-5 relative from the exact result on the H200; and "
+           "slower, the kernel has no TMA pipeline); off by default, MX "
+           "operands then dequantize exactly to bf16 for the bf16 wgmma "
+           "kernel">,
+    Option<"fp8blockExact", "fp8block-exact", "bool", /*default=*/"false",
+           "Hopper: dequantize blockwise FP8 grouped GEMMs' operands to bf16 "
+           "for the bf16 wgmma kernels (exact with power-of-two scales, "
+           "about 3.5x slower) instead of running them on FP8 wgmma promoted "
+           "every 128 of K (the recipe's own arithmetic, about 1.3e-4 "
+           "relative from the exact result)">,
     Option<"flashDkvOverlap", "flash-dkv-overlap", "bool",
            /*default=*/"false",
            "Hopper: the flash dK/dV kernel issues dV += P^T dO as soon as P^T "

@@ -38,11 +38,18 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
   PassOptions::Option<bool> mxfp8FP8MMA{
       *this, "mxfp8-fp8-mma",
       llvm::cl::desc("Hopper: MXFP8 grouped GEMMs on FP8 wgmma per 32-wide K "
-                     "slice, blockwise FP8 ones per 128 (not exact: the "
-                     "tensor core sums a slice's FP8 products at reduced "
-                     "precision, about 5e-5 relative for MXFP8; and today "
-                     "slower than the exact default, which dequantizes to "
-                     "bf16 for the TMA wgmma kernel)"),
+                     "slice (not exact: the tensor core sums a slice's FP8 "
+                     "products at reduced precision, about 5e-5 relative; "
+                     "and slower than the exact default, which dequantizes "
+                     "to bf16 for the TMA wgmma kernel)"),
+      llvm::cl::init(false)};
+  PassOptions::Option<bool> fp8blockExact{
+      *this, "fp8block-exact",
+      llvm::cl::desc("Hopper: blockwise FP8 grouped GEMMs dequantized to bf16 "
+                     "for the bf16 wgmma kernels (exact with power-of-two "
+                     "scales, about 3.5x slower) instead of FP8 wgmma "
+                     "promoted every 128 of K (the recipe's arithmetic, "
+                     "about 1.3e-4 relative off the exact result)"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> flashDkvOverlap{
       *this, "flash-dkv-overlap",

@@ -103,8 +103,9 @@ enum class Family {
   /// f32 linalg.matmul on CUDA cores (Kernels/SimtMatmul.cpp).
   SimtMatmuls,
   /// moe.grouped_matmul on wgmma: bf16 (cp.async or TMA kernel, with the
-  /// SwiGLU epilogues and 8-bit lhs reads) or FP8 with fp8-mma
-  /// (Kernels/WgmmaGemm.cpp, TmaGemm*.cpp, WgmmaFp8Gemm.cpp).
+  /// SwiGLU epilogues and 8-bit lhs reads), blockwise FP8 on FP8 wgmma
+  /// (TMA kernel) or MXFP8 with fp8-mma (Kernels/WgmmaGemm.cpp,
+  /// TmaGemm*.cpp, WgmmaFp8Gemm.cpp, ByteTranspose.cpp).
   WgmmaGroupedGemms,
   /// MXFP8 moe.grouped_matmul on tcgen05 (Kernels/Tcgen05BlockScaledGemm.cpp).
   Tcgen05BlockScaledGemms,
@@ -398,6 +399,12 @@ struct MoEGPUDedicatedKernelsPass
   /// bf16), transposed rhs (materialized): see rewriteForWgmma. All GEMMs
   /// first, so that a GEMM's SwiGLU epilogue sees the round trip of the next
   /// GEMM's operand.
+  /// Whether `op` runs on the FP8 wgmma kernels (see lowerWgmmaGroupedGemms).
+  bool onFp8Wgmma(GroupedMatmulOp op) {
+    bool blockwise = isa<FP8BlockTensorType>(op.getLhs().getType());
+    return (blockwise ? !fp8blockExact : fp8Mma) && fitsFp8Wgmma(op);
+  }
+
   void lowerWgmmaGroupedGemms(SmallVectorImpl<GroupedMatmulOp> &candidates,
                               const llvm::DenseSet<Operation *> &liveRowsOnly,
                               ModuleOp module, SymbolTable &symbols) {
@@ -407,19 +414,20 @@ struct MoEGPUDedicatedKernelsPass
     for (GroupedMatmulOp &op : candidates) {
       live.push_back(liveRowsOnly.contains(op));
       whyNot.emplace_back();
-      // On request, block-scaled GEMMs the FP8 kernel takes stay as they
-      // are for it; the others go to the bf16 kernels where they can.
-      if (!fp8Mma || !fitsFp8Wgmma(op))
+      // Block-scaled GEMMs for the FP8 kernels stay as they are for them;
+      // the others go to the bf16 kernels where they can.
+      if (!onFp8Wgmma(op))
         if (std::optional<GroupedMatmulOp> rewritten =
                 rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
     }
     for (auto [op, live, why] : llvm::zip(candidates, live, whyNot)) {
-      // FP8 wgmma sums each promoted block at reduced precision: only on
+      // FP8 wgmma sums each promoted block at reduced precision: blockwise
+      // FP8 (the recipe's arithmetic) unless fp8block-exact, MXFP8 only on
       // request (fp8-mma); otherwise block-scaled operands take the bf16
       // kernels exactly (MX, power-of-two blockwise FP8) or the generic
       // ones.
-      if (fp8Mma && lowerToFp8Wgmma(op, module, symbols))
+      if (onFp8Wgmma(op) && lowerToFp8Wgmma(op, module, symbols))
         continue;
       std::optional<WgmmaGemm> gemm =
           matchWgmmaGemm(op, report && why.empty() ? &why : nullptr);

@@ -3,14 +3,16 @@
 // once; a quantize whose data and scales are read becomes one kernel
 // writing both. The IR -moe-gpu-dedicated-kernels produces, the PTX of the
 // whole GPU pipeline and ptxas accepting it; test/Integration/GPU/fp8block.mlir
-// runs them against the CPU on a GPU machine (bit-identical).
-// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
+// runs them against the CPU on a GPU machine (bit-identical). The GEMMs here
+// take the exact route (fp8block-exact: dequantized to bf16), whose round
+// trips these are; hopper-tma-fp8block.mlir tests the FP8 wgmma one.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a fp8block-exact=true" | FileCheck %s
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_100a | FileCheck %s --check-prefix=BLACKWELL
-// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN: moe-compile %s --target=sm_90a --fp8block-exact --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_80 | FileCheck %s --check-prefix=NOKERNEL
-// RUN: moe-opt %s --moe-gpu-select-kernels="chip=sm_90a kernel-report=true" \
+// RUN: moe-opt %s --moe-gpu-select-kernels="chip=sm_90a fp8block-exact=true kernel-report=true" \
 // RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=REPORT
 
 // VERIFY: ptxas accepted 14 kernel modules for sm_90a

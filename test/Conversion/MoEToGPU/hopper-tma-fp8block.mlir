@@ -1,11 +1,11 @@
 // Blockwise FP8 grouped GEMMs on the TMA kernel's FP8 wgmma form (sm_90a,
-// fp8-mma): 1 x 128 lhs tiles, 128 x 128 rhs tiles, K and N multiples of
+// the default): 1 x 128 lhs tiles, 128 x 128 rhs tiles, K and N multiples of
 // 128. The forward's rhs elements [E, K, N] are transposed to the K-major
 // [E, N, K] that FP8 wgmma reads; the data gradient's (transpose_rhs) are
 // K-major already. Each stage's four m64n128k32 wgmmas sum into a fresh
 // partial, promoted into the f32 accumulators once complete.
-// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a fp8-mma=true" | FileCheck %s
-// RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --emit-ptx=%t.ptx --verify-ptx -o %t.so \
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s
+// RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
@@ -15,8 +15,11 @@
 // PTX-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T_kernel
 // PTX: setmaxnreg.inc.sync.aligned.u32{{.*}}232;
 // PTX: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e{{4m3|5m2}}
-// Without fp8-mma the operands are dequantized for the bf16 kernels.
-// RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s --check-prefix=EXACT
+// With fp8block-exact the operands are dequantized for the bf16 kernels.
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a fp8block-exact=true" | FileCheck %s --check-prefix=EXACT
+// EXACT-NOT: moe_tma_fp8block
+// EXACT-NOT: moe_transpose8
+// EXACT: call @moe_wgmma_gmm_300x256x384_e4_bf16_i32_tma
 // EXACT-NOT: moe_tma_fp8block
 
 // CHECK-LABEL: func.func @forward

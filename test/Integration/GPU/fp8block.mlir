@@ -5,14 +5,19 @@
 // gradient, weight gradient). Quantizes and round trips (dequantize of a
 // quantize) run on the blockwise FP8 kernel (FP8BlockRoundTrip.cpp), which
 // must give the CPU's bytes: elements are compared bit for bit, scales and
-// dequantized values with tolerance 0; special values included. With power-of-two scales
-// the GEMMs run on the bf16 wgmma kernels after an exact dequantization to
-// bf16; with f32 scales (no exact bf16 form) on the generic kernels. Either
-// way they differ from the CPU by summation order only (relative error
-// 1e-6).
+// dequantized values with tolerance 0; special values included.
+// GEMMs in 1 x 128 / 128 x 128 tiles with K and N multiples of 128
+// (@fp8_mma_gemms) run on the TMA kernel's FP8 wgmma form, promoted to f32
+// every 128 of K, the forward reading the K-major copy of w's elements
+// that w's quantize writes beside them (bound below). Other blockwise GEMMs
+// run on the bf16 wgmma kernels after an exact dequantization to bf16
+// (power-of-two scales) or on the generic kernels (f32 scales, which have
+// no exact bf16 form); they differ from the CPU by summation order only
+// (relative error 1e-6).
 // RUN: moe-compile %s --target=sm_90a --verify-ptx --emit-ptx=%t.ptx -o %t.so | FileCheck %s
 // CHECK: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // RUN: FileCheck %s --check-prefix=KERNELS < %t.ptx
+// RUN: not grep -q moe_transpose8 %t.ptx
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x200x136_e4_bf16_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x136x200_e4_bf16_rhsT_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_wgrad_256x200x136_e4_bf16_i32_tma_kernel
@@ -25,24 +30,29 @@
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_4x200x136_t128x128_e4m3_pow2_f32_to_bf16_kernel
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_5x130_t1x128_e4m3_f32s_f32_to_bf16_kernel
 // KERNELS-DAG: kernel module moe_fp8block_round_trip_300_t1x128_e5m2_pow2_f32_to_f32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
+// (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
+// f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 //
-// With --mxfp8-fp8-mma, GEMMs in 1 x 128 / 128 x 128 tiles with K and N
-// multiples of 128 (@fp8_mma_gemms) run on the TMA kernel's FP8 wgmma form,
-// promoted to f32 every 128 of K, the forward reading the K-major copy of
-// w's elements that w's quantize writes beside them (the variant below;
-// scripts/gpu-check.sh checks it against the same CPU build):
+// Two more GPU builds, each checked against the same CPU build by
+// scripts/gpu-check.sh: with --fp8block-exact, the tile-aligned GEMMs
+// with power-of-two scales run on the bf16 kernels after the exact
+// dequantization too (f32 scales: generic kernels); with --mxfp8-fp8-mma,
+// the MXFP8 GEMM (@mx_fp8_mma_gemm) runs on FP8 wgmma promoted every 32.
+// GPU-CHECK-VARIANT: exact --fp8block-exact
+// RUN: moe-compile %s --target=sm_90a --fp8block-exact --verify-ptx --emit-ptx=%t.exact.ptx -o %t.exact.so
+// RUN: FileCheck %s --check-prefix=EXACT < %t.exact.ptx
+// EXACT-DAG: kernel module moe_wgmma_gmm_300x256x384_e4_bf16_i32_tma_kernel
+// EXACT-DAG: kernel module moe_wgmma_gmm_300x384x256_e4_bf16_rhsT_i32_tma_kernel
+// RUN: not grep -q moe_tma_fp8block %t.exact.ptx
 // GPU-CHECK-VARIANT: fp8mma --mxfp8-fp8-mma
 // RUN: moe-compile %s --target=sm_90a --mxfp8-fp8-mma --verify-ptx --emit-ptx=%t.mma.ptx -o %t.mma.so
 // RUN: FileCheck %s --check-prefix=MMA < %t.mma.ptx
-// RUN: not grep -q moe_transpose8 %t.mma.ptx
-// MMA-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_pow2_f32_and_T_kernel
-// MMA-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
-// MMA-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
-// MMA-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
 // MMA-DAG: kernel module moe_wgmma_mx_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
-// (The f32-scaled forward GEMM calls the first kernel too: scales are f32
-// either way.)
 
 func.func @quantize_rows(%x: tensor<300x260xbf16>)
     -> (tensor<300x260xf8E4M3FN>, tensor<300x3xf32>, tensor<300x260xf32>)
@@ -234,8 +244,8 @@ func.func @grouped_gemm_f32_scales(%x: tensor<256x200xf32>, %w: tensor<4x200x136
   return %y : tensor<256x136xf32>
 }
 
-// Tile-aligned K and N (rows are not): on FP8 wgmma with fp8-mma, else on
-// the bf16 kernels (power-of-two scales) and the generic ones (f32).
+// Tile-aligned K and N (rows are not): on FP8 wgmma; with fp8block-exact
+// on the bf16 kernels (power-of-two scales) and the generic ones (f32).
 // The bound of the FP8 path: each promoted partial sums 128 exact FP8
 // products in the tensor core's accumulator, which keeps about 14 bits
 // (DeepSeek-V3's measurement on H800, the reason for promoting every 128):
