@@ -11,7 +11,8 @@ quarter of the experts get four times the rows of the others). The offsets
 are a run-time argument, so one artifact serves both.
 
 Ours (`emit` writes the functions, `bench/run-gemm.sh prepare` compiles
-them for sm_90a, once as they are and once with --mxfp8-fp8-mma):
+them for sm_90a: as they are, with --mxfp8-fp8-mma and with
+--fp8block-exact):
 - bf16: moe.grouped_matmul of bf16 operands, f32 result (the TMA,
   warp-specialized wgmma kernel);
 - MXFP8 exact: the same GEMM of MXFP8 operands (E4M3, one E8M0 scale per 32
@@ -20,11 +21,12 @@ them for sm_90a, once as they are and once with --mxfp8-fp8-mma):
   the f32 partial sums (opt-in: Hopper's FP8 tensor core sums a slice at
   reduced precision, so it is not exact);
 - blockwise FP8 (E4M3, power-of-two f32 scales per 1 x 128 of x and per
-  128 x 128 of w): dequantized to bf16 (exact) for the bf16 kernel, and with
-  fp8-mma on FP8 wgmma promoted every 128 of K (the TMA kernel; its time
-  includes the transpose of w's elements to the K-major layout FP8 wgmma
-  reads, and the row "w K-major" gives w in that layout already, as the data
-  gradient does).
+  128 x 128 of w): on FP8 wgmma promoted every 128 of K (the TMA kernel;
+  its time includes the transpose of w's elements to the K-major layout
+  FP8 wgmma reads, which training's weight quantize writes instead, and the
+  row "w K-major" gives w in that layout already, as the data gradient
+  does); "exact": --fp8block-exact, dequantized to bf16 (exact) for the
+  bf16 kernel.
 Peers: torch._grouped_mm (bf16 result, and f32 where torch offers
 out_dtype), torch._scaled_grouped_mm with FP8 rowwise scales (bf16 result).
 The FP8 peer's operands are quantized before timing; ours are MX already.
@@ -167,10 +169,12 @@ def run(art_dir, token_counts):
         rows = T * TOPK
         path = os.path.join(art_dir, f"gemm_{rows}.sm_90a.so")
         fp8_path = os.path.join(art_dir, f"gemm_{rows}.fp8-mma.sm_90a.so")
+        exact_path = os.path.join(art_dir, f"gemm_{rows}.fp8block-exact.sm_90a.so")
         if not os.path.exists(path):
             print(f"# {path} missing: bench/run-gemm.sh prepare {T}")
             continue
         ours, ours_fp8 = load(path), load(fp8_path) if os.path.exists(fp8_path) else None
+        ours_exact = load(exact_path) if os.path.exists(exact_path) else None
         for name, (k, n) in SHAPES.items():
             flops = 2.0 * rows * k * n
             for skew in (0, 1):
@@ -237,17 +241,16 @@ def run(art_dir, token_counts):
                 wd, ws, wq = fp8block_operand((E, k, n), (1, 128, 128), gen)
                 ref = reference(xq, wq)
                 fb = (xd, xs, wd, ws, off0)
-                row("moe-mlir blockwise FP8 (bf16 kernel)",
+                if ours_exact is not None:
+                    row("moe-mlir blockwise FP8 exact (bf16 kernel)",
+                        lambda: getattr(ours_exact, f"{name}_fp8block")(*fb), ref)
+                row("moe-mlir blockwise FP8 (FP8 wgmma)",
                     lambda: getattr(ours, f"{name}_fp8block")(*fb), ref)
-                if ours_fp8 is not None:
-                    row("moe-mlir blockwise FP8 fp8-mma",
-                        lambda: getattr(ours_fp8, f"{name}_fp8block")(*fb), ref)
-                    fbt = (xd, xs, wd.transpose(-2, -1).contiguous(),
-                           ws.transpose(-2, -1).contiguous(), off0)
-                    row("moe-mlir blockwise FP8 fp8-mma, w K-major",
-                        lambda: getattr(ours_fp8, f"{name}_fp8block_kmajor")(*fbt), ref)
-                    fbt = None
-                fb = None
+                fbt = (xd, xs, wd.transpose(-2, -1).contiguous(),
+                       ws.transpose(-2, -1).contiguous(), off0)
+                row("moe-mlir blockwise FP8, w K-major",
+                    lambda: getattr(ours, f"{name}_fp8block_kmajor")(*fbt), ref)
+                fb = fbt = None
                 routing = "skewed" if skew else "balanced"
                 for label, ms, tf, d in results:
                     print(f"{T:7d} {rows:7d} {name:5} {routing:9} {label:38} {ms:8.3f} {tf:8.1f} {d:9.1e}",

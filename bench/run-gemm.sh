@@ -21,11 +21,13 @@ prepare() {
   for T in "${tokens[@]}"; do
     rows=$((T * 8))
     python3 "$root/bench/gemm.py" emit "$rows" >"$dir/gemm_$rows.mlir"
-    echo "compile: grouped GEMMs at $rows rows (sm_90a; and with --mxfp8-fp8-mma)"
+    echo "compile: grouped GEMMs at $rows rows (sm_90a; with --mxfp8-fp8-mma; with --fp8block-exact)"
     "$root/build/bin/moe-compile" "$dir/gemm_$rows.mlir" --target=sm_90a \
       -o "$dir/gemm_$rows.sm_90a.so"
     "$root/build/bin/moe-compile" "$dir/gemm_$rows.mlir" --target=sm_90a --mxfp8-fp8-mma \
       -o "$dir/gemm_$rows.fp8-mma.sm_90a.so"
+    "$root/build/bin/moe-compile" "$dir/gemm_$rows.mlir" --target=sm_90a --fp8block-exact \
+      -o "$dir/gemm_$rows.fp8block-exact.sm_90a.so"
   done
 }
 
