@@ -382,7 +382,8 @@ struct MoEGPUDedicatedKernelsPass
     for (auto func : module.getOps<func::FuncOp>())
       func.walk([&](GroupedMatmulWgradOp op) { wgrads.push_back(op); });
     for (GroupedMatmulWgradOp op : wgrads)
-      (void)lowerWgradToWgmma(op, module, symbols, reporter());
+      (void)lowerWgradToWgmma(op, module, symbols,
+                              /*fp8Wgmma=*/!fp8blockExact, reporter());
   }
 
   /// Dense f32 matmuls (router, projections) on CUDA cores.
@@ -395,16 +396,17 @@ struct MoEGPUDedicatedKernelsPass
       (void)lowerToSimtMatmul(op, module, symbols, reporter());
   }
 
-  /// The grouped GEMMs on wgmma. MXFP8 without fp8-mma (exact through
-  /// bf16), transposed rhs (materialized): see rewriteForWgmma. All GEMMs
-  /// first, so that a GEMM's SwiGLU epilogue sees the round trip of the next
-  /// GEMM's operand.
   /// Whether `op` runs on the FP8 wgmma kernels (see lowerWgmmaGroupedGemms).
   bool onFp8Wgmma(GroupedMatmulOp op) {
     bool blockwise = isa<FP8BlockTensorType>(op.getLhs().getType());
     return (blockwise ? !fp8blockExact : fp8Mma) && fitsFp8Wgmma(op);
   }
 
+  /// The grouped GEMMs on wgmma. Blockwise FP8 (unless fp8block-exact) and,
+  /// with fp8-mma, MXFP8 on FP8 wgmma; otherwise block-scaled operands
+  /// exact through bf16, transposed rhs (materialized): see
+  /// rewriteForWgmma. All GEMMs first, so that a GEMM's SwiGLU epilogue sees
+  /// the round trip of the next GEMM's operand.
   void lowerWgmmaGroupedGemms(SmallVectorImpl<GroupedMatmulOp> &candidates,
                               const llvm::DenseSet<Operation *> &liveRowsOnly,
                               ModuleOp module, SymbolTable &symbols) {

@@ -11,10 +11,7 @@ using namespace mlir::moe;
 
 namespace mlir::moe::kernels {
 
-/// Whether every group of `offsets` provably starts (and ends) at a multiple
-/// of `m` rows: the offsets of a moe.dispatch or moe.slot_offsets whose
-/// pad_to is a multiple of m.
-static bool groupsAlignedTo(Value offsets, int64_t m) {
+bool groupsAlignedTo(Value offsets, int64_t m) {
   if (auto d = offsets.getDefiningOp<DispatchOp>())
     return offsets == d.getOffsets() && d.getPadTo() % m == 0;
   if (auto s = offsets.getDefiningOp<SlotOffsetsOp>())

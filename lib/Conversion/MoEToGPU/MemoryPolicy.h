@@ -37,6 +37,11 @@ std::optional<std::pair<DequantizeOp, MXPackOp>> f8LhsOf(GroupedMatmulOp op,
 /// (-moe-gpu-fuse-row-gathers).
 bool readFromTokens(Value rows);
 
+/// Whether every group of `offsets` provably starts (and ends) at a multiple
+/// of `m` rows: the offsets of a moe.dispatch or moe.slot_offsets whose
+/// pad_to is a multiple of m.
+bool groupsAlignedTo(Value offsets, int64_t m);
+
 /// Which of the round-trip pairs `pairs` (each pair's two round trips, in
 /// block order) to split: with `withinPeak`, those whose pairing would raise
 /// their block's peak of live tensors, decided smallest first (the most

@@ -5,6 +5,7 @@
 // K-major already. Each stage's four m64n128k32 wgmmas sum into a fresh
 // partial, promoted into the f32 accumulators once complete.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s --check-prefix=WGRAD
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
@@ -121,3 +122,53 @@ func.func @quantized(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>,
 // CHECK: llvm.store {{.*}} : i8, !llvm.ptr<3>
 // CHECK: nvvm.barrier0
 // CHECK: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<1>
+
+// A weight gradient of 128 x 1 operands over a dispatch's groups padded to
+// 128 rows: both operands quantized transposed ([K, R] and [N, R], rows
+// rounded up to 128: the group rows are the MMAs' K), then the TMA kernel's
+// FP8 weight-gradient form. Without the padding proof the operands are
+// dequantized for the bf16 kernel.
+// WGRAD-LABEL: func.func @weight_gradient
+// WGRAD: %[[S:.*]], %[[O:.*]], %{{.*}}, %{{.*}} = moe.dispatch
+// WGRAD: %[[X:.*]]:2 = call @moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T(%[[S]]) : (tensor<1020x256xf32>) -> (tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
+// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T(%arg2) : (tensor<1020x384xf32>) -> (tensor<384x1024xf8E4M3FN>, tensor<8x384xf32>)
+// WGRAD: call @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(%[[X]]#0, %[[X]]#1, %[[DY]]#0, %[[DY]]#1, %[[O]])
+// WGRAD-NOT: moe.grouped_matmul_wgrad
+// WGRAD-LABEL: func.func @weight_gradient_unpadded
+// WGRAD-NOT: moe_tma_fp8block_wgrad
+// WGRAD: call @moe_wgmma_wgrad
+func.func @weight_gradient(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                           %dy: tensor<1020x384xf32>) -> tensor<4x256x384xf32> {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyq = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xq, %dyq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %dw : tensor<4x256x384xf32>
+}
+
+func.func @weight_gradient_unpadded(%x: tensor<1024x256xf32>, %dy: tensor<1024x384xf32>,
+                                    %o: tensor<5xi32>) -> tensor<4x256x384xf32> {
+  %xq = moe.quantize %x : tensor<1024x256xf32>
+      -> !moe.fp8block<1024x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyq = moe.quantize %dy : tensor<1024x384xf32>
+      -> !moe.fp8block<1024x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xq, %dyq, %o
+      : !moe.fp8block<1024x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1024x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %dw : tensor<4x256x384xf32>
+}
+
+// The FP8 weight gradient: K-major boxes of both transposed operands.
+// WGRAD-LABEL: func.func private @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(
+// WGRAD-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, promoted every 128"
+// WGRAD: call @moertTensorMap2D({{.*}}, %c1_i64{{.*}}, %c1024_i64{{.*}}, %c256_i64{{.*}}, %c1024_i64{{.*}}, %c128_i64{{.*}}, %c128_i64{{.*}})
+// WGRAD: call @moertTensorMap2D({{.*}}, %c1_i64{{.*}}, %c1024_i64{{.*}}, %c384_i64{{.*}}, %c1024_i64{{.*}}, %c128_i64{{.*}}, %c128_i64{{.*}})
+// WGRAD: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]

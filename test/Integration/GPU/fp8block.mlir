@@ -34,6 +34,9 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -297,4 +300,28 @@ func.func @mx_fp8_mma_gemm(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>)
       : !moe.mx<300x256xf8E4M3FN, axis = 1>, !moe.mx<4x256x384xf8E4M3FN, axis = 1>,
         tensor<5xi32> -> tensor<300x384xf32>
   return %y : tensor<300x384xf32>
+}
+
+// The weight gradient of 128 x 1 operands over a dispatch's groups padded
+// to 128 rows (what moe-train builds under fp8-blockwise; tokens routed to
+// -1 or 4 are dropped): both operands quantized transposed, then FP8 wgmma
+// promoted every 128 group rows (one row tile of both operands), with the
+// scales of the result's row and column; with fp8block-exact, the bf16
+// kernel on the dequantized operands. Bound as @fp8_mma_gemms's.
+func.func @fp8_wgrad(%x: tensor<512x256xf32>,
+                     %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                     %dy: tensor<1020x384xf32>) -> tensor<4x256x384xf32>
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyq = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xq, %dyq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %dw : tensor<4x256x384xf32>
 }

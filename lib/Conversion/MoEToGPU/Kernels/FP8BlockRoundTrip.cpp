@@ -62,10 +62,14 @@ constexpr int64_t Warps = Threads / 32;
 static_assert(Warps == 8, "the whole-tile amax reads 8 warps' values");
 /// The tile size the kernel takes along a dim that is tiled.
 constexpr int64_t Tile = 128;
-/// The transposed codes of a region (FP8BlockKernel::transposed): 128 rows
-/// of 132 bytes (4-byte aligned; a warp's byte stores down a column meet
-/// 4-way bank conflicts at most) after the amax slots.
-constexpr int64_t TransposedAt = 128, TransposedRow = Tile + 4;
+/// The transposed codes of a region (FP8BlockKernel::transposed): a row of
+/// 132 bytes for each of its columns (4-byte aligned; a warp's byte stores
+/// down a column meet 4-way bank conflicts at most), after the amax slots.
+constexpr int64_t TransposedRow = Tile + 4;
+
+/// What a quantize writes of its data: as it is, also transposed (the last
+/// two dims swapped), or transposed only.
+enum class Transposed { no, also, only };
 
 /// One blockwise FP8 conversion the kernel handles: a round trip (`outElt`
 /// set) or a quantize (`outElt` null: data and scales).
@@ -75,10 +79,10 @@ struct FP8BlockKernel {
   /// The offsets' element type when only the rows before their last entry
   /// are computed; null otherwise.
   Type offsetElt;
-  /// A quantize that also writes its data with the last two dims swapped
-  /// (128 x 128 tiles, whole: the K-major copy FP8 wgmma reads of a
-  /// forward GEMM's rhs, see transposeBytes).
-  bool transposed = false;
+  /// A quantize that also (or only) writes its data with the last two dims
+  /// swapped (transposes(): the K-major copies FP8 wgmma reads of a forward
+  /// GEMM's rhs, see transposeBytes, and of a weight gradient's operands).
+  Transposed transposed = Transposed::no;
 
   bool roundTrip() const { return bool(outElt); }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
@@ -111,11 +115,23 @@ struct FP8BlockKernel {
   bool acrossWarps() const { return tileRows() > 1; }
   /// Amax values a warp hands to the others: one a column (128 x 1) or one.
   int64_t warpSlots() const { return tileCols() == 1 ? width() : 1; }
-  /// Whether the quantize can also write its data transposed: 128 x 128
-  /// tiles, every one whole.
+  /// Whether the quantize can write its data transposed: tiles of 128
+  /// rows (by 128 or 1 columns), columns a multiple of the region width.
+  /// The transposed rows are transposedRows() long: the last region's rows
+  /// past rows() (zeros, whose codes are 0) are written too.
   bool transposes() const {
     return !roundTrip() && rank() >= 2 && tileRows() == Tile &&
-           tileCols() == Tile && rows() % Tile == 0 && cols() % Tile == 0;
+           cols() % width() == 0;
+  }
+  int64_t transposedRows() const { return tilesOf(rows(), Tile) * Tile; }
+  /// Where the transposed codes of a region start in shared memory.
+  int64_t transposedAt() const {
+    return std::max<int64_t>(128, Warps * warpSlots() * 4);
+  }
+  int64_t smemBytes() const {
+    if (transposed != Transposed::no)
+      return transposedAt() + width() * TransposedRow;
+    return acrossWarps() ? Warps * warpSlots() * 4 : 0;
   }
 
   std::string name() const {
@@ -129,7 +145,9 @@ struct FP8BlockKernel {
       return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}",
                            dims, tile, elementName(type.getElementType()),
                            scales, elementName(inElt),
-                           transposed ? "_and_T" : "")
+                           transposed == Transposed::also   ? "_and_T"
+                           : transposed == Transposed::only ? "_T"
+                                                            : "")
           .str();
     return llvm::formatv(
                "moe_fp8block_round_trip_{0}_t{1}_{2}_{3}_{4}_to_{5}{6}", dims,
@@ -194,7 +212,7 @@ struct FP8BlockEmitter : KernelBuilder {
   }
 
   void emit(gpu::LaunchOp launch) {
-    if (g.acrossWarps() || g.transposed)
+    if (g.smemBytes())
       setUpSharedMemory();
     Value tid = launch.getThreadIds().x;
     Value lane = rem(tid, 32), warp = div(tid, 32);
@@ -227,7 +245,7 @@ struct FP8BlockEmitter : KernelBuilder {
       Value col =
           add(mul(rem(rc, g.colRegions()), idx(g.width())), mul(cl, idx(4)));
       emitRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ys, ds, ss);
-      if (g.transposed)
+      if (g.transposed != Transposed::no)
         storeTransposed(m, row0,
                         arith::SubIOp::create(b, loc, col, mul(cl, idx(4))));
     });
@@ -235,20 +253,25 @@ struct FP8BlockEmitter : KernelBuilder {
 
   /// The region's tile (rows row0.., columns col0..) of element codes,
   /// which emitRegion left transposed in shared memory, as rows of the
-  /// transposed data: thread t writes row col0 + t / 2, its 64 columns from
-  /// row0 + 64 (t % 2) (four 16-byte stores; 16 lanes write 8 rows of 64
-  /// contiguous bytes each). Every tile is whole (FP8BlockKernel::transposes).
+  /// transposed data: a row of 128 codes (8 chunks of 16 bytes) for each of
+  /// the region's W columns, thread t writing the W / 32 chunks from
+  /// t W / 32 (W = 128: row col0 + t / 2, 64 bytes from row0 + 64 (t % 2);
+  /// W = 32: row col0 + t / 8, 16 bytes from row0 + 16 (t % 8)), so 16 or 8
+  /// lanes write one row's contiguous bytes. Every region is whole
+  /// (FP8BlockKernel::transposes).
   void storeTransposed(Value m, Value row0, Value col0) {
     NVVM::Barrier0Op::create(b, loc); // every code is in shared memory
     Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-    Value n = div(tid, 2), half = rem(tid, 2);
-    Value from = add(idx(TransposedAt),
-                     add(mul(n, idx(TransposedRow)), mul(half, idx(64))));
-    Value rowAt =
-        add(mul(add(mul(m, idx(g.cols())), add(col0, n)), idx(g.rows())),
-            add(row0, mul(half, idx(64))));
+    int64_t chunks = g.width() / 32;
+    Value first = mul(tid, idx(chunks));
+    Value n = div(first, 8), at = mul(rem(first, 8), idx(16));
+    Value from =
+        add(idx(g.transposedAt()), add(mul(n, idx(TransposedRow)), at));
+    Value rowAt = add(
+        mul(add(mul(m, idx(g.cols())), add(col0, n)), idx(g.transposedRows())),
+        add(row0, at));
     Value base = baseAddress(dataT);
-    for (int64_t q = 0; q < 4; ++q) {
+    for (int64_t q = 0; q < chunks; ++q) {
       SmallVector<Value> words;
       for (int64_t w = 0; w < 4; ++w)
         words.push_back(LLVM::LoadOp::create(
@@ -428,16 +451,17 @@ struct FP8BlockEmitter : KernelBuilder {
           Value chosen = select(isNaN, nan, code);
           codes.push_back(arith::BitcastOp::create(b, loc, f8, chosen));
           // Transposed: column c's code at [column][row] of the region.
-          if (g.transposed) {
-            Value at =
-                add(idx(TransposedAt),
-                    add(mul(rem(add(col, idx(c)), Tile), idx(TransposedRow)),
-                        rem(rowOf[r], Tile)));
+          if (g.transposed != Transposed::no) {
+            Value at = add(
+                idx(g.transposedAt()),
+                add(mul(rem(add(col, idx(c)), g.width()), idx(TransposedRow)),
+                    rem(rowOf[r], Tile)));
             LLVM::StoreOp::create(b, loc, chosen, sharedPtrAt(at),
                                   /*alignment=*/1);
           }
         }
-        storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), codes);
+        if (ds)
+          storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), codes);
       }
     }
     if (!g.roundTrip())
@@ -499,26 +523,26 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
                                  ArrayRef<RankedTensorType> resultTypes,
                                  Location loc) {
   int64_t grid = std::min(g.regions(), roundtrip::MaxBlocks);
-  int64_t smem = g.acrossWarps() ? Warps * g.warpSlots() * 4 : 0;
-  static_assert(Warps * 4 <= TransposedAt, "the amax slots of 128 x 128 tiles");
-  if (g.transposed)
-    smem = TransposedAt + Tile * TransposedRow;
+  int64_t smem = g.smemBytes();
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, g.name(),
       g.roundTrip() ? "fp8block round trip" : "fp8block quantize", argTypes,
       resultTypes, loc, {grid, 1, 1, Threads, smem},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
+        // Results: the round trip's; or (data, scales[, transposed data]);
+        // or, transposed only, (transposed data, scales).
+        bool only = g.transposed == Transposed::only;
         FP8BlockEmitter k{{b, loc},
                           g,
                           grid,
                           buf[0],
                           g.offsetElt ? buf[1] : Value(),
                           g.roundTrip() ? outs[0] : Value(),
-                          g.roundTrip() ? Value() : outs[0],
+                          g.roundTrip() || only ? Value() : outs[0],
                           g.roundTrip() ? Value() : outs[1]};
-        if (g.transposed)
-          k.dataT = outs[2];
+        if (g.transposed != Transposed::no)
+          k.dataT = only ? outs[0] : outs[2];
         k.emit(launch);
       });
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
@@ -602,17 +626,17 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
     // The transposes of its data (a forward GEMM's K-major rhs): written by
     // this kernel too, when its tiles allow.
     SmallVector<func::CallOp> transposes;
-    if (g.transposes())
+    if (g.transposes() && g.rows() % Tile == 0)
       for (Operation *user : q->getUsers())
         if (auto unpack = dyn_cast<MXUnpackOp>(user))
           for (Operation *reader : unpack.getData().getUsers())
             if (auto call = dyn_cast<func::CallOp>(reader))
               if (isTransposeBytes(call))
                 transposes.push_back(call);
-    g.transposed = !transposes.empty();
+    g.transposed = transposes.empty() ? Transposed::no : Transposed::also;
     SmallVector<RankedTensorType> results = {type.getDataType(),
                                              type.getScalesType()};
-    if (g.transposed)
+    if (!transposes.empty())
       results.push_back(cast<RankedTensorType>(transposes[0].getType(0)));
     func::FuncOp kernel = getOrCreateFunction(
         module, symbols, g, {q.getInput().getType()}, results, q.getLoc());
@@ -628,6 +652,27 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
       transpose.erase();
     }
   }
+}
+
+std::optional<std::pair<Value, Value>>
+quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
+                   SymbolTable &symbols) {
+  std::optional<FP8BlockKernel> g = matchFP8Block(q, Type(), nullptr);
+  if (!g || !g->transposes())
+    return std::nullopt;
+  g->transposed = Transposed::only;
+  RankedTensorType data = g->type.getDataType();
+  SmallVector<int64_t> shape(data.getShape());
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  shape.back() = g->transposedRows();
+  SmallVector<RankedTensorType> results = {
+      RankedTensorType::get(shape, data.getElementType()),
+      g->type.getScalesType()};
+  func::FuncOp kernel = getOrCreateFunction(
+      module, symbols, *g, {q.getInput().getType()}, results, q.getLoc());
+  auto call =
+      func::CallOp::create(b, q.getLoc(), kernel, ValueRange{q.getInput()});
+  return std::make_pair(call.getResult(0), call.getResult(1));
 }
 
 } // namespace mlir::moe::kernels

@@ -307,10 +307,23 @@ void lowerF8LhsGemm(GroupedMatmulOp op, const WgmmaGemm &g, DequantizeOp dq,
 //===----------------------------------------------------------------------===//
 
 /// A weight gradient (bf16, or MX blocked along the rows) as a call of its
-/// wgmma kernel; returns the call, or nullptr (nothing changed).
+/// wgmma kernel; with `fp8Wgmma`, blockwise FP8 operands that
+/// lowerBlockwiseTmaWgrad takes run on FP8 wgmma (else they are
+/// dequantized to bf16); returns the call, or nullptr (nothing changed).
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
-                             SymbolTable &symbols,
+                             SymbolTable &symbols, bool fp8Wgmma,
                              KernelReport *report = nullptr);
+
+/// A weight gradient of blockwise FP8 operands in 128 x 1 tiles (quantizes
+/// of float tensors the blockwise FP8 kernel takes, rows a multiple of 128,
+/// K and N multiples of 128, every group provably starting and ending at a
+/// multiple of 128 rows: groupsAlignedTo) as a call of the TMA kernel on
+/// FP8 wgmma (TmaGemm::blockLhs with wgrad), its operands quantized
+/// transposed (quantizeTransposed: the group rows are the MMAs' K, which
+/// FP8 wgmma reads K-major); returns the call, or nullptr (nothing
+/// changed).
+Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
+                                  SymbolTable &symbols);
 
 //===----------------------------------------------------------------------===//
 // Hopper (sm_90a): block-scaled grouped GEMMs on FP8 wgmma with promotion
@@ -331,6 +344,17 @@ bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module, SymbolTable &symbols);
 /// untransposed rhs's elements are transposed first (transposeBytes).
 void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
                            SymbolTable &symbols);
+
+/// For a quantize `q` to blockwise FP8 in tiles of 128 rows (128 x 128 or
+/// 128 x 1) whose columns are a multiple of the kernel's region width (128
+/// or 32): a call of the blockwise FP8 quantize kernel writing the data
+/// with its last two dims swapped, rows rounded up to a multiple of 128
+/// (codes 0 past them), and the scales (as they are), at `b`'s insertion
+/// point; nullopt (nothing created) if the kernel does not take `q`.
+std::optional<std::pair<Value, Value>> quantizeTransposed(OpBuilder &b,
+                                                          QuantizeOp q,
+                                                          ModuleOp module,
+                                                          SymbolTable &symbols);
 
 /// Whether `call` calls a transpose kernel (transposeBytes).
 bool isTransposeBytes(func::CallOp call);

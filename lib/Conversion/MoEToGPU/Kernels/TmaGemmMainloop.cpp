@@ -84,6 +84,17 @@
 // accumulator, narrower than f32 (about 14 bits, DeepSeek-V3's measurement
 // on H800): the bound is stated in test/Integration/GPU/fp8block.mlir.
 //
+// Blockwise FP8 weight gradients (TmaGemm::blockLhs with wgrad,
+// `moe_tma_fp8block_wgrad_*`): result[e] = x[lo:hi]^T dy[lo:hi] with x and
+// dy in 128 x 1 tiles (one scale per 128 rows of a column), every group
+// starting and ending at a multiple of 128 rows. The group rows are the
+// MMAs' K, which FP8 wgmma reads K-major: both operands arrive transposed
+// ([K, R'] and [N, R'], R' = R rounded up to 128, written by their
+// quantize kernel, quantizeTransposed), and a stage is one 128-row tile of
+// both, boxes of 128 x 128 bytes as above. The promotion's factor is the
+// product of the result row's x scale and the column's dy scale of the
+// stage's row tile (the thread's 2 + 32, loaded as the stage begins).
+//
 // Rows outside [offsets[0], offsets[E]) (clamped) are zeroed first by all
 // threads (up to offsets[E] only in the `_live` variant). Offsets are a
 // dispatch's: nondecreasing; rows where decreasing offsets make groups
@@ -96,6 +107,9 @@
 
 #include "Kernels.h"
 #include "TmaGemm.h"
+
+#include "../MemoryPolicy.h"
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -185,8 +199,8 @@ struct TmaGemmEmitter : TmaEpilogue {
              lo,
              hi,
              mul(kTile, idx(TileM)),
-             mul(nTile, idx(TileN)),
-             ceilDiv(arith::SubIOp::create(b, loc, hi, lo), TileK)};
+             mul(nTile, idx(g.tileN())),
+             ceilDiv(arith::SubIOp::create(b, loc, hi, lo), stageK(g))};
       scf::YieldOp::create(b, loc, body(t, loop.getRegionIterArgs()[0]));
       return;
     }
@@ -234,6 +248,15 @@ struct TmaGemmEmitter : TmaEpilogue {
         Value stage = mul(s, idx(StageBytes));
         Value bTile = add(stage, idx(TileABytes));
         Value k0 = mul(kt, idx(stageK(g)));
+        if (g.wgrad && g.blockLhs) {
+          // Group rows lo + 128 kt .. + 128 (the stage's K) of the
+          // transposed lhs [K, R] (rows m0 .. + 128) and rhs [N, R] (rows
+          // n0 .. + 128): K-major, one box each.
+          Value row = add(t.lo, k0);
+          tmaLoad(sharedPtrAt(stage), mapA, row, t.m0, full);
+          tmaLoad(sharedPtrAt(bTile), mapB, row, t.n0, full);
+          return SmallVector<Value>{};
+        }
         if (g.wgrad) {
           // Rows lo + 64 kt .. + 64 of lhs [R, K] (columns m0 .. + 128, two
           // 64-column blocks) and rhs [R, N] (columns n0 .. + 256, four).
@@ -476,16 +499,22 @@ struct TmaGemmEmitter : TmaEpilogue {
   }
 
   /// Blockwise FP8 (TmaGemm::blockLhs): the MMAs of tile `t` by consumer
-  /// `c` (rows from `row`, this thread's first), from running stage count
-  /// `g0`: its 64 x 128 accumulators. Per stage, the four m64n128k32 FP8
-  /// wgmmas of its 64 rows sum the stage's 128 K values into a fresh
-  /// partial P (scale-d 0, then 1); once they are complete the stage goes
-  /// back to the producer and P is promoted, acc = fma(P, sa(row) * sb,
-  /// acc), sa the row's lhs scale of the stage and sb the tile's rhs scale.
-  /// The scales of the next stage are loaded (from global memory, L2) while
-  /// this one's MMAs run. While one consumer promotes, the other's MMAs
-  /// keep the tensor cores busy.
-  Value blockwiseMainloop(const Tile &t, Value g0, Value c, Value row) {
+  /// `c` (rows from `row`, this thread's first; `lane` its lane), from
+  /// running stage count `g0`: its 64 x 128 accumulators. Per stage, the
+  /// four m64n128k32 FP8 wgmmas of its 64 rows sum the stage's 128 K values
+  /// into a fresh partial P (scale-d 0, then 1); once they are complete the
+  /// stage goes back to the producer and P is promoted, acc = fma(P, f,
+  /// acc), f the product of the two operands' scales of the stage:
+  /// - forward: sa(row) * sb, sa the row's lhs scale, sb the tile's rhs
+  ///   scale, loaded (from global memory, L2) a stage ahead;
+  /// - weight gradient: sa(row) * sb(column), the scales of the stage's
+  ///   128 group rows (one row tile of both operands' 128 x 1 tiles) for
+  ///   the result's row (a K index) and column, loaded as the stage
+  ///   begins, before its barrier wait.
+  /// While one consumer promotes, the other's MMAs keep the tensor cores
+  /// busy.
+  Value blockwiseMainloop(const Tile &t, Value g0, Value c, Value row,
+                          Value lane) {
     int64_t kBlocks = g.k / stageK(g), nBlocks = g.n / g.tileN();
     Value saBase = baseAddress(scalesA), sbBase = baseAddress(scalesB);
     Value nTile = div(t.n0, g.tileN());
@@ -495,9 +524,10 @@ struct TmaGemmEmitter : TmaEpilogue {
                                   /*alignment=*/4)
           .getResult();
     };
-    // sa(row) * sb of this thread's rows `row` and `row` + 8 (clamped to
-    // the last row: rows past R are stored nowhere) in stage kt.
-    auto loadScales = [&](Value kt) -> SmallVector<Value> {
+    // Forward: sa(row) * sb of this thread's rows `row` and `row` + 8
+    // (clamped to the last row: rows past R are stored nowhere) in stage
+    // kt.
+    auto forwardScales = [&](Value kt) -> SmallVector<Value> {
       Value sbAt =
           g.rhsTransposed
               ? add(mul(add(mul(t.e, idx(nBlocks)), nTile), idx(kBlocks)), kt)
@@ -511,14 +541,47 @@ struct TmaGemmEmitter : TmaEpilogue {
       }
       return scales;
     };
+    // Weight gradient: row block lo / 128 + kt of the lhs's scales [R/128,
+    // K] at rows `row`, `row` + 8, then of the rhs's [R/128, N] at the
+    // thread's 32 columns n0 + 8 j + 2 (l%4) + cc (16 pairs).
+    auto wgradScales = [&](Value kt) -> SmallVector<Value> {
+      Value block = add(div(t.lo, stageK(g)), kt);
+      SmallVector<Value> scales;
+      for (int64_t h = 0; h < 2; ++h)
+        scales.push_back(
+            loadF32(saBase, add(mul(block, idx(g.k)), add(row, idx(8 * h)))));
+      Value col = add(t.n0, mul(rem(lane, 4), idx(2)));
+      Value at = add(mul(block, idx(g.n)), col);
+      for (int64_t j = 0; j < g.tileN() / 8; ++j)
+        llvm::append_range(
+            scales,
+            loadVector(b.getF32Type(), 2,
+                       globalPtr(sbBase, mul(add(at, idx(8 * j)), idx(4))),
+                       /*alignment=*/8));
+      return scales;
+    };
+    // The factor of register i = 4 j + 2 h + cc (row `row` + 8 h, column
+    // 2 j + cc of the thread's).
+    auto factor = [&](ArrayRef<Value> f, int64_t i) -> Value {
+      int64_t h = (i / 2) % 2;
+      if (!g.wgrad)
+        return f[h];
+      return arith::MulFOp::create(b, loc, f[h], f[2 + 2 * (i / 4) + i % 2]);
+    };
     SmallVector<Value> init = {LLVM::ZeroOp::create(b, loc, accType)};
-    llvm::append_range(init, loadScales(idx(0)));
+    if (!g.wgrad)
+      llvm::append_range(init, forwardScales(idx(0)));
     SmallVector<Value> acc =
         forLoop(0, t.stages, init, [&](Value kt, ValueRange carried) {
           Value it = add(g0, kt);
           Value s = rem(it, Stages);
-          SmallVector<Value> next =
-              loadScales(minS(add(kt, idx(1)), idx(kBlocks - 1)));
+          SmallVector<Value> now, next;
+          if (g.wgrad) {
+            now = wgradScales(kt);
+          } else {
+            now.assign(carried.begin() + 1, carried.end());
+            next = forwardScales(minS(add(kt, idx(1)), idx(kBlocks - 1)));
+          }
           wait(fullBarrier(s), rem(div(it, Stages), 2));
           Value slotUnits = toI64(div(mul(s, idx(StageBytes)), 16));
           // This warpgroup's 64 rows of A, 8 KiB further for the second.
@@ -536,11 +599,10 @@ struct TmaGemmEmitter : TmaEpilogue {
           NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
           NVVM::MBarrierArriveOp::create(b, loc, Type(), emptyBarrier(s),
                                          Value());
-          // Register 4 j + 2 h + cc is row `row` + 8 h.
           Value x = carried[0];
           for (int64_t i = 0; i < g.tileN() / 2; ++i) {
-            Value r = LLVM::FMAOp::create(
-                b, loc, accAt(part, i), carried[1 + (i / 2) % 2], accAt(x, i));
+            Value r = LLVM::FMAOp::create(b, loc, accAt(part, i),
+                                          factor(now, i), accAt(x, i));
             x = LLVM::InsertValueOp::create(b, loc, x, r, i);
           }
           SmallVector<Value> results = {x};
@@ -559,7 +621,7 @@ struct TmaGemmEmitter : TmaEpilogue {
       // + 8 h of this warpgroup's 64, columns 8 j + 2 (l%4) + c.
       Value rowBase = add(add(t.m0, mul(c, idx(hopper::MmaM))),
                           add(mul(warp, idx(16)), div(lane, 4)));
-      Value acc = g.blockLhs ? blockwiseMainloop(t, g0, c, rowBase)
+      Value acc = g.blockLhs ? blockwiseMainloop(t, g0, c, rowBase, lane)
                              : bf16Mainloop(t, g0, c);
       if (g.swiglu) {
         if (g.swiglu->grad)
@@ -749,7 +811,10 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
   return withGroupedArgs(
       getOrCreateKernelCall(
           module, symbols, name,
-          t.wgrad    ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
+          t.wgrad && t.blockLhs
+              ? "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, "
+                "promoted every 128"
+          : t.wgrad  ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
                        "gradient"
           : t.swiglu ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU "
                        "and MX rounding epilogue"
@@ -827,6 +892,14 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
             else if (stagesF32(t))
               mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
                            hopper::MmaM, t.outBf16 ? 2 : 4);
+            if (t.wgrad && t.blockLhs) {
+              // The transposed 8-bit lhs [K, R'] and rhs [N, R'] (R'
+              // rounded up to 128): boxes of 128 rows x 128 group rows.
+              int64_t padded = tilesOf(t.rows, stageK(t)) * stageK(t);
+              mapA = map(buf[0], padded, t.k, TileM, 1, stageK(t));
+              mapB = map(buf[2], padded, t.n, t.tileN(), 1, stageK(t));
+              return;
+            }
             if (t.wgrad) {
               // lhs [R, K], rhs [R, N]: 64 rows (one stage) a box.
               mapA = map(buf[0], t.k, t.rows, TileK);
@@ -847,8 +920,11 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
                    : rhsPlanes(t)  ? map3D(rhs, t.n, t.k, t.experts, 64)
                                    : map(rhs, t.n, t.experts * t.k, 64);
           }),
-      t.wgrad || t.lhsF8 || t.blockLhs ? SmallVector<unsigned>{0, 1}
-                                       : SmallVector<unsigned>{0},
+      // (A blockwise weight gradient's operands are transposed: their rows
+      // are not the groups'.)
+      t.wgrad && t.blockLhs              ? SmallVector<unsigned>{}
+      : t.wgrad || t.lhsF8 || t.blockLhs ? SmallVector<unsigned>{0, 1}
+                                         : SmallVector<unsigned>{0},
       t.offsetsArg());
 }
 
@@ -991,6 +1067,68 @@ void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
   auto call = func::CallOp::create(b, loc, kernel, args);
   op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();
+}
+
+Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
+                                  SymbolTable &symbols) {
+  auto lhs = dyn_cast<FP8BlockTensorType>(op.getLhs().getType());
+  auto rhs = dyn_cast<FP8BlockTensorType>(op.getRhs().getType());
+  auto qx = op.getLhs().getDefiningOp<QuantizeOp>();
+  auto qdy = op.getRhs().getDefiningOp<QuantizeOp>();
+  RankedTensorType result = op.getType();
+  if (!lhs || !rhs || !qx || !qdy || op->getParentOfType<ExpertsOp>() ||
+      lhs.getShape().size() != 2 || rhs.getShape().size() != 2 ||
+      lhs.getBlock() != ArrayRef<int64_t>{kFP8BlockTile, 1} ||
+      rhs.getBlock() != ArrayRef<int64_t>{kFP8BlockTile, 1} ||
+      !result.hasStaticShape() || !result.getElementType().isF32() ||
+      result.getRank() != 3)
+    return nullptr;
+  int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1],
+          n = rhs.getShape()[1], experts = result.getDimSize(0);
+  if (ShapedType::isDynamic(rows) || rhs.getShape()[0] != rows || k % TileM ||
+      n % TileM || experts < 1 ||
+      !groupsAlignedTo(op.getOffsets(), kFP8BlockTile))
+    return nullptr;
+  Location loc = op.getLoc();
+  OpBuilder b(op);
+  std::optional<std::pair<Value, Value>> x =
+      quantizeTransposed(b, qx, module, symbols);
+  if (!x)
+    return nullptr;
+  std::optional<std::pair<Value, Value>> dy =
+      quantizeTransposed(b, qdy, module, symbols);
+  if (!dy) {
+    x->first.getDefiningOp()->erase();
+    return nullptr;
+  }
+  TmaGemm t{rows,
+            k,
+            n,
+            experts,
+            /*rhsTransposed=*/false,
+            /*liveRowsOnly=*/false,
+            /*wgrad=*/true,
+            /*swiglu=*/std::nullopt};
+  t.blockLhs = lhs.getElementType();
+  t.blockRhs = rhs.getElementType();
+  SmallVector<Value> args = {x->first, x->second, dy->first, dy->second,
+                             op.getOffsets()};
+  std::string name =
+      llvm::formatv("moe_tma_fp8block_wgrad_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,
+                    k, n, experts, elementName(t.blockLhs),
+                    elementName(t.blockRhs),
+                    elementName(getElementTypeOrSelf(op.getOffsets())))
+          .str();
+  func::FuncOp kernel = getOrCreateWgmmaTmaFunction(
+      module, symbols, t, name, llvm::to_vector(ValueRange(args).getTypes()),
+      {result}, loc);
+  auto call = func::CallOp::create(b, loc, kernel, args);
+  op.getResult().replaceAllUsesWith(call.getResult(0));
+  op.erase();
+  for (QuantizeOp q : {qx, qdy})
+    if (q->use_empty())
+      q.erase();
+  return call;
 }
 
 } // namespace mlir::moe::kernels

@@ -68,25 +68,9 @@
 //
 // Checked on an H200 by scripts/gpu-check.sh (test/Integration/GPU).
 //
-// Blockwise FP8: promotion every 128 of K
-// ---------------------------------------
-// The same kernel takes blockwise FP8 operands (DeepSeek-V3's recipe):
-// lhs !moe.fp8block<R x K x f8, block = [1, 128]>, rhs
-// !moe.fp8block<E x K x N x f8, block = [1, 128, 128]> (or [E, N, K] with
-// transpose_rhs, the data gradient), f32 scales, K and N multiples of 128.
-// A stage is 128 K values, one tile of both operands: the four k32 wgmmas
-// of a half accumulate into one fresh partial (scale-d 0, then 1), which is
-// promoted once, acc = fma(P * sa(row), sb, acc), with sa the row's scale
-// and sb the CTA's 128 x 128 weight tile's (the thread stores it for each
-// column, so the promotion code is the MX one). Layout as above with
-// TileK = 128: A at 0 (16 KiB, SBO 1024), B at 16384, A scales at 32768
-// (one f32 per row), B scales at 33280; 33 KiB a stage, 132 KiB the ring.
-// A transposed rhs ([E, N, K], K contiguous) is already K-major: copied
-// like A. Accuracy: the tensor core sums a partial's 128 FP8 products in
-// its own accumulator format, narrower than f32 (DeepSeek-V3 measured about
-// 14 bits on H800, which is why the recipe promotes every 128); the bound
-// is stated in test/Integration/GPU/fp8block.mlir. Only with fp8-mma for
-// now (the default dequantizes power-of-two operands to bf16, exactly).
+// Blockwise FP8 operands (1 x 128 and 128 x 128 tiles) take the TMA
+// kernel's FP8 form instead (TmaGemmMainloop.cpp, lowerBlockwiseTmaGemm):
+// lowerToFp8Wgmma routes them there.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,20 +93,18 @@ using namespace fp8wgmma;
 
 namespace {
 
-/// One block-scaled grouped GEMM shape the FP8 wgmma kernel handles: MXFP8
-/// (E8M0 scales per 32 of K) or blockwise FP8 (f32 scales per 1 x 128 lhs
-/// and 128 x 128 rhs tile).
+/// One block-scaled grouped GEMM shape the FP8 wgmma kernels handle: MXFP8
+/// (E8M0 scales per 32 of K; this file's kernel) or blockwise FP8 (f32
+/// scales per 1 x 128 lhs and 128 x 128 rhs tile; the TMA kernel's).
 struct WgmmaMxGemm {
   int64_t rows, k, n, experts;
   Type lhsElt, rhsElt, offsetElt;
   bool blockwise = false;
-  /// rhs [E, N, K] (blockwise only).
-  bool rhsTransposed = false;
 
   /// K values summed by the tensor core between promotions.
-  int64_t promoteK() const { return blockwise ? BlockwiseTile : MXBlock; }
-  /// K values per stage: 2 MX blocks, or 1 blockwise tile.
-  int64_t tileK() const { return blockwise ? BlockwiseTile : 64; }
+  int64_t promoteK() const { return MXBlock; }
+  /// K values per stage: 2 MX blocks.
+  int64_t tileK() const { return 64; }
   int64_t blocks() const { return tileK() / promoteK(); }
   int64_t sbo() const { return tileK() / 16 * 128; }
   int64_t offB() const { return hopper::TileM * tileK(); }
@@ -132,15 +114,9 @@ struct WgmmaMxGemm {
   int64_t smemBytes() const { return Stages * stageBytes(); }
 
   std::string name() const {
-    if (!blockwise)
-      return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}",
-                           rows, k, n, experts, elementName(lhsElt),
-                           elementName(rhsElt), elementName(offsetElt))
-          .str();
-    return llvm::formatv(
-               "moe_wgmma_fp8block_gmm_{0}x{1}x{2}_e{3}_{4}_{5}{6}_{7}", rows,
-               k, n, experts, elementName(lhsElt), elementName(rhsElt),
-               rhsTransposed ? "_rhsT" : "", elementName(offsetElt))
+    return llvm::formatv("moe_wgmma_mx_gmm_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,
+                         k, n, experts, elementName(lhsElt),
+                         elementName(rhsElt), elementName(offsetElt))
         .str();
   }
 };
@@ -182,10 +158,14 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
     std::optional<WgmmaMxGemm> g =
         matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
                     rhs.getElementType(), BlockwiseTile);
-    if (g) {
+    // The forward's rhs is transposed first (FP8 wgmma reads K-major
+    // operands only).
+    if (g && !op.getTransposeRhs() &&
+        !transposesBytes(
+            cast<BlockScaledType>(op.getRhs().getType()).getDataType()))
+      return std::nullopt;
+    if (g)
       g->blockwise = true;
-      g->rhsTransposed = op.getTransposeRhs();
-    }
     return g;
   }
   auto lhs = dyn_cast<MXTensorType>(op.getLhs().getType());
@@ -201,10 +181,8 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
 /// Emits the body of the FP8 wgmma grouped GEMM's gpu.launch.
 struct WgmmaMxEmitter : HopperBuilder {
   const WgmmaMxGemm &g;
-  // Buffers: A data [R, K], A scales, B data [E, K, N] (or [E, N, K]),
-  // B scales, offsets [E+1], result [R, N]. MX scales: A [R, K/32], B
-  // [E, K/32, N] (E8M0); blockwise: A [R, K/128], B [E, K/128, N/128] (or
-  // [E, N/128, K/128]) (f32).
+  // Buffers: A data [R, K], A scales [R, K/32], B data [E, K, N], B scales
+  // [E, K/32, N] (E8M0), offsets [E+1], result [R, N].
   Value a, aScales, w, wScales, offsets, out;
   Value tid{}, m0{}, n0{}, aGlobal{}, wGlobal{};
   // Per thread: byte offsets (index) of its accumulator rows' scales within
@@ -228,12 +206,10 @@ struct WgmmaMxEmitter : HopperBuilder {
   }
   /// A scale as the f32 factor it stands for.
   Value loadScale(Value scales, ValueRange at) {
-    if (g.blockwise)
-      return memref::LoadOp::create(b, loc, scales, at);
     return scaleToF32(loadBits(scales, at));
   }
 
-  /// 16-byte chunks of a K-major tile of 128 rows (A, or a transposed B):
+  /// 16-byte chunks of a K-major tile of 128 rows (A):
   /// row `row0 + r` of the global [., K] matrix at `global` (clamped to
   /// `rowsLast`) into the tile at `dst`, chunk (row r, K chunk c) at
   /// (r/8) SBO + c LBO + (r%8) 16. Thread t's copy i: chunk (t/8) % cpr of
@@ -264,11 +240,7 @@ struct WgmmaMxEmitter : HopperBuilder {
     Value rowsLast = idx(g.rows - 1);
     Value warp = div(tid, 32), lane = rem(tid, 32);
     copyKMajor(stageBase, aGlobal, m0, rowsLast, k0);
-    if (g.rhsTransposed) {
-      // B rows are the experts' [N, K] rows n0 + r: K-major already.
-      copyKMajor(add(stageBase, idx(g.offB())), wGlobal,
-                 add(mul(e, idx(g.n)), n0), Value(), k0);
-    } else {
+    {
       // B: 4 x 4 byte blocks (K rows 4 (t/32) + 16 i + q, N columns
       // 4 (t%32) + c), transposed in registers.
       Value n = mul(lane, idx(4));
@@ -305,14 +277,7 @@ struct WgmmaMxEmitter : HopperBuilder {
     for (int64_t j = 0; j < g.blocks(); ++j) {
       Value block = add(mul(kt, idx(g.blocks())), idx(j));
       Value sa = loadScale(aScales, {safeRow, block});
-      Value sb;
-      if (!g.blockwise) {
-        sb = loadScale(wScales, {e, block, add(n0, tid)});
-      } else {
-        Value nTile = div(n0, BlockwiseTile); // the CTA's weight tile
-        sb = g.rhsTransposed ? loadScale(wScales, {e, nTile, block})
-                             : loadScale(wScales, {e, block, nTile});
-      }
+      Value sb = loadScale(wScales, {e, block, add(n0, tid)});
       Value at = mul(add(idx(j * hopper::TileM), tid), idx(4));
       LLVM::StoreOp::create(
           b, loc, sa, sharedPtrAt(add(stageBase, add(idx(g.offSA()), at))),

@@ -196,7 +196,11 @@ getOrCreateWgmmaWgradFunction(ModuleOp module, SymbolTable &symbols,
 /// bf16, exactly as for the forward GEMM (see rewriteForWgmma). Returns the
 /// kernel's call, or nullptr (nothing changed).
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
-                             SymbolTable &symbols, KernelReport *report) {
+                             SymbolTable &symbols, bool fp8Wgmma,
+                             KernelReport *report) {
+  if (fp8Wgmma)
+    if (Operation *call = lowerBlockwiseTmaWgrad(op, module, symbols))
+      return call;
   std::string why;
   WhyNot whyNot = report ? &why : nullptr;
   if (!bf16OrMXAlong(op.getLhs(), 0, "lhs", whyNot) ||
