@@ -390,7 +390,14 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       FP8 wgmma reads K-major operands only: a forward GEMM's rhs elements
       `[E, K, N]` are transposed (`@moe_transpose8_...`), by the rhs's own
       quantize kernel when it is one (`..._and_T`); the data gradient's are
-      K-major already. With `fp8block-exact` such operands are instead
+      K-major already. A `moe.grouped_matmul_wgrad` of blockwise FP8
+      operands in 128 x 1 tiles whose groups provably start and end at
+      multiples of 128 rows (a dispatch's or `moe.slot_offsets`' `pad_to`)
+      takes the kernel's weight-gradient form
+      (`@moe_tma_fp8block_wgrad_...`): the group rows are the MMAs' K, so
+      both operands' quantize kernels write the data transposed
+      (`..._T`), and each 128-row stage is promoted with the result row's
+      and column's scales. With `fp8block-exact` such operands are instead
       dequantized to bf16 for the bf16 kernels (exact with power-of-two
       scales).
       SwiGLU epilogues: a forward GEMM whose result feeds `moe.swiglu`
