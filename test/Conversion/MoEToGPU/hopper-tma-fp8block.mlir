@@ -166,6 +166,43 @@ func.func @weight_gradient_unpadded(%x: tensor<1024x256xf32>, %dy: tensor<1024x3
   return %dw : tensor<4x256x384xf32>
 }
 
+// The dispatched rows quantized in 1 x 128 tiles (the forward GEMM's lhs)
+// and 128 x 1 tiles (the weight gradient's): one pair kernel reads them once
+// and writes both, the columnwise data transposed.
+// WGRAD-LABEL: func.func @paired
+// WGRAD: %[[S:.*]], %[[O:.*]], %{{.*}}, %{{.*}} = moe.dispatch
+// WGRAD: %[[P:.*]]:4 = call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32(%[[S]]) : (tensor<1020x256xf32>) -> (tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
+// WGRAD: moe.mx_pack %[[P]]#0, %[[P]]#1
+// WGRAD: call @moe_tma_fp8block_gmm_1020x256x384_e4_e4m3_e4m3_i32(
+// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T(%arg3)
+// WGRAD: call @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(%[[P]]#2, %[[P]]#3, %[[DY]]#0, %[[DY]]#1, %[[O]])
+// WGRAD-NOT: moe.quantize
+// WGRAD: return
+func.func @paired(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                  %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %xc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
+}
+
 // The FP8 weight gradient: K-major boxes of both transposed operands.
 // WGRAD-LABEL: func.func private @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(
 // WGRAD-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, promoted every 128"

@@ -37,6 +37,7 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -324,4 +325,41 @@ func.func @fp8_wgrad(%x: tensor<512x256xf32>,
         !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x256x384xf32>
   return %dw : tensor<4x256x384xf32>
+}
+
+// The dispatched rows quantized in both tilings by one pair kernel (the
+// forward GEMM's 1 x 128 lhs, E4M3 with power-of-two scales; the weight
+// gradient's 128 x 1 operand, here E5M2 with f32 scales, transposed): its
+// four results compared bit for bit (the transposed data through the
+// weight gradient, within its bound), and the GEMMs as above.
+func.func @fp8_pair(%x: tensor<512x256xf32>,
+                    %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                    %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<1020x384xf32>,
+        tensor<4x256x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %xd, %xs = moe.mx_unpack %xq : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>
+  %xc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E5M2, block = [128, 1]>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dyc, %o
+      : !moe.fp8block<1020x256xf8E5M2, block = [128, 1]>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %xd, %xs, %y, %dw
+      : tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<1020x384xf32>,
+        tensor<4x256x384xf32>
 }

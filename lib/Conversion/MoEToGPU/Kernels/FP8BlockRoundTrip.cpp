@@ -83,6 +83,11 @@ struct FP8BlockKernel {
   /// swapped (transposes(): the K-major copies FP8 wgmma reads of a forward
   /// GEMM's rhs, see transposeBytes, and of a weight gradient's operands).
   Transposed transposed = Transposed::no;
+  /// A pair (quantizePair): `type` is the rowwise quantization (1 x 128
+  /// tiles), this the columnwise one (128 x 1) of the same input, written
+  /// transposed; regions of 128 x 128, one pass. Null otherwise.
+  FP8BlockTensorType colType{};
+  bool pair() const { return bool(colType); }
 
   bool roundTrip() const { return bool(outElt); }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
@@ -101,10 +106,14 @@ struct FP8BlockKernel {
   }
   int64_t tileCols() const { return type.getBlock().back(); }
   /// The region a CTA takes: regionRows() x width().
-  int64_t width() const { return tileCols() == 1 ? 32 : tileCols(); }
+  int64_t width() const {
+    return pair() ? Tile : tileCols() == 1 ? 32 : tileCols();
+  }
   int64_t lanes() const { return width() / 4; }
   int64_t rowGroups() const { return Threads / lanes(); }
   int64_t regionRows() const {
+    if (pair())
+      return Tile;
     return tileRows() == 1 ? rowGroups() : tileRows();
   }
   int64_t rowsPerThread() const { return regionRows() / rowGroups(); }
@@ -112,9 +121,9 @@ struct FP8BlockKernel {
   int64_t colRegions() const { return tilesOf(cols(), width()); }
   int64_t regions() const { return matrices() * rowRegions() * colRegions(); }
   /// Whether a tile's rows are spread over the CTA's warps.
-  bool acrossWarps() const { return tileRows() > 1; }
+  bool acrossWarps() const { return pair() || tileRows() > 1; }
   /// Amax values a warp hands to the others: one a column (128 x 1) or one.
-  int64_t warpSlots() const { return tileCols() == 1 ? width() : 1; }
+  int64_t warpSlots() const { return pair() || tileCols() == 1 ? width() : 1; }
   /// Whether the quantize can write its data transposed: tiles of 128
   /// rows (by 128 or 1 columns), columns a multiple of the region width.
   /// The transposed rows are transposedRows() long: the last region's rows
@@ -141,6 +150,13 @@ struct FP8BlockKernel {
     std::string tile =
         std::to_string(tileRows()) + "x" + std::to_string(tileCols());
     std::string scales = type.getPow2() ? "pow2" : "f32s";
+    if (pair())
+      return llvm::formatv("moe_fp8block_quantize_pair_{0}_{1}_{2}_{3}_{4}_{5}",
+                           dims, elementName(type.getElementType()), scales,
+                           elementName(colType.getElementType()),
+                           colType.getPow2() ? "pow2" : "f32s",
+                           elementName(inElt))
+          .str();
     if (!roundTrip())
       return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}",
                            dims, tile, elementName(type.getElementType()),
@@ -204,6 +220,8 @@ struct FP8BlockEmitter : KernelBuilder {
   // The round trip's result, or the quantize's data and scales (and the
   // transposed data: FP8BlockKernel::transposed).
   Value out, data, scales, dataT{};
+  // A pair's columnwise scales (FP8BlockKernel::pair).
+  Value colScales{};
 
   Type f32() { return b.getF32Type(); }
   Value f32c(float v) {
@@ -244,7 +262,10 @@ struct FP8BlockEmitter : KernelBuilder {
       Value row0 = mul(div(rc, g.colRegions()), idx(g.regionRows()));
       Value col =
           add(mul(rem(rc, g.colRegions()), idx(g.width())), mul(cl, idx(4)));
-      emitRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ys, ds, ss);
+      if (g.pair())
+        emitPairRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ds, ss);
+      else
+        emitRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ys, ds, ss);
       if (g.transposed != Transposed::no)
         storeTransposed(m, row0,
                         arith::SubIOp::create(b, loc, col, mul(cl, idx(4))));
@@ -283,16 +304,20 @@ struct FP8BlockEmitter : KernelBuilder {
     }
   }
 
-  /// Thread's values of one region: rows row0 + rg + G r, columns col + c.
-  void emitRegion(Value m, Value row0, Value col, Value rg, Value cl,
-                  Value lane, Value warp, Value aligned, Value xs, Value ys,
-                  Value ds, Value ss) {
+  /// A thread's values of one region: rows row0 + rg + G r, columns
+  /// col + c; each row's index, validity and first flat element, the loaded
+  /// elements (`raw`, the input type; zero where invalid) and as f32.
+  struct RegionValues {
+    SmallVector<Value> rowOf, rowValid, first;
+    SmallVector<SmallVector<Value>> raw, values;
+  };
+  RegionValues loadRegion(Value m, Value row0, Value col, Value rg,
+                          Value aligned, Value xs) {
     int64_t rowsPer = g.rowsPerThread(), rows = g.rows(), cols = g.cols();
     unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
     Value xBase = baseAddress(xs);
-    SmallVector<Value> rowOf, rowValid, first;
-    // The loaded elements (`raw`, the input type) and as f32 (`values`).
-    SmallVector<SmallVector<Value>> raw, values;
+    RegionValues rv;
+    auto &[rowOf, rowValid, first, raw, values] = rv;
     SmallVector<Type> four(4, g.inElt);
     Value zeroIn = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
     for (int64_t r = 0; r < rowsPer; ++r) {
@@ -342,6 +367,147 @@ struct FP8BlockEmitter : KernelBuilder {
         e = toF32(e);
       values.push_back(v);
     }
+    return rv;
+  }
+
+  /// The 4 values of a thread's row run (f32 `values`, input `raw`) times
+  /// `factor(c)`, clamped to +-max of `type`'s format and converted by the
+  /// hardware, two at a time: the conversions' pairs, and the codes (i8)
+  /// with a NaN's code buildEncode's (the format's NaN with the sign of the
+  /// input's bits; the conversions' NaNs need not keep it).
+  std::pair<SmallVector<Value>, SmallVector<Value>>
+  encodeRun(ArrayRef<Value> values, ArrayRef<Value> raw,
+            function_ref<Value(int64_t)> factor, FP8BlockTensorType type) {
+    MXFormat fmt = MXFormat::get(type.getElementType());
+    Type f8 = type.getElementType();
+    auto pairI8 = VectorType::get({2}, i8());
+    Value maxV = f32c(float(fmt.maxValue)), minV = f32c(-float(fmt.maxValue));
+    SmallVector<Value> scaled;
+    for (int64_t c = 0; c < 4; ++c) {
+      Value v = arith::MulFOp::create(b, loc, values[c], factor(c));
+      v = arith::MaximumFOp::create(b, loc, v, minV);
+      scaled.push_back(arith::MinimumFOp::create(b, loc, v, maxV));
+    }
+    SmallVector<Value> pairs;
+    for (int64_t c = 0; c < 4; c += 2)
+      // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
+      pairs.push_back(NVVM::ConvertF32x2ToF8x2Op::create(
+          b, loc, pairI8, scaled[c + 1], scaled[c], NVVM::FPRoundingMode::RN,
+          NVVM::SaturationMode::SATFINITE, /*relu=*/false, f8));
+    unsigned width = g.inElt.getIntOrFloatBitWidth();
+    Type bitsType = b.getIntegerType(width);
+    SmallVector<Value> codes;
+    for (int64_t c = 0; c < 4; ++c) {
+      Value code =
+          LLVM::ExtractElementOp::create(b, loc, pairs[c / 2], int32(c % 2));
+      Value bits = arith::BitcastOp::create(b, loc, bitsType, raw[c]);
+      Value negative = arith::CmpIOp::create(
+          b, loc, P::slt, bits, arith::ConstantIntOp::create(b, loc, 0, width));
+      Value nan =
+          select(negative, int8(int8_t(0x80 | fmt.nanCode)), int8(fmt.nanCode));
+      Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
+                                          values[c], values[c]);
+      codes.push_back(select(isNaN, nan, code));
+    }
+    return {pairs, codes};
+  }
+
+  /// Stores a code (i8) at [column][row] of the region's transposed codes.
+  void stageTransposed(Value code, Value column, Value row) {
+    Value at = add(
+        idx(g.transposedAt()),
+        add(mul(rem(column, g.width()), idx(TransposedRow)), rem(row, Tile)));
+    LLVM::StoreOp::create(b, loc, code, sharedPtrAt(at), /*alignment=*/1);
+  }
+
+  /// A pair's region of 128 x 128 (rows row0 + rg + 8 r, r < 16, columns
+  /// col + c, c < 4; a warp holds whole rows): the rowwise quantization
+  /// (each row's amax by five xor shuffles; codes to `ds`, the row's scale
+  /// by lane 0) and the columnwise one (each column's amax over the thread's
+  /// 16 rows, then across the 8 warps through shared memory; codes staged
+  /// transposed for storeTransposed, the column's scale by warp 0).
+  void emitPairRegion(Value m, Value row0, Value col, Value rg, Value cl,
+                      Value lane, Value warp, Value aligned, Value xs, Value ds,
+                      Value ss) {
+    int64_t rowsPer = g.rowsPerThread(), rows = g.rows(), cols = g.cols();
+    RegionValues rv = loadRegion(m, row0, col, rg, aligned, xs);
+    auto &[rowOf, rowValid, first, raw, values] = rv;
+    // Columnwise amaxes: the thread's rows, then the warps'.
+    SmallVector<Value> colAmax(4, f32c(0.0f));
+    for (int64_t r = 0; r < rowsPer; ++r)
+      for (int64_t c = 0; c < 4; ++c)
+        colAmax[c] = magnitudeMax(colAmax[c], values[r][c]);
+    auto slot = [&](Value w, Value c) {
+      return sharedPtrAt(mul(add(mul(w, idx(Tile)), c), idx(4)));
+    };
+    NVVM::Barrier0Op::create(b, loc); // the previous region's reads
+    for (int64_t c = 0; c < 4; ++c)
+      LLVM::StoreOp::create(b, loc, colAmax[c],
+                            slot(warp, add(mul(cl, idx(4)), idx(c))), 4);
+    NVVM::Barrier0Op::create(b, loc);
+    for (int64_t c = 0; c < 4; ++c)
+      for (int64_t w = 0; w < Warps; ++w)
+        colAmax[c] = arith::MaximumFOp::create(
+            b, loc, colAmax[c],
+            LLVM::LoadOp::create(
+                b, loc, f32(), slot(idx(w), add(mul(cl, idx(4)), idx(c))), 4));
+    MXFormat colFmt = MXFormat::get(g.colType.getElementType());
+    SmallVector<Value> colFactor, colStored;
+    for (Value a : colAmax) {
+      colFactor.push_back(
+          buildFP8BlockScale(b, loc, a, colFmt, g.colType.getPow2()));
+      colStored.push_back(
+          arith::DivFOp::create(b, loc, f32c(1.0f), colFactor.back()));
+    }
+    MXFormat rowFmt = MXFormat::get(g.type.getElementType());
+    Type rowF8 = g.type.getElementType();
+    int64_t rowScaleCols = tilesOf(cols, Tile);
+    for (int64_t r = 0; r < rowsPer; ++r) {
+      // Rowwise: the row's amax over the warp's 32 lanes.
+      Value a = f32c(0.0f);
+      for (int64_t c = 0; c < 4; ++c)
+        a = magnitudeMax(a, values[r][c]);
+      a = warpMax(a, {16, 8, 4, 2, 1});
+      Value factor = buildFP8BlockScale(b, loc, a, rowFmt, g.type.getPow2());
+      Value stored = arith::DivFOp::create(b, loc, f32c(1.0f), factor);
+      auto [rowPairs, rowCodes] =
+          encodeRun(values[r], raw[r], [&](int64_t) { return factor; }, g.type);
+      SmallVector<Value> typed;
+      for (Value code : rowCodes)
+        typed.push_back(arith::BitcastOp::create(b, loc, rowF8, code));
+      storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), typed);
+      ifThen(land(cmp(P::eq, cl, idx(0)), cmp(P::ult, rowOf[r], idx(rows))),
+             [&] {
+               Value at =
+                   add(mul(add(mul(m, idx(rows)), rowOf[r]), idx(rowScaleCols)),
+                       div(col, Tile));
+               memref::StoreOp::create(b, loc, stored, ss, ValueRange{at});
+             });
+      // Columnwise: the codes, staged transposed.
+      auto [colPairs, colCodes] = encodeRun(
+          values[r], raw[r], [&](int64_t c) { return colFactor[c]; },
+          g.colType);
+      for (int64_t c = 0; c < 4; ++c)
+        stageTransposed(colCodes[c], add(col, idx(c)), rowOf[r]);
+    }
+    // The columns' scales [ceil(R / 128), cols], by warp 0.
+    Value colScalesFlat = flat(colScales);
+    ifThen(cmp(P::eq, rg, idx(0)), [&] {
+      Value base = mul(add(mul(m, idx(tilesOf(rows, Tile))), div(row0, Tile)),
+                       idx(cols));
+      for (int64_t c = 0; c < 4; ++c)
+        memref::StoreOp::create(b, loc, colStored[c], colScalesFlat,
+                                ValueRange{add(base, add(col, idx(c)))});
+    });
+  }
+
+  /// Thread's values of one region: rows row0 + rg + G r, columns col + c.
+  void emitRegion(Value m, Value row0, Value col, Value rg, Value cl,
+                  Value lane, Value warp, Value aligned, Value xs, Value ys,
+                  Value ds, Value ss) {
+    int64_t rowsPer = g.rowsPerThread();
+    RegionValues rv = loadRegion(m, row0, col, rg, aligned, xs);
+    auto &[rowOf, rowValid, first, raw, values] = rv;
 
     // The amax of each of the thread's tiles: one a column (128 x 1), else
     // one.
@@ -407,21 +573,9 @@ struct FP8BlockEmitter : KernelBuilder {
     // The elements: x * s clamped to +-max, two at a time through the
     // hardware conversion.
     Type f8 = g.type.getElementType();
-    auto pairI8 = VectorType::get({2}, i8());
-    Value maxV = f32c(float(fmt.maxValue)), minV = f32c(-float(fmt.maxValue));
     for (int64_t r = 0; r < rowsPer; ++r) {
-      SmallVector<Value> scaled;
-      for (int64_t c = 0; c < 4; ++c) {
-        Value v = arith::MulFOp::create(b, loc, values[r][c], of(factor, c));
-        v = arith::MaximumFOp::create(b, loc, v, minV);
-        scaled.push_back(arith::MinimumFOp::create(b, loc, v, maxV));
-      }
-      SmallVector<Value> pairs;
-      for (int64_t c = 0; c < 4; c += 2)
-        // The i16 holds `a` in its upper byte: element 0 of the pair is `b`.
-        pairs.push_back(NVVM::ConvertF32x2ToF8x2Op::create(
-            b, loc, pairI8, scaled[c + 1], scaled[c], NVVM::FPRoundingMode::RN,
-            NVVM::SaturationMode::SATFINITE, /*relu=*/false, f8));
+      auto [pairs, codes] = encodeRun(
+          values[r], raw[r], [&](int64_t c) { return of(factor, c); }, g.type);
       if (g.roundTrip()) {
         SmallVector<Value> results;
         for (int64_t p = 0; p < 2; ++p)
@@ -430,39 +584,16 @@ struct FP8BlockEmitter : KernelBuilder {
                                     {of(stored, 2 * p), of(stored, 2 * p + 1)},
                                     g.outElt));
         storeValues(ys, first[r], rowOf[r], col, rowValid[r], aligned, results);
-      } else {
-        // A NaN's code is buildEncode's: the format's NaN with x's sign,
-        // taken from the input's bits (the conversions' NaNs need not keep
-        // it).
-        unsigned width = g.inElt.getIntOrFloatBitWidth();
-        Type bitsType = b.getIntegerType(width);
-        SmallVector<Value> codes;
-        for (int64_t c = 0; c < 4; ++c) {
-          Value code = LLVM::ExtractElementOp::create(b, loc, pairs[c / 2],
-                                                      int32(c % 2));
-          Value bits = arith::BitcastOp::create(b, loc, bitsType, raw[r][c]);
-          Value negative = arith::CmpIOp::create(
-              b, loc, P::slt, bits,
-              arith::ConstantIntOp::create(b, loc, 0, width));
-          Value nan = select(negative, int8(int8_t(0x80 | fmt.nanCode)),
-                             int8(fmt.nanCode));
-          Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
-                                              values[r][c], values[r][c]);
-          Value chosen = select(isNaN, nan, code);
-          codes.push_back(arith::BitcastOp::create(b, loc, f8, chosen));
-          // Transposed: column c's code at [column][row] of the region.
-          if (g.transposed != Transposed::no) {
-            Value at = add(
-                idx(g.transposedAt()),
-                add(mul(rem(add(col, idx(c)), g.width()), idx(TransposedRow)),
-                    rem(rowOf[r], Tile)));
-            LLVM::StoreOp::create(b, loc, chosen, sharedPtrAt(at),
-                                  /*alignment=*/1);
-          }
-        }
-        if (ds)
-          storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), codes);
+        continue;
       }
+      SmallVector<Value> typed;
+      for (int64_t c = 0; c < 4; ++c) {
+        typed.push_back(arith::BitcastOp::create(b, loc, f8, codes[c]));
+        if (g.transposed != Transposed::no)
+          stageTransposed(codes[c], add(col, idx(c)), rowOf[r]);
+      }
+      if (ds)
+        storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), typed);
     }
     if (!g.roundTrip())
       storeScales(ss, m, rowOf[0], col, rg, cl, stored);
@@ -543,6 +674,8 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
                           g.roundTrip() ? Value() : outs[1]};
         if (g.transposed != Transposed::no)
           k.dataT = only ? outs[0] : outs[2];
+        if (g.pair())
+          k.colScales = outs[3];
         k.emit(launch);
       });
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
@@ -654,6 +787,11 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
   }
 }
 
+bool quantizeTransposedTakes(QuantizeOp q) {
+  std::optional<FP8BlockKernel> g = matchFP8Block(q, Type(), nullptr);
+  return g && g->transposes();
+}
+
 std::optional<std::pair<Value, Value>>
 quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
                    SymbolTable &symbols) {
@@ -673,6 +811,34 @@ quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
   auto call =
       func::CallOp::create(b, q.getLoc(), kernel, ValueRange{q.getInput()});
   return std::make_pair(call.getResult(0), call.getResult(1));
+}
+
+std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
+                                                 QuantizeOp cols,
+                                                 ModuleOp module,
+                                                 SymbolTable &symbols) {
+  std::optional<FP8BlockKernel> g = matchFP8Block(rows, Type(), nullptr);
+  std::optional<FP8BlockKernel> c = matchFP8Block(cols, Type(), nullptr);
+  if (!g || !c || rows.getInput() != cols.getInput() || g->rank() != 2 ||
+      g->type.getBlock() != ArrayRef<int64_t>{1, Tile} ||
+      c->type.getBlock() != ArrayRef<int64_t>{Tile, 1} || g->cols() % Tile)
+    return std::nullopt;
+  g->colType = c->type;
+  // Results: the rowwise data and scales, then the columnwise transposed
+  // data and scales.
+  g->transposed = Transposed::also;
+  RankedTensorType data = g->type.getDataType();
+  SmallVector<RankedTensorType> results = {
+      data, g->type.getScalesType(),
+      RankedTensorType::get({g->cols(), g->transposedRows()},
+                            c->type.getElementType()),
+      c->type.getScalesType()};
+  func::FuncOp kernel = getOrCreateFunction(
+      module, symbols, *g, {rows.getInput().getType()}, results, rows.getLoc());
+  auto call = func::CallOp::create(b, rows.getLoc(), kernel,
+                                   ValueRange{rows.getInput()});
+  return std::array<Value, 4>{call.getResult(0), call.getResult(1),
+                              call.getResult(2), call.getResult(3)};
 }
 
 } // namespace mlir::moe::kernels

@@ -31,7 +31,8 @@ bool bf16OrMXAlong(Value v, unsigned axis, StringRef name, WhyNot why) {
              "the {0} is blockwise FP8 with f32 scales, which have no exact "
              "bf16 form (block-scales=pow2 has one); the FP8 wgmma kernels "
              "take 1 x 128 / 128 x 128 tiles (and 128 x 1 weight-gradient "
-             "operands) with K and N multiples of 128",
+             "operands over groups padded to 128 rows) with K and N "
+             "multiples of 128",
              name);
     return false;
   }

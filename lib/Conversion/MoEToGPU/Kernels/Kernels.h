@@ -355,6 +355,19 @@ std::optional<std::pair<Value, Value>> quantizeTransposed(OpBuilder &b,
                                                           QuantizeOp q,
                                                           ModuleOp module,
                                                           SymbolTable &symbols);
+/// Whether quantizeTransposed takes `q`.
+bool quantizeTransposedTakes(QuantizeOp q);
+
+/// For quantizes `rows` (1 x 128 tiles) and `cols` (128 x 1 tiles) of the
+/// same 2-d float input to blockwise FP8 (columns a multiple of 128): one
+/// call of the blockwise FP8 quantize kernel computing both in one pass,
+/// at `b`'s insertion point: the rowwise data and scales, then the
+/// columnwise data transposed (as quantizeTransposed's) and scales; nullopt
+/// (nothing created) if the kernel does not take them.
+std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
+                                                 QuantizeOp cols,
+                                                 ModuleOp module,
+                                                 SymbolTable &symbols);
 
 /// Whether `call` calls a transpose kernel (transposeBytes).
 bool isTransposeBytes(func::CallOp call);

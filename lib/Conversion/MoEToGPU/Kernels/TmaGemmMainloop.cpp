@@ -1091,14 +1091,46 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
     return nullptr;
   Location loc = op.getLoc();
   OpBuilder b(op);
-  std::optional<std::pair<Value, Value>> x =
-      quantizeTransposed(b, qx, module, symbols);
-  if (!x)
+  // Each operand transposed by its quantize kernel; where the same tensor
+  // is also quantized in 1 x 128 tiles in this block (its forward or data
+  // gradient GEMM's operand), one kernel computes both, reading it once.
+  SmallVector<Operation *> created;
+  auto transposed =
+      [&](QuantizeOp q) -> std::optional<std::pair<Value, Value>> {
+    for (Operation *user : q.getInput().getUsers()) {
+      auto rows = dyn_cast<QuantizeOp>(user);
+      auto type = rows ? dyn_cast<FP8BlockTensorType>(rows.getType())
+                       : FP8BlockTensorType();
+      if (!type || rows == q || rows->getBlock() != op->getBlock() ||
+          type.getBlock() != ArrayRef<int64_t>{1, kFP8BlockTile})
+        continue;
+      OpBuilder at(rows->isBeforeInBlock(op) ? rows.getOperation()
+                                             : op.getOperation());
+      std::optional<std::array<Value, 4>> parts =
+          quantizePair(at, rows, q, module, symbols);
+      if (!parts)
+        continue;
+      auto packed =
+          MXPackOp::create(at, rows.getLoc(), type, (*parts)[0], (*parts)[1]);
+      rows.getResult().replaceAllUsesWith(packed.getResult());
+      rows.erase();
+      return std::make_pair((*parts)[2], (*parts)[3]);
+    }
+    std::optional<std::pair<Value, Value>> alone =
+        quantizeTransposed(b, q, module, symbols);
+    if (alone)
+      created.push_back(alone->first.getDefiningOp());
+    return alone;
+  };
+  // (Both operands are checked before anything is paired.)
+  if (!quantizeTransposedTakes(qx) || !quantizeTransposedTakes(qdy))
     return nullptr;
+  std::optional<std::pair<Value, Value>> x = transposed(qx);
   std::optional<std::pair<Value, Value>> dy =
-      quantizeTransposed(b, qdy, module, symbols);
-  if (!dy) {
-    x->first.getDefiningOp()->erase();
+      x ? transposed(qdy) : std::nullopt;
+  if (!x || !dy) {
+    for (Operation *c : created)
+      c->erase();
     return nullptr;
   }
   TmaGemm t{rows,
@@ -1125,9 +1157,10 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
   auto call = func::CallOp::create(b, loc, kernel, args);
   op.getResult().replaceAllUsesWith(call.getResult(0));
   op.erase();
-  for (QuantizeOp q : {qx, qdy})
-    if (q->use_empty())
-      q.erase();
+  if (qx->use_empty())
+    qx.erase();
+  if (qdy != qx && qdy->use_empty())
+    qdy.erase();
   return call;
 }
 
