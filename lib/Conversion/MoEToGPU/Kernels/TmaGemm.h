@@ -3,9 +3,9 @@
 // What the TMA, warp-specialized grouped GEMM's mainloop
 // (TmaGemmMainloop.cpp) and its epilogues (TmaGemmEpilogues.cpp) share: the
 // tile shapes and shared-memory plan (namespace tma) and the epilogue
-// collective, which stores a consumer warpgroup's 64 x 256 accumulators
-// (the f32 result through the copy engine, or the SwiGLU epilogues with
-// their MX roundings and encodings).
+// collective, which stores a consumer warpgroup's 64 x 256 accumulators,
+// 64 x 128 with blockwise FP8 (the f32 result through the copy engine, or
+// the SwiGLU epilogues with their MX roundings and encodings).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_CONVERSION_MOETOGPU_KERNELS_TMAGEMM_H
@@ -167,10 +167,11 @@ struct TmaEpilogue : HopperBuilder {
     Value e, lo, hi, m0, n0, stages;
   };
 
-  /// Stores consumer `c`'s 64 x 256 accumulators (its rows from `first`)
-  /// through the copy engine into the f32 array of tensor map `map`, rows
-  /// from `outRow`, box q (registers 4 j + 2 h + cc, j in [4 q, 4 q + 4)) at
-  /// column `column(q)`: 8 boxes of 32 columns, alternating between the
+  /// Stores consumer `c`'s 64 x tileN() accumulators (its rows from
+  /// `first`) through the copy engine into the f32 array of tensor map
+  /// `map`, rows from `outRow`, box q (registers 4 j + 2 h + cc, j in
+  /// [4 q, 4 q + 4)) at column `column(q)`: tileN() / 32 boxes of 32
+  /// columns (bf16: of 64), alternating between the
   /// warpgroup's two staging buffers: wait until the store that last read the
   /// buffer (two boxes ago) has read it, write the box (the map's 128-byte
   /// swizzle: 16-byte chunk k of row r at chunk k ^ (r % 8); a warp's 8-byte

@@ -2,8 +2,9 @@
 //
 // The epilogues of the TMA, warp-specialized grouped GEMM (see
 // TmaGemmMainloop.cpp for the kernel): each consumer warpgroup holds a
-// 64 x 256 f32 accumulator (the wgmma fragment: register 4 j + 2 h + c is
-// row 16 w + l/4 + 8 h, column 8 j + 2 (l%4) + c) and
+// 64 x 256 f32 accumulator (64 x 128 with blockwise FP8: TmaGemm::tileN;
+// the wgmma fragment: register 4 j + 2 h + c is row 16 w + l/4 + 8 h,
+// column 8 j + 2 (l%4) + c) and
 // - storeBoxes: writes it through the copy engine (64 x 32 f32 boxes, or
 //   64 x 64 bf16 ones, in two 8 KiB staging buffers a warpgroup,
 //   tma::StagingAt);
