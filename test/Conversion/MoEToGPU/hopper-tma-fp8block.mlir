@@ -125,13 +125,14 @@ func.func @quantized(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>,
 
 // A weight gradient of 128 x 1 operands over a dispatch's groups padded to
 // 128 rows: both operands quantized transposed ([K, R] and [N, R], rows
-// rounded up to 128: the group rows are the MMAs' K), then the TMA kernel's
-// FP8 weight-gradient form. Without the padding proof the operands are
+// rounded up to 128: the group rows are the MMAs' K; only the rows before
+// the groups' end, which nothing past reads: `_live_`), then the TMA
+// kernel's FP8 weight-gradient form. Without the padding proof the operands are
 // dequantized for the bf16 kernel.
 // WGRAD-LABEL: func.func @weight_gradient
 // WGRAD: %[[S:.*]], %[[O:.*]], %{{.*}}, %{{.*}} = moe.dispatch
-// WGRAD: %[[X:.*]]:2 = call @moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T(%[[S]]) : (tensor<1020x256xf32>) -> (tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
-// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T(%arg2) : (tensor<1020x384xf32>) -> (tensor<384x1024xf8E4M3FN>, tensor<8x384xf32>)
+// WGRAD: %[[X:.*]]:2 = call @moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_live_i32(%[[S]], %[[O]]) : (tensor<1020x256xf32>, tensor<5xi32>) -> (tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
+// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32(%arg2, %[[O]]) : (tensor<1020x384xf32>, tensor<5xi32>) -> (tensor<384x1024xf8E4M3FN>, tensor<8x384xf32>)
 // WGRAD: call @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(%[[X]]#0, %[[X]]#1, %[[DY]]#0, %[[DY]]#1, %[[O]])
 // WGRAD-NOT: moe.grouped_matmul_wgrad
 // WGRAD-LABEL: func.func @weight_gradient_unpadded
@@ -171,10 +172,10 @@ func.func @weight_gradient_unpadded(%x: tensor<1024x256xf32>, %dy: tensor<1024x3
 // and writes both, the columnwise data transposed.
 // WGRAD-LABEL: func.func @paired
 // WGRAD: %[[S:.*]], %[[O:.*]], %{{.*}}, %{{.*}} = moe.dispatch
-// WGRAD: %[[P:.*]]:4 = call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32(%[[S]]) : (tensor<1020x256xf32>) -> (tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
+// WGRAD: %[[P:.*]]:4 = call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32(%[[S]], %[[O]]) : (tensor<1020x256xf32>, tensor<5xi32>) -> (tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<256x1024xf8E4M3FN>, tensor<8x256xf32>)
 // WGRAD: moe.mx_pack %[[P]]#0, %[[P]]#1
 // WGRAD: call @moe_tma_fp8block_gmm_1020x256x384_e4_e4m3_e4m3_i32(
-// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T(%arg3)
+// WGRAD: %[[DY:.*]]:2 = call @moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32(%arg3, %[[O]])
 // WGRAD: call @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(%[[P]]#2, %[[P]]#3, %[[DY]]#0, %[[DY]]#1, %[[O]])
 // WGRAD-NOT: moe.quantize
 // WGRAD: return

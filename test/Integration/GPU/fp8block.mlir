@@ -34,8 +34,8 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
-// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_kernel
-// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_live_i32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
@@ -331,7 +331,9 @@ func.func @fp8_wgrad(%x: tensor<512x256xf32>,
 // forward GEMM's 1 x 128 lhs, E4M3 with power-of-two scales; the weight
 // gradient's 128 x 1 operand, here E5M2 with f32 scales, transposed): its
 // four results compared bit for bit (the transposed data through the
-// weight gradient, within its bound), and the GEMMs as above.
+// weight gradient, within its bound), and the GEMMs as above. (Its rowwise
+// data is returned, so every row is computed; @fp8_wgrad's operands only
+// up to the groups' end, `_live_`.)
 func.func @fp8_pair(%x: tensor<512x256xf32>,
                     %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
                     %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)

@@ -150,26 +150,28 @@ struct FP8BlockKernel {
     std::string tile =
         std::to_string(tileRows()) + "x" + std::to_string(tileCols());
     std::string scales = type.getPow2() ? "pow2" : "f32s";
+    std::string live =
+        offsetElt ? "_live_" + elementName(offsetElt) : std::string();
     if (pair())
-      return llvm::formatv("moe_fp8block_quantize_pair_{0}_{1}_{2}_{3}_{4}_{5}",
-                           dims, elementName(type.getElementType()), scales,
-                           elementName(colType.getElementType()),
-                           colType.getPow2() ? "pow2" : "f32s",
-                           elementName(inElt))
+      return llvm::formatv(
+                 "moe_fp8block_quantize_pair_{0}_{1}_{2}_{3}_{4}_{5}{6}", dims,
+                 elementName(type.getElementType()), scales,
+                 elementName(colType.getElementType()),
+                 colType.getPow2() ? "pow2" : "f32s", elementName(inElt), live)
           .str();
     if (!roundTrip())
-      return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}",
+      return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}{6}",
                            dims, tile, elementName(type.getElementType()),
                            scales, elementName(inElt),
                            transposed == Transposed::also   ? "_and_T"
                            : transposed == Transposed::only ? "_T"
-                                                            : "")
+                                                            : "",
+                           live)
           .str();
     return llvm::formatv(
                "moe_fp8block_round_trip_{0}_t{1}_{2}_{3}_{4}_to_{5}{6}", dims,
                tile, elementName(type.getElementType()), scales,
-               elementName(inElt), elementName(outElt),
-               offsetElt ? "_live_" + elementName(offsetElt) : std::string())
+               elementName(inElt), elementName(outElt), live)
         .str();
   }
 };
@@ -792,13 +794,27 @@ bool quantizeTransposedTakes(QuantizeOp q) {
   return g && g->transposes();
 }
 
+/// The arguments of a quantize kernel of `g` reading `input`: with
+/// `liveEnd` (offsets whose last entry bounds the rows anything reads), those
+/// offsets too, and `g` computes only the rows before it.
+static SmallVector<Value> quantizeArgs(FP8BlockKernel &g, Value input,
+                                       Value liveEnd) {
+  SmallVector<Value> args = {input};
+  if (Value offsets = kernelOffsets(liveEnd); offsets && g.rank() == 2) {
+    g.offsetElt = getElementTypeOrSelf(offsets.getType());
+    args.push_back(offsets);
+  }
+  return args;
+}
+
 std::optional<std::pair<Value, Value>>
 quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
-                   SymbolTable &symbols) {
+                   SymbolTable &symbols, Value liveEnd) {
   std::optional<FP8BlockKernel> g = matchFP8Block(q, Type(), nullptr);
   if (!g || !g->transposes())
     return std::nullopt;
   g->transposed = Transposed::only;
+  SmallVector<Value> args = quantizeArgs(*g, q.getInput(), liveEnd);
   RankedTensorType data = g->type.getDataType();
   SmallVector<int64_t> shape(data.getShape());
   std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
@@ -807,16 +823,15 @@ quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
       RankedTensorType::get(shape, data.getElementType()),
       g->type.getScalesType()};
   func::FuncOp kernel = getOrCreateFunction(
-      module, symbols, *g, {q.getInput().getType()}, results, q.getLoc());
-  auto call =
-      func::CallOp::create(b, q.getLoc(), kernel, ValueRange{q.getInput()});
+      module, symbols, *g, llvm::to_vector(ValueRange(args).getTypes()),
+      results, q.getLoc());
+  auto call = func::CallOp::create(b, q.getLoc(), kernel, args);
   return std::make_pair(call.getResult(0), call.getResult(1));
 }
 
-std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
-                                                 QuantizeOp cols,
-                                                 ModuleOp module,
-                                                 SymbolTable &symbols) {
+std::optional<std::array<Value, 4>>
+quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
+             SymbolTable &symbols, Value liveEnd) {
   std::optional<FP8BlockKernel> g = matchFP8Block(rows, Type(), nullptr);
   std::optional<FP8BlockKernel> c = matchFP8Block(cols, Type(), nullptr);
   if (!g || !c || rows.getInput() != cols.getInput() || g->rank() != 2 ||
@@ -827,6 +842,7 @@ std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
   // Results: the rowwise data and scales, then the columnwise transposed
   // data and scales.
   g->transposed = Transposed::also;
+  SmallVector<Value> args = quantizeArgs(*g, rows.getInput(), liveEnd);
   RankedTensorType data = g->type.getDataType();
   SmallVector<RankedTensorType> results = {
       data, g->type.getScalesType(),
@@ -834,9 +850,9 @@ std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
                             c->type.getElementType()),
       c->type.getScalesType()};
   func::FuncOp kernel = getOrCreateFunction(
-      module, symbols, *g, {rows.getInput().getType()}, results, rows.getLoc());
-  auto call = func::CallOp::create(b, rows.getLoc(), kernel,
-                                   ValueRange{rows.getInput()});
+      module, symbols, *g, llvm::to_vector(ValueRange(args).getTypes()),
+      results, rows.getLoc());
+  auto call = func::CallOp::create(b, rows.getLoc(), kernel, args);
   return std::array<Value, 4>{call.getResult(0), call.getResult(1),
                               call.getResult(2), call.getResult(3)};
 }

@@ -350,11 +350,12 @@ void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
 /// or 32): a call of the blockwise FP8 quantize kernel writing the data
 /// with its last two dims swapped, rows rounded up to a multiple of 128
 /// (codes 0 past them), and the scales (as they are), at `b`'s insertion
-/// point; nullopt (nothing created) if the kernel does not take `q`.
-std::optional<std::pair<Value, Value>> quantizeTransposed(OpBuilder &b,
-                                                          QuantizeOp q,
-                                                          ModuleOp module,
-                                                          SymbolTable &symbols);
+/// point; nullopt (nothing created) if the kernel does not take `q`. With
+/// `liveEnd`, offsets whose last entry bounds the rows anything reads (a
+/// multiple of 128), only the rows before it are computed (`_live_`).
+std::optional<std::pair<Value, Value>>
+quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
+                   SymbolTable &symbols, Value liveEnd = Value());
 /// Whether quantizeTransposed takes `q`.
 bool quantizeTransposedTakes(QuantizeOp q);
 
@@ -363,11 +364,11 @@ bool quantizeTransposedTakes(QuantizeOp q);
 /// call of the blockwise FP8 quantize kernel computing both in one pass,
 /// at `b`'s insertion point: the rowwise data and scales, then the
 /// columnwise data transposed (as quantizeTransposed's) and scales; nullopt
-/// (nothing created) if the kernel does not take them.
-std::optional<std::array<Value, 4>> quantizePair(OpBuilder &b, QuantizeOp rows,
-                                                 QuantizeOp cols,
-                                                 ModuleOp module,
-                                                 SymbolTable &symbols);
+/// (nothing created) if the kernel does not take them. `liveEnd` as
+/// quantizeTransposed's.
+std::optional<std::array<Value, 4>>
+quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
+             SymbolTable &symbols, Value liveEnd = Value());
 
 /// Whether `call` calls a transpose kernel (transposeBytes).
 bool isTransposeBytes(func::CallOp call);

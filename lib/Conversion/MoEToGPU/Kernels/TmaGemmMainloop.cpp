@@ -110,6 +110,7 @@
 
 #include "../MemoryPolicy.h"
 #include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
+#include "moe/Dialect/MoE/Utils/LiveRows.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -1094,45 +1095,65 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
   // Each operand transposed by its quantize kernel; where the same tensor
   // is also quantized in 1 x 128 tiles in this block (its forward or data
   // gradient GEMM's operand), one kernel computes both, reading it once.
-  SmallVector<Operation *> created;
-  auto transposed =
-      [&](QuantizeOp q) -> std::optional<std::pair<Value, Value>> {
+  // (Both operands are checked before anything is rewritten.)
+  if (!quantizeTransposedTakes(qx) || !quantizeTransposedTakes(qdy))
+    return nullptr;
+  auto siblingOf = [&](QuantizeOp q) -> QuantizeOp {
     for (Operation *user : q.getInput().getUsers()) {
       auto rows = dyn_cast<QuantizeOp>(user);
       auto type = rows ? dyn_cast<FP8BlockTensorType>(rows.getType())
                        : FP8BlockTensorType();
-      if (!type || rows == q || rows->getBlock() != op->getBlock() ||
-          type.getBlock() != ArrayRef<int64_t>{1, kFP8BlockTile})
-        continue;
-      OpBuilder at(rows->isBeforeInBlock(op) ? rows.getOperation()
-                                             : op.getOperation());
-      std::optional<std::array<Value, 4>> parts =
-          quantizePair(at, rows, q, module, symbols);
-      if (!parts)
-        continue;
-      auto packed =
-          MXPackOp::create(at, rows.getLoc(), type, (*parts)[0], (*parts)[1]);
-      rows.getResult().replaceAllUsesWith(packed.getResult());
-      rows.erase();
-      return std::make_pair((*parts)[2], (*parts)[3]);
+      if (type && rows != q && rows->getBlock() == op->getBlock() &&
+          type.getBlock() == ArrayRef<int64_t>{1, kFP8BlockTile})
+        return rows;
     }
-    std::optional<std::pair<Value, Value>> alone =
-        quantizeTransposed(b, q, module, symbols);
-    if (alone)
-      created.push_back(alone->first.getDefiningOp());
-    return alone;
+    return QuantizeOp();
   };
-  // (Both operands are checked before anything is paired.)
-  if (!quantizeTransposedTakes(qx) || !quantizeTransposedTakes(qdy))
-    return nullptr;
-  std::optional<std::pair<Value, Value>> x = transposed(qx);
-  std::optional<std::pair<Value, Value>> dy =
-      x ? transposed(qdy) : std::nullopt;
-  if (!x || !dy) {
-    for (Operation *c : created)
-      c->erase();
-    return nullptr;
+  // Rows past the groups' end: this kernel reads none of them; a quantize
+  // kernel skips them where nothing else reads them either (LiveRows, asked
+  // before anything is rewritten).
+  LiveRows live(module);
+  RowBound end = LiveRows::groupsEnd(op.getOffsets());
+  auto liveEnd = [&](QuantizeOp q, QuantizeOp rows) -> Value {
+    if (!end || !end.offsets || live.boundOf(q.getResult()) != end ||
+        (rows && live.boundedOp(rows) != end))
+      return Value();
+    return end.offsets;
+  };
+  struct Plan {
+    QuantizeOp q, rows;
+    Value pairEnd, aloneEnd;
+  };
+  SmallVector<Plan> plans;
+  for (QuantizeOp q : {qx, qdy}) {
+    QuantizeOp rows = siblingOf(q);
+    plans.push_back(
+        {q, rows, rows ? liveEnd(q, rows) : Value(), liveEnd(q, QuantizeOp())});
   }
+  SmallVector<std::pair<Value, Value>> operands;
+  for (Plan &p : plans) {
+    if (!operands.empty() && qdy == qx) { // both operands one quantize
+      operands.push_back(operands.front());
+      continue;
+    }
+    if (p.rows) {
+      OpBuilder at(p.rows->isBeforeInBlock(op) ? p.rows.getOperation()
+                                               : op.getOperation());
+      if (std::optional<std::array<Value, 4>> parts =
+              quantizePair(at, p.rows, p.q, module, symbols, p.pairEnd)) {
+        auto packed = MXPackOp::create(at, p.rows.getLoc(), p.rows.getType(),
+                                       (*parts)[0], (*parts)[1]);
+        p.rows.getResult().replaceAllUsesWith(packed.getResult());
+        p.rows.erase();
+        operands.push_back({(*parts)[2], (*parts)[3]});
+        continue;
+      }
+    }
+    // (quantizeTransposedTakes: this succeeds.)
+    operands.push_back(
+        *quantizeTransposed(b, p.q, module, symbols, p.aloneEnd));
+  }
+  std::optional<std::pair<Value, Value>> x = operands[0], dy = operands[1];
   TmaGemm t{rows,
             k,
             n,
