@@ -63,24 +63,12 @@ struct TransposeEmitter : KernelBuilder {
           b, loc, i32(),
           sharedPtrAt(add(mul(add(ra, idx(i)), idx(RowBytes)), cb)),
           /*alignment=*/4));
+    // Word j: bytes ra .. ra + 3 of output row cb + j.
+    SmallVector<Value> out = transposeBytes4x4(words);
     for (int64_t j = 0; j < 4; ++j) {
-      // Byte i of output word j is byte j of input word i.
-      Value word;
-      for (int64_t i = 0; i < 4; ++i) {
-        Value byte = arith::AndIOp::create(
-            b, loc,
-            j ? arith::ShRUIOp::create(b, loc, words[i], int32(8 * j))
-                    .getResult()
-              : words[i],
-            int32(0xff));
-        Value placed =
-            i ? arith::ShLIOp::create(b, loc, byte, int32(8 * i)).getResult()
-              : byte;
-        word = i ? lor(word, placed) : placed;
-      }
       Value row = add(mul(p, idx(bCols)), add(b0, add(cb, idx(j))));
       Value at = add(mul(row, idx(a)), add(a0, ra));
-      LLVM::StoreOp::create(b, loc, word, globalPtr(outBase, at),
+      LLVM::StoreOp::create(b, loc, out[j], globalPtr(outBase, at),
                             /*alignment=*/4);
     }
   }

@@ -683,6 +683,18 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
   return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
 }
 
+/// The arguments of a kernel of `g` reading `input`: with `liveEnd`
+/// (offsets whose last entry bounds the rows anything reads) and a matrix,
+/// those offsets too, and `g` computes only the rows before it.
+SmallVector<Value> kernelArgs(FP8BlockKernel &g, Value input, Value liveEnd) {
+  SmallVector<Value> args = {input};
+  if (Value offsets = kernelOffsets(liveEnd); offsets && g.rank() == 2) {
+    g.offsetElt = getElementTypeOrSelf(offsets.getType());
+    args.push_back(offsets);
+  }
+  return args;
+}
+
 } // namespace
 
 bool isFP8BlockRoundTrip(DequantizeOp dq, WhyNot why) {
@@ -717,12 +729,8 @@ void lowerFP8BlockConversions(ModuleOp module, SymbolTable &symbols) {
   llvm::DenseMap<std::tuple<Operation *, Type, Value>, Value> done;
   for (auto [dq, g, bound] : trips) {
     auto q = dq.getInput().getDefiningOp<QuantizeOp>();
-    SmallVector<Value> args = {q.getInput()};
-    if (Value offsets = kernelOffsets(bound.offsets);
-        offsets && g.rank() == 2 && g.tileRows() == 1) {
-      g.offsetElt = getElementTypeOrSelf(offsets.getType());
-      args.push_back(offsets);
-    }
+    SmallVector<Value> args = kernelArgs(
+        g, q.getInput(), g.tileRows() == 1 ? bound.offsets : Value());
     // (The first call of a block serves the block's later round trips of
     // the same quantize.)
     std::tuple<Operation *, Type, Value> key = {
@@ -794,19 +802,6 @@ bool quantizeTransposedTakes(QuantizeOp q) {
   return g && g->transposes();
 }
 
-/// The arguments of a quantize kernel of `g` reading `input`: with
-/// `liveEnd` (offsets whose last entry bounds the rows anything reads), those
-/// offsets too, and `g` computes only the rows before it.
-static SmallVector<Value> quantizeArgs(FP8BlockKernel &g, Value input,
-                                       Value liveEnd) {
-  SmallVector<Value> args = {input};
-  if (Value offsets = kernelOffsets(liveEnd); offsets && g.rank() == 2) {
-    g.offsetElt = getElementTypeOrSelf(offsets.getType());
-    args.push_back(offsets);
-  }
-  return args;
-}
-
 std::optional<std::pair<Value, Value>>
 quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
                    SymbolTable &symbols, Value liveEnd) {
@@ -814,7 +809,7 @@ quantizeTransposed(OpBuilder &b, QuantizeOp q, ModuleOp module,
   if (!g || !g->transposes())
     return std::nullopt;
   g->transposed = Transposed::only;
-  SmallVector<Value> args = quantizeArgs(*g, q.getInput(), liveEnd);
+  SmallVector<Value> args = kernelArgs(*g, q.getInput(), liveEnd);
   RankedTensorType data = g->type.getDataType();
   SmallVector<int64_t> shape(data.getShape());
   std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
@@ -842,7 +837,7 @@ quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
   // Results: the rowwise data and scales, then the columnwise transposed
   // data and scales.
   g->transposed = Transposed::also;
-  SmallVector<Value> args = quantizeArgs(*g, rows.getInput(), liveEnd);
+  SmallVector<Value> args = kernelArgs(*g, rows.getInput(), liveEnd);
   RankedTensorType data = g->type.getDataType();
   SmallVector<RankedTensorType> results = {
       data, g->type.getScalesType(),

@@ -345,6 +345,25 @@ struct KernelBuilder {
           /*relu=*/false, f8));
     return {byte, pairs};
   }
+  /// The 4 x 4 bytes of `words` (4 x i32) transposed: byte i of result word
+  /// j is byte j of word i.
+  SmallVector<Value> transposeBytes4x4(ArrayRef<Value> words) {
+    SmallVector<Value> result;
+    for (int64_t j = 0; j < 4; ++j) {
+      Value word;
+      for (int64_t i = 0; i < 4; ++i) {
+        Value byte = arith::AndIOp::create(
+            b, loc, arith::ShRUIOp::create(b, loc, words[i], int32(8 * j)),
+            int32(0xff));
+        Value placed =
+            i ? arith::ShLIOp::create(b, loc, byte, int32(8 * i)).getResult()
+              : byte;
+        word = i ? lor(word, placed) : placed;
+      }
+      result.push_back(word);
+    }
+    return result;
+  }
   /// max(amax, |v|), NaN propagating.
   Value magnitudeMax(Value amax, Value v) {
     return arith::MaximumFOp::create(b, loc, amax,

@@ -894,9 +894,10 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
               mapOut = map(outs[0], t.n, t.wgrad ? t.experts * t.k : t.rows,
                            hopper::MmaM, t.outBf16 ? 2 : 4);
             if (t.wgrad && t.blockLhs) {
-              // The transposed 8-bit lhs [K, R'] and rhs [N, R'] (R'
-              // rounded up to 128): boxes of 128 rows x 128 group rows.
-              int64_t padded = tilesOf(t.rows, stageK(t)) * stageK(t);
+              // The transposed 8-bit lhs [K, R'] and rhs [N, R'] (R' the
+              // quantize kernel's rows, rounded up to 128): boxes of 128
+              // rows x 128 group rows.
+              int64_t padded = cast<ShapedType>(buf[0].getType()).getDimSize(1);
               mapA = map(buf[0], padded, t.k, TileM, 1, stageK(t));
               mapB = map(buf[2], padded, t.n, t.tileN(), 1, stageK(t));
               return;
@@ -1100,12 +1101,12 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
     return nullptr;
   auto siblingOf = [&](QuantizeOp q) -> QuantizeOp {
     for (Operation *user : q.getInput().getUsers()) {
-      auto rows = dyn_cast<QuantizeOp>(user);
-      auto type = rows ? dyn_cast<FP8BlockTensorType>(rows.getType())
-                       : FP8BlockTensorType();
-      if (type && rows != q && rows->getBlock() == op->getBlock() &&
+      auto sibling = dyn_cast<QuantizeOp>(user);
+      auto type = sibling ? dyn_cast<FP8BlockTensorType>(sibling.getType())
+                          : FP8BlockTensorType();
+      if (type && sibling != q && sibling->getBlock() == op->getBlock() &&
           type.getBlock() == ArrayRef<int64_t>{1, kFP8BlockTile})
-        return rows;
+        return sibling;
     }
     return QuantizeOp();
   };
@@ -1114,9 +1115,9 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
   // before anything is rewritten).
   LiveRows live(module);
   RowBound end = LiveRows::groupsEnd(op.getOffsets());
-  auto liveEnd = [&](QuantizeOp q, QuantizeOp rows) -> Value {
+  auto liveEnd = [&](QuantizeOp q, QuantizeOp sibling) -> Value {
     if (!end || !end.offsets || live.boundOf(q.getResult()) != end ||
-        (rows && live.boundedOp(rows) != end))
+        (sibling && live.boundedOp(sibling) != end))
       return Value();
     return end.offsets;
   };
@@ -1126,9 +1127,9 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
   };
   SmallVector<Plan> plans;
   for (QuantizeOp q : {qx, qdy}) {
-    QuantizeOp rows = siblingOf(q);
-    plans.push_back(
-        {q, rows, rows ? liveEnd(q, rows) : Value(), liveEnd(q, QuantizeOp())});
+    QuantizeOp sibling = siblingOf(q);
+    plans.push_back({q, sibling, sibling ? liveEnd(q, sibling) : Value(),
+                     liveEnd(q, QuantizeOp())});
   }
   SmallVector<std::pair<Value, Value>> operands;
   for (Plan &p : plans) {
@@ -1153,7 +1154,7 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
     operands.push_back(
         *quantizeTransposed(b, p.q, module, symbols, p.aloneEnd));
   }
-  std::optional<std::pair<Value, Value>> x = operands[0], dy = operands[1];
+  auto [x, dy] = std::make_pair(operands[0], operands[1]);
   TmaGemm t{rows,
             k,
             n,
@@ -1164,7 +1165,7 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
             /*swiglu=*/std::nullopt};
   t.blockLhs = lhs.getElementType();
   t.blockRhs = rhs.getElementType();
-  SmallVector<Value> args = {x->first, x->second, dy->first, dy->second,
+  SmallVector<Value> args = {x.first, x.second, dy.first, dy.second,
                              op.getOffsets()};
   std::string name =
       llvm::formatv("moe_tma_fp8block_wgrad_{0}x{1}x{2}_e{3}_{4}_{5}_{6}", rows,

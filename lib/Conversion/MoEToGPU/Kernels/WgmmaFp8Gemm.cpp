@@ -192,9 +192,6 @@ struct WgmmaMxEmitter : HopperBuilder {
   Value shl(Value x, int64_t s) {
     return arith::ShLIOp::create(b, loc, x, int32(s));
   }
-  Value shr(Value x, int64_t s) {
-    return arith::ShRUIOp::create(b, loc, x, int32(s));
-  }
   /// An E8M0 scale (i8 bits) as the f32 2^(e-127); 0 -> 2^-127
   /// (subnormal), 255 -> NaN.
   Value scaleToF32(Value bits) {
@@ -258,16 +255,10 @@ struct WgmmaMxEmitter : HopperBuilder {
                                             globalPtr(wGlobal, src),
                                             /*alignment=*/4));
         }
+        SmallVector<Value> words = transposeBytes4x4(in);
         for (int64_t c = 0; c < 4; ++c) {
-          Value word;
-          for (int64_t q = 0; q < 4; ++q) {
-            Value byte =
-                arith::AndIOp::create(b, loc, shr(in[q], 8 * c), int32(0xff));
-            Value placed = q ? shl(byte, 8 * q) : byte;
-            word = q ? lor(word, placed) : placed;
-          }
           Value dst = add(bDst, idx(i * LBO + c * 16));
-          LLVM::StoreOp::create(b, loc, word, sharedPtrAt(dst),
+          LLVM::StoreOp::create(b, loc, words[c], sharedPtrAt(dst),
                                 /*alignment=*/4);
         }
       }
