@@ -9,16 +9,33 @@
 #   scripts/gpu-check.sh run       # on a GPU machine (CUDA, no MLIR needed):
 #                                  # build libmoert, run, print a table
 #   scripts/gpu-check.sh           # both, on a machine that has everything
+#   scripts/gpu-check.sh prepare fp8block attention
+#                                  # only those test files (names without
+#                                  # .mlir), and no torch parts; `run` then
+#                                  # checks what was prepared
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 artifacts="$root/gpu-artifacts"
 chip=${MOE_GPU_CHIP:-sm_90a}
 mode=${1:-all}
+[ $# -gt 0 ] && shift
+only=("$@")
+sources=()
+if [ ${#only[@]} -gt 0 ]; then
+  for name in "${only[@]}"; do
+    [ -f "$root/test/Integration/GPU/$name.mlir" ] ||
+      { echo "gpu-check.sh: no test file test/Integration/GPU/$name.mlir" >&2; exit 2; }
+    sources+=("$root/test/Integration/GPU/$name.mlir")
+  done
+else
+  sources=("$root"/test/Integration/GPU/*.mlir)
+fi
 
 prepare() {
   "$root/scripts/build.sh"
   "$root/scripts/build-runtime.sh" --vendor-json # nlohmann/json, for the GPU machine
   mkdir -p "$artifacts"
+  [ ${#only[@]} -eq 0 ] || { compile_tests; return; }
   # moe_mlir.torch.patch's layers for test/Integration/GPU/torch_patch_gpu.py.
   echo "compile: the torch patch's layers (cpu; $chip, recipes none and bf16)"
   PYTHONPATH="$root/build/python_packages" "$root/.venv/bin/python" - "$artifacts/torch-patch-check" \
@@ -30,7 +47,11 @@ for dtype, recipe, target in (("f32", "none", "cpu"), ("f32", "none", chip),
                               ("bf16", "bf16", chip)):
     mt.precompile(out, 128, 128, 8, 2, 200, dtype=dtype, recipe=recipe, target=target)
 PY
-  for src in "$root"/test/Integration/GPU/*.mlir; do
+  compile_tests
+}
+
+compile_tests() {
+  for src in "${sources[@]}"; do
     name=$(basename "$src" .mlir)
     # A file's `// GPU-CHECK-FLAGS: ...` line: moe-compile flags for its GPU build.
     flags=$(sed -n 's|^// GPU-CHECK-FLAGS: *||p' "$src")
@@ -74,14 +95,18 @@ run() {
       --seed "$seed" || status=1
   done
   # CUDA torch tensors through the Python package (results without a copy).
-  echo "== torch results"
-  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/test/Integration/GPU/torch_results.py" "$artifacts/kernels.$chip.so" ||
-    status=1
+  if [ -f "$artifacts/kernels.$chip.so" ]; then
+    echo "== torch results"
+    PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+      python3 "$root/test/Integration/GPU/torch_results.py" "$artifacts/kernels.$chip.so" ||
+      status=1
+  fi
   # moe_mlir.torch.patch on the GPU against the CPU.
-  echo "== torch patch"
-  PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
-    python3 "$root/test/Integration/GPU/torch_patch_gpu.py" "$artifacts/torch-patch-check" || status=1
+  if [ -d "$artifacts/torch-patch-check" ]; then
+    echo "== torch patch"
+    PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
+      python3 "$root/test/Integration/GPU/torch_patch_gpu.py" "$artifacts/torch-patch-check" || status=1
+  fi
   return $status
 }
 
@@ -89,5 +114,5 @@ case "$mode" in
   prepare) prepare ;;
   run) run ;;
   all) prepare; run ;;
-  *) echo "usage: scripts/gpu-check.sh [prepare|run]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh [prepare|run|all] [TEST...]" >&2; exit 2 ;;
 esac
