@@ -17,6 +17,9 @@
 # suffix, as in bf16-lf, compiles with --layer-functions, -rc with
 # --layer-functions --recompute);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
+# MOE_TRAIN_CURVE_STEPS=N: also train each recipe N steps (same
+# initialization and data) and print the loss curves side by side, each
+# against the first recipe's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/gpu-artifacts/train-bench"
@@ -45,6 +48,46 @@ prepare() {
       done
     done
   done
+}
+
+# The loss curves of every recipe at LAYERS, SHAPE (MOE_TRAIN_CURVE_STEPS).
+curves() {
+  local runs=() r a
+  echo "## loss curves, ${MOE_TRAIN_CURVE_STEPS} steps"
+  for r in "${recipes[@]}"; do
+    a="$dir/qwen-$1-$2-$r"
+    [ -d "$a" ] || continue
+    rm -rf "$w/curve-$r" && cp -r "$a" "$w/curve-$r"
+    if "$rt/bin/moert-train" "$w/curve-$r"/train_step-sm_90a*.so "${data[@]}" \
+      --steps "$MOE_TRAIN_CURVE_STEPS" --eval-every 0 --eval-batches 1 --checkpoint-every 0 \
+      --out "$w/curve-$r" --progress none >"$w/curve-$r.log" 2>&1; then
+      runs+=("$r=$w/curve-$r/metrics.jsonl")
+    else
+      echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/curve-$r.log"
+    fi
+    rm -f "$w/curve-$r"/checkpoint*
+  done
+  [ ${#runs[@]} -gt 0 ] || return 0
+  python3 - "${runs[@]}" <<'PY'
+import json, statistics, sys
+curves = {}
+for arg in sys.argv[1:]:
+    name, path = arg.split("=", 1)
+    curves[name] = [m["loss"] for m in map(json.loads, open(path)) if "loss" in m]
+names = list(curves)
+n = min(len(c) for c in curves.values())
+window = max(1, n // 10)
+print("steps      " + "".join(f"{r:>16s}" for r in names) + "   (mean loss of each window)")
+for lo in range(0, n, window):
+    hi = min(n, lo + window)
+    print(f"{lo + 1:5d}-{hi:<5d}" + "".join(
+        f"{statistics.mean(curves[r][lo:hi]):16.4f}" for r in names))
+ref = statistics.mean(curves[names[0]][n - window:n])
+for r in names[1:]:
+    last = statistics.mean(curves[r][n - window:n])
+    print(f"last {window} steps: {r} {last:.4f} against {names[0]} {ref:.4f}: "
+          f"{100 * (last - ref) / ref:+.2f}%")
+PY
 }
 
 run() {
@@ -83,6 +126,7 @@ PY
         # is not needed here; three of them filled the GPU machine's disk.
         rm -f "$w/$(basename "$a")"/checkpoint*
       done
+      [ -z "${MOE_TRAIN_CURVE_STEPS:-}" ] || curves "$l" "$s"
       python3 "$root/bench/train_peer.py" "$(config "$l")" "${s%x*}" "${s#*x}" "${MOE_TRAIN_STEPS:-6}" \
         "${MOE_TRAIN_PEERS:-autocast-grouped,bf16-grouped}" 2>&1 | grep -v Warning || true
     done

@@ -1,10 +1,11 @@
 //===- FuseRowGathers.cpp - pair kernels reading gathered rows ------------===//
 //
 // -moe-gpu-fuse-row-gathers: a pair of MX round trips (MXRoundTripPair.cpp)
-// of a dispatch's gathered rows becomes the pair kernel reading the rows
-// through the gather's source indices, from the tokens (or from the scaled
-// copies of a combine's gradient, which the kernel computes itself): the
-// gathered rows are never written.
+// or a blockwise FP8 pair quantize (FP8BlockRoundTrip.cpp) of a dispatch's
+// gathered rows becomes the pair kernel reading the rows through the
+// gather's source indices, from the tokens (or from the scaled copies of a
+// combine's gradient, which the kernel computes itself): the gathered rows
+// are never written.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,8 +15,8 @@
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUFUSEROWGATHERS
@@ -89,25 +90,78 @@ std::optional<ScaledCopies> matchScaledCopies(Value producer, Value tokens) {
   return ScaledCopies{rows, scale, scaleType.getDimSize(1), scaleFirst};
 }
 
-/// A pair round trip of gathered rows -> the pair kernel reading the rows
-/// through the gather's source indices (see -moe-gpu-fuse-row-gathers).
+/// Whether `n` is the last entry of `offsets` clamped to [0, rows], as
+/// the lowering bounds live rows (boundRows): minsi(maxsi(index_cast(
+/// offsets[last]), 0), rows).
+bool isOffsetsEnd(Value n, Value offsets, int64_t rows) {
+  auto min = n.getDefiningOp<arith::MinSIOp>();
+  auto max = min ? min.getLhs().getDefiningOp<arith::MaxSIOp>() : nullptr;
+  auto cast = max ? max.getLhs().getDefiningOp<arith::IndexCastOp>() : nullptr;
+  auto extract =
+      cast ? cast.getIn().getDefiningOp<tensor::ExtractOp>() : nullptr;
+  auto type = dyn_cast<RankedTensorType>(offsets.getType());
+  if (!extract || extract.getTensor() != offsets || !type ||
+      type.getRank() != 1 || !type.hasStaticShape() ||
+      extract.getIndices().size() != 1)
+    return false;
+  return getConstantIntValue(min.getRhs()) == rows &&
+         getConstantIntValue(max.getRhs()) == 0 &&
+         getConstantIntValue(extract.getIndices()[0]) == type.getDimSize(0) - 1;
+}
+
+/// A dispatch's rows gathered only up to the groups' end (a dispatch whose
+/// later rows nothing reads, LiveRows.h): `rows` as insert_slice(gather,
+/// alloc_tensor)[0, 0][n, C] with n the end of `offsets`; the insert, or
+/// null.
+tensor::InsertSliceOp boundedGather(Value rows, Value offsets) {
+  auto insert = rows.getDefiningOp<tensor::InsertSliceOp>();
+  auto type = dyn_cast<RankedTensorType>(rows.getType());
+  if (!insert || !type || type.getRank() != 2 || !type.hasStaticShape() ||
+      !insert.getDest().getDefiningOp<bufferization::AllocTensorOp>() ||
+      !insert.hasUnitStride() ||
+      !llvm::all_of(insert.getMixedOffsets(), isZeroInteger) ||
+      insert.getMixedSizes().size() != 2 ||
+      getConstantIntValue(insert.getMixedSizes()[1]) != type.getDimSize(1))
+    return {};
+  auto n = dyn_cast<Value>(insert.getMixedSizes()[0]);
+  auto gather = insert.getSource().getDefiningOp<linalg::GenericOp>();
+  if (!n || !gather || !gather->hasOneUse() ||
+      !isOffsetsEnd(n, offsets, type.getDimSize(0)))
+    return {};
+  return insert;
+}
+
+/// A pair round trip (or blockwise FP8 pair quantize) of gathered rows ->
+/// the pair kernel reading the rows through the gather's source indices
+/// (see -moe-gpu-fuse-row-gathers).
 void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   auto callee = symbols.lookup<func::FuncOp>(call.getCallee());
   std::optional<MXRoundTripPair> g =
       callee ? roundTripPairOf(callee) : std::nullopt;
-  if (!g || call.getNumOperands() != 1 ||
-      call.getNumResults() != unsigned(g->withK) + unsigned(g->withN))
+  // A blockwise FP8 pair: (rows[, offsets]).
+  bool fp8 = isFP8BlockPair(callee);
+  if (g ? call.getNumOperands() != 1 ||
+              call.getNumResults() != unsigned(g->withK) + unsigned(g->withN)
+        : !fp8 || call.getNumOperands() < 1)
     return;
   // The gathered rows, read only by such calls (one, or the two halves of
-  // a split pair).
-  auto gather = call.getOperand(0).getDefiningOp<linalg::GenericOp>();
-  auto pairCall = [&](Operation *user) {
-    auto c = dyn_cast<func::CallOp>(user);
+  // a split pair), as their first operand. A blockwise FP8 pair computing
+  // the rows before the groups' end reads a gather bounded there too.
+  Value gathered = call.getOperand(0);
+  auto gather = gathered.getDefiningOp<linalg::GenericOp>();
+  tensor::InsertSliceOp bounded;
+  if (!gather && fp8 && call.getNumOperands() == 2)
+    if ((bounded = boundedGather(gathered, call.getOperand(1))))
+      gather = bounded.getSource().getDefiningOp<linalg::GenericOp>();
+  auto pairCall = [&](OpOperand &use) {
+    auto c = dyn_cast<func::CallOp>(use.getOwner());
     auto f = c ? symbols.lookup<func::FuncOp>(c.getCallee()) : func::FuncOp();
-    return f && c.getNumOperands() == 1 && roundTripPairOf(f);
+    return f && use.getOperandNumber() == 0 &&
+           ((c.getNumOperands() == 1 && roundTripPairOf(f)) ||
+            isFP8BlockPair(f));
   };
   if (!gather || !gather->hasAttr(kGatheredRowsAttr) ||
-      !llvm::all_of(gather->getUsers(), pairCall) ||
+      !llvm::all_of(gathered.getUses(), pairCall) ||
       gather.getNumDpsInputs() != 1)
     return;
   Value source = gather.getDpsInputOperand(0)->get();
@@ -132,41 +186,62 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
   auto sourceType = dyn_cast<RankedTensorType>(source.getType());
   auto tokensType =
       tokens ? dyn_cast<RankedTensorType>(tokens.getType()) : nullptr;
-  if (!sourceType || !tokensType || !sourceType.hasStaticShape() ||
+  auto rowsType = cast<RankedTensorType>(gathered.getType());
+  // (Bounded, the source has the live rows' entries: dynamic.)
+  if (!sourceType || !tokensType ||
+      (!bounded && !sourceType.hasStaticShape()) ||
       !tokensType.hasStaticShape() || sourceType.getRank() != 1 ||
       !sourceType.getElementType().isIndex() || tokensType.getRank() != 2 ||
-      sourceType.getDimSize(0) != g->rows() ||
-      tokensType.getDimSize(1) != g->cols() ||
-      tokensType.getElementType() != g->alongK.inElt ||
+      rowsType.getRank() != 2 ||
+      (!bounded && sourceType.getDimSize(0) != rowsType.getDimSize(0)) ||
+      tokensType.getDimSize(1) != rowsType.getDimSize(1) ||
+      tokensType.getElementType() != rowsType.getElementType() ||
       tokensType.getDimSize(0) >= (int64_t(1) << 31))
     return;
-  int64_t sourceRows = tokensType.getDimSize(0);
   Location loc = call.getLoc();
-  SmallVector<Value> args = {tokens, source};
-  std::string name = llvm::formatv("{0}_gather_{1}", g->name(), sourceRows);
-  if (scaled) {
-    args = {scaled->rows, source, scaled->scale};
-    // The product's operand order is part of the kernel (rounding of a
-    // product does not depend on it, but the IR it was matched from does).
-    name += llvm::formatv("_scaled_{0}_{1}", scaled->perRow,
-                          scaled->scaleFirst ? "sx" : "xs")
-                .str();
+  OpBuilder b(call);
+  if (bounded) {
+    // The source indices as a [rows] tensor (entries past the groups' end
+    // unspecified; the kernel reads those before it only).
+    Value all = tensor::EmptyOp::create(b, loc, {rowsType.getDimSize(0)},
+                                        b.getIndexType());
+    source = tensor::InsertSliceOp::create(
+        b, loc, source, all, ArrayRef<OpFoldResult>{b.getIndexAttr(0)},
+        ArrayRef<OpFoldResult>{bounded.getMixedSizes()[0]},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
   }
+  int64_t sourceRows = tokensType.getDimSize(0);
   GatheredRows rows{sourceRows};
   if (scaled) {
+    // The product's operand order is part of the kernel (rounding of a
+    // product does not depend on it, but the IR it was matched from does).
     rows.scaled = true;
     rows.perRow = scaled->perRow;
     rows.scaleFirst = scaled->scaleFirst;
   }
-  func::FuncOp kernel = getOrCreateRoundTripPairGather(
-      module, symbols, *g, name, llvm::to_vector(ValueRange(args).getTypes()),
-      llvm::map_to_vector(call.getResultTypes(),
-                          [](Type t) { return cast<RankedTensorType>(t); }),
-      loc, rows);
-  OpBuilder b(call);
-  auto fused = func::CallOp::create(b, loc, kernel, args);
+  func::CallOp fused;
+  if (fp8) {
+    fused = fp8BlockPairGather(b, call, module, symbols,
+                               scaled ? scaled->rows : tokens, source,
+                               scaled ? scaled->scale : Value(), rows);
+    if (!fused)
+      return;
+  } else {
+    SmallVector<Value> args = {tokens, source};
+    if (scaled)
+      args = {scaled->rows, source, scaled->scale};
+    func::FuncOp kernel = getOrCreateRoundTripPairGather(
+        module, symbols, *g, g->name() + rows.suffix(),
+        llvm::to_vector(ValueRange(args).getTypes()),
+        llvm::map_to_vector(call.getResultTypes(),
+                            [](Type t) { return cast<RankedTensorType>(t); }),
+        loc, rows);
+    fused = func::CallOp::create(b, loc, kernel, args);
+  }
   call.replaceAllUsesWith(fused.getResults());
   call.erase();
+  if (bounded && bounded->use_empty())
+    bounded.erase();
   // The product and its reshapes, now unread, go with the next
   // canonicalization (a tensor.dim of the tokens may still read them).
   if (gather->use_empty())

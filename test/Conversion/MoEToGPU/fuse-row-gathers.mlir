@@ -8,7 +8,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 16 kernel modules for sm_90a
+// VERIFY: ptxas accepted 26 kernel modules for sm_90a
 
 // CHECK-LABEL: func.func @dispatched(
 // CHECK-NOT: moe.gathered_rows
@@ -142,4 +142,44 @@ func.func @split(%x: tensor<1024x64xf32>, %idx: tensor<1024x4xi32>)
   %qk = moe.quantize %s : tensor<4576x64xf32> -> !moe.mx<4576x64xf8E4M3FN, axis = 0>
   %yk = moe.dequantize %qk : !moe.mx<4576x64xf8E4M3FN, axis = 0> -> tensor<4576x64xbf16>
   return %sum, %yk : tensor<4576x64xf32>, tensor<4576x64xbf16>
+}
+
+// A blockwise FP8 pair quantize (both tilings of the dispatched rows, for
+// an FP8 GEMM and a weight gradient) reads the rows from the tokens too.
+// The dispatch gathers only the rows before the groups' end (nothing reads
+// later ones); the kernel takes the gather's source indices as a [rows]
+// tensor and reads them before that end only (`_live_`).
+// CHECK-LABEL: func.func @fp8_pair(
+// CHECK-NOT: moe.gathered_rows
+// CHECK: %[[SRC:.*]] = tensor.insert_slice %{{.*}} into %{{.*}}[0] [%{{.*}}] [1] : tensor<?xindex> into tensor<1020xindex>
+// CHECK: call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512(%arg0, %[[SRC]], %{{.*}}) : (tensor<512x256xf32>, tensor<1020xindex>, tensor<5xi32>)
+// CHECK-NOT: moe.gathered_rows
+// CHECK: return
+// Each of a thread's 16 rows of a region: 4 columns of its source row in
+// one 16-byte load.
+// PTX-LABEL: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_kernel
+// PTX-COUNT-16: ld.global.v4.b32
+func.func @fp8_pair(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                    %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %xc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
 }

@@ -37,7 +37,9 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
-// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_gather_512_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_scaled_2_xs_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -329,11 +331,13 @@ func.func @fp8_wgrad(%x: tensor<512x256xf32>,
 
 // The dispatched rows quantized in both tilings by one pair kernel (the
 // forward GEMM's 1 x 128 lhs, E4M3 with power-of-two scales; the weight
-// gradient's 128 x 1 operand, here E5M2 with f32 scales, transposed): its
-// four results compared bit for bit (the transposed data through the
-// weight gradient, within its bound), and the GEMMs as above. (Its rowwise
-// data is returned, so every row is computed; @fp8_wgrad's operands only
-// up to the groups' end, `_live_`.)
+// gradient's 128 x 1 operand, here E5M2 with f32 scales, transposed), which
+// reads each row from the tokens through the dispatch's source index (the
+// gathered rows are never written, -moe-gpu-fuse-row-gathers): its four
+// results compared bit for bit (the transposed data through the weight
+// gradient, within its bound), and the GEMMs as above. (Its rowwise data
+// is returned, so every row is computed; @fp8_wgrad's operands only up to
+// the groups' end, `_live_`.)
 func.func @fp8_pair(%x: tensor<512x256xf32>,
                     %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
                     %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
@@ -364,4 +368,76 @@ func.func @fp8_pair(%x: tensor<512x256xf32>,
   return %xd, %xs, %y, %dw
       : tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<1020x384xf32>,
         tensor<4x256x384xf32>
+}
+
+// As @fp8_pair, but only the GEMMs are returned: the dispatch gathers the
+// rows before the groups' end only, and the pair kernel computes those
+// (`_live_`), reading their source indices up to there.
+func.func @fp8_pair_live(%x: tensor<512x256xf32>,
+                         %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                         %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %xq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %xc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
+}
+
+// A combine's gradient re-sorted (g[t] * w[t, k] for each of a token's 2
+// copies, dispatched, groups padded to 128) quantized in both tilings: the
+// pair kernel computes the products itself (`_scaled_2_xs`), from g and w.
+func.func @fp8_pair_weighted(%w: tensor<256x2xf32>, %g: tensor<256x256xf32>,
+                             %idx: tensor<256x2xi32> {moe.test_range = [-1, 5]},
+                             %wt: tensor<4x256x384xf32>, %a: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x384x256xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %e = tensor.empty() : tensor<256x2x256xf32>
+  %prod = linalg.generic {indexing_maps = [affine_map<(t, k, h) -> (t, k)>, affine_map<(t, k, h) -> (t, h)>,
+                                           affine_map<(t, k, h) -> (t, k, h)>],
+                          iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%w, %g : tensor<256x2xf32>, tensor<256x256xf32>) outs(%e : tensor<256x2x256xf32>) {
+  ^bb0(%ws: f32, %gs: f32, %o: f32):
+    %m = arith.mulf %gs, %ws : f32
+    linalg.yield %m : f32
+  } -> tensor<256x2x256xf32>
+  %copies = tensor.collapse_shape %prod [[0, 1], [2]] : tensor<256x2x256xf32> into tensor<512x256xf32>
+  %i = tensor.collapse_shape %idx [[0, 1]] : tensor<256x2xi32> into tensor<512xi32>
+  %i1 = tensor.expand_shape %i [[0, 1]] output_shape [512, 1] : tensor<512xi32> into tensor<512x1xi32>
+  %s, %o, %c, %p = moe.dispatch %copies, %i1 experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %sq = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %wt : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %sq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %sc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %ac, %sc, %o
+      : !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x384x256xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x384x256xf32>
 }

@@ -42,6 +42,10 @@
 // CTAs stride over the regions. Live rows (1 x 128 tiles of a matrix whose
 // rows past the groups' last offset nothing reads, LiveRows.h): only the
 // rows before it are computed.
+// A pair of a dispatch's rows (-moe-gpu-fuse-row-gathers) reads each row
+// from the tokens through the dispatch's source index (and computes a
+// combine gradient's scaled copies itself): the gathered f32 rows are
+// never written.
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,6 +70,9 @@ constexpr int64_t Tile = 128;
 /// 132 bytes for each of its columns (4-byte aligned; a warp's byte stores
 /// down a column meet 4-way bank conflicts at most), after the amax slots.
 constexpr int64_t TransposedRow = Tile + 4;
+/// On a pair kernel's function (quantizePair): its [rowwise, columnwise]
+/// types, for fp8BlockPairGather.
+constexpr llvm::StringLiteral kFP8BlockPairAttr = "moe.fp8block_pair";
 
 /// What a quantize writes of its data: as it is, also transposed (the last
 /// two dims swapped), or transposed only.
@@ -88,6 +95,9 @@ struct FP8BlockKernel {
   /// transposed; regions of 128 x 128, one pass. Null otherwise.
   FP8BlockTensorType colType{};
   bool pair() const { return bool(colType); }
+  /// A pair reading its rows through a dispatch's gather (GatheredRows):
+  /// arguments (tokens, source[, scale][, offsets]).
+  std::optional<GatheredRows> gathered{};
 
   bool roundTrip() const { return bool(outElt); }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
@@ -154,10 +164,11 @@ struct FP8BlockKernel {
         offsetElt ? "_live_" + elementName(offsetElt) : std::string();
     if (pair())
       return llvm::formatv(
-                 "moe_fp8block_quantize_pair_{0}_{1}_{2}_{3}_{4}_{5}{6}", dims,
-                 elementName(type.getElementType()), scales,
+                 "moe_fp8block_quantize_pair_{0}_{1}_{2}_{3}_{4}_{5}{6}{7}",
+                 dims, elementName(type.getElementType()), scales,
                  elementName(colType.getElementType()),
-                 colType.getPow2() ? "pow2" : "f32s", elementName(inElt), live)
+                 colType.getPow2() ? "pow2" : "f32s", elementName(inElt), live,
+                 gathered ? gathered->suffix() : std::string())
           .str();
     if (!roundTrip())
       return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}{6}",
@@ -224,6 +235,14 @@ struct FP8BlockEmitter : KernelBuilder {
   Value out, data, scales, dataT{};
   // A pair's columnwise scales (FP8BlockKernel::pair).
   Value colScales{};
+  // Gathered rows (FP8BlockKernel::gathered): row r is the tokens' (x's)
+  // row source[r], zeros where that is outside [0, sourceRows); scaled,
+  // scale[s] * x's row s / perRow (s = source[r]). With offsets, source is
+  // read before the groups' end only (`liveEnd`; past it, a bounded
+  // gather's source is unspecified, and so are the rows).
+  Value source{}, scale{}, liveEnd{};
+  // The data's address and whether it is 4-byte aligned (storeCodes).
+  Value codesBase{}, codesAligned{};
 
   Type f32() { return b.getF32Type(); }
   Value f32c(float v) {
@@ -252,12 +271,17 @@ struct FP8BlockEmitter : KernelBuilder {
       aligned =
           cmp(P::eq, arith::AndIOp::create(b, loc, bases, int64(15)), int64(0));
     }
+    if (ds) {
+      codesBase = baseAddress(ds);
+      codesAligned = cmp(
+          P::eq, arith::AndIOp::create(b, loc, codesBase, int64(3)), int64(0));
+    }
     Value regions = idx(g.regions());
-    if (offsets)
-      regions =
-          mul(div(add(groupsEnd(offsets, g.rows()), idx(g.regionRows() - 1)),
-                  g.regionRows()),
-              idx(g.colRegions()));
+    if (offsets) {
+      liveEnd = groupsEnd(offsets, g.rows());
+      regions = mul(div(add(liveEnd, idx(g.regionRows() - 1)), g.regionRows()),
+                    idx(g.colRegions()));
+    }
     int64_t perMatrix = g.rowRegions() * g.colRegions();
     strideLoop(launch.getBlockIds().x, regions, grid, [&](Value region) {
       Value m = div(region, perMatrix), rc = rem(region, perMatrix);
@@ -320,51 +344,93 @@ struct FP8BlockEmitter : KernelBuilder {
     Value xBase = baseAddress(xs);
     RegionValues rv;
     auto &[rowOf, rowValid, first, raw, values] = rv;
-    SmallVector<Type> four(4, g.inElt);
     Value zeroIn = arith::ConstantOp::create(b, loc, b.getZeroAttr(g.inElt));
+    // Each row's index, validity, first element and where its run is read
+    // from (x's row, or a gathered row's source: then `loaded` also
+    // requires the source inside the tokens), every source index loaded
+    // before any element.
+    SmallVector<Value> from, loaded, weight;
     for (int64_t r = 0; r < rowsPer; ++r) {
       Value row = add(add(row0, rg), idx(r * g.rowGroups()));
       rowOf.push_back(row);
       rowValid.push_back(
           land(cmp(P::ult, row, idx(rows)), cmp(P::ult, col, idx(cols))));
       first.push_back(add(mul(add(mul(m, idx(rows)), row), idx(cols)), col));
-      SmallVector<Value> v;
-      if (cols % 4 == 0) {
-        // A valid run is whole.
-        v = ifElse(
-            four, rowValid.back(),
-            [&] {
-              return ifElse(
-                  four, aligned,
-                  [&] {
-                    return loadVector(
-                        g.inElt, 4,
-                        globalPtr(xBase, mul(first.back(), idx(inBytes))),
-                        4 * inBytes);
-                  },
-                  [&] {
-                    SmallVector<Value> parts;
-                    for (int64_t c = 0; c < 4; ++c)
-                      parts.push_back(memref::LoadOp::create(
-                          b, loc, xs, ValueRange{add(first.back(), idx(c))}));
-                    return parts;
-                  });
-            },
-            [&] { return SmallVector<Value>(4, zeroIn); });
-      } else {
+      from.push_back(first.back());
+      loaded.push_back(rowValid.back());
+      if (!source)
+        continue;
+      Value defined = cmp(P::ult, row, liveEnd ? liveEnd : idx(rows));
+      Value s = memref::LoadOp::create(
+          b, loc, source, ValueRange{select(defined, row, idx(0))});
+      Value inside = land(cmp(P::sge, s, idx(0)),
+                          cmp(P::slt, s, idx(g.gathered->sourceRows)));
+      loaded.back() = land(loaded.back(), land(defined, inside));
+      Value at = select(inside, s, idx(0));
+      Value tokenRow = g.gathered->scaled ? div(at, g.gathered->perRow) : at;
+      from.back() = add(mul(tokenRow, idx(cols)), col);
+      if (scale)
+        weight.push_back(memref::LoadOp::create(b, loc, scale, ValueRange{at}));
+    }
+    for (int64_t r = 0; r < rowsPer; ++r)
+      raw.emplace_back();
+    if (cols % 4 == 0) {
+      // A valid run is whole. Every row's run is loaded, from element 0
+      // where it is not valid (so that the loads need no branch and issue
+      // back to back), then zeroed.
+      SmallVector<Type> types(4 * rowsPer, g.inElt);
+      SmallVector<Value> safe;
+      for (int64_t r = 0; r < rowsPer; ++r)
+        safe.push_back(select(loaded[r], from[r], idx(0)));
+      SmallVector<Value> all = ifElse(
+          types, aligned,
+          [&] {
+            SmallVector<Value> v;
+            for (int64_t r = 0; r < rowsPer; ++r)
+              llvm::append_range(
+                  v, loadVector(g.inElt, 4,
+                                globalPtr(xBase, mul(safe[r], idx(inBytes))),
+                                4 * inBytes));
+            return v;
+          },
+          [&] {
+            SmallVector<Value> v;
+            for (int64_t r = 0; r < rowsPer; ++r)
+              for (int64_t c = 0; c < 4; ++c)
+                v.push_back(memref::LoadOp::create(
+                    b, loc, xs, ValueRange{add(safe[r], idx(c))}));
+            return v;
+          });
+      for (int64_t r = 0; r < rowsPer; ++r)
+        for (int64_t c = 0; c < 4; ++c)
+          raw[r].push_back(select(loaded[r], all[4 * r + c], zeroIn));
+    } else {
+      for (int64_t r = 0; r < rowsPer; ++r)
         for (int64_t c = 0; c < 4; ++c) {
-          Value valid = land(cmp(P::ult, row, idx(rows)),
+          Value valid = land(cmp(P::ult, rowOf[r], idx(rows)),
                              cmp(P::ult, add(col, idx(c)), idx(cols)));
-          v.push_back(ifElse(
+          raw[r].push_back(ifElse(
               TypeRange{g.inElt}, valid,
               [&] {
                 return SmallVector<Value>{memref::LoadOp::create(
-                    b, loc, xs, ValueRange{add(first.back(), idx(c))})};
+                    b, loc, xs, ValueRange{add(rv.first[r], idx(c))})};
               },
               [&] { return SmallVector<Value>{zeroIn}; })[0]);
         }
+    }
+    for (int64_t r = 0; r < rowsPer; ++r) {
+      if (!weight.empty()) {
+        // The scaled copy (f32: matchScaledCopies), as the product's
+        // operand order has it; zero rows stay zeros.
+        for (Value &e : raw[r])
+          e = select(
+              loaded[r],
+              g.gathered->scaleFirst
+                  ? arith::MulFOp::create(b, loc, weight[r], e).getResult()
+                  : arith::MulFOp::create(b, loc, e, weight[r]).getResult(),
+              zeroIn);
       }
-      raw.push_back(v);
+      SmallVector<Value> v = raw[r];
       for (Value &e : v)
         e = toF32(e);
       values.push_back(v);
@@ -477,14 +543,13 @@ struct FP8BlockEmitter : KernelBuilder {
       SmallVector<Value> typed;
       for (Value code : rowCodes)
         typed.push_back(arith::BitcastOp::create(b, loc, rowF8, code));
-      storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), typed);
-      ifThen(land(cmp(P::eq, cl, idx(0)), cmp(P::ult, rowOf[r], idx(rows))),
-             [&] {
-               Value at =
-                   add(mul(add(mul(m, idx(rows)), rowOf[r]), idx(rowScaleCols)),
+      storeCodes(ds, first[r], rowOf[r], col, rowValid[r], rowCodes, typed);
+      Value row = rowOf[r];
+      ifThen(land(cmp(P::eq, cl, idx(0)), cmp(P::ult, row, idx(rows))), [&] {
+        Value at = add(mul(add(mul(m, idx(rows)), row), idx(rowScaleCols)),
                        div(col, Tile));
-               memref::StoreOp::create(b, loc, stored, ss, ValueRange{at});
-             });
+        memref::StoreOp::create(b, loc, stored, ss, ValueRange{at});
+      });
       // Columnwise: the codes, staged transposed.
       auto [colPairs, colCodes] = encodeRun(
           values[r], raw[r], [&](int64_t c) { return colFactor[c]; },
@@ -595,10 +660,35 @@ struct FP8BlockEmitter : KernelBuilder {
           stageTransposed(codes[c], add(col, idx(c)), rowOf[r]);
       }
       if (ds)
-        storeValues(ds, first[r], rowOf[r], col, rowValid[r], Value(), typed);
+        storeCodes(ds, first[r], rowOf[r], col, rowValid[r], codes, typed);
     }
     if (!g.roundTrip())
       storeScales(ss, m, rowOf[0], col, rg, cl, stored);
+  }
+
+  /// Stores a thread's 4 codes of one row (i8 `codes`, `typed` as the
+  /// data's type): with whole runs (columns a multiple of 4), a valid run
+  /// as one 4-byte store where the data is 4-byte aligned (device
+  /// allocations are; a caller's buffer need not be), else each valid one.
+  void storeCodes(Value ds, Value first, Value row, Value col, Value runValid,
+                  ArrayRef<Value> codes, ArrayRef<Value> typed) {
+    if (g.cols() % 4 != 0) {
+      storeValues(ds, first, row, col, runValid, Value(), typed);
+      return;
+    }
+    ifThen(runValid, [&] {
+      auto store = scf::IfOp::create(b, loc, codesAligned,
+                                     /*withElseRegion=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(store.thenBlock()->getTerminator());
+      LLVM::StoreOp::create(b, loc, vectorOf(codes),
+                            globalPtr(codesBase, first),
+                            /*alignment=*/4);
+      b.setInsertionPoint(store.elseBlock()->getTerminator());
+      for (int64_t c = 0; c < 4; ++c)
+        memref::StoreOp::create(b, loc, typed[c], ds,
+                                ValueRange{add(first, idx(c))});
+    });
   }
 
   /// Stores a thread's 4 results of one row: as a run when the row's run is
@@ -666,11 +756,19 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
         // Results: the round trip's; or (data, scales[, transposed data]);
         // or, transposed only, (transposed data, scales).
         bool only = g.transposed == Transposed::only;
+        // (x[, source[, scale]][, offsets])
+        unsigned next = 1;
+        Value source, scale;
+        if (g.gathered) {
+          source = buf[next++];
+          if (g.gathered->scaled)
+            scale = buf[next++];
+        }
         FP8BlockEmitter k{{b, loc},
                           g,
                           grid,
                           buf[0],
-                          g.offsetElt ? buf[1] : Value(),
+                          g.offsetElt ? buf[next] : Value(),
                           g.roundTrip() ? outs[0] : Value(),
                           g.roundTrip() || only ? Value() : outs[0],
                           g.roundTrip() ? Value() : outs[1]};
@@ -678,9 +776,20 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
           k.dataT = only ? outs[0] : outs[2];
         if (g.pair())
           k.colScales = outs[3];
+        if (source)
+          k.source = source;
+        if (scale)
+          k.scale = k.flat(scale);
         k.emit(launch);
       });
-  return g.offsetElt ? withGroupedArgs(kernel, {0}, 1) : kernel;
+  if (g.pair() && !g.gathered)
+    kernel->setAttr(
+        kFP8BlockPairAttr,
+        ArrayAttr::get(module.getContext(),
+                       {TypeAttr::get(g.type), TypeAttr::get(g.colType)}));
+  // (Gathered, the kernel reads the tokens by index: no argument is rows of
+  // the groups.)
+  return g.offsetElt && !g.gathered ? withGroupedArgs(kernel, {0}, 1) : kernel;
 }
 
 /// The arguments of a kernel of `g` reading `input`: with `liveEnd`
@@ -850,6 +959,41 @@ quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
   auto call = func::CallOp::create(b, rows.getLoc(), kernel, args);
   return std::array<Value, 4>{call.getResult(0), call.getResult(1),
                               call.getResult(2), call.getResult(3)};
+}
+
+bool isFP8BlockPair(func::FuncOp func) {
+  return func && func->hasAttr(kFP8BlockPairAttr);
+}
+
+func::CallOp fp8BlockPairGather(OpBuilder &b, func::CallOp pair,
+                                ModuleOp module, SymbolTable &symbols,
+                                Value tokens, Value source, Value scale,
+                                const GatheredRows &rows) {
+  auto callee = symbols.lookup<func::FuncOp>(pair.getCallee());
+  auto types = callee ? callee->getAttrOfType<ArrayAttr>(kFP8BlockPairAttr)
+                      : ArrayAttr();
+  if (!types || types.size() != 2 || pair.getNumOperands() < 1 ||
+      pair.getNumOperands() > 2 || pair.getNumResults() != 4)
+    return {};
+  FP8BlockKernel g{
+      cast<FP8BlockTensorType>(cast<TypeAttr>(types[0]).getValue()),
+      getElementTypeOrSelf(pair.getOperand(0).getType()), Type(), Type()};
+  g.colType = cast<FP8BlockTensorType>(cast<TypeAttr>(types[1]).getValue());
+  g.transposed = Transposed::also;
+  g.gathered = rows;
+  SmallVector<Value> args = {tokens, source};
+  if (rows.scaled)
+    args.push_back(scale);
+  if (pair.getNumOperands() == 2) {
+    g.offsetElt = getElementTypeOrSelf(pair.getOperand(1).getType());
+    args.push_back(pair.getOperand(1));
+  }
+  func::FuncOp kernel = getOrCreateFunction(
+      module, symbols, g, llvm::to_vector(ValueRange(args).getTypes()),
+      llvm::map_to_vector(pair.getResultTypes(),
+                          [](Type t) { return cast<RankedTensorType>(t); }),
+      pair.getLoc());
+  return func::CallOp::create(b, pair.getLoc(), kernel, args);
 }
 
 } // namespace mlir::moe::kernels

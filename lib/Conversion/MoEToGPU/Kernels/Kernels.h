@@ -370,6 +370,41 @@ std::optional<std::array<Value, 4>>
 quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
              SymbolTable &symbols, Value liveEnd = Value());
 
+/// The rows a pair kernel reads through a dispatch's gather: row r of its
+/// input is row source[r] of `sourceRows` token rows, scaled by
+/// scale[s] (`scaled`; [sourceRows] f32, s = source[r], a token's `perRow`
+/// copies) with the product's operand order `scaleFirst`.
+struct GatheredRows {
+  int64_t sourceRows;
+  bool scaled = false;
+  int64_t perRow = 1;
+  bool scaleFirst = true;
+
+  /// What a kernel's name gains: _gather_<sourceRows>, then for scaled
+  /// rows _scaled_<perRow>_sx (or _xs: the product's operand order is part
+  /// of the kernel).
+  std::string suffix() const {
+    std::string s = "_gather_" + std::to_string(sourceRows);
+    if (scaled)
+      s += "_scaled_" + std::to_string(perRow) + (scaleFirst ? "_sx" : "_xs");
+    return s;
+  }
+};
+
+/// Whether `func` is a blockwise FP8 pair kernel's (quantizePair).
+bool isFP8BlockPair(func::FuncOp func);
+
+/// `pair`, a call of a quantizePair kernel on a dispatch's gathered rows
+/// (x[, offsets]), as the same kernel reading those rows from the tokens
+/// through the gather's `source` indices (and computing a combine
+/// gradient's scaled copies with `scale`: `rows`): a call (tokens, source
+/// [, scale][, offsets]) with the same results at `b`'s insertion point;
+/// null (nothing created) if `pair` is not such a call.
+func::CallOp fp8BlockPairGather(OpBuilder &b, func::CallOp pair,
+                                ModuleOp module, SymbolTable &symbols,
+                                Value tokens, Value source, Value scale,
+                                const GatheredRows &rows);
+
 /// Whether `call` calls a transpose kernel (transposeBytes).
 bool isTransposeBytes(func::CallOp call);
 
@@ -579,17 +614,6 @@ void lowerRoundTripPairs(ModuleOp module, SymbolTable &symbols,
 
 /// The pair a pair kernel's function computes (recorded on it), if it is one.
 std::optional<MXRoundTripPair> roundTripPairOf(func::FuncOp func);
-
-/// The rows a pair kernel reads through a dispatch's gather: row r of its
-/// input is row source[r] of `sourceRows` token rows, scaled by
-/// scale[s] (`scaled`; [sourceRows] f32, s = source[r], a token's `perRow`
-/// copies) with the product's operand order `scaleFirst`.
-struct GatheredRows {
-  int64_t sourceRows;
-  bool scaled = false;
-  int64_t perRow = 1;
-  bool scaleFirst = true;
-};
 
 /// The pair kernel of `g` reading gathered rows: (tokens, source[, scale])
 /// -> its results.
