@@ -204,6 +204,91 @@ func.func @paired(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
   return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
 }
 
+// A SwiGLU's result quantized in both tilings: the pair kernel computes it
+// from h (and the SwiGLU's gradient from h and da), so the op is gone.
+// WGRAD-LABEL: func.func @paired_swiglu
+// WGRAD-NOT: moe.swiglu
+// WGRAD: %[[A:.*]]:4 = call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu(%arg2, %[[O:.*]]) : (tensor<1020x512xf32>, tensor<5xi32>)
+// WGRAD: %[[DH:.*]]:4 = call @moe_fp8block_quantize_pair_1020x512_e4m3_pow2_e4m3_pow2_f32_of_swiglu_grad(%arg2, %arg3) : (tensor<1020x512xf32>, tensor<1020x256xf32>)
+// WGRAD-NOT: moe.swiglu
+// WGRAD: return
+func.func @paired_swiglu(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                         %h: tensor<1020x512xf32>, %da: tensor<1020x256xf32>,
+                         %w2: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>, tensor<1020x512xf8E4M3FN>,
+        tensor<4x256x512xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %h : tensor<1020x512xf32> -> tensor<1020x256xf32>
+  %aq = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w2 : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %aq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw2 = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  // (dh's rowwise data is returned: every row is computed, no `_live_`.)
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<1020x512xf32>, tensor<1020x256xf32> -> tensor<1020x512xf32>
+  %dhq = moe.quantize %dh : tensor<1020x512xf32>
+      -> !moe.fp8block<1020x512xf8E4M3FN, block = [1, 128], pow2>
+  %dhd, %dhs = moe.mx_unpack %dhq : !moe.fp8block<1020x512xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<1020x512xf8E4M3FN>, tensor<1020x4xf32>
+  %sc = moe.quantize %s : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dhc = moe.quantize %dh : tensor<1020x512xf32>
+      -> !moe.fp8block<1020x512xf8E4M3FN, block = [128, 1], pow2>
+  %dw1 = moe.grouped_matmul_wgrad %sc, %dhc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x512xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x512xf32>
+  return %y, %dw2, %dhd, %dw1
+      : tensor<1020x384xf32>, tensor<4x256x384xf32>, tensor<1020x512xf8E4M3FN>,
+        tensor<4x256x512xf32>
+}
+
+// A SwiGLU's result that something else reads too stays an op: the pair
+// kernel reads it.
+// WGRAD-LABEL: func.func @swiglu_read_elsewhere
+// WGRAD: %[[A:.*]] = moe.swiglu
+// WGRAD: call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32(%[[A]],
+func.func @swiglu_read_elsewhere(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                                 %h: tensor<1020x512xf32>, %w2: tensor<4x256x384xf32>,
+                                 %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>, tensor<1020x256xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %h : tensor<1020x512xf32> -> tensor<1020x256xf32>
+  %aq = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w2 : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %aq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw2 = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw2, %a : tensor<1020x384xf32>, tensor<4x256x384xf32>, tensor<1020x256xf32>
+}
+
 // The FP8 weight gradient: K-major boxes of both transposed operands.
 // WGRAD-LABEL: func.func private @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(
 // WGRAD-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, promoted every 128"

@@ -40,6 +40,8 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_gather_512_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_scaled_2_xs_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x384_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_grad_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -440,4 +442,70 @@ func.func @fp8_pair_weighted(%w: tensor<256x2xf32>, %g: tensor<256x256xf32>,
         !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x384x256xf32>
   return %y, %dw : tensor<1020x384xf32>, tensor<4x384x256xf32>
+}
+
+// A SwiGLU's result quantized in both tilings (the next GEMM's lhs and the
+// weight gradient's operand): the pair kernel computes silu(gate) * up from
+// h itself (`_of_swiglu`), so the activation is never written; h's rows
+// are read up to the groups' end. The GEMMs as above.
+func.func @fp8_swiglu_pair(%x: tensor<512x256xf32>,
+                           %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                           %h: tensor<1020x512xf32>, %w: tensor<4x256x384xf32>,
+                           %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %h : tensor<1020x512xf32> -> tensor<1020x256xf32>
+  %aq = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %aq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
+}
+
+// A SwiGLU gradient quantized in both tilings: the pair kernel computes dh
+// from h and the result's gradient da (`_of_swiglu_grad`). F = 192: a
+// region of 128 of dh's columns holds gate and up columns both.
+func.func @fp8_swiglu_grad_pair(%x: tensor<512x128xf32>,
+                                %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                                %h: tensor<1020x384xf32>, %da: tensor<1020x192xf32>,
+                                %w: tensor<4x384x256xf32>)
+    -> (tensor<1020x256xf32>, tensor<4x128x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x128xf32>, tensor<512x1xi32>
+      -> tensor<1020x128xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<1020x384xf32>, tensor<1020x192xf32> -> tensor<1020x384xf32>
+  %dhq = moe.quantize %dh : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x384x256xf32>
+      -> !moe.fp8block<4x384x256xf8E4M3FN, block = [1, 128, 128], pow2>
+  %dx = moe.grouped_matmul %dhq, %wq, %o
+      : !moe.fp8block<1020x384xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x384x256xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x256xf32>
+  %xc = moe.quantize %s : tensor<1020x128xf32>
+      -> !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>
+  %dhc = moe.quantize %dh : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dhc, %o
+      : !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x128x384xf32>
+  return %dx, %dw : tensor<1020x256xf32>, tensor<4x128x384xf32>
 }

@@ -52,6 +52,7 @@
 #include "KernelBuilder.h"
 #include "Kernels.h"
 
+#include "moe/Dialect/MoE/Utils/Activations.h"
 #include "moe/Dialect/MoE/Utils/LiveRows.h"
 
 using namespace mlir;
@@ -70,6 +71,9 @@ constexpr int64_t Tile = 128;
 /// 132 bytes for each of its columns (4-byte aligned; a warp's byte stores
 /// down a column meet 4-way bank conflicts at most), after the amax slots.
 constexpr int64_t TransposedRow = Tile + 4;
+/// The rows whose runs a thread loads together (loadRegion): their loads
+/// issue back to back; more would hold more registers.
+constexpr int64_t LoadRows = 4;
 /// On a pair kernel's function (quantizePair): its [rowwise, columnwise]
 /// types, for fp8BlockPairGather.
 constexpr llvm::StringLiteral kFP8BlockPairAttr = "moe.fp8block_pair";
@@ -77,6 +81,12 @@ constexpr llvm::StringLiteral kFP8BlockPairAttr = "moe.fp8block_pair";
 /// What a quantize writes of its data: as it is, also transposed (the last
 /// two dims swapped), or transposed only.
 enum class Transposed { no, also, only };
+
+/// The op whose result a pair kernel quantizes, computed by the kernel
+/// itself (quantizePair): none (the input is read), moe.swiglu of h
+/// ([R, 2F] -> [R, F]) or moe.swiglu_grad of h and the result's gradient d
+/// ([R, 2F], [R, F] -> [R, 2F]), split layout, f32.
+enum class Producer { none, swiglu, swigluGrad };
 
 /// One blockwise FP8 conversion the kernel handles: a round trip (`outElt`
 /// set) or a quantize (`outElt` null: data and scales).
@@ -98,6 +108,10 @@ struct FP8BlockKernel {
   /// A pair reading its rows through a dispatch's gather (GatheredRows):
   /// arguments (tokens, source[, scale][, offsets]).
   std::optional<GatheredRows> gathered{};
+  /// A pair computing its input (Producer), F the SwiGLU's output width:
+  /// arguments (h[, d][, offsets]).
+  Producer producer = Producer::none;
+  int64_t half = 0;
 
   bool roundTrip() const { return bool(outElt); }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
@@ -168,7 +182,10 @@ struct FP8BlockKernel {
                  dims, elementName(type.getElementType()), scales,
                  elementName(colType.getElementType()),
                  colType.getPow2() ? "pow2" : "f32s", elementName(inElt), live,
-                 gathered ? gathered->suffix() : std::string())
+                 gathered                           ? gathered->suffix()
+                 : producer == Producer::swiglu     ? "_of_swiglu"
+                 : producer == Producer::swigluGrad ? "_of_swiglu_grad"
+                                                    : "")
           .str();
     if (!roundTrip())
       return llvm::formatv("moe_fp8block_quantize_{0}_t{1}_{2}_{3}_{4}{5}{6}",
@@ -241,6 +258,8 @@ struct FP8BlockEmitter : KernelBuilder {
   // read before the groups' end only (`liveEnd`; past it, a bounded
   // gather's source is unspecified, and so are the rows).
   Value source{}, scale{}, liveEnd{};
+  // The gradient d of a SwiGLU gradient's result (Producer::swigluGrad).
+  Value grad{};
   // The data's address and whether it is 4-byte aligned (storeCodes).
   Value codesBase{}, codesAligned{};
 
@@ -268,6 +287,8 @@ struct FP8BlockEmitter : KernelBuilder {
       Value bases = baseAddress(xs);
       if (ys)
         bases = arith::OrIOp::create(b, loc, bases, baseAddress(ys));
+      if (grad)
+        bases = arith::OrIOp::create(b, loc, bases, baseAddress(grad));
       aligned =
           cmp(P::eq, arith::AndIOp::create(b, loc, bases, int64(15)), int64(0));
     }
@@ -286,8 +307,14 @@ struct FP8BlockEmitter : KernelBuilder {
     strideLoop(launch.getBlockIds().x, regions, grid, [&](Value region) {
       Value m = div(region, perMatrix), rc = rem(region, perMatrix);
       Value row0 = mul(div(rc, g.colRegions()), idx(g.regionRows()));
-      Value col =
-          add(mul(rem(rc, g.colRegions()), idx(g.width())), mul(cl, idx(4)));
+      Value colRegion = rem(rc, g.colRegions());
+      if (g.producer == Producer::swigluGrad && g.half % g.width() == 0)
+        // A gate region, then the up region of the same h columns: run by
+        // CTAs side by side, they read h and d from memory once between
+        // them (the second read hits L2).
+        colRegion = add(mul(rem(colRegion, 2), idx(g.colRegions() / 2)),
+                        div(colRegion, 2));
+      Value col = add(mul(colRegion, idx(g.width())), mul(cl, idx(4)));
       if (g.pair())
         emitPairRegion(m, row0, col, rg, cl, lane, warp, aligned, xs, ds, ss);
       else
@@ -374,36 +401,42 @@ struct FP8BlockEmitter : KernelBuilder {
     }
     for (int64_t r = 0; r < rowsPer; ++r)
       raw.emplace_back();
-    if (cols % 4 == 0) {
-      // A valid run is whole. Every row's run is loaded, from element 0
-      // where it is not valid (so that the loads need no branch and issue
-      // back to back), then zeroed.
-      SmallVector<Type> types(4 * rowsPer, g.inElt);
-      SmallVector<Value> safe;
-      for (int64_t r = 0; r < rowsPer; ++r)
-        safe.push_back(select(loaded[r], from[r], idx(0)));
-      SmallVector<Value> all = ifElse(
-          types, aligned,
-          [&] {
-            SmallVector<Value> v;
-            for (int64_t r = 0; r < rowsPer; ++r)
-              llvm::append_range(
-                  v, loadVector(g.inElt, 4,
-                                globalPtr(xBase, mul(safe[r], idx(inBytes))),
-                                4 * inBytes));
-            return v;
-          },
-          [&] {
-            SmallVector<Value> v;
-            for (int64_t r = 0; r < rowsPer; ++r)
-              for (int64_t c = 0; c < 4; ++c)
-                v.push_back(memref::LoadOp::create(
-                    b, loc, xs, ValueRange{add(safe[r], idx(c))}));
-            return v;
-          });
-      for (int64_t r = 0; r < rowsPer; ++r)
-        for (int64_t c = 0; c < 4; ++c)
-          raw[r].push_back(select(loaded[r], all[4 * r + c], zeroIn));
+    if (g.producer != Producer::none) {
+      loadProduced(rv, col, loaded, aligned, xs, xBase, zeroIn);
+    } else if (cols % 4 == 0) {
+      // A valid run is whole. The rows' runs are loaded LoadRows at a
+      // time, from element 0 where the row is not valid (so that the loads
+      // need no branch and issue back to back), then zeroed.
+      for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
+        int64_t n = std::min(LoadRows, rowsPer - r0);
+        SmallVector<Type> types(4 * n, g.inElt);
+        SmallVector<Value> safe;
+        for (int64_t r = r0; r < r0 + n; ++r)
+          safe.push_back(select(loaded[r], from[r], idx(0)));
+        SmallVector<Value> all = ifElse(
+            types, aligned,
+            [&] {
+              SmallVector<Value> v;
+              for (Value at : safe)
+                llvm::append_range(
+                    v, loadVector(g.inElt, 4,
+                                  globalPtr(xBase, mul(at, idx(inBytes))),
+                                  4 * inBytes));
+              return v;
+            },
+            [&] {
+              SmallVector<Value> v;
+              for (Value at : safe)
+                for (int64_t c = 0; c < 4; ++c)
+                  v.push_back(memref::LoadOp::create(
+                      b, loc, xs, ValueRange{add(at, idx(c))}));
+              return v;
+            });
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t c = 0; c < 4; ++c)
+            raw[r0 + i].push_back(
+                select(loaded[r0 + i], all[4 * i + c], zeroIn));
+      }
     } else {
       for (int64_t r = 0; r < rowsPer; ++r)
         for (int64_t c = 0; c < 4; ++c) {
@@ -436,6 +469,79 @@ struct FP8BlockEmitter : KernelBuilder {
       values.push_back(v);
     }
     return rv;
+  }
+
+  /// loadRegion's runs of a pair that computes its input (Producer): h's
+  /// gate and up runs (and d's) of each row, LoadRows rows at a time, and the
+  /// SwiGLU (or its gradient's gate or up half, by the run's column) in
+  /// f32 as the op's lowerings compute it (Activations.h); zeros where the
+  /// row is not loaded. The columns are a multiple of 4, F too.
+  void loadProduced(RegionValues &rv, Value col, ArrayRef<Value> loaded,
+                    Value aligned, Value xs, Value xBase, Value zeroIn) {
+    int64_t rowsPer = g.rowsPerThread(), f = g.half;
+    bool isGrad = g.producer == Producer::swigluGrad;
+    // The run's column of the SwiGLU's output (of d), and for the gradient
+    // whether it is the gate half.
+    Value isGate = isGrad ? cmp(P::ult, col, idx(f)) : Value();
+    Value j =
+        isGrad ? select(isGate, col, arith::SubIOp::create(b, loc, col, idx(f)))
+               : col;
+    Value gradBase = isGrad ? baseAddress(grad) : Value();
+    for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
+      int64_t n = std::min(LoadRows, rowsPer - r0);
+      // Per row: h's gate run, its up run (F further), d's run.
+      SmallVector<std::pair<Value, Value>> at; // (buffer, base) per stream
+      SmallVector<Value> gateAt, dAt;
+      for (int64_t r = r0; r < r0 + n; ++r) {
+        Value row = select(loaded[r], rv.rowOf[r], idx(0));
+        gateAt.push_back(add(mul(row, idx(2 * f)), j));
+        dAt.push_back(add(mul(row, idx(f)), j));
+      }
+      int64_t streams = isGrad ? 3 : 2;
+      SmallVector<Type> types(4 * streams * n, b.getF32Type());
+      auto addressOf = [&](int64_t i, int64_t stream) {
+        return stream == 0   ? gateAt[i]
+               : stream == 1 ? add(gateAt[i], idx(f))
+                             : dAt[i];
+      };
+      SmallVector<Value> all = ifElse(
+          types, aligned,
+          [&] {
+            SmallVector<Value> v;
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t st = 0; st < streams; ++st)
+                llvm::append_range(
+                    v, loadVector(b.getF32Type(), 4,
+                                  globalPtr(st == 2 ? gradBase : xBase,
+                                            mul(addressOf(i, st), idx(4))),
+                                  16));
+            return v;
+          },
+          [&] {
+            SmallVector<Value> v;
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t st = 0; st < streams; ++st)
+                for (int64_t c = 0; c < 4; ++c)
+                  v.push_back(memref::LoadOp::create(
+                      b, loc, st == 2 ? grad : xs,
+                      ValueRange{add(addressOf(i, st), idx(c))}));
+            return v;
+          });
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t r = r0 + i;
+        for (int64_t c = 0; c < 4; ++c) {
+          auto in = [&](int64_t st) { return all[(i * streams + st) * 4 + c]; };
+          Value v;
+          if (!isGrad) {
+            v = buildSwiglu(b, loc, in(0), in(1));
+          } else {
+            auto [dGate, dUp] = buildSwigluGrad(b, loc, in(0), in(1), in(2));
+            v = select(isGate, dGate, dUp);
+          }
+          rv.raw[r].push_back(select(loaded[r], v, zeroIn));
+        }
+      }
+    }
   }
 
   /// The 4 values of a thread's row run (f32 `values`, input `raw`) times
@@ -756,9 +862,11 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
         // Results: the round trip's; or (data, scales[, transposed data]);
         // or, transposed only, (transposed data, scales).
         bool only = g.transposed == Transposed::only;
-        // (x[, source[, scale]][, offsets])
+        // (x[, d | source[, scale]][, offsets])
         unsigned next = 1;
-        Value source, scale;
+        Value source, scale, grad;
+        if (g.producer == Producer::swigluGrad)
+          grad = buf[next++];
         if (g.gathered) {
           source = buf[next++];
           if (g.gathered->scaled)
@@ -780,6 +888,8 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
           k.source = source;
         if (scale)
           k.scale = k.flat(scale);
+        if (grad)
+          k.grad = k.flat(grad);
         k.emit(launch);
       });
   if (g.pair() && !g.gathered)
@@ -789,14 +899,19 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
                        {TypeAttr::get(g.type), TypeAttr::get(g.colType)}));
   // (Gathered, the kernel reads the tokens by index: no argument is rows of
   // the groups.)
-  return g.offsetElt && !g.gathered ? withGroupedArgs(kernel, {0}, 1) : kernel;
+  if (!g.offsetElt || g.gathered)
+    return kernel;
+  if (g.producer == Producer::swigluGrad)
+    return withGroupedArgs(kernel, {0, 1}, 2);
+  return withGroupedArgs(kernel, {0}, 1);
 }
 
-/// The arguments of a kernel of `g` reading `input`: with `liveEnd`
+/// The arguments of a kernel of `g` reading `inputs`: with `liveEnd`
 /// (offsets whose last entry bounds the rows anything reads) and a matrix,
 /// those offsets too, and `g` computes only the rows before it.
-SmallVector<Value> kernelArgs(FP8BlockKernel &g, Value input, Value liveEnd) {
-  SmallVector<Value> args = {input};
+SmallVector<Value> kernelArgs(FP8BlockKernel &g, ValueRange inputs,
+                              Value liveEnd) {
+  SmallVector<Value> args = inputs;
   if (Value offsets = kernelOffsets(liveEnd); offsets && g.rank() == 2) {
     g.offsetElt = getElementTypeOrSelf(offsets.getType());
     args.push_back(offsets);
@@ -946,7 +1061,38 @@ quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
   // Results: the rowwise data and scales, then the columnwise transposed
   // data and scales.
   g->transposed = Transposed::also;
-  SmallVector<Value> args = kernelArgs(*g, rows.getInput(), liveEnd);
+  // The input computed by the kernel itself: a SwiGLU (or its gradient)
+  // that nothing but these two quantizes reads, split layout, f32; the
+  // kernel reads h (and d), and the SwiGLU's result is never written.
+  SmallVector<Value> inputs = {rows.getInput()};
+  Operation *producer = rows.getInput().getDefiningOp();
+  auto onlyRead = [&](Operation *op) {
+    return llvm::all_of(op->getUsers(), [&](Operation *user) {
+      return user == rows.getOperation() || user == cols.getOperation();
+    });
+  };
+  auto f32Tensor = [](Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    return type && type.hasStaticShape() && type.getRank() == 2 &&
+           type.getElementType().isF32();
+  };
+  if (auto swiglu = dyn_cast_or_null<SwigluOp>(producer)) {
+    if (swiglu.getLayout() == SwigluLayout::split && onlyRead(swiglu) &&
+        f32Tensor(swiglu.getInput()) && g->cols() % 4 == 0) {
+      g->producer = Producer::swiglu;
+      g->half = g->cols();
+      inputs = {swiglu.getInput()};
+    }
+  } else if (auto grad = dyn_cast_or_null<SwigluGradOp>(producer)) {
+    if (grad.getLayout() == SwigluLayout::split && onlyRead(grad) &&
+        f32Tensor(grad.getInput()) && f32Tensor(grad.getGrad()) &&
+        g->cols() % 8 == 0) {
+      g->producer = Producer::swigluGrad;
+      g->half = g->cols() / 2;
+      inputs = {grad.getInput(), grad.getGrad()};
+    }
+  }
+  SmallVector<Value> args = kernelArgs(*g, inputs, liveEnd);
   RankedTensorType data = g->type.getDataType();
   SmallVector<RankedTensorType> results = {
       data, g->type.getScalesType(),

@@ -1125,6 +1125,14 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
     QuantizeOp q, rows;
     Value pairEnd, aloneEnd;
   };
+  // A SwiGLU (or its gradient) that a pair kernel computes itself is gone
+  // once its quantizes are.
+  SmallVector<Operation *> producers;
+  for (QuantizeOp q : {qx, qdy})
+    if (Operation *p = q.getInput().getDefiningOp();
+        isa_and_nonnull<SwigluOp, SwigluGradOp>(p) &&
+        !llvm::is_contained(producers, p))
+      producers.push_back(p);
   SmallVector<Plan> plans;
   for (QuantizeOp q : {qx, qdy}) {
     QuantizeOp sibling = siblingOf(q);
@@ -1183,6 +1191,9 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
     qx.erase();
   if (qdy != qx && qdy->use_empty())
     qdy.erase();
+  for (Operation *p : producers)
+    if (p->use_empty())
+      p->erase();
   return call;
 }
 
