@@ -17,6 +17,10 @@
 # suffix, as in bf16-lf, compiles with --layer-functions, -rc with
 # --layer-functions --recompute);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
+# MOE_TRAIN_STEPS: timed steps a run (default 6; the first is not counted).
+# MOE_TRAIN_PEERS: bench/train_peer.py's configurations (default
+# autocast-grouped,bf16-grouped; none runs ours alone).
+# MOE_TRAIN_PROFILE=0: no step by stage.
 # MOE_TRAIN_CURVE_STEPS=N: also train each recipe N steps (same
 # initialization and data) and print the loss curves side by side, each
 # against the first recipe's.
@@ -126,12 +130,13 @@ PY
         # is not needed here; three of them filled the GPU machine's disk.
         rm -f "$w/$(basename "$a")"/checkpoint*
       done
+      [ "${MOE_TRAIN_PEERS:-}" = none ] ||
+        python3 "$root/bench/train_peer.py" "$(config "$l")" "${s%x*}" "${s#*x}" "${MOE_TRAIN_STEPS:-6}" \
+          "${MOE_TRAIN_PEERS:-autocast-grouped,bf16-grouped}" 2>&1 | grep -v Warning || true
       [ -z "${MOE_TRAIN_CURVE_STEPS:-}" ] || curves "$l" "$s"
-      python3 "$root/bench/train_peer.py" "$(config "$l")" "${s%x*}" "${s#*x}" "${MOE_TRAIN_STEPS:-6}" \
-        "${MOE_TRAIN_PEERS:-autocast-grouped,bf16-grouped}" 2>&1 | grep -v Warning || true
     done
   done
-  if [ -n "$largest" ]; then
+  if [ -n "$largest" ] && [ "${MOE_TRAIN_PROFILE:-1}" != 0 ]; then
     echo "## the step by stage: $(basename "$largest")"
     PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
       python3 "$root/bench/profile_train.py" "$largest"/train_step-sm_90a*.so 12 2>&1 | grep -v Warning
