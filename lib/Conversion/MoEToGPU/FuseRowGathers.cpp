@@ -196,6 +196,7 @@ void fuseRowGather(func::CallOp call, ModuleOp module, SymbolTable &symbols) {
       (!bounded && sourceType.getDimSize(0) != rowsType.getDimSize(0)) ||
       tokensType.getDimSize(1) != rowsType.getDimSize(1) ||
       tokensType.getElementType() != rowsType.getElementType() ||
+      tokensType.getDimSize(0) < 1 ||
       tokensType.getDimSize(0) >= (int64_t(1) << 31))
     return;
   Location loc = call.getLoc();

@@ -8,7 +8,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 26 kernel modules for sm_90a
+// VERIFY: ptxas accepted 31 kernel modules for sm_90a
 
 // CHECK-LABEL: func.func @dispatched(
 // CHECK-NOT: moe.gathered_rows
@@ -182,4 +182,37 @@ func.func @fp8_pair(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
         !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x256x384xf32>
   return %y, %dw : tensor<1020x384xf32>, tensor<4x256x384xf32>
+}
+
+// A pair computing a SwiGLU of dispatched rows reads h, not rows it
+// quantizes: it is not a gathered-rows pair, and the gather stays.
+// CHECK-LABEL: func.func @fp8_swiglu_of_dispatched(
+// CHECK: %[[S:.*]] = linalg.generic {{.*}} attrs = {moe.gathered_rows}
+// CHECK: call @moe_fp8block_quantize_pair_1020x128_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu(%{{.*}}, %{{.*}}) : (tensor<1020x256xf32>, tensor<5xi32>)
+// CHECK-NOT: _gather_
+// CHECK: return
+func.func @fp8_swiglu_of_dispatched(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                                    %w: tensor<4x128x384xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x128x384xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %s : tensor<1020x256xf32> -> tensor<1020x128xf32>
+  %aq = moe.quantize %a : tensor<1020x128xf32>
+      -> !moe.fp8block<1020x128xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x128x384xf32>
+      -> !moe.fp8block<4x128x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %aq, %wq, %o
+      : !moe.fp8block<1020x128xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x128x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x128xf32>
+      -> !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x128x384xf32>
+  return %y, %dw : tensor<1020x384xf32>, tensor<4x128x384xf32>
 }

@@ -289,6 +289,38 @@ func.func @swiglu_read_elsewhere(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32
   return %y, %dw2, %a : tensor<1020x384xf32>, tensor<4x256x384xf32>, tensor<1020x256xf32>
 }
 
+// A SwiGLU with a bf16 result (rounded before it is quantized) stays an
+// op: the pair kernel reads its result.
+// WGRAD-LABEL: func.func @swiglu_bf16
+// WGRAD: %[[A:.*]] = moe.swiglu
+// WGRAD: call @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_bf16_live_i32(%[[A]],
+func.func @swiglu_bf16(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
+                       %h: tensor<1020x512xf32>, %w2: tensor<4x256x384xf32>,
+                       %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x384xf32>, tensor<4x256x384xf32>) {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %h : tensor<1020x512xf32> -> tensor<1020x256xbf16>
+  %aq = moe.quantize %a : tensor<1020x256xbf16>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w2 : tensor<4x256x384xf32>
+      -> !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %aq, %wq, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<1020x384xf32>
+  %ac = moe.quantize %a : tensor<1020x256xbf16>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw2 = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %y, %dw2 : tensor<1020x384xf32>, tensor<4x256x384xf32>
+}
+
 // The FP8 weight gradient: K-major boxes of both transposed operands.
 // WGRAD-LABEL: func.func private @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(
 // WGRAD-SAME: moe.dedicated_kernel = "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, promoted every 128"

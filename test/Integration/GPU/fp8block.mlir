@@ -42,6 +42,7 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_scaled_2_xs_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x384_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_grad_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x512_e4m3_pow2_e4m3_pow2_f32_of_swiglu_grad_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -508,4 +509,33 @@ func.func @fp8_swiglu_grad_pair(%x: tensor<512x128xf32>,
         !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x128x384xf32>
   return %dx, %dw : tensor<1020x256xf32>, tensor<4x128x384xf32>
+}
+
+// As @fp8_swiglu_grad_pair with F = 256 (gate and up regions of the same
+// columns run side by side) and dh's rowwise data and scales returned,
+// compared bit for bit (every row computed: no `_live_`).
+func.func @fp8_swiglu_grad_pair_codes(%x: tensor<512x128xf32>,
+                                      %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                                      %h: tensor<1020x512xf32>, %da: tensor<1020x256xf32>)
+    -> (tensor<1020x512xf8E4M3FN>, tensor<1020x4xf32>, tensor<4x128x512xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x128xf32>, tensor<512x1xi32>
+      -> tensor<1020x128xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %dh = moe.swiglu_grad %h, %da
+      : tensor<1020x512xf32>, tensor<1020x256xf32> -> tensor<1020x512xf32>
+  %dhq = moe.quantize %dh : tensor<1020x512xf32>
+      -> !moe.fp8block<1020x512xf8E4M3FN, block = [1, 128], pow2>
+  %dhd, %dhs = moe.mx_unpack %dhq : !moe.fp8block<1020x512xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<1020x512xf8E4M3FN>, tensor<1020x4xf32>
+  %xc = moe.quantize %s : tensor<1020x128xf32>
+      -> !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>
+  %dhc = moe.quantize %dh : tensor<1020x512xf32>
+      -> !moe.fp8block<1020x512xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xc, %dhc, %o
+      : !moe.fp8block<1020x128xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x512xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x128x512xf32>
+  return %dhd, %dhs, %dw
+      : tensor<1020x512xf8E4M3FN>, tensor<1020x4xf32>, tensor<4x128x512xf32>
 }

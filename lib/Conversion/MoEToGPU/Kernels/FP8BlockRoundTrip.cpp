@@ -892,7 +892,9 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
           k.grad = k.flat(grad);
         k.emit(launch);
       });
-  if (g.pair() && !g.gathered)
+  // (Only a pair reading its input: fp8BlockPairGather takes its first
+  // argument for the rows it quantizes.)
+  if (g.pair() && !g.gathered && g.producer == Producer::none)
     kernel->setAttr(
         kFP8BlockPairAttr,
         ArrayAttr::get(module.getContext(),
@@ -1078,7 +1080,8 @@ quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
   };
   if (auto swiglu = dyn_cast_or_null<SwigluOp>(producer)) {
     if (swiglu.getLayout() == SwigluLayout::split && onlyRead(swiglu) &&
-        f32Tensor(swiglu.getInput()) && g->cols() % 4 == 0) {
+        f32Tensor(swiglu.getInput()) && f32Tensor(swiglu.getResult()) &&
+        g->cols() % 4 == 0) {
       g->producer = Producer::swiglu;
       g->half = g->cols();
       inputs = {swiglu.getInput()};
@@ -1086,7 +1089,7 @@ quantizePair(OpBuilder &b, QuantizeOp rows, QuantizeOp cols, ModuleOp module,
   } else if (auto grad = dyn_cast_or_null<SwigluGradOp>(producer)) {
     if (grad.getLayout() == SwigluLayout::split && onlyRead(grad) &&
         f32Tensor(grad.getInput()) && f32Tensor(grad.getGrad()) &&
-        g->cols() % 8 == 0) {
+        f32Tensor(grad.getResult()) && g->cols() % 8 == 0) {
       g->producer = Producer::swigluGrad;
       g->half = g->cols() / 2;
       inputs = {grad.getInput(), grad.getGrad()};
