@@ -43,6 +43,7 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x384_e4m3_pow2_e4m3_pow2_f32_live_i32_of_swiglu_grad_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x512_e4m3_pow2_e4m3_pow2_f32_of_swiglu_grad_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_of_swiglu_kernel
 // (The f32-scaled forward GEMM calls the first GEMM kernel too: scales are
 // f32 either way.)
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
@@ -538,4 +539,30 @@ func.func @fp8_swiglu_grad_pair_codes(%x: tensor<512x128xf32>,
       -> tensor<4x128x512xf32>
   return %dhd, %dhs, %dw
       : tensor<1020x512xf8E4M3FN>, tensor<1020x4xf32>, tensor<4x128x512xf32>
+}
+
+// As @fp8_swiglu_pair with the activation's rowwise codes and scales
+// returned, compared bit for bit (every row computed: no `_live_`).
+func.func @fp8_swiglu_pair_codes(%x: tensor<512x256xf32>,
+                                 %idx: tensor<512x1xi32> {moe.test_range = [-1, 5]},
+                                 %h: tensor<1020x512xf32>, %dy: tensor<1020x384xf32>)
+    -> (tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<4x256x384xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %s, %o, %c, %p = moe.dispatch %x, %idx experts(4) pad_to(128)
+      : tensor<512x256xf32>, tensor<512x1xi32>
+      -> tensor<1020x256xf32>, tensor<5xi32>, tensor<4xi32>, tensor<512x1xi32>
+  %a = moe.swiglu %h : tensor<1020x512xf32> -> tensor<1020x256xf32>
+  %aq = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+  %ad, %as = moe.mx_unpack %aq : !moe.fp8block<1020x256xf8E4M3FN, block = [1, 128], pow2>
+      -> tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>
+  %ac = moe.quantize %a : tensor<1020x256xf32>
+      -> !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyc = moe.quantize %dy : tensor<1020x384xf32>
+      -> !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %ac, %dyc, %o
+      : !moe.fp8block<1020x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
+      -> tensor<4x256x384xf32>
+  return %ad, %as, %dw : tensor<1020x256xf8E4M3FN>, tensor<1020x2xf32>, tensor<4x256x384xf32>
 }
