@@ -18,12 +18,11 @@
 # MOE_CURVE_STEPS: the loss curves' steps (default 200; 0 skips them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-mode=${1:-all}
-case "$mode" in
-  prepare|run|all) ;;
-  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "usage: bench/run-fp8block.sh [prepare|run|all] (--help for more)" >&2; exit 2 ;;
-esac
+. "$root/bench/common.sh"
+# (No tokens: the tables' sizes are the targets'.)
+[ $# -le 1 ] && [[ "${1:-all}" =~ ^(prepare|run|all|-h|--help)$ ]] ||
+  { echo "usage: bench/run-fp8block.sh [prepare|run|all] (--help for more)" >&2; exit 2; }
+bench_args "" "$@"
 curve=${MOE_CURVE_STEPS:-200}
 [[ "$curve" =~ ^[0-9]+$ ]] ||
   { echo "run-fp8block.sh: MOE_CURVE_STEPS must be a number of steps, got '$curve'" >&2; exit 2; }
@@ -76,8 +75,4 @@ run() {
   return $status
 }
 
-case "$mode" in
-  prepare) prepare ;;
-  run) run ;;
-  all) prepare; run ;;
-esac
+bench_main

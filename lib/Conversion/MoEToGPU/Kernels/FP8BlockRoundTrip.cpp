@@ -357,6 +357,38 @@ struct FP8BlockEmitter : KernelBuilder {
     }
   }
 
+  /// One run of 4 consecutive elements: of flat `buffer` (address `base`)
+  /// from element `at`, in bounds.
+  struct Run {
+    Value buffer, base, at;
+  };
+  /// The elements (`elt`) of `runs`: one vector load a run where
+  /// `aligned`, else one load an element, under one branch, so that the
+  /// loads issue back to back.
+  SmallVector<Value> loadRuns(Type elt, ArrayRef<Run> runs, Value aligned) {
+    unsigned bytes = elt.getIntOrFloatBitWidth() / 8;
+    SmallVector<Type> types(4 * runs.size(), elt);
+    return ifElse(
+        types, aligned,
+        [&] {
+          SmallVector<Value> v;
+          for (const Run &run : runs)
+            llvm::append_range(
+                v,
+                loadVector(elt, 4, globalPtr(run.base, mul(run.at, idx(bytes))),
+                           4 * bytes));
+          return v;
+        },
+        [&] {
+          SmallVector<Value> v;
+          for (const Run &run : runs)
+            for (int64_t c = 0; c < 4; ++c)
+              v.push_back(memref::LoadOp::create(
+                  b, loc, run.buffer, ValueRange{add(run.at, idx(c))}));
+          return v;
+        });
+  }
+
   /// A thread's values of one region: rows row0 + rg + G r, columns
   /// col + c; each row's index, validity and first flat element, the loaded
   /// elements (`raw`, the input type; zero where invalid) and as f32.
@@ -367,7 +399,6 @@ struct FP8BlockEmitter : KernelBuilder {
   RegionValues loadRegion(Value m, Value row0, Value col, Value rg,
                           Value aligned, Value xs) {
     int64_t rowsPer = g.rowsPerThread(), rows = g.rows(), cols = g.cols();
-    unsigned inBytes = g.inElt.getIntOrFloatBitWidth() / 8;
     Value xBase = baseAddress(xs);
     RegionValues rv;
     auto &[rowOf, rowValid, first, raw, values] = rv;
@@ -409,29 +440,10 @@ struct FP8BlockEmitter : KernelBuilder {
       // need no branch and issue back to back), then zeroed.
       for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
         int64_t n = std::min(LoadRows, rowsPer - r0);
-        SmallVector<Type> types(4 * n, g.inElt);
-        SmallVector<Value> safe;
+        SmallVector<Run> runs;
         for (int64_t r = r0; r < r0 + n; ++r)
-          safe.push_back(select(loaded[r], from[r], idx(0)));
-        SmallVector<Value> all = ifElse(
-            types, aligned,
-            [&] {
-              SmallVector<Value> v;
-              for (Value at : safe)
-                llvm::append_range(
-                    v, loadVector(g.inElt, 4,
-                                  globalPtr(xBase, mul(at, idx(inBytes))),
-                                  4 * inBytes));
-              return v;
-            },
-            [&] {
-              SmallVector<Value> v;
-              for (Value at : safe)
-                for (int64_t c = 0; c < 4; ++c)
-                  v.push_back(memref::LoadOp::create(
-                      b, loc, xs, ValueRange{add(at, idx(c))}));
-              return v;
-            });
+          runs.push_back({xs, xBase, select(loaded[r], from[r], idx(0))});
+        SmallVector<Value> all = loadRuns(g.inElt, runs, aligned);
         for (int64_t i = 0; i < n; ++i)
           for (int64_t c = 0; c < 4; ++c)
             raw[r0 + i].push_back(
@@ -490,43 +502,17 @@ struct FP8BlockEmitter : KernelBuilder {
     for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
       int64_t n = std::min(LoadRows, rowsPer - r0);
       // Per row: h's gate run, its up run (F further), d's run.
-      SmallVector<std::pair<Value, Value>> at; // (buffer, base) per stream
-      SmallVector<Value> gateAt, dAt;
+      int64_t streams = isGrad ? 3 : 2;
+      SmallVector<Run> runs;
       for (int64_t r = r0; r < r0 + n; ++r) {
         Value row = select(loaded[r], rv.rowOf[r], idx(0));
-        gateAt.push_back(add(mul(row, idx(2 * f)), j));
-        dAt.push_back(add(mul(row, idx(f)), j));
+        Value gate = add(mul(row, idx(2 * f)), j);
+        runs.push_back({xs, xBase, gate});
+        runs.push_back({xs, xBase, add(gate, idx(f))});
+        if (isGrad)
+          runs.push_back({grad, gradBase, add(mul(row, idx(f)), j)});
       }
-      int64_t streams = isGrad ? 3 : 2;
-      SmallVector<Type> types(4 * streams * n, b.getF32Type());
-      auto addressOf = [&](int64_t i, int64_t stream) {
-        return stream == 0   ? gateAt[i]
-               : stream == 1 ? add(gateAt[i], idx(f))
-                             : dAt[i];
-      };
-      SmallVector<Value> all = ifElse(
-          types, aligned,
-          [&] {
-            SmallVector<Value> v;
-            for (int64_t i = 0; i < n; ++i)
-              for (int64_t st = 0; st < streams; ++st)
-                llvm::append_range(
-                    v, loadVector(b.getF32Type(), 4,
-                                  globalPtr(st == 2 ? gradBase : xBase,
-                                            mul(addressOf(i, st), idx(4))),
-                                  16));
-            return v;
-          },
-          [&] {
-            SmallVector<Value> v;
-            for (int64_t i = 0; i < n; ++i)
-              for (int64_t st = 0; st < streams; ++st)
-                for (int64_t c = 0; c < 4; ++c)
-                  v.push_back(memref::LoadOp::create(
-                      b, loc, st == 2 ? grad : xs,
-                      ValueRange{add(addressOf(i, st), idx(c))}));
-            return v;
-          });
+      SmallVector<Value> all = loadRuns(b.getF32Type(), runs, aligned);
       for (int64_t i = 0; i < n; ++i) {
         int64_t r = r0 + i;
         for (int64_t c = 0; c < 4; ++c) {
@@ -782,19 +768,8 @@ struct FP8BlockEmitter : KernelBuilder {
       storeValues(ds, first, row, col, runValid, Value(), typed);
       return;
     }
-    ifThen(runValid, [&] {
-      auto store = scf::IfOp::create(b, loc, codesAligned,
-                                     /*withElseRegion=*/true);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(store.thenBlock()->getTerminator());
-      LLVM::StoreOp::create(b, loc, vectorOf(codes),
-                            globalPtr(codesBase, first),
-                            /*alignment=*/4);
-      b.setInsertionPoint(store.elseBlock()->getTerminator());
-      for (int64_t c = 0; c < 4; ++c)
-        memref::StoreOp::create(b, loc, typed[c], ds,
-                                ValueRange{add(first, idx(c))});
-    });
+    ifThen(runValid,
+           [&] { storeRun(ds, codesBase, first, typed, codesAligned, codes); });
   }
 
   /// Stores a thread's 4 results of one row: as a run when the row's run is

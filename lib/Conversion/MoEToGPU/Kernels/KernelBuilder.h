@@ -267,9 +267,12 @@ struct KernelBuilder {
   /// Stores `values` (of one element type) to consecutive elements of the
   /// flat buffer `flatBuffer` from element `first`: vector stores of up to
   /// 16 bytes when `aligned` (the run's address; `base` is the buffer's),
-  /// else one store an element.
+  /// else one store an element. With `bits` (the values' bits, one integer
+  /// each: 8-bit floats have no LLVM vector type), the vector stores store
+  /// those.
   void storeRun(Value flatBuffer, Value base, Value first,
-                ArrayRef<Value> values, Value aligned) {
+                ArrayRef<Value> values, Value aligned,
+                ArrayRef<Value> bits = {}) {
     Type elt = values.front().getType();
     int64_t bytes = elt.getIntOrFloatBitWidth() / 8;
     int64_t per = std::min<int64_t>(int64_t(values.size()), 16 / bytes);
@@ -277,7 +280,7 @@ struct KernelBuilder {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(store.thenBlock()->getTerminator());
     for (int64_t s0 = 0; s0 < int64_t(values.size()); s0 += per) {
-      Value v = vectorOf(values.slice(s0, per));
+      Value v = vectorOf((bits.empty() ? values : bits).slice(s0, per));
       LLVM::StoreOp::create(
           b, loc, v, globalPtr(base, mul(add(first, idx(s0)), idx(bytes))),
           per * bytes);
