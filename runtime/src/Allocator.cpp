@@ -6,81 +6,191 @@
 
 using namespace moert;
 
-CachingAllocator::~CachingAllocator() { emptyCache(); }
+namespace {
+constexpr size_t smallLimit = size_t(1) << 20; ///< below: small requests
+constexpr size_t smallSegment = size_t(2) << 20;
+constexpr size_t largeSegment = size_t(20) << 20; ///< the least large one
+} // namespace
+
+CachingAllocator::~CachingAllocator() {
+  emptyCache();
+  // Segments still in use stay reserved (their owners outlive us); only the
+  // bookkeeping goes.
+  for (FreeSet *set : {&freeSmall, &freeLarge})
+    for (Piece *piece : *set)
+      delete piece;
+  for (auto &entry : live)
+    delete entry.second;
+}
 
 size_t CachingAllocator::roundSize(size_t bytes) {
-  constexpr size_t small = 512, large = size_t(2) << 20,
-                   limit = size_t(1) << 20;
+  constexpr size_t small = 512, large = size_t(2) << 20;
   if (bytes == 0)
     bytes = 1;
-  size_t granule = bytes < limit ? small : large;
+  size_t granule = bytes < smallLimit ? small : large;
   return (bytes + granule - 1) / granule * granule;
 }
 
-void *CachingAllocator::takeCached(size_t size, void *stream) {
-  auto range = cached.equal_range(size);
-  // Prefer a block freed on the same stream: stream order makes it safe.
-  auto pick = std::find_if(range.first, range.second, [&](auto &entry) {
-    return cachedBlocks.at(entry.second).stream == stream;
-  });
-  if (pick == range.second)
-    pick = range.first;
-  if (pick == range.second)
+size_t CachingAllocator::segmentSize(size_t size) {
+  if (size < smallLimit)
+    return smallSegment;
+  return std::max(size, largeSegment);
+}
+
+CachingAllocator::Piece *CachingAllocator::takeFree(size_t size, bool small) {
+  FreeSet &set = pool(small);
+  Piece probe{0, size, small};
+  auto it = set.lower_bound(&probe); // the smallest free piece that fits
+  if (it == set.end())
     return nullptr;
-  void *ptr = pick->second;
-  cached.erase(pick);
-  Block block = cachedBlocks.at(ptr);
-  cachedBlocks.erase(ptr);
-  if (block.event) {
-    if (block.stream != stream)
-      backend.waitEvent(stream, block.event);
-    else
-      backend.destroyEvent(block.event);
+  Piece *piece = *it;
+  set.erase(it);
+  return piece;
+}
+
+CachingAllocator::Piece *CachingAllocator::reserveSegment(size_t size,
+                                                          bool small) {
+  void *ptr = backend.allocate(size);
+  if (!ptr)
+    return nullptr;
+  ++counters.deviceAllocations;
+  reserved += size;
+  return new Piece{reinterpret_cast<uintptr_t>(ptr), size, small};
+}
+
+void CachingAllocator::waitPending(Piece *piece, void *stream) {
+  // Work on the piece's own stream is ordered after its free already.
+  for (Pending &p : piece->pending)
+    if (p.stream != stream)
+      backend.waitEvent(stream, p.event.get());
+  piece->pending.clear(); // events no other free piece holds are destroyed
+}
+
+void CachingAllocator::mergePending(Piece *into, Piece *from) {
+  for (Pending &p : from->pending) {
+    auto same =
+        std::find_if(into->pending.begin(), into->pending.end(),
+                     [&](const Pending &q) { return q.stream == p.stream; });
+    if (same == into->pending.end())
+      into->pending.push_back(std::move(p));
+    else if (p.order > same->order)
+      *same = std::move(p);
   }
-  counters.bytesCached -= size;
-  return ptr;
+  from->pending.clear();
 }
 
 void *CachingAllocator::allocate(size_t bytes, void *stream) {
   std::lock_guard<std::mutex> lock(mutex);
   size_t size = roundSize(bytes);
-  void *ptr = takeCached(size, stream);
-  if (ptr) {
+  bool small = size < smallLimit;
+  Piece *piece = takeFree(size, small);
+  if (piece) {
     ++counters.reuses;
   } else {
-    ptr = backend.allocate(size);
-    if (!ptr && !cached.empty()) {
-      // Out of memory: give the cache back and try once more.
-      releaseCached();
-      ptr = backend.allocate(size);
-    }
-    if (!ptr)
+    size_t segment = segmentSize(size);
+    piece = reserveSegment(segment, small);
+    if (!piece && segment != size)
+      piece = reserveSegment(size, small);
+    if (!piece)
+      piece = reserveReleasing(size, small);
+    if (!piece)
       return nullptr;
-    ++counters.deviceAllocations;
   }
-  live[ptr] = Block{size, stream, nullptr};
-  counters.bytesInUse += size;
+  if (piece->size > size) {
+    // Split: the rest stays free, behind the same frees.
+    Piece *rest = new Piece{piece->address + size, piece->size - size, small};
+    rest->free = true;
+    rest->pending = piece->pending;
+    rest->prev = piece;
+    rest->next = piece->next;
+    if (piece->next)
+      piece->next->prev = rest;
+    piece->next = rest;
+    piece->size = size;
+    pool(small).insert(rest);
+  }
+  waitPending(piece, stream);
+  piece->free = false;
+  live[piece->address] = piece;
+  counters.bytesInUse += piece->size;
   counters.peakBytesInUse =
       std::max(counters.peakBytesInUse, counters.bytesInUse);
-  return ptr;
+  return reinterpret_cast<void *>(piece->address);
 }
 
 bool CachingAllocator::free(void *ptr, void *stream) {
   if (!ptr)
     return true;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = live.find(ptr);
+  auto it = live.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == live.end())
     return false;
-  Block block = it->second;
+  Piece *piece = it->second;
   live.erase(it);
-  block.stream = stream;
-  block.event = backend.recordEvent(stream);
-  counters.bytesInUse -= block.size;
-  counters.bytesCached += block.size;
-  cached.emplace(block.size, ptr);
-  cachedBlocks[ptr] = block;
+  counters.bytesInUse -= piece->size;
+  void *event = backend.recordEvent(stream);
+  piece->pending.push_back(
+      Pending{stream, ++frees, std::shared_ptr<void>(event, [this](void *e) {
+                try {
+                  backend.destroyEvent(e);
+                } catch (...) {
+                  // A lost event handle is not worth ending a step over.
+                }
+              })});
+  piece->free = true;
+  FreeSet &set = pool(piece->small);
+  if (Piece *prev = piece->prev; prev && prev->free) {
+    set.erase(prev);
+    mergePending(prev, piece);
+    prev->size += piece->size;
+    prev->next = piece->next;
+    if (piece->next)
+      piece->next->prev = prev;
+    delete piece;
+    piece = prev;
+  }
+  if (Piece *next = piece->next; next && next->free) {
+    set.erase(next);
+    mergePending(piece, next);
+    piece->size += next->size;
+    piece->next = next->next;
+    if (next->next)
+      next->next->prev = piece;
+    delete next;
+  }
+  set.insert(piece);
   return true;
+}
+
+std::vector<CachingAllocator::Piece *> CachingAllocator::freeSegments() {
+  std::vector<Piece *> segments;
+  for (FreeSet *set : {&freeLarge, &freeSmall})
+    for (Piece *piece : *set)
+      if (!piece->prev && !piece->next)
+        segments.push_back(piece);
+  std::stable_sort(segments.begin(), segments.end(),
+                   [](Piece *a, Piece *b) { return a->size > b->size; });
+  if (!segments.empty())
+    backend.synchronize(); // kernels queued before the frees may still read
+  return segments;
+}
+
+void CachingAllocator::release(Piece *segment) {
+  pool(segment->small).erase(segment);
+  segment->pending.clear();
+  backend.release(reinterpret_cast<void *>(segment->address));
+  reserved -= segment->size;
+  delete segment;
+}
+
+CachingAllocator::Piece *CachingAllocator::reserveReleasing(size_t size,
+                                                            bool small) {
+  for (Piece *segment : freeSegments()) {
+    release(segment);
+    if (Piece *piece = reserveSegment(size, small))
+      return piece;
+  }
+  return nullptr;
 }
 
 void CachingAllocator::resetPeak() {
@@ -90,24 +200,13 @@ void CachingAllocator::resetPeak() {
 
 void CachingAllocator::emptyCache() {
   std::lock_guard<std::mutex> lock(mutex);
-  releaseCached();
-}
-
-void CachingAllocator::releaseCached() {
-  if (cached.empty())
-    return;
-  backend.synchronize();
-  for (auto &[ptr, block] : cachedBlocks) {
-    if (block.event)
-      backend.destroyEvent(block.event);
-    backend.release(ptr);
-  }
-  cached.clear();
-  cachedBlocks.clear();
-  counters.bytesCached = 0;
+  for (Piece *segment : freeSegments())
+    release(segment);
 }
 
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex);
-  return counters;
+  AllocatorStats s = counters;
+  s.bytesCached = reserved - counters.bytesInUse;
+  return s;
 }

@@ -109,7 +109,6 @@ public:
   void waitEvent(void *stream, void *event) override {
     MOERT_CU(driver().cuStreamWaitEvent(static_cast<CUstream>(stream),
                                         static_cast<CUevent>(event), 0));
-    destroyEvent(event);
   }
   void destroyEvent(void *event) override {
     MOERT_CU(driver().cuEventDestroy(static_cast<CUevent>(event)));

@@ -1,14 +1,17 @@
 //===- AllocatorTest.cpp - the caching allocator, without a GPU -----------===//
 //
 // A fake device backend records every call; the test checks sizes, reuse,
-// stream safety (a block freed on stream A and reused on stream B makes B
-// wait for A's free), out-of-memory recovery and the statistics. Prints one
-// line per check and "N checks, M failed"; exits non-zero on a failure.
+// splitting and merging of pieces, stream safety (a piece freed on stream A
+// and reused on stream B makes B wait for A's free), a training step's
+// pattern running without device allocations after its first iteration,
+// out-of-memory recovery and the statistics. Prints one line per check and
+// "N checks, M failed"; exits non-zero on a failure.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moert/Allocator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -28,11 +31,13 @@ void check(bool ok, const std::string &what) {
   std::printf("%s: %s\n", ok ? "ok" : "FAIL", what.c_str());
 }
 
+constexpr size_t MiB = size_t(1) << 20;
+
 struct FakeBackend : Backend {
-  size_t capacity = 64 << 20, used = 0;
+  size_t capacity = 64 * MiB, used = 0;
   std::set<void *> live;
   std::vector<std::string> log;
-  int nextEvent = 1;
+  int nextEvent = 1, eventsLive = 0;
   uintptr_t next = 0x1000;
 
   void *allocate(size_t bytes) override {
@@ -56,6 +61,7 @@ struct FakeBackend : Backend {
   void *recordEvent(void *stream) override {
     log.push_back("record s" +
                   std::to_string(reinterpret_cast<uintptr_t>(stream)));
+    ++eventsLive;
     return reinterpret_cast<void *>(uintptr_t(nextEvent++));
   }
   void waitEvent(void *stream, void *event) override {
@@ -63,69 +69,154 @@ struct FakeBackend : Backend {
                   std::to_string(reinterpret_cast<uintptr_t>(stream)) + " e" +
                   std::to_string(reinterpret_cast<uintptr_t>(event)));
   }
-  void destroyEvent(void *) override { log.push_back("destroy"); }
+  void destroyEvent(void *) override {
+    --eventsLive;
+    log.push_back("destroy");
+  }
   void synchronize() override { log.push_back("sync"); }
+  int count(const std::string &prefix) const {
+    return int(std::count_if(log.begin(), log.end(), [&](const std::string &l) {
+      return l.rfind(prefix, 0) == 0;
+    }));
+  }
   std::map<void *, size_t> sizes;
 };
 
 void *S(int i) { return reinterpret_cast<void *>(uintptr_t(i)); }
+char *at(void *p) { return static_cast<char *>(p); }
 } // namespace
 
 int main() {
   check(CachingAllocator::roundSize(0) == 512,
         "0 bytes reserve one 512-byte granule");
   check(CachingAllocator::roundSize(1000) == 1024, "1000 bytes round to 1024");
-  check(CachingAllocator::roundSize(3 << 20) == (4u << 20),
+  check(CachingAllocator::roundSize(3 * MiB) == 4 * MiB,
         "3 MiB round to 4 MiB (2 MiB granules)");
+  check(CachingAllocator::segmentSize(1024) == 2 * MiB &&
+            CachingAllocator::segmentSize(4 * MiB) == 20 * MiB &&
+            CachingAllocator::segmentSize(32 * MiB) == 32 * MiB,
+        "segments: 2 MiB for small requests, at least 20 MiB for large");
 
   {
     FakeBackend dev;
     CachingAllocator alloc(dev);
     void *a = alloc.allocate(1000, S(1));
-    check(a != nullptr && dev.live.size() == 1,
-          "first allocation reaches the device");
-    check(alloc.free(a, S(1)), "free of a known block");
-    void *b = alloc.allocate(900, S(1));
-    check(b == a, "same size class on the same stream reuses the block");
-    check(dev.log.back() == "destroy", "same-stream reuse needs no wait");
+    check(a != nullptr && dev.log.back() == "alloc " + std::to_string(2 * MiB),
+          "a small request reserves a 2 MiB segment");
+    void *b = alloc.allocate(1000, S(1));
+    check(at(b) == at(a) + 1024 && alloc.stats().deviceAllocations == 1,
+          "the next one is split from the same segment");
+    check(alloc.free(a, S(1)), "free of a known piece");
+    void *c = alloc.allocate(900, S(1));
+    check(c == a, "a freed piece of the size is reused (best fit)");
+    check(dev.count("wait") == 0, "same-stream reuse needs no wait");
     AllocatorStats st = alloc.stats();
-    check(st.deviceAllocations == 1 && st.reuses == 1,
-          "stats count one device allocation and one reuse");
-    check(st.bytesInUse == 1024 && st.bytesCached == 0,
-          "stats: 1024 bytes in use, nothing cached");
+    check(st.deviceAllocations == 1 && st.reuses == 2,
+          "stats count one device allocation and two reuses");
+    check(st.bytesInUse == 2048 && st.bytesCached == 2 * MiB - 2048,
+          "stats: 2048 bytes in use, the rest of the segment cached");
 
-    alloc.free(b, S(1));
-    void *c = alloc.allocate(1024, S(2));
-    check(c == a, "a block freed on stream 1 is reused on stream 2");
-    check(dev.log.back().rfind("wait s2", 0) == 0,
+    alloc.free(c, S(1));
+    void *d = alloc.allocate(1024, S(2));
+    check(d == a, "a piece freed on stream 1 is reused on stream 2");
+    check(dev.count("wait s2") == 1,
           "... after stream 2 waits for the free on stream 1");
 
     check(!alloc.free(reinterpret_cast<void *>(0xdead), S(1)),
           "freeing an unknown pointer is reported");
     check(alloc.free(nullptr, S(1)), "freeing null is a no-op");
-    alloc.free(c, S(2));
-    check(alloc.stats().peakBytesInUse == 1024, "peak bytes in use");
+    alloc.free(d, S(2));
+    alloc.free(b, S(3));
+    void *e = alloc.allocate(3072, S(4));
+    check(e == a && dev.count("wait s4") == 2,
+          "freed neighbours merge; the merged piece waits for each stream's "
+          "latest free (2 and 3)");
+    check(alloc.stats().peakBytesInUse == 3072, "peak bytes in use");
+    alloc.free(e, S(4));
+    alloc.emptyCache();
+    check(dev.live.empty() && dev.eventsLive == 0,
+          "emptyCache returns the segment; every event is destroyed");
   }
 
   {
     FakeBackend dev;
-    dev.capacity = 8 << 20;
     CachingAllocator alloc(dev);
-    void *a = alloc.allocate(3 << 20, S(1)); // 4 MiB
+    void *x = alloc.allocate(24 * MiB, S(1));
+    void *y = alloc.allocate(30 * MiB, S(1));
+    alloc.free(y, S(1));
+    alloc.free(x, S(1));
+    void *z = alloc.allocate(23 * MiB, S(1));
+    check(z == x, "the smallest free piece that holds a request is taken");
+    alloc.free(z, S(1));
+  }
+
+  {
+    // A step that needs 20 + 10, then 40 MiB at once, where a cache of one
+    // piece per size (30 + 20 + 10 + 40) would not fit 64 MiB: after the
+    // first step, no device allocation and no synchronization.
+    FakeBackend dev;
+    CachingAllocator alloc(dev);
+    auto step = [&] {
+      void *a = alloc.allocate(30 * MiB, S(1));
+      alloc.free(a, S(1));
+      void *b = alloc.allocate(20 * MiB, S(1));
+      void *c = alloc.allocate(10 * MiB, S(1));
+      alloc.free(b, S(1));
+      alloc.free(c, S(1));
+      void *d = alloc.allocate(40 * MiB, S(1));
+      bool ok = a && b && c && d;
+      alloc.free(d, S(1));
+      return ok;
+    };
+    bool ok = step();
+    uint64_t first = alloc.stats().deviceAllocations;
+    size_t logged = dev.log.size();
+    for (int i = 0; i < 3; ++i)
+      ok &= step();
+    bool quiet = true;
+    for (size_t i = logged; i < dev.log.size(); ++i)
+      quiet &= dev.log[i].rfind("alloc", 0) != 0 && dev.log[i] != "sync" &&
+               dev.log[i] != "release";
+    check(ok && alloc.stats().deviceAllocations == first && quiet,
+          "a repeated step runs from the cache after its first iteration");
+  }
+
+  {
+    FakeBackend dev;
+    dev.capacity = 8 * MiB;
+    CachingAllocator alloc(dev);
+    void *a = alloc.allocate(3 * MiB, S(1)); // 4 MiB, no room for 20
+    check(a != nullptr && dev.sizes[a] == 4 * MiB,
+          "without room for a 20 MiB segment, one of the request's size");
     alloc.free(a, S(1));                     // cached
-    void *b = alloc.allocate(5 << 20, S(1)); // 6 MiB: needs the cache back
-    bool synced = false;
-    for (auto &l : dev.log)
-      synced |= l == "sync";
-    check(
-        b != nullptr && synced && alloc.stats().bytesCached == 0,
-        "out of memory gives the cache back (after a device sync) and retries");
-    void *c = alloc.allocate(6 << 20, S(1));
+    void *b = alloc.allocate(5 * MiB, S(1)); // 6 MiB: needs the cache back
+    check(b != nullptr && dev.count("sync") == 1 &&
+              alloc.stats().bytesCached == 0,
+          "out of memory gives free segments back (after a device sync) and "
+          "retries");
+    void *c = alloc.allocate(6 * MiB, S(1));
     check(c == nullptr, "a request that cannot fit returns null");
     alloc.free(b, S(1));
     alloc.emptyCache();
-    check(dev.live.empty(),
-          "emptyCache returns every cached block to the device");
+    check(dev.live.empty() && dev.eventsLive == 0,
+          "emptyCache returns every free segment to the device");
+  }
+
+  {
+    FakeBackend dev;
+    CachingAllocator alloc(dev); // 64 MiB
+    void *x = alloc.allocate(20 * MiB, S(1));
+    void *y = alloc.allocate(30 * MiB, S(1));
+    void *z = alloc.allocate(10 * MiB, S(1)); // no room for 20: 10
+    alloc.free(x, S(1));
+    alloc.free(y, S(1));
+    void *w = alloc.allocate(32 * MiB, S(1)); // no free piece holds it
+    check(w != nullptr && dev.live.size() == 3 && dev.count("release") == 1 &&
+              dev.live.count(x) == 1,
+          "out of memory releases only entirely free segments, largest "
+          "first, as many as the request needs");
+    alloc.free(w, S(1));
+    alloc.free(z, S(1));
   }
 
   std::printf("%d checks, %d failed\n", checks, failures);

@@ -1,13 +1,26 @@
 //===- Allocator.h - caching, stream-aware device allocator -----*- C++ -*-===//
 //
-// Device allocations are slow (cuMemAlloc synchronizes the device); a training
-// step allocates the same sizes every iteration. The caching allocator keeps
-// freed blocks and hands them out again. A block freed on one stream is reused
-// on another only after that stream waits for the free (an event), so reuse
-// never races with kernels still reading the block.
+// Device allocations are slow (cuMemAlloc and cuMemFree synchronize the
+// device). The caching allocator reserves device memory in segments and
+// hands out pieces of them: a request takes the smallest free piece that
+// holds it (best fit), splitting off the rest; a freed piece merges with the
+// free pieces beside it. A training step allocates the same sizes in the
+// same order every iteration, so after the first step it runs without
+// device allocations, even when the step's many sizes together would not
+// fit the device one cache entry per size.
 //
-// The allocator is written against a small Backend interface so that it can be
-// tested without a GPU.
+// Small requests (below 1 MiB) are carved from 2 MiB segments, large ones
+// from segments of their own size (at least 20 MiB), so small pieces do not
+// fragment the large segments. Out of memory, the allocator waits for the
+// device and gives back entirely free segments, largest first, until a
+// segment of the request's size can be reserved.
+//
+// A piece freed on one stream is reused on another only after that stream
+// waits for the free (an event); pieces that merge keep the latest free of
+// each stream, so reuse never races with kernels still reading the memory.
+//
+// The allocator is written against a small Backend interface so that it can
+// be tested without a GPU.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_ALLOCATOR_H
@@ -15,9 +28,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
+#include <vector>
 
 namespace moert {
 
@@ -30,7 +45,7 @@ public:
   virtual void release(void *ptr) = 0;
   /// Records an event on `stream` after the work queued so far; returns it.
   virtual void *recordEvent(void *stream) = 0;
-  /// Makes `stream` wait for `event`, then lets the event go.
+  /// Makes `stream` wait for `event` (the event stays valid).
   virtual void waitEvent(void *stream, void *event) = 0;
   virtual void destroyEvent(void *event) = 0;
   /// Waits until the device is idle (before giving cached memory back).
@@ -39,9 +54,9 @@ public:
 
 struct AllocatorStats {
   size_t bytesInUse = 0;  ///< handed out and not freed
-  size_t bytesCached = 0; ///< freed, kept for reuse
+  size_t bytesCached = 0; ///< reserved from the device and free
   size_t peakBytesInUse = 0;
-  uint64_t deviceAllocations = 0; ///< calls that reached the backend
+  uint64_t deviceAllocations = 0; ///< segments reserved from the device
   uint64_t reuses = 0;            ///< allocations served from the cache
 };
 
@@ -55,32 +70,63 @@ public:
   /// The size actually reserved for a request: 512-byte granules below 1 MiB,
   /// 2 MiB granules above.
   static size_t roundSize(size_t bytes);
+  /// The size of the segment reserved from the device when no free piece
+  /// holds a request of `size` (a roundSize result).
+  static size_t segmentSize(size_t size);
 
-  /// Returns nullptr only if the device is out of memory even after the cache
-  /// was given back.
+  /// Returns nullptr only if the device is out of memory even after the
+  /// cache's free segments were given back.
   void *allocate(size_t bytes, void *stream);
   /// Returns `ptr` to the cache. Unknown pointers are reported (false).
   bool free(void *ptr, void *stream);
-  /// Gives every cached block back to the device.
+  /// Gives every entirely free segment back to the device.
   void emptyCache();
   /// Starts a new high-water mark at the bytes in use now.
   void resetPeak();
   AllocatorStats stats() const;
 
 private:
-  struct Block {
-    size_t size;
+  /// The latest free of a piece on one stream.
+  struct Pending {
     void *stream;
-    void *event; ///< recorded when freed; null while in use
+    uint64_t order; ///< when it was recorded (later frees supersede)
+    std::shared_ptr<void> event;
   };
-  void *takeCached(size_t size, void *stream);
-  void releaseCached(); ///< emptyCache with the mutex held
+  /// A piece of a segment; pieces of a segment are linked by address.
+  struct Piece {
+    uintptr_t address;
+    size_t size;
+    bool small; ///< in a small-request segment
+    bool free = false;
+    Piece *prev = nullptr, *next = nullptr;
+    std::vector<Pending> pending; ///< while free
+  };
+  struct BySize {
+    bool operator()(const Piece *a, const Piece *b) const {
+      return a->size != b->size ? a->size < b->size : a->address < b->address;
+    }
+  };
+  using FreeSet = std::set<Piece *, BySize>;
+
+  FreeSet &pool(bool small) { return small ? freeSmall : freeLarge; }
+  Piece *takeFree(size_t size, bool small);
+  Piece *reserveSegment(size_t size, bool small);
+  void markFree(Piece *piece);
+  void mergePending(Piece *into, Piece *from);
+  void waitPending(Piece *piece, void *stream);
+  /// The entirely free segments, largest first, after a device sync (none:
+  /// no sync). The mutex is held in these three.
+  std::vector<Piece *> freeSegments();
+  void release(Piece *segment);
+  /// Gives free segments back, largest first, until `size` can be reserved.
+  Piece *reserveReleasing(size_t size, bool small);
 
   Backend &backend;
   mutable std::mutex mutex;
-  std::unordered_map<void *, Block> live; ///< handed out
-  std::multimap<size_t, void *> cached;   ///< size -> freed block
-  std::unordered_map<void *, Block> cachedBlocks;
+  std::unordered_map<uintptr_t, Piece *> live; ///< handed out, by address
+  FreeSet freeSmall, freeLarge;
+  uint64_t frees = 0;
+  size_t reserved = 0; ///< segments' bytes
   AllocatorStats counters;
 };
 

@@ -75,11 +75,11 @@ uint64_t moertTensorMap3D(uint64_t base, int64_t elementBytes, int64_t columns,
 
 // --- direct entry points ---
 struct moert_gpu_memory_stats {
-  size_t bytes_in_use;      ///< allocated by programs, not freed
-  size_t bytes_cached;      ///< freed, kept by the caching allocator
-  size_t peak_bytes_in_use; ///< high-water mark of bytes_in_use
-  uint64_t device_allocations;
-  uint64_t cache_reuses;
+  size_t bytes_in_use;         ///< allocated by programs, not freed
+  size_t bytes_cached;         ///< reserved by the caching allocator, free
+  size_t peak_bytes_in_use;    ///< high-water mark of bytes_in_use
+  uint64_t device_allocations; ///< segments reserved from the device
+  uint64_t cache_reuses;       ///< allocations served from reserved memory
 };
 
 /// Initializes the driver and the device's context now (otherwise the first
