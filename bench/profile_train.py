@@ -11,8 +11,9 @@ of bench/profile_layer.py for 3 profiled steps (after 2 warmup steps), then
 the step by stage, from the kernels' names (the dedicated kernels' and the
 generic kernels', which carry the model part they belong to:
 -moe-gpu-name-kernels): attention (flash kernels; the attention block's
-norms, rotary and roundings), experts (expert GEMMs; router, dispatch,
-combine), dense GEMMs (projections, router), LM head + loss (its GEMMs,
+norms, rotary and roundings), experts (expert GEMMs and the 8-bit recipes'
+quantize kernels, which only the expert GEMMs use by default; router,
+dispatch, combine), dense GEMMs (projections, router), LM head + loss (its GEMMs,
 cross-entropy), optimizer (clipping and AdamW), the rest.
 """
 import os
@@ -65,7 +66,8 @@ def stage(name, vocab):
             (vocab and re.search(rf"(^|[x_]){vocab}(x|_)", n)):
         return "LM head + loss"
     experts = re.search(r"_e(\d+)_", n)
-    if (experts and int(experts.group(1)) > 1) or "_mlp_" in n:
+    if (experts and int(experts.group(1)) > 1) or "_mlp_" in n or \
+            n.startswith(("moe_fp8block_", "moe_mx_")):
         return "experts"
     if n.startswith("moe_wgmma") or n.startswith("moe_simt"):
         return "dense GEMMs"
