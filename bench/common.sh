@@ -17,8 +17,10 @@
 #                                      every SHAPE is BATCHxSEQ
 #   recipe_flags RECIPE                moe-train flags of a bench recipe name:
 #                                      -lf --layer-functions, -rc also
-#                                      --recompute (bf16-rc); --recipe is the
-#                                      name without that suffix
+#                                      --recompute (bf16-rc), -lcN
+#                                      --loss-chunk-rows N (bf16-lc4096);
+#                                      --recipe is the name without that
+#                                      suffix
 bench_args() {
   local defaults=$1 t
   shift
@@ -75,6 +77,11 @@ train_data_args() {
 }
 
 recipe_flags() {
+  if [[ "$1" =~ ^(.*)-lc([0-9]+)$ ]]; then
+    echo "--recipe ${BASH_REMATCH[1]}"
+    echo "--loss-chunk-rows ${BASH_REMATCH[2]}"
+    return
+  fi
   case "$1" in
     *-lf) echo "--recipe ${1%-lf}"; echo "--layer-functions" ;;
     *-rc) echo "--recipe ${1%-rc}"; echo "--layer-functions --recompute" ;;

@@ -15,7 +15,7 @@
 # LAYERS: decoder layer counts (default 2 4). MOE_TRAIN_RECIPES: the
 # recipes compiled and run (default "bf16 mxfp8"; none is f32; a -lf
 # suffix, as in bf16-lf, compiles with --layer-functions, -rc with
-# --layer-functions --recompute);
+# --layer-functions --recompute, -lcN with --loss-chunk-rows N);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
 # MOE_TRAIN_STEPS: timed steps a run (default 6; the first is not counted).
 # MOE_TRAIN_PEERS: bench/train_peer.py's configurations (default

@@ -290,6 +290,11 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
       buckets.bucketMiB = options.gradBucketMiB;
       pm.addNestedPass<func::FuncOp>(moe::createMoEBucketAllReduce(buckets));
     }
+    if (options.lossChunkRows > 0) {
+      moe::MoEChunkLossOptions chunk;
+      chunk.rows = options.lossChunkRows;
+      pm.addNestedPass<func::FuncOp>(moe::createMoEChunkLoss(chunk));
+    }
   }
   if (options.recipe != "none") {
     moe::MoEQuantizeOptions quantize;

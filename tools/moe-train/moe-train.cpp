@@ -132,6 +132,15 @@ static const char *kUsage =
     "                         (one more forward a step; the memory of a "
     "layer's\n"
     "                         activations instead of all layers')\n"
+    "  --loss-chunk-rows N    with a recipe: the LM head, the cross-entropy "
+    "and their\n"
+    "                         backward N tokens at a time, so that no "
+    "[tokens, vocab]\n"
+    "                         logits or gradient is held (default 0: all "
+    "tokens at\n"
+    "                         once; each further chunk adds one f32 LM-head "
+    "weight\n"
+    "                         gradient and its addition)\n"
     "  --compile-only         write DIR/train_step-<target>.so and stop "
     "(train\n"
     "                         it with moert-train where there is no MLIR)\n"
@@ -197,7 +206,7 @@ int main(int argc, char **argv) {
   std::string configPath, target = "cpu", recipe = "none", dense = "bf16",
                           launcher;
   int64_t batch = 8, seq = 128, epSize = 1, dpSize = 1, bucketMiB = 32,
-          epChunks = 1;
+          epChunks = 1, lossChunkRows = 0;
   bool compileOnly = false, denseGiven = false, documentMask = false,
        layerFunctions = false, recompute = false;
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -256,6 +265,8 @@ int main(int argc, char **argv) {
       integer(epChunks);
     } else if (name == "--grad-bucket-mib") {
       integer(bucketMiB, /*least=*/0);
+    } else if (name == "--loss-chunk-rows") {
+      integer(lossChunkRows, /*least=*/0);
     } else if (name == "--launcher") {
       next();
       launcher = value;
@@ -291,6 +302,12 @@ int main(int argc, char **argv) {
           "): run moe-train once, it starts the ranks of --ep-size and "
           "--dp-size itself "
           "(or run moert-train under the launcher)");
+  if (lossChunkRows > 0 && recipe == "none")
+    die("--loss-chunk-rows needs --recipe bf16, mxfp8 or fp8-blockwise (the "
+        "LM head is chunked on the grouped GEMMs a recipe puts it on)");
+  if (lossChunkRows > 0 && ranks > 1)
+    die("--loss-chunk-rows with --ep-size or --dp-size: the loss of several "
+        "ranks is not chunked yet");
   if (denseGiven && recipe == "none")
     die("--dense needs --recipe bf16, mxfp8 or fp8-blockwise (under none "
         "every GEMM is f32)");
@@ -365,6 +382,7 @@ int main(int argc, char **argv) {
     train.gradBucketMiB = bucketMiB;
     train.epChunks = epChunks;
     train.recompute = recompute;
+    train.lossChunkRows = lossChunkRows;
     moe::buildTrainPipeline(pm, train);
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +

@@ -176,6 +176,14 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
                      "its backward instead of holding its activations "
                      "(-moe-autodiff{recompute})"),
       llvm::cl::init(false)};
+  PassOptions::Option<int64_t> lossChunkRows{
+      *this, "loss-chunk-rows",
+      llvm::cl::desc("With autodiff, under a recipe (the LM head on the "
+                     "grouped GEMMs): the LM head, its cross-entropy and "
+                     "their backward in chunks of this many tokens, so no "
+                     "[tokens, vocab] tensor is held (-moe-chunk-loss; 0: "
+                     "one chunk)"),
+      llvm::cl::init(0)};
   enum class Optimizer { None, AdamW };
   PassOptions::Option<Optimizer> optimizer{
       *this, "optimizer",

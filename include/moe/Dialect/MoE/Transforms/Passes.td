@@ -142,6 +142,38 @@ def MoEReadInsertedSlices : Pass<"moe-read-inserted-slices", "::mlir::ModuleOp">
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def MoEChunkLoss : Pass<"moe-chunk-loss", "::mlir::func::FuncOp"> {
+  let summary = "A train step's LM head and cross-entropy in chunks of tokens";
+  let description = [{
+    In a train step (after -moe-autodiff), the LM head `logits = h w` (a
+    one-group `moe.grouped_matmul` of all N tokens, as -moe-dense-to-grouped
+    makes it), its `moe.cross_entropy`, the logits' gradient and the two
+    GEMMs that read it (`dh = dlogits w^T`, `dw = h^T dlogits`) become the
+    same ops on chunks of `rows` tokens, one chunk after the other: no
+    [N, V] tensor is held, only one chunk's logits and their gradient
+    ([rows, V] each). The loss is the sum of the chunks' mean losses, each
+    times its share of the counted rows (labels in [0, V)), and each
+    chunk's logits' gradient is scaled likewise; `dh` is the chunks' rows,
+    `dw` the sum of the chunks' weight gradients (in chunk order).
+
+    Results equal the unchunked step's up to f32 rounding: the loss's sum
+    is taken in another order, the gradient's scale `g / count` is formed
+    as `(g * count_c / count) / count_c`, and `dw` adds the chunks' partial
+    sums (the unchunked GEMM accumulates all rows in one). Each chunk costs
+    a weight-gradient GEMM's f32 result and one addition of it.
+
+    A loss read before its gradient is computed (scaled, as over several
+    ranks) or logits with other users are left as they are, with a remark.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+  let options = [
+    Option<"rows", "rows", "int64_t", /*default=*/"4096",
+           "Tokens a chunk (the last may hold fewer)">,
+  ];
+}
+
 def MoESplitEmptyTensors : Pass<"moe-split-empty-tensors", "::mlir::ModuleOp"> {
   let summary = "Give each use of a tensor.empty its own";
   let description = [{
