@@ -290,7 +290,7 @@ void mlir::moe::buildTrainPipeline(OpPassManager &pm,
       buckets.bucketMiB = options.gradBucketMiB;
       pm.addNestedPass<func::FuncOp>(moe::createMoEBucketAllReduce(buckets));
     }
-    if (options.lossChunkRows > 0) {
+    if (options.lossChunkRows != 0) { // (negative: the pass refuses it)
       moe::MoEChunkLossOptions chunk;
       chunk.rows = options.lossChunkRows;
       pm.addNestedPass<func::FuncOp>(moe::createMoEChunkLoss(chunk));

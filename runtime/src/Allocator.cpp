@@ -23,16 +23,18 @@ CachingAllocator::~CachingAllocator() {
     delete entry.second;
 }
 
+bool CachingAllocator::isSmall(size_t bytes) { return bytes < smallLimit; }
+
 size_t CachingAllocator::roundSize(size_t bytes) {
   constexpr size_t small = 512, large = size_t(2) << 20;
   if (bytes == 0)
     bytes = 1;
-  size_t granule = bytes < smallLimit ? small : large;
+  size_t granule = isSmall(bytes) ? small : large;
   return (bytes + granule - 1) / granule * granule;
 }
 
 size_t CachingAllocator::segmentSize(size_t size) {
-  if (size < smallLimit)
+  if (size <= smallLimit)
     return smallSegment;
   return std::max(size, largeSegment);
 }
@@ -82,7 +84,7 @@ void CachingAllocator::mergePending(Piece *into, Piece *from) {
 void *CachingAllocator::allocate(size_t bytes, void *stream) {
   std::lock_guard<std::mutex> lock(mutex);
   size_t size = roundSize(bytes);
-  bool small = size < smallLimit;
+  bool small = isSmall(bytes);
   Piece *piece = takeFree(size, small);
   if (piece) {
     ++counters.reuses;
@@ -96,11 +98,19 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
     if (!piece)
       return nullptr;
   }
+  std::vector<Pending> frees = piece->pending; // for a split-off rest
+  try {
+    waitPending(piece, stream);
+  } catch (...) {
+    pool(small).insert(piece); // still free, as it was
+    throw;
+  }
   if (piece->size > size) {
-    // Split: the rest stays free, behind the same frees.
+    // Split: the rest stays free, behind the same frees (another stream
+    // taking it waits for them too).
     Piece *rest = new Piece{piece->address + size, piece->size - size, small};
     rest->free = true;
-    rest->pending = piece->pending;
+    rest->pending = std::move(frees);
     rest->prev = piece;
     rest->next = piece->next;
     if (piece->next)
@@ -109,7 +119,6 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
     piece->size = size;
     pool(small).insert(rest);
   }
-  waitPending(piece, stream);
   piece->free = false;
   live[piece->address] = piece;
   counters.bytesInUse += piece->size;
@@ -126,9 +135,9 @@ bool CachingAllocator::free(void *ptr, void *stream) {
   if (it == live.end())
     return false;
   Piece *piece = it->second;
+  void *event = backend.recordEvent(stream); // (may throw: nothing changed)
   live.erase(it);
   counters.bytesInUse -= piece->size;
-  void *event = backend.recordEvent(stream);
   piece->pending.push_back(
       Pending{stream, ++frees, std::shared_ptr<void>(event, [this](void *e) {
                 try {
@@ -176,11 +185,10 @@ std::vector<CachingAllocator::Piece *> CachingAllocator::freeSegments() {
 }
 
 void CachingAllocator::release(Piece *segment) {
-  pool(segment->small).erase(segment);
-  segment->pending.clear();
   backend.release(reinterpret_cast<void *>(segment->address));
+  pool(segment->small).erase(segment);
   reserved -= segment->size;
-  delete segment;
+  delete segment; // its events (done: freeSegments synchronized) go too
 }
 
 CachingAllocator::Piece *CachingAllocator::reserveReleasing(size_t size,
@@ -208,5 +216,8 @@ AllocatorStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex);
   AllocatorStats s = counters;
   s.bytesCached = reserved - counters.bytesInUse;
+  for (const FreeSet *set : {&freeSmall, &freeLarge})
+    if (!set->empty())
+      s.largestFree = std::max(s.largestFree, (*set->rbegin())->size);
   return s;
 }

@@ -368,9 +368,14 @@ void *mgpuMemAlloc(uint64_t bytes, void *stream, bool hostShared) {
     if (!ptr) {
       size_t freeBytes = 0, total = 0;
       driver().cuMemGetInfo(&freeBytes, &total);
+      AllocatorStats s = allocator().stats();
       throw Error("out of device memory allocating " + std::to_string(bytes) +
                   " bytes (" + std::to_string(freeBytes) + " of " +
-                  std::to_string(total) + " bytes free)");
+                  std::to_string(total) + " bytes free on the device; " +
+                  std::to_string(s.bytesInUse) + " in use and " +
+                  std::to_string(s.bytesCached) +
+                  " cached by the allocator, its largest free piece " +
+                  std::to_string(s.largestFree) + ")");
     }
     return ptr;
   });

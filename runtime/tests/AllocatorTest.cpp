@@ -38,6 +38,8 @@ struct FakeBackend : Backend {
   std::set<void *> live;
   std::vector<std::string> log;
   int nextEvent = 1, eventsLive = 0;
+  std::set<void *> events; ///< recorded, not destroyed
+  int misusedEvents = 0;   ///< waits on or destroys of dead events
   uintptr_t next = 0x1000;
 
   void *allocate(size_t bytes) override {
@@ -62,14 +64,18 @@ struct FakeBackend : Backend {
     log.push_back("record s" +
                   std::to_string(reinterpret_cast<uintptr_t>(stream)));
     ++eventsLive;
-    return reinterpret_cast<void *>(uintptr_t(nextEvent++));
+    void *e = reinterpret_cast<void *>(uintptr_t(nextEvent++));
+    events.insert(e);
+    return e;
   }
   void waitEvent(void *stream, void *event) override {
+    misusedEvents += !events.count(event);
     log.push_back("wait s" +
                   std::to_string(reinterpret_cast<uintptr_t>(stream)) + " e" +
                   std::to_string(reinterpret_cast<uintptr_t>(event)));
   }
-  void destroyEvent(void *) override {
+  void destroyEvent(void *event) override {
+    misusedEvents += !events.erase(event);
     --eventsLive;
     log.push_back("destroy");
   }
@@ -136,6 +142,27 @@ int main() {
     alloc.emptyCache();
     check(dev.live.empty() && dev.eventsLive == 0,
           "emptyCache returns the segment; every event is destroyed");
+    check(dev.misusedEvents == 0,
+          "no wait on, or destroy of, an event already destroyed");
+  }
+
+  {
+    // A piece split from one freed on stream 1: stream 1 takes part of it
+    // without waiting; stream 2, taking the rest, waits for the free.
+    FakeBackend dev;
+    CachingAllocator alloc(dev);
+    void *a = alloc.allocate(4096, S(1));
+    alloc.free(a, S(1));
+    void *b = alloc.allocate(1024, S(1));
+    void *c = alloc.allocate(1024, S(2));
+    check(b == a && c == at(a) + 1024 && dev.count("wait s1") == 0 &&
+              dev.count("wait s2") == 1 && dev.misusedEvents == 0,
+          "the rest of a split piece keeps its frees for other streams");
+    alloc.free(b, S(1));
+    alloc.free(c, S(2));
+    alloc.emptyCache();
+    check(dev.eventsLive == 0 && dev.misusedEvents == 0,
+          "... and every event is destroyed once");
   }
 
   {

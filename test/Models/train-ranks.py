@@ -15,7 +15,8 @@
 #   complete checkpoint, which resumes exactly (the same bytes as a run
 #   that was never interrupted);
 # - layer functions (--layer-functions, with --recompute) on 2 and 2 x 2
-#   ranks train as one rank, and so does the blockwise FP8 recipe on 2;
+#   ranks train as one rank, and so does the blockwise FP8 recipe on 2
+#   (also with the LM head and loss in chunks, --loss-chunk-rows);
 # - data parallelism: 2 copies of 2 expert-parallel ranks (--dp-size 2
 #   --ep-size 2) and 2 data-parallel ranks (--dp-size 2) train as one rank
 #   too; the first expert-parallel group writes the checkpoint, which
@@ -182,6 +183,16 @@ for name, batch, ranks in (("fb-one", 4, 1), ("fb-ep2", 2, 2)):
     moert(ranks, fb[name], os.path.join(out, "run-" + name), "--steps", "6")
 check(same_run(os.path.join(out, "run-fb-ep2"), os.path.join(out, "run-fb-one")),
       "--recipe fp8-blockwise: 2 ranks train as one rank")
+# The LM head and loss in chunks (--loss-chunk-rows): each rank's 64 tokens
+# as 48 and 16, the loss scaled by the rank's share after the chunks.
+d = os.path.join(out, "fb-ep2-lc")
+r = run(["moe-train", "--config", config, "--batch", "2", "--seq", "32", "--ep-size", "2",
+     "--recipe", "fp8-blockwise", "--loss-chunk-rows", "48", "--compile-only", "--out", d])
+moert(2, os.path.join(d, "train_step-cpu-fp8-blockwise-ep2.so"), os.path.join(out, "run-fb-lc"),
+      "--steps", "6")
+check("not chunked" not in r.stderr and
+      same_run(os.path.join(out, "run-fb-lc"), os.path.join(out, "run-fb-one")),
+      "--loss-chunk-rows 48 on 2 ranks trains as one rank")
 
 # --- layer functions: the layers' expert weights sharded through the calls ---
 for name, ranks, args in (("lf-ep2", 2, ["--ep-size", "2", "--batch", "2", "--recompute"]),

@@ -305,9 +305,11 @@ int main(int argc, char **argv) {
   if (lossChunkRows > 0 && recipe == "none")
     die("--loss-chunk-rows needs --recipe bf16, mxfp8 or fp8-blockwise (the "
         "LM head is chunked on the grouped GEMMs a recipe puts it on)");
-  if (lossChunkRows > 0 && ranks > 1)
-    die("--loss-chunk-rows with --ep-size or --dp-size: the loss of several "
-        "ranks is not chunked yet");
+  if (lossChunkRows > 0 && dense != "bf16" && lossChunkRows % 128 != 0)
+    die("--loss-chunk-rows with --dense " + dense +
+        ": a multiple of 128, so that the LM head's weight gradient keeps "
+        "its scale blocks along the tokens, got " +
+        std::to_string(lossChunkRows));
   if (denseGiven && recipe == "none")
     die("--dense needs --recipe bf16, mxfp8 or fp8-blockwise (under none "
         "every GEMM is f32)");

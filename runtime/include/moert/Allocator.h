@@ -56,6 +56,7 @@ struct AllocatorStats {
   size_t bytesInUse = 0;  ///< handed out and not freed
   size_t bytesCached = 0; ///< reserved from the device and free
   size_t peakBytesInUse = 0;
+  size_t largestFree = 0;         ///< the largest free piece of a segment
   uint64_t deviceAllocations = 0; ///< segments reserved from the device
   uint64_t reuses = 0;            ///< allocations served from the cache
 };
@@ -67,6 +68,8 @@ public:
   CachingAllocator(const CachingAllocator &) = delete;
   CachingAllocator &operator=(const CachingAllocator &) = delete;
 
+  /// Requests below 1 MiB are small: carved from 2 MiB segments.
+  static bool isSmall(size_t bytes);
   /// The size actually reserved for a request: 512-byte granules below 1 MiB,
   /// 2 MiB granules above.
   static size_t roundSize(size_t bytes);

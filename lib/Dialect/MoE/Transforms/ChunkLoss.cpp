@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Dialect/MoE/Transforms/CountedRows.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -16,6 +17,8 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOECHUNKLOSS
@@ -27,6 +30,8 @@ using namespace mlir::moe;
 
 namespace {
 
+constexpr int64_t kMaxChunks = 64;
+
 /// The LM head and loss of a train step, as -moe-autodiff derives them.
 struct LossHead {
   GroupedMatmulOp logits;          ///< h [N, H] x w [1, H, V]
@@ -34,6 +39,9 @@ struct LossHead {
   CrossEntropyGradOp grad;         ///< of the logits
   GroupedMatmulOp dataGrad;        ///< grad x w^T (or null)
   GroupedMatmulWgradOp weightGrad; ///< h^T x grad (or null)
+  /// Ops between the loss and its gradient that depend on the loss, in
+  /// order: they move after the chunks.
+  SmallVector<Operation *> sink;
 };
 
 /// The head `grad` belongs to, or why not.
@@ -41,14 +49,20 @@ FailureOr<LossHead> matchHead(CrossEntropyGradOp grad, std::string &why) {
   LossHead head;
   head.grad = grad;
   head.logits = grad.getLogits().getDefiningOp<GroupedMatmulOp>();
-  if (!head.logits || head.logits.getTransposeRhs())
+  if (!head.logits)
     return why = "the logits are not a moe.grouped_matmul", failure();
-  auto rhs = cast<ShapedType>(head.logits.getRhs().getType());
-  auto lhs = cast<ShapedType>(head.logits.getLhs().getType());
-  if (rhs.getDimSize(0) != 1 || !lhs.hasStaticShape() ||
-      !rhs.hasStaticShape() || !isa<FloatType>(lhs.getElementType()) ||
+  if (head.logits.getTransposeRhs())
+    return why = "the LM head's weight is read transposed", failure();
+  // (Block-scaled operands, after -moe-quantize, are not tensors.)
+  auto rhs = dyn_cast<RankedTensorType>(head.logits.getRhs().getType());
+  auto lhs = dyn_cast<RankedTensorType>(head.logits.getLhs().getType());
+  auto result = dyn_cast<RankedTensorType>(head.logits.getType());
+  if (!rhs || !lhs || !result || rhs.getDimSize(0) != 1 ||
+      !lhs.hasStaticShape() || !rhs.hasStaticShape() ||
+      !result.hasStaticShape() || !isa<FloatType>(lhs.getElementType()) ||
       !isa<FloatType>(rhs.getElementType()))
-    return why = "the logits are not one dense GEMM of static float operands",
+    return why = "the logits are not one dense GEMM of static float tensors "
+                 "(run before -moe-quantize)",
            failure();
   // Offsets [0, N]: every row is in the one group.
   DenseIntElementsAttr offsets;
@@ -57,8 +71,7 @@ FailureOr<LossHead> matchHead(CrossEntropyGradOp grad, std::string &why) {
       !offsets.getValues<APInt>()[0].isZero() ||
       offsets.getValues<APInt>()[1].getSExtValue() != lhs.getDimSize(0))
     return why = "the LM head's rows are not one group of every row", failure();
-  if (grad.getLabels() == Value() ||
-      !cast<ShapedType>(grad.getType()).getElementType().isF32())
+  if (!cast<ShapedType>(grad.getType()).getElementType().isF32())
     return why = "the logits' gradient is not f32", failure();
   for (Operation *user : head.logits->getUsers()) {
     if (auto ce = dyn_cast<CrossEntropyOp>(user);
@@ -72,13 +85,39 @@ FailureOr<LossHead> matchHead(CrossEntropyGradOp grad, std::string &why) {
   if (!head.loss)
     return why = "no moe.cross_entropy of the same logits and labels",
            failure();
-  if (head.loss->getBlock() != grad->getBlock())
-    return why = "the loss and its gradient are in different blocks", failure();
+  if (head.loss->getBlock() != grad->getBlock() ||
+      !head.loss->isBeforeInBlock(grad))
+    return why = "the loss does not come before its gradient in one block",
+           failure();
+  // What reads the loss before its gradient (over several ranks, its
+  // scaling by the rank's share of the counted rows) moves after the
+  // chunks, which compute the loss where the gradient is: every op of the
+  // block before the gradient that depends on the loss.
   for (Operation *user : head.loss->getUsers())
-    if (user->getBlock() != grad->getBlock() || user->isBeforeInBlock(grad))
-      return why = "the loss is read before its gradient is computed (it is "
-                   "scaled, as over several ranks)",
+    if (user->getBlock() != grad->getBlock())
+      return why = "the loss is read in another block", failure();
+  llvm::SmallPtrSet<Operation *, 8> dependent = {head.loss.getOperation()};
+  for (Operation *op = head.loss->getNextNode(); op != grad.getOperation();
+       op = op->getNextNode()) {
+    bool reads = false;
+    op->walk([&](Operation *inner) {
+      for (Value v : inner->getOperands())
+        if (Operation *def = v.getDefiningOp(); def && dependent.count(def))
+          reads = true;
+    });
+    if (!reads)
+      continue;
+    // It moves over the ops after it: only what has no effects.
+    if (!isMemoryEffectFree(op))
+      return why = "an op with memory effects reads the loss before its "
+                   "gradient is computed",
              failure();
+    dependent.insert(op);
+    head.sink.push_back(op);
+  }
+  for (Value v : grad->getOperands())
+    if (Operation *def = v.getDefiningOp(); def && dependent.count(def))
+      return why = "the loss's gradient depends on the loss", failure();
   Value h = head.logits.getLhs(), w = head.logits.getRhs();
   for (Operation *user : grad->getUsers()) {
     if (auto mm = dyn_cast<GroupedMatmulOp>(user);
@@ -107,42 +146,6 @@ struct Builder {
   Location loc;
 
   Type f32() { return b.getF32Type(); }
-  Value scalarZeros() {
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-    Value empty = tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, f32());
-    return linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-  }
-  /// The rows of `labels` counted by the loss (labels in [0, vocab)), as a
-  /// 0-d f32 tensor.
-  Value counted(Value labels, int64_t vocab) {
-    MLIRContext *ctx = b.getContext();
-    Type it = cast<ShapedType>(labels.getType()).getElementType();
-    AffineExpr d0 = getAffineDimExpr(0, ctx);
-    return linalg::GenericOp::create(
-               b, loc, TypeRange{scalarZeros().getType()}, labels,
-               scalarZeros(),
-               {AffineMap::get(1, 0, {d0}, ctx), AffineMap::get(1, 0, {}, ctx)},
-               {utils::IteratorType::reduction},
-               [&](OpBuilder &nb, Location l, ValueRange a) {
-                 Value lo =
-                     arith::ConstantOp::create(nb, l, nb.getIntegerAttr(it, 0));
-                 Value hi = arith::ConstantOp::create(
-                     nb, l, nb.getIntegerAttr(it, vocab));
-                 Value ok = arith::AndIOp::create(
-                     nb, l,
-                     arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge,
-                                           a[0], lo),
-                     arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
-                                           a[0], hi));
-                 Value one =
-                     arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(1));
-                 Value added = arith::AddFOp::create(nb, l, a[1], one);
-                 linalg::YieldOp::create(nb, l,
-                                         ValueRange{arith::SelectOp::create(
-                                             nb, l, ok, added, a[1])});
-               })
-        .getResult(0);
-  }
   /// fn of 0-d f32 tensors, as a 0-d f32 tensor: a one-iteration loop (a
   /// 0-d generic would be host code, and on the GPU these tensors live in
   /// device memory).
@@ -185,9 +188,10 @@ void chunkHead(LossHead &head, int64_t chunk) {
         labels = head.grad.getLabels(), g = head.grad.getGrad();
   auto hType = cast<RankedTensorType>(h.getType());
   auto logitsType = cast<RankedTensorType>(head.logits.getType());
-  int64_t n = hType.getDimSize(0), vocab = logitsType.getDimSize(1);
+  int64_t n = hType.getDimSize(0),
+          vocab = cast<RankedTensorType>(w.getType()).getDimSize(2);
   auto offsetsType = cast<RankedTensorType>(head.logits.getOffsets().getType());
-  Value count = e.counted(labels, vocab);
+  Value count = buildCountedRows(b, loc, labels, vocab);
   auto share = [&](Value part) {
     // part / count: this chunk's share of the counted rows (0 with none).
     return e.scalar(
@@ -221,10 +225,11 @@ void chunkHead(LossHead &head, int64_t chunk) {
     logits->setDiscardableAttrs(head.logits->getDiscardableAttrDictionary());
     // The chunk's mean loss times its share of the counted rows: the
     // chunks' terms add up to the mean over all rows.
-    Value s = share(e.counted(lc, vocab));
-    Value part = CrossEntropyOp::create(b, loc, head.loss.getType(),
-                                        logits.getResult(), lc);
-    Value term = e.scalar({part, s},
+    Value s = share(buildCountedRows(b, loc, lc, vocab));
+    auto part = CrossEntropyOp::create(b, loc, head.loss.getType(),
+                                       logits.getResult(), lc);
+    part->setDiscardableAttrs(head.loss->getDiscardableAttrDictionary());
+    Value term = e.scalar({part.getResult(), s},
                           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                             return arith::MulFOp::create(nb, l, a[0], a[1]);
                           });
@@ -242,6 +247,7 @@ void chunkHead(LossHead &head, int64_t chunk) {
     auto grad = CrossEntropyGradOp::create(
         b, loc, RankedTensorType::get({rows, vocab}, b.getF32Type()),
         logits.getResult(), lc, gc);
+    grad->setDiscardableAttrs(head.grad->getDiscardableAttrDictionary());
     if (head.dataGrad) {
       auto type = cast<RankedTensorType>(head.dataGrad.getType());
       auto dh = GroupedMatmulOp::create(
@@ -276,6 +282,8 @@ void chunkHead(LossHead &head, int64_t chunk) {
     head.weightGrad->erase();
   }
   head.loss.getResult().replaceAllUsesWith(loss);
+  for (Operation *op : head.sink)
+    op->moveBefore(head.grad);
   head.grad->erase();
   head.loss->erase();
   head.logits->erase();
@@ -298,9 +306,19 @@ struct MoEChunkLossPass : moe::impl::MoEChunkLossBase<MoEChunkLossPass> {
         grad->emitRemark("moe-chunk-loss: not chunked: ") << why;
         continue;
       }
-      if (cast<ShapedType>(head->logits.getLhs().getType()).getDimSize(0) <=
-          rows)
+      int64_t n =
+          cast<ShapedType>(head->logits.getLhs().getType()).getDimSize(0);
+      if (n <= rows)
         continue; // one chunk already
+      // Each chunk after the first adds an f32 weight gradient of the LM
+      // head's size: more than a few dozen would cost more than they save.
+      if ((n + rows - 1) / rows > kMaxChunks) {
+        grad->emitError("moe-chunk-loss: rows=")
+            << int64_t(rows) << " makes " << (n + rows - 1) / rows
+            << " chunks of the " << n << " tokens; at most " << kMaxChunks
+            << " (each adds an LM-head-sized weight gradient)";
+        return signalPassFailure();
+      }
       chunkHead(*head, rows);
     }
   }

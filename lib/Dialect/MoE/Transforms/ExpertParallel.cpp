@@ -29,6 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Dialect/MoE/Transforms/CountedRows.h"
 #include "moe/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -580,46 +581,10 @@ struct MoEExpertParallelPass
     Location loc = op.getLoc();
     MLIRContext *ctx = b.getContext();
     Value labels = op.getLabels();
-    auto labelType = cast<RankedTensorType>(labels.getType());
     int64_t vocab =
         cast<RankedTensorType>(op.getLogits().getType()).getDimSize(1);
-    Type f32 = b.getF32Type();
     // This rank's counted rows: labels in [0, V).
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
-    Value init = linalg::FillOp::create(
-                     b, loc, zero,
-                     tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{}, f32)
-                         .getResult())
-                     .getResult(0);
-    AffineExpr d0 = getAffineDimExpr(0, ctx);
-    Value local =
-        linalg::GenericOp::create(
-            b, loc, TypeRange{init.getType()}, labels, init,
-            {AffineMap::get(1, 0, {d0}, ctx), AffineMap::get(1, 0, {}, ctx)},
-            {utils::IteratorType::reduction},
-            [&](OpBuilder &nb, Location l, ValueRange a) {
-              Type it = labelType.getElementType();
-              Value lo =
-                  arith::ConstantOp::create(nb, l, nb.getIntegerAttr(it, 0));
-              Value hi = arith::ConstantOp::create(
-                  nb, l, nb.getIntegerAttr(it, vocab));
-              Value counted = arith::AndIOp::create(
-                  nb, l,
-                  arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge, a[0],
-                                        lo),
-                  arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt, a[0],
-                                        hi));
-              Value one =
-                  arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(1));
-              Value none =
-                  arith::ConstantOp::create(nb, l, nb.getF32FloatAttr(0));
-              linalg::YieldOp::create(
-                  nb, l,
-                  ValueRange{arith::AddFOp::create(
-                      nb, l, a[1],
-                      arith::SelectOp::create(nb, l, counted, one, none))});
-            })
-            .getResult(0);
+    Value local = buildCountedRows(b, loc, labels, vocab);
     Value total = sumOverGrid(b, loc, local);
     // This rank's share of the counted rows (0 when no rank has one), then
     // the loss times it: an arith op on the 0-d tensors, which -moe-autodiff

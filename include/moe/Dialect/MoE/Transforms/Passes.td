@@ -162,8 +162,14 @@ def MoEChunkLoss : Pass<"moe-chunk-loss", "::mlir::func::FuncOp"> {
     sums (the unchunked GEMM accumulates all rows in one). Each chunk costs
     a weight-gradient GEMM's f32 result and one addition of it.
 
-    A loss read before its gradient is computed (scaled, as over several
-    ranks) or logits with other users are left as they are, with a remark.
+    The chunks are computed where the logits' gradient was; what reads the
+    loss before that point (over several ranks, -moe-expert-parallel's
+    scaling of the loss by the rank's share of the counted rows) moves
+        after them (only ops free of memory effects move). Logits or a logits'
+    gradient with other users, or a gradient that depends on the loss, are
+    left as they are, with a remark. Run it before -moe-quantize (the
+    recipe then rounds each chunk's operands); more than 64 chunks are
+    refused.
   }];
   let dependentDialects = ["::mlir::linalg::LinalgDialect",
                            "::mlir::tensor::TensorDialect",
