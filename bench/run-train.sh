@@ -119,8 +119,10 @@ st = [m for m in ms if "loss" in m]
 st = st[1:] or st
 tps = statistics.median(m["tokens_per_s"] for m in st)
 tf = statistics.median(m["tflops"] for m in st)
+reserved = max((m.get("memory_reserved_mib", 0) for m in st), default=0)
 print(f"{sys.argv[2]:38s} {tps:12.0f} tokens/s {1e3 * int(sys.argv[3]) / tps:10.1f} ms/step "
-      f"{max(m['memory_mib'] for m in st):10.0f} MiB peak  MFU {tf / 989:.1%}  ({tf / tps * 1e12:.4g} FLOP/token)")
+      f"{max(m['memory_mib'] for m in st):10.0f} MiB peak  MFU {tf / 989:.1%}  ({tf / tps * 1e12:.4g} FLOP/token"
+      + (f", {reserved:.0f} MiB reserved)" if reserved else ")"))
 PY
           [ "$r" = bf16 ] && largest="$w/$(basename "$a")"
         else

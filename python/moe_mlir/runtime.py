@@ -182,12 +182,13 @@ class GpuMemoryStats(ctypes.Structure):
     """libmoert's struct moert_gpu_memory_stats (moert/Gpu.h)."""
     _fields_ = [("in_use", ctypes.c_size_t), ("cached", ctypes.c_size_t),
                 ("peak", ctypes.c_size_t), ("allocs", ctypes.c_uint64),
-                ("reuses", ctypes.c_uint64)]
+                ("reuses", ctypes.c_uint64), ("peak_reserved", ctypes.c_size_t)]
 
 
 def gpu_memory_stats():
     """libmoert's device memory counters (bytes in use, cached, the peak in
-    use; allocations, cache reuses); all zero before libmoert is loaded."""
+    use; allocations, cache reuses; the peak reserved, in use and cached);
+    all zero before libmoert is loaded."""
     stats = GpuMemoryStats()
     if _moert is not None:
         _moert.moert_gpu_get_memory_stats(ctypes.byref(stats))

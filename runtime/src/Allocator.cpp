@@ -57,6 +57,7 @@ CachingAllocator::Piece *CachingAllocator::reserveSegment(size_t size,
     return nullptr;
   ++counters.deviceAllocations;
   reserved += size;
+  counters.peakBytesReserved = std::max(counters.peakBytesReserved, reserved);
   return new Piece{reinterpret_cast<uintptr_t>(ptr), size, small};
 }
 
@@ -204,6 +205,7 @@ CachingAllocator::Piece *CachingAllocator::reserveReleasing(size_t size,
 void CachingAllocator::resetPeak() {
   std::lock_guard<std::mutex> lock(mutex);
   counters.peakBytesInUse = counters.bytesInUse;
+  counters.peakBytesReserved = reserved;
 }
 
 void CachingAllocator::emptyCache() {

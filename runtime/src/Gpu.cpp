@@ -596,6 +596,7 @@ void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats) {
   stats->peak_bytes_in_use = s.peakBytesInUse;
   stats->device_allocations = s.deviceAllocations;
   stats->cache_reuses = s.reuses;
+  stats->peak_bytes_reserved = s.peakBytesReserved;
 }
 
 void moert_gpu_empty_cache(void) {

@@ -138,6 +138,8 @@ int main() {
           "freed neighbours merge; the merged piece waits for each stream's "
           "latest free (2 and 3)");
     check(alloc.stats().peakBytesInUse == 3072, "peak bytes in use");
+    check(alloc.stats().peakBytesReserved == 2 * MiB,
+          "peak bytes reserved: the one segment");
     alloc.free(e, S(4));
     alloc.emptyCache();
     check(dev.live.empty() && dev.eventsLive == 0,

@@ -56,6 +56,7 @@ struct AllocatorStats {
   size_t bytesInUse = 0;  ///< handed out and not freed
   size_t bytesCached = 0; ///< reserved from the device and free
   size_t peakBytesInUse = 0;
+  size_t peakBytesReserved = 0;   ///< high-water mark of the segments' bytes
   size_t largestFree = 0;         ///< the largest free piece of a segment
   uint64_t deviceAllocations = 0; ///< segments reserved from the device
   uint64_t reuses = 0;            ///< allocations served from the cache
@@ -84,7 +85,7 @@ public:
   bool free(void *ptr, void *stream);
   /// Gives every entirely free segment back to the device.
   void emptyCache();
-  /// Starts a new high-water mark at the bytes in use now.
+  /// Starts new high-water marks at the bytes in use and reserved now.
   void resetPeak();
   AllocatorStats stats() const;
 

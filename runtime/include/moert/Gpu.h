@@ -80,6 +80,9 @@ struct moert_gpu_memory_stats {
   size_t peak_bytes_in_use;    ///< high-water mark of bytes_in_use
   uint64_t device_allocations; ///< segments reserved from the device
   uint64_t cache_reuses;       ///< allocations served from reserved memory
+  /// High-water mark of the device memory the allocator holds (in use and
+  /// cached: what the device has lent the process's buffers).
+  size_t peak_bytes_reserved;
 };
 
 /// Initializes the driver and the device's context now (otherwise the first
@@ -95,7 +98,8 @@ int moert_gpu_device(void);
 void moert_gpu_get_memory_stats(struct moert_gpu_memory_stats *stats);
 /// Gives cached device memory back to the driver.
 void moert_gpu_empty_cache(void);
-/// Starts a new high-water mark (peak_bytes_in_use) at the bytes in use now.
+/// Starts new high-water marks (peak_bytes_in_use, peak_bytes_reserved) at
+/// the bytes in use and reserved now.
 void moert_gpu_reset_peak_memory(void);
 /// Waits for all work on the device.
 void moert_gpu_synchronize(void);

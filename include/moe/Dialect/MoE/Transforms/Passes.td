@@ -165,7 +165,7 @@ def MoEChunkLoss : Pass<"moe-chunk-loss", "::mlir::func::FuncOp"> {
     The chunks are computed where the logits' gradient was; what reads the
     loss before that point (over several ranks, -moe-expert-parallel's
     scaling of the loss by the rank's share of the counted rows) moves
-        after them (only ops free of memory effects move). Logits or a logits'
+    after them (only ops free of memory effects move). Logits or a logits'
     gradient with other users, or a gradient that depends on the loss, are
     left as they are, with a remark. Run it before -moe-quantize (the
     recipe then rounds each chunk's operands); more than 64 chunks are
