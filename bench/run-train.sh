@@ -5,7 +5,8 @@
 # experts, fused AdamW) in one GPU run, at Qwen3-30B-A3B's dimensions with
 # LAYERS decoder layers, 1 x 4096 and 4 x 4096 tokens a step. Prints one
 # line per run (tokens/s, MFU against the H200's 989 dense bf16 TFLOP/s,
-# peak memory) and the step of the largest bf16 run split by stage
+# peak memory, the first step's loss: every run starts from the same
+# parameters and data) and the step of the largest bf16 run split by stage
 # (bench/profile_train.py).
 #
 #   bench/run-train.sh prepare [LAYERS...]  # here (MLIR): compile the steps
@@ -122,7 +123,8 @@ tf = statistics.median(m["tflops"] for m in st)
 reserved = max((m.get("memory_reserved_mib", 0) for m in st), default=0)
 print(f"{sys.argv[2]:38s} {tps:12.0f} tokens/s {1e3 * int(sys.argv[3]) / tps:10.1f} ms/step "
       f"{max(m['memory_mib'] for m in st):10.0f} MiB peak  MFU {tf / 989:.1%}  ({tf / tps * 1e12:.4g} FLOP/token"
-      + (f", {reserved:.0f} MiB reserved)" if reserved else ")"))
+      + (f", {reserved:.0f} MiB reserved)" if reserved else ")")
+      + f"  first loss {[m for m in ms if 'loss' in m][0]['loss']:.6f}")
 PY
           [ "$r" = bf16 ] && largest="$w/$(basename "$a")"
         else
