@@ -87,9 +87,8 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
   size_t size = roundSize(bytes);
   bool small = isSmall(bytes);
   Piece *piece = takeFree(size, small);
-  if (piece) {
-    ++counters.reuses;
-  } else {
+  bool reused = piece != nullptr;
+  if (!piece) {
     size_t segment = segmentSize(size);
     piece = reserveSegment(segment, small);
     if (!piece && segment != size)
@@ -122,6 +121,7 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
   }
   piece->free = false;
   live[piece->address] = piece;
+  counters.reuses += reused;
   counters.bytesInUse += piece->size;
   counters.peakBytesInUse =
       std::max(counters.peakBytesInUse, counters.bytesInUse);

@@ -74,7 +74,11 @@ check(sorted(pa) == sorted(pb) and gap < 1e-6,
 
 for args, message in [
         (["--loss-chunk-rows", "64"], "--loss-chunk-rows needs --recipe"),
-        (["--recipe", "bf16", "--loss-chunk-rows", "-3"], "--loss-chunk-rows expects a non-negative")]:
+        (["--recipe", "bf16", "--loss-chunk-rows", "-3"], "--loss-chunk-rows expects a non-negative"),
+        (["--recipe", "bf16", "--dense", "fp8-blockwise", "--loss-chunk-rows", "64"],
+         "--dense fp8-blockwise: a multiple of 128"),
+        (["--recipe", "bf16", "--dense", "mxfp8", "--loss-chunk-rows", "48"],
+         "--dense mxfp8: a multiple of 32")]:
     r, _ = train("bad", *args)
     check(r.returncode == 1 and message in r.stderr, f"refused: {' '.join(args)}")
 finish()

@@ -185,6 +185,13 @@ check(same_run(os.path.join(out, "run-fb-ep2"), os.path.join(out, "run-fb-one"))
       "--recipe fp8-blockwise: 2 ranks train as one rank")
 # The LM head and loss in chunks (--loss-chunk-rows): each rank's 64 tokens
 # as 48 and 16, the loss scaled by the rank's share after the chunks.
+model = os.path.join(out, "model-2x32.mlir")
+run(["moe-model", config, "--batch", "2", "--seq", "32", "-o", model])
+ir = run(["moe-opt", model, "--moe-train-pipeline=recipe=fp8-blockwise autodiff=true ep-size=2 "
+          "loss-chunk-rows=48 optimizer=adamw"]).stdout
+step = ir[ir.index("@loss_step"):]
+chunks = [int(m.split("tensor<")[1].split("x")[0]) for m in step.split("moe.cross_entropy ")[1:]]
+check(chunks == [48, 16], f"2 ranks: each rank's loss in chunks of {chunks} rows")
 d = os.path.join(out, "fb-ep2-lc")
 r = run(["moe-train", "--config", config, "--batch", "2", "--seq", "32", "--ep-size", "2",
      "--recipe", "fp8-blockwise", "--loss-chunk-rows", "48", "--compile-only", "--out", d])
@@ -225,9 +232,11 @@ d = os.path.join(out, "resumed2")
 moert(2, ep2, d, "--steps", "6", "--stop-after-steps", "2")
 r = moert(2, ep2, d, "--steps", "6", "--resume")
 check(files(d) == files(os.path.join(out, "run2")) and
-      [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "tflops", "memory_mib")}
+      [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "tflops", "memory_mib",
+                                                      "memory_reserved_mib")}
        for m in metrics(d)] ==
-      [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "tflops", "memory_mib")}
+      [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "tflops", "memory_mib",
+                                                      "memory_reserved_mib")}
        for m in metrics(os.path.join(out, "run2"))],
       "2 ranks: stop at 2, resume to 6: the same checkpoint bytes and metrics")
 for ranks, artifact in ((1, one), (4, ep4)):

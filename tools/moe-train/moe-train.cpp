@@ -305,10 +305,16 @@ int main(int argc, char **argv) {
   if (lossChunkRows > 0 && recipe == "none")
     die("--loss-chunk-rows needs --recipe bf16, mxfp8 or fp8-blockwise (the "
         "LM head is chunked on the grouped GEMMs a recipe puts it on)");
-  if (lossChunkRows > 0 && dense != "bf16" && lossChunkRows % 128 != 0)
-    die("--loss-chunk-rows with --dense " + dense +
-        ": a multiple of 128, so that the LM head's weight gradient keeps "
-        "its scale blocks along the tokens, got " +
+  // The LM head's weight gradient contracts over the tokens: chunks keep
+  // a block-scaled dense recipe's scale blocks along them whole.
+  if (int64_t block = dense == "mxfp8"           ? 32
+                      : dense == "fp8-blockwise" ? 128
+                                                 : 1;
+      lossChunkRows > 0 && lossChunkRows % block != 0)
+    die("--loss-chunk-rows with --dense " + dense + ": a multiple of " +
+        std::to_string(block) +
+        " (the LM head's weight gradient keeps its scale blocks along the "
+        "tokens whole), got " +
         std::to_string(lossChunkRows));
   if (denseGiven && recipe == "none")
     die("--dense needs --recipe bf16, mxfp8 or fp8-blockwise (under none "
@@ -386,9 +392,23 @@ int main(int argc, char **argv) {
     train.recompute = recompute;
     train.lossChunkRows = lossChunkRows;
     moe::buildTrainPipeline(pm, train);
+    // A loss -moe-chunk-loss leaves whole (it says why in a remark) would
+    // hold the [tokens, vocab] logits --loss-chunk-rows asked to avoid.
+    std::string notChunked;
+    ScopedDiagnosticHandler remarks(&context, [&](Diagnostic &d) {
+      std::string message = d.str();
+      if (d.getSeverity() != DiagnosticSeverity::Remark ||
+          message.rfind("moe-chunk-loss: not chunked: ", 0) != 0)
+        return failure(); // to the default handler
+      notChunked = message;
+      return success();
+    });
     if (failed(verify(*module)) || failed(pm.run(*module)))
       die("the train step could not be derived" +
           (recipe == "none" ? std::string() : " with --recipe " + recipe));
+    if (lossChunkRows > 0 && !notChunked.empty())
+      die("--loss-chunk-rows: the LM head and loss could not be chunked (" +
+          notChunked.substr(std::strlen("moe-chunk-loss: ")) + ")");
     // The recipe is part of the run: a checkpoint resumes only under it.
     // The ranks the step runs on: data-parallel copies, expert-parallel
     // ranks.
