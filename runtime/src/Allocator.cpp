@@ -82,6 +82,15 @@ void CachingAllocator::mergePending(Piece *into, Piece *from) {
   from->pending.clear();
 }
 
+void CachingAllocator::absorb(Piece *left, Piece *right) {
+  mergePending(left, right);
+  left->size += right->size;
+  left->next = right->next;
+  if (right->next)
+    right->next->prev = left;
+  delete right;
+}
+
 void *CachingAllocator::allocate(size_t bytes, void *stream) {
   std::lock_guard<std::mutex> lock(mutex);
   size_t size = roundSize(bytes);
@@ -151,22 +160,12 @@ bool CachingAllocator::free(void *ptr, void *stream) {
   FreeSet &set = pool(piece->small);
   if (Piece *prev = piece->prev; prev && prev->free) {
     set.erase(prev);
-    mergePending(prev, piece);
-    prev->size += piece->size;
-    prev->next = piece->next;
-    if (piece->next)
-      piece->next->prev = prev;
-    delete piece;
+    absorb(prev, piece);
     piece = prev;
   }
   if (Piece *next = piece->next; next && next->free) {
     set.erase(next);
-    mergePending(piece, next);
-    piece->size += next->size;
-    piece->next = next->next;
-    if (next->next)
-      next->next->prev = piece;
-    delete next;
+    absorb(piece, next);
   }
   set.insert(piece);
   return true;

@@ -117,6 +117,9 @@ private:
   Piece *reserveSegment(size_t size, bool small);
   void markFree(Piece *piece);
   void mergePending(Piece *into, Piece *from);
+  /// Merges `right`, the free piece after `left`, into it (neither in a
+  /// free set).
+  void absorb(Piece *left, Piece *right);
   void waitPending(Piece *piece, void *stream);
   /// The entirely free segments, largest first, after a device sync (none:
   /// no sync). The mutex is held in these three.
