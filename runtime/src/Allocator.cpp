@@ -107,7 +107,9 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
     if (!piece)
       return nullptr;
   }
-  std::vector<Pending> frees = piece->pending; // for a split-off rest
+  std::vector<Pending> frees; // the rest's, when the piece is split
+  if (piece->size > size)
+    frees = piece->pending;
   try {
     waitPending(piece, stream);
   } catch (...) {

@@ -297,26 +297,25 @@ struct Memory {
     else
       std::free(p);
   }
-  double peakMiB() const {
+  /// The metrics' memory entries: "memory_mib", the peak of the buffers in
+  /// use (on the CPU, the process's peak resident memory), and on a GPU
+  /// "memory_reserved_mib", the peak of the device memory the allocator
+  /// holds (in use and cached).
+  std::string entries() const {
+    char buf[96];
     if (gpu) {
       moert_gpu_memory_stats stats{};
       moert_gpu_get_memory_stats(&stats);
-      return double(stats.peak_bytes_in_use) / (1 << 20);
+      std::snprintf(buf, sizeof buf,
+                    "\"memory_mib\": %.1f, \"memory_reserved_mib\": %.1f",
+                    double(stats.peak_bytes_in_use) / (1 << 20),
+                    double(stats.peak_bytes_reserved) / (1 << 20));
+      return buf;
     }
     struct rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    return double(usage.ru_maxrss) / 1024.0;
-  }
-  /// On a GPU, the metrics' "memory_reserved_mib" entry: the peak of the
-  /// device memory the allocator holds (in use and cached); else nothing.
-  std::string reservedEntry() const {
-    if (!gpu)
-      return "";
-    moert_gpu_memory_stats stats{};
-    moert_gpu_get_memory_stats(&stats);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, ", \"memory_reserved_mib\": %.1f",
-                  double(stats.peak_bytes_reserved) / (1 << 20));
+    std::snprintf(buf, sizeof buf, "\"memory_mib\": %.1f",
+                  double(usage.ru_maxrss) / 1024.0);
     return buf;
   }
 };
@@ -1224,11 +1223,11 @@ int trainOrThrow(const TrainOptions &o, const std::string &artifactPath,
     std::fprintf(metrics,
                  "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, "
                  "\"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                 "\"tflops\": %.4f, \"memory_mib\": %.1f%s%s, \"time\": "
+                 "\"tflops\": %.4f, %s%s, \"time\": "
                  "%.3f}\n",
                  (long long)t.step, loss, lr, norm, tokensPerS,
-                 flops * t.ranks / seconds / 1e12, t.memory.peakMiB(),
-                 t.memory.reservedEntry().c_str(), loadMax.c_str(), unixTime());
+                 flops * t.ranks / seconds / 1e12, t.memory.entries().c_str(),
+                 loadMax.c_str(), unixTime());
     bool evalNow =
         (o.evalEvery > 0 && t.step % o.evalEvery == 0) || t.step == o.steps;
     if (evalNow) {

@@ -204,10 +204,11 @@ void chunkHead(LossHead &head, int64_t chunk) {
         });
   };
   Value dataGrad, weightGrad, loss;
-  if (head.dataGrad)
-    dataGrad = tensor::EmptyOp::create(
-        b, loc, cast<RankedTensorType>(head.dataGrad.getType()).getShape(),
-        cast<RankedTensorType>(head.dataGrad.getType()).getElementType());
+  if (head.dataGrad) {
+    auto type = cast<RankedTensorType>(head.dataGrad.getType());
+    dataGrad =
+        tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  }
   for (int64_t at = 0; at < n; at += chunk) {
     int64_t rows = std::min(chunk, n - at);
     Value hc = e.rows(h, at, rows), lc = e.rows(labels, at, rows);
