@@ -306,10 +306,9 @@ int main(int argc, char **argv) {
     die("--loss-chunk-rows needs --recipe bf16, mxfp8 or fp8-blockwise (the "
         "LM head is chunked on the grouped GEMMs a recipe puts it on)");
   // The LM head's weight gradient contracts over the tokens: chunks keep
-  // a block-scaled dense recipe's scale blocks along them whole.
-  if (int64_t block = dense == "mxfp8"           ? 32
-                      : dense == "fp8-blockwise" ? 128
-                                                 : 1;
+  // a block-scaled dense recipe's scale blocks along them whole (the row
+  // block that recipe pads expert groups to).
+  if (int64_t block = moe::expertRowPadding(dense);
       lossChunkRows > 0 && lossChunkRows % block != 0)
     die("--loss-chunk-rows with --dense " + dense + ": a multiple of " +
         std::to_string(block) +
