@@ -49,10 +49,14 @@
 //   MN-major (its rows are the contraction, its columns the N of the MMA):
 //     step j at byte 2048 j (two 8-row atoms), N across the panels by LBO;
 //     layout `row` for B.
-// The score and probability tiles go to shared memory as bf16 (64 x 64, one
-// panel) from the accumulator fragment (WgmmaGemm.cpp: register 4 j + 2 h +
-// c of thread 32 w + l is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) +
-// c), to be the A operand of the next MMA.
+// The backward's probability and dS tiles stay in registers: their
+// accumulator fragment (register 4 j + 2 h + c of thread 32 w + l is row
+// 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + c), rounded to bf16 and
+// paired, is the A fragment of the next MMA (HopperBuilder::bf16MmaRegA),
+// so no tile of them goes through shared memory and no barrier waits for
+// one (the dK/dV kernel at sequence 4096, batch 4, on an H100: 3.48 ->
+// 2.18 ms). The forward's P tile goes to shared memory as bf16 (one panel)
+// from the same fragment, to be the A operand of the PV MMA.
 //
 // Loads: cp.async of 16 bytes, 8 or 16 consecutive threads per 128 or 256
 // byte row; rows past S are zero-filled (and masked: a zero key gives a
@@ -80,9 +84,10 @@ using namespace mlir::moe;
 namespace mlir::moe::kernels {
 
 namespace flash {
-constexpr int64_t Tile = 64;         // queries or keys per tile (MMA M)
-constexpr int64_t PanelBytes = 8192; // 64 rows x 128 bytes
-constexpr int64_t Threads = 128;     // one warpgroup
+constexpr int64_t Tile = 64;          // queries or keys per tile (MMA M)
+constexpr int64_t PanelBytes = 8192;  // 64 rows x 128 bytes
+constexpr int64_t ScratchBytes = 128; // tilesSharing's reduction
+constexpr int64_t Threads = 128;      // one warpgroup
 } // namespace flash
 
 std::string FlashAttention::name(StringRef kind) const {
@@ -209,8 +214,10 @@ struct FlashEmitter : HopperBuilder {
   /// query-tile kernels give rank 0 their longest tile (causal: the last),
   /// so the first wave takes the longest CTAs and the last the shortest
   /// (sequence 4096, batch 4, on an H200: the forward 1.667 -> 1.551 ms, dQ
-  /// 1.639 -> 1.548). The dK/dV kernel keeps the tile fastest: launched this
-  /// way it measured 5.108 -> 5.199 ms.
+  /// 1.639 -> 1.548). The dK/dV kernel's rank is its key tile (causal: key
+  /// tile 0 is the longest); on an H100 at 4096 its CTAs launched tile
+  /// fastest took 3.93 ms, this way 3.48 (with every CTA of a KV head
+  /// reading the same Q and dO tiles at once, below).
   std::array<Value, 3> rankHeadBatch(gpu::LaunchOp launch, int64_t headsOf) {
     gpu::KernelDim3 id = launch.getBlockIds();
     Value linear = add(id.x, mul(idx(tilesOf(f.seq, flash::Tile)),
@@ -282,6 +289,15 @@ struct FlashEmitter : HopperBuilder {
   Value mmaFresh(int64_t n, Value a, Value bTile, bool bKMajor, int64_t steps) {
     return mma(LLVM::PoisonOp::create(b, loc, accOf(n)), a, bTile, bKMajor,
                steps, /*fresh=*/true);
+  }
+  /// acc += A B over `steps` contraction steps of 16, A in registers (`a`:
+  /// fragmentA of a 64-row tile), B MN-major at `bTile` (its rows are the
+  /// contraction, N across panels).
+  Value mmaRegA(Value acc, ArrayRef<Value> a, Value bTile, int64_t steps) {
+    for (int64_t j = 0; j < steps; ++j)
+      acc = bf16MmaRegA(acc, a.slice(4 * j, 4), desc(bTile, 2048 * j),
+                        NVVM::MMALayout::row);
+    return acc;
   }
   void commitAndWait() { commitAndWaitFor(0); }
   /// Commits the MMAs issued since the last commit as a group and waits
@@ -357,7 +373,7 @@ struct FlashEmitter : HopperBuilder {
   /// thread), as [first, end); tile `t` itself, if in [from, to), is among
   /// them. Each thread scans them all, or, given `scratch`, every 128th
   /// (the warps then reduce by shuffles and through 32 bytes of shared
-  /// memory at `scratch`, free until the first P tile is stored).
+  /// memory at `scratch`).
   std::pair<Value, Value> tilesSharing(Value t, Value from, Value to,
                                        std::optional<int64_t> scratch) {
     auto rangeAt = [&](Value tile, int64_t bound) {
@@ -482,7 +498,8 @@ struct QueryTileEmitter : FlashEmitter {
                    ArrayRef<Value> args, ArrayRef<Value> results)
       : FlashEmitter(b, loc, f, args, results), dq(backward(f, args)) {}
 
-  // Shared memory: Q, [dO,] two (K, V) slots, the 64 x 64 P / dS tile.
+  // Shared memory: Q, [dO,] two (K, V) slots, then the forward's 64 x 64
+  // P tile or dQ's scratch for tilesSharing.
   int64_t doAt() const { return tileBytes(); }
   int64_t slotsAt() const { return (dq ? 2 : 1) * tileBytes(); }
   int64_t slotBytes() const { return 2 * tileBytes(); }
@@ -623,13 +640,22 @@ struct QueryTileEmitter : FlashEmitter {
               next2[2 + h] = l;
             }
           }
-          // P (forward) or dS (dQ) as the A operand of the next MMA.
-          storeTileBf16(sv, idx(pAt()));
-          fenceAndBarrier();
-          NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          // O += P V, or dQ += dS K: B MN-major (rows are keys).
-          Value o = mma(accFrom(acc), idx(pAt()), dq ? kTile : vTile,
-                        /*bKMajor=*/false, flash::Tile / 16);
+          // O += P V, or dQ += dS K: B MN-major (rows are keys). dS is
+          // the A operand in registers; P goes through shared memory (in
+          // registers the forward measured slower: sequence 4096, batch 4,
+          // on an H100, 1.54 -> 1.65 ms, where dQ went 1.57 -> 1.54).
+          Value o;
+          if (dq) {
+            SmallVector<Value> a = fragmentA(sv);
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            o = mmaRegA(accFrom(acc), a, kTile, flash::Tile / 16);
+          } else {
+            storeTileBf16(sv, idx(pAt()));
+            fenceAndBarrier();
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            o = mma(accFrom(acc), idx(pAt()), vTile, /*bKMajor=*/false,
+                    flash::Tile / 16);
+          }
           commitAndWait();
           // Everyone is done with P and this slot before they are refilled.
           barrier();
@@ -665,43 +691,45 @@ struct QueryTileEmitter : FlashEmitter {
 struct KeyTileEmitter : FlashEmitter {
   using FlashEmitter::FlashEmitter;
 
-  // Shared memory: K, V, two (Q, dO) slots, then the 64 x 64 P^T and dS^T
-  // tiles (D 128: 113 KiB with the alignment slack, two CTAs an SM).
+  // Shared memory: K, V, two (Q, dO) slots (D 128: 97 KiB with the
+  // alignment slack, two CTAs an SM).
   int64_t vAt() const { return tileBytes(); }
   int64_t slotsAt() const { return 2 * tileBytes(); }
   int64_t slotBytes() const { return 2 * tileBytes(); }
-  int64_t pAt() const { return slotsAt() + 2 * slotBytes(); }
-  int64_t dsAt() const { return pAt() + flash::PanelBytes; }
 
   void emit(gpu::LaunchOp launch) {
     setUpThread(launch);
     int64_t tiles = tilesOf(f.seq, flash::Tile);
     int64_t group = f.heads / f.kvHeads;
-    Value kt = launch.getBlockIds().x;
-    Value kvHead = launch.getBlockIds().y, bb = launch.getBlockIds().z;
+    std::array<Value, 3> place = rankHeadBatch(launch, f.kvHeads);
+    Value kt = place[0];
+    Value kvHead = place[1], bb = place[2];
     batch = bb;
     Value key0 = mul(kt, idx(flash::Tile));
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = baseAddress(dout);
 
-    // Query tiles [first, end) of each query head of the group: step `it`
-    // is query tile first + it % perHead of head it / perHead, its Q and dO
-    // in slot it % 2 (the next step's copies run under this step's MMAs).
+    // Query tiles [first, end) of each query head of the group, the last
+    // tile first and the group's heads innermost: step `it` is query tile
+    // end - 1 - it / group of head it % group, its Q and dO in slot it % 2
+    // (the next step's copies run under this step's MMAs). So every CTA of
+    // a KV head reads the same Q and dO tiles at the same step, whatever
+    // its key tile (causal: a CTA ends at its diagonal tile), and the L2
+    // holds them for all. (Starting each CTA at its own diagonal tile
+    // spread the CTAs over a KV head's whole Q and dO, 16 MiB at sequence
+    // 4096, and most copies missed the L2.)
     Value first = f.causal ? kt : idx(0), end = idx(tiles);
     if (documents)
       std::tie(first, end) = tilesSharing(kt, first, end, std::nullopt);
     Value perHead = arith::SubIOp::create(b, loc, end, first);
     Value steps = mul(perHead, idx(group));
-    // (The divisor at least 1: a CTA without steps still computes the
-    // places of step 0, statsOf below; with steps it is perHead.)
-    Value divisor = maxS(perHead, idx(1));
     auto headOf = [&](Value it) {
-      return add(mul(kvHead, idx(group)),
-                 arith::DivUIOp::create(b, loc, it, divisor));
+      return add(mul(kvHead, idx(group)), rem(it, group));
     };
     auto firstQuery = [&](Value it) {
-      return mul(add(first, arith::RemUIOp::create(b, loc, it, divisor)),
-                 idx(flash::Tile));
+      return mul(
+          arith::SubIOp::create(b, loc, add(end, idx(-1)), div(it, group)),
+          idx(flash::Tile));
     };
     auto slotOf = [&](Value it) {
       return add(idx(slotsAt()), mul(rem(it, 2), idx(slotBytes())));
@@ -722,7 +750,7 @@ struct KeyTileEmitter : FlashEmitter {
     Value lastStep = maxS(arith::SubIOp::create(b, loc, steps, idx(1)), idx(0));
     auto statsOf = [&](Value it) -> SmallVector<Value> {
       it = minS(it, lastStep);
-      Value head = headOf(it), q0 = firstQuery(it);
+      Value head = headOf(it), q0 = maxS(firstQuery(it), idx(0));
       SmallVector<Value> v;
       for (Value stat : {lse, delta})
         for (int64_t half = 0; half < 2; ++half)
@@ -807,38 +835,31 @@ struct KeyTileEmitter : FlashEmitter {
                         }
                       }
                   };
+                  // dV += P^T dO, dK += dS^T Q: P^T and dS^T in registers as
+                  // the A operands (rows: keys), B MN-major (rows: queries).
                   Value accV, accK;
                   if (f.overlapDkv) {
-                    // dV += P^T dO runs while dS^T is computed.
-                    storeTileBf16(pv, idx(pAt()));
-                    fenceAndBarrier();
+                    // dV's MMAs run while dS^T is computed.
+                    SmallVector<Value> pa = fragmentA(pv);
                     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    accV = mma(carried[1], idx(pAt()), doTile,
-                               /*bKMajor=*/false, flash::Tile / 16);
+                    accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
+                    // dP^T's group done, dV's still running.
                     commitAndWaitFor(1);
                     gradients();
-                    storeTileBf16(dsv, idx(dsAt()));
-                    fenceAndBarrier();
+                    SmallVector<Value> dsa = fragmentA(dsv);
                     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    accK = mma(carried[0], idx(dsAt()), qTile,
-                               /*bKMajor=*/false, flash::Tile / 16);
+                    accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
                     commitAndWait();
                   } else {
                     gradients();
-                    storeTileBf16(pv, idx(pAt()));
-                    storeTileBf16(dsv, idx(dsAt()));
-                    fenceAndBarrier();
+                    SmallVector<Value> pa = fragmentA(pv), dsa = fragmentA(dsv);
                     NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    // dV += P^T dO, dK += dS^T Q (B MN-major: rows are
-                    // queries).
-                    accV = mma(carried[1], idx(pAt()), doTile,
-                               /*bKMajor=*/false, flash::Tile / 16);
-                    accK = mma(carried[0], idx(dsAt()), qTile,
-                               /*bKMajor=*/false, flash::Tile / 16);
+                    accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
+                    accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
                     commitAndWait();
                   }
-                  // Everyone is done with this slot, P^T and dS^T before the
-                  // next step's copies into the slot and its stores.
+                  // Everyone is done with this slot before the next step's
+                  // copies into it.
                   barrier();
                   SmallVector<Value> out = {accK, accV};
                   llvm::append_range(out, nextStats);
@@ -1034,7 +1055,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
       module, symbols, f.name("dq"), "flash attention dQ (wgmma bf16)",
       argTypes, {f32Like(q)}, loc,
       {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads,
-       smemOf(tile * 6 + flash::PanelBytes)},
+       smemOf(tile * 6 + flash::ScratchBytes)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
         QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
@@ -1043,7 +1064,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
       module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
       argTypes, {f32Like(k), f32Like(v)}, loc,
       {tilesOf(f.seq, flash::Tile), f.kvHeads, f.batch, flash::Threads,
-       smemOf(tile * 6 + 2 * flash::PanelBytes)},
+       smemOf(tile * 6)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
         KeyTileEmitter(kb, loc, f, buf, outs).emit(launch);

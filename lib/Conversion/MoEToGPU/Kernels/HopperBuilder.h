@@ -125,6 +125,63 @@ struct HopperBuilder : KernelBuilder {
         NVVM::MMALayoutAttr::get(ctx, layoutB),
         /*satfinite=*/NVVM::MMAIntOverflowAttr());
   }
+  /// The m64nNk16 bf16 MMA with A in registers: `a` is this thread's four
+  /// 32-bit registers of the 64 x 16 A fragment (two bf16 each, the lower
+  /// column in the low half: thread 32 w + l holds rows 16 w + l / 4 (a[0],
+  /// a[2]) and 8 below (a[1], a[3]), columns 2 (l % 4) + {0, 1} (a[0],
+  /// a[1]) and 8 further (a[2], a[3])), B at the shared-memory descriptor
+  /// `bDesc`; N from `d`'s type. An m64n16 accumulator's fragment, rounded,
+  /// is this fragment (fragmentA), so a product computed in registers feeds
+  /// the next MMA without a trip through shared memory. NVVM's wgmma op
+  /// reads A by descriptor only: this one is PTX inline.
+  Value bf16MmaRegA(Value d, ArrayRef<Value> a, Value bDesc,
+                    NVVM::MMALayout layoutB, bool accumulate = true) {
+    auto type = cast<LLVM::LLVMStructType>(d.getType());
+    int64_t m = int64_t(type.getBody().size()); // accumulator registers
+    std::string text = llvm::formatv("{{\n.reg .pred p;\nsetp.ne.b32 p, {0}, "
+                                     "0;\nwgmma.mma_async.sync.aligned."
+                                     "m64n{1}k16.f32.bf16.bf16 {{",
+                                     accumulate ? 1 : 0, 2 * m)
+                           .str();
+    std::string constraints;
+    for (int64_t i = 0; i < m; ++i) {
+      text += llvm::formatv("{0}${1}", i ? ", " : "", i).str();
+      constraints += llvm::formatv("{0}=f", i ? "," : "").str();
+    }
+    SmallVector<Value> operands;
+    if (accumulate)
+      for (int64_t i = 0; i < m; ++i) {
+        operands.push_back(LLVM::ExtractValueOp::create(b, loc, d, i));
+        constraints += llvm::formatv(",{0}", i).str();
+      }
+    int64_t first = m + int64_t(operands.size());
+    text +=
+        llvm::formatv("}, {{${0}, ${1}, ${2}, ${3}}, ${4}, p, 1, 1, {5};\n}",
+                      first, first + 1, first + 2, first + 3, first + 4,
+                      layoutB == NVVM::MMALayout::col ? 0 : 1)
+            .str();
+    llvm::append_range(operands, a);
+    operands.push_back(bDesc);
+    constraints += ",r,r,r,r,l";
+    return LLVM::InlineAsmOp::create(
+               b, loc, type, operands, text, constraints,
+               /*has_side_effects=*/true, /*is_align_stack=*/false,
+               LLVM::tailcallkind::TailCallKind::None,
+               LLVM::AsmDialectAttr::get(b.getContext(),
+                                         LLVM::AsmDialect::AD_ATT),
+               /*operand_attrs=*/ArrayAttr())
+        .getResult(0);
+  }
+  /// The A fragment (bf16MmaRegA) of the 64 x 16 columns of each contraction
+  /// step from an m64nN accumulator's values `v` (f32, rounded to bf16):
+  /// step k's four registers are the pairs of v[8 k .. 8 k + 7].
+  SmallVector<Value> fragmentA(ArrayRef<Value> v) {
+    SmallVector<Value> regs;
+    for (size_t i = 0; i + 1 < v.size(); i += 2)
+      regs.push_back(LLVM::BitcastOp::create(
+          b, loc, b.getI32Type(), pairOf(v[i], v[i + 1], b.getBF16Type())));
+    return regs;
+  }
   /// The m64nNk32 FP8 MMA (`aElt`, `bElt`: E4M3 or E5M2) on K-major
   /// shared-memory descriptors `aDesc`, `bDesc` (the only layout FP8 wgmma
   /// reads: A `row`, B `col`), accumulating into `d` or, without
