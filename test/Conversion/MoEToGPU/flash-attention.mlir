@@ -1,11 +1,10 @@
 // The flash attention kernels on Hopper at a sequence that is not a tile
 // multiple (200), grouped KV heads and head dim 64: the calls and their
-// launches (a CTA per 64-row tile, head and batch entry; the forward's P
-// tile and dQ's scratch after the tiles, the dK/dV kernel's tiles alone in
-// shared memory), and in the PTX the forward's P goes through shared memory,
-// the backward kernels feed P^T and dS (dS^T) to their second MMAs from
-// registers. Nothing of it runs here (test/Integration/GPU/attention.mlir
-// runs it on the GPU).
+// launches (a CTA per 64-row tile, head and batch entry; the tiles in
+// shared memory, and the documents' scratch in the forward and dQ), and in
+// the PTX every kernel feeds P (P^T, dS, dS^T) to its second MMA from
+// registers: nothing is stored to shared memory. Nothing of it runs here
+// (test/Integration/GPU/attention.mlir runs it on the GPU).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
@@ -18,9 +17,10 @@
 // CHECK: call @moe_flash_delta_b2_s200_h4_kv2_d64_causal(
 // CHECK: call @moe_flash_dq_b2_s200_h4_kv2_d64_causal(
 // CHECK: call @moe_flash_dkv_b2_s200_h4_kv2_d64_causal(
-// Forward: Q, two (K, V) slots and P (8 KiB each), 1 KiB alignment slack.
+// Forward: Q and two (K, V) slots (8 KiB each), 128 bytes of scratch, 1 KiB
+// alignment slack.
 // CHECK-LABEL: func.func private @moe_flash_fwd_b2_s200_h4_kv2_d64_causal(
-// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50176_i32
+// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c42112_i32
 // dQ: Q, dO, two (K, V) slots and 128 bytes of scratch.
 // CHECK-LABEL: func.func private @moe_flash_dq_b2_s200_h4_kv2_d64_causal(
 // CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50304_i32
@@ -30,8 +30,12 @@
 // CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50176_i32
 
 // PTX-LABEL: kernel module moe_flash_fwd_b2_s200_h4_kv2_d64_causal_kernel
-// PTX: st.shared.b32
-// PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 1;
+// S = Q K^T by descriptors, PV with P from registers.
+// PTX-NOT: st.shared
+// PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// PTX-NOT: st.shared
+// PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// PTX-NOT: st.shared
 // PTX-LABEL: kernel module moe_flash_delta_b2_s200_h4_kv2_d64_causal_kernel
 // PTX-LABEL: kernel module moe_flash_dq_b2_s200_h4_kv2_d64_causal_kernel
 // PTX-NOT: st.shared

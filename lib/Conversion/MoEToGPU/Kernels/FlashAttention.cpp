@@ -49,20 +49,28 @@
 //   MN-major (its rows are the contraction, its columns the N of the MMA):
 //     step j at byte 2048 j (two 8-row atoms), N across the panels by LBO;
 //     layout `row` for B.
-// The backward's probability and dS tiles stay in registers: their
-// accumulator fragment (register 4 j + 2 h + c of thread 32 w + l is row
-// 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + c), rounded to bf16 and
-// paired, is the A fragment of the next MMA (HopperBuilder::bf16MmaRegA),
-// so no tile of them goes through shared memory and no barrier waits for
-// one (the dK/dV kernel at sequence 4096, batch 4, on an H100: 3.48 ->
-// 2.18 ms). The forward's P tile goes to shared memory as bf16 (one panel)
-// from the same fragment, to be the A operand of the PV MMA.
+// The probability and dS tiles stay in registers: their accumulator
+// fragment (register 4 j + 2 h + c of thread 32 w + l is row 16 w + l / 4 +
+// 8 h, column 8 j + 2 (l % 4) + c), rounded to bf16 and paired, is the A
+// fragment of the next MMA (HopperBuilder::bf16MmaRegA), so no tile of
+// them goes through shared memory and no barrier waits for one (the dK/dV
+// kernel at sequence 4096, batch 4, on an H100: 3.48 -> 2.18 ms).
+//
+// The forward is software-pipelined (as FlashAttention-3 does within a
+// warpgroup): step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then
+// computes the softmax of S_j while the PV MMAs run, then rescales O.
+//
+// Masks: only tiles that may hide a pair (causal: the diagonal; the last
+// tile past S; documents) test each element; the others skip the indices
+// and compares (on an H100 at 4096: forward 1.53 -> 1.42 ms, dQ 1.55 ->
+// 1.48).
 //
 // Loads: cp.async of 16 bytes, 8 or 16 consecutive threads per 128 or 256
 // byte row; rows past S are zero-filled (and masked: a zero key gives a
 // score of 0, not -inf). The forward and the dQ kernel double-buffer the
-// key/value tiles (the next tile's copies run under this tile's MMAs); the
-// dK/dV kernel double-buffers Q and dO likewise, over its query tiles.
+// key/value tiles (the next tile's copies run under this tile's MMAs; the
+// forward's V tiles a step behind its K tiles); the dK/dV kernel
+// double-buffers Q and dO likewise, over its query tiles.
 //
 // Numerics: bf16 products summed in f32 by the tensor core; P and dS are
 // rounded to bf16 before their products (as FlashAttention does), which the
@@ -330,24 +338,6 @@ struct FlashEmitter : HopperBuilder {
     return acc;
   }
 
-  /// Stores a 64 x 64 fragment's values (`v`, f32) as bf16 into the panel
-  /// tile at `tileBase`: pairs of columns, 4 bytes each.
-  void storeTileBf16(ArrayRef<Value> v, Value tileBase) {
-    for (int64_t j = 0; j < 8; ++j)
-      for (int64_t h = 0; h < 2; ++h) {
-        Value r = rowOf(h);
-        Value at =
-            add(tileBase,
-                add(add(mul(r, idx(128)),
-                        mul(arith::XOrIOp::create(b, loc, idx(j), rem(r, 8)),
-                            idx(16))),
-                    mul(rem(lane, 4), idx(4))));
-        Value pair =
-            pairOf(v[4 * j + 2 * h], v[4 * j + 2 * h + 1], b.getBF16Type());
-        LLVM::StoreOp::create(b, loc, pair, sharedPtrAt(at), 4);
-      }
-  }
-
   /// The sum (or max) of `v` over the 4 lanes holding one fragment row.
   Value rowReduce(Value v, bool max) {
     for (int64_t d : {1, 2}) {
@@ -455,6 +445,23 @@ struct FlashEmitter : HopperBuilder {
     return h;
   }
 
+  /// Whether a key of the 64 from `key0` may be hidden from a query of the
+  /// 64 from `query0` (index values; the same in every thread): a key past
+  /// S, a query past S (with `queries`), a key past a query (causal), or
+  /// documents. Elsewhere (causal: all but the diagonal tiles and the last)
+  /// the kernels skip hidden()'s per-element indices and compares.
+  Value tileMayHide(Value query0, Value key0, bool queries) {
+    if (documents)
+      return boolean(true);
+    Value lastFull = idx(f.seq - flash::Tile);
+    Value h = cmp(P::sgt, key0, lastFull);
+    if (queries)
+      h = lor(h, cmp(P::sgt, query0, lastFull));
+    if (f.causal)
+      h = lor(h, cmp(P::sgt, add(key0, idx(flash::Tile - 1)), query0));
+    return h;
+  }
+
   /// Stores this thread's rows of an m64nD accumulator (`v`, times `mul`
   /// if given) into the f32 [B, S, H, D] buffer `out` (address `outBase`)
   /// at rows s0 + row, head `head`: pairs of 8 bytes, rows past S skipped.
@@ -498,12 +505,158 @@ struct QueryTileEmitter : FlashEmitter {
                    ArrayRef<Value> args, ArrayRef<Value> results)
       : FlashEmitter(b, loc, f, args, results), dq(backward(f, args)) {}
 
-  // Shared memory: Q, [dO,] two (K, V) slots, then the forward's 64 x 64
-  // P tile or dQ's scratch for tilesSharing.
+  // Shared memory: Q, [dO,] two (K, V) slots, tilesSharing's scratch.
   int64_t doAt() const { return tileBytes(); }
   int64_t slotsAt() const { return (dq ? 2 : 1) * tileBytes(); }
   int64_t slotBytes() const { return 2 * tileBytes(); }
-  int64_t pAt() const { return slotsAt() + 2 * slotBytes(); }
+  int64_t scratchAt() const { return slotsAt() + 2 * slotBytes(); }
+
+  /// The forward's loop over key tiles [kFirst, nk), software-pipelined:
+  /// step kt issues S = Q K_kt^T and O += P V of tile kt - 1 (P in
+  /// registers), computes tile kt's softmax under the PV MMAs, then waits
+  /// for them and rescales O. K tile kt is copied at step kt - 1, V tile
+  /// kt at step kt (both into slot kt % 2: the slot's K was read by step
+  /// kt - 2's S MMA, its V by step kt - 1's PV MMA). Returns O (without
+  /// the last tile's PV, which follows), m0, m1, l0, l1.
+  SmallVector<Value> forwardLoop(Value kFirst, Value nk,
+                                 function_ref<Value(Value)> slotBase, Value kG,
+                                 Value vG, Value bb, Value kvHead, Value q0,
+                                 ArrayRef<Value> rows,
+                                 ArrayRef<Value> rowDocument, Value scale2) {
+    Value negInf = f32c(-INFINITY), zero = f32c(0.0);
+    SmallVector<Value> inits = {zeroAcc(f.dim), negInf, negInf, zero, zero};
+    // P of the previous tile, f32. (Carried as its bf16 A fragment, the
+    // registers of the in-flight PV MMAs were written by the next
+    // fragment's conversions: ptxas serialized the wgmmas.)
+    inits.append(SmallVector<Value>(accOf(flash::Tile).getBody().size(), zero));
+    auto loadV = [&](Value kt) {
+      loadTile(add(slotBase(rem(kt, 2)), idx(tileBytes())), vG, f.kvHeads, bb,
+               mul(kt, idx(flash::Tile)), kvHead);
+    };
+    // Step kt; the first (`first`) has no PV MMAs. (The first step is
+    // emitted before the loop: the PV MMAs under a branch made ptxas
+    // serialize the wgmmas.)
+    auto step = [&](Value kt, ValueRange carried,
+                    bool first) -> SmallVector<Value> {
+      Value next = add(kt, idx(1));
+      ifThen(cmp(P::slt, next, nk), [&] {
+        loadTile(slotBase(rem(next, 2)), kG, f.kvHeads, bb,
+                 mul(next, idx(flash::Tile)), kvHead);
+      });
+      loadV(kt);
+      NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      // K tile kt and V tile kt - 1 are here.
+      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+      fenceAndBarrier();
+      Value kTile = slotBase(rem(kt, 2));
+      Value vPrev = add(slotBase(rem(next, 2)), idx(tileBytes()));
+      Value key0 = mul(kt, idx(flash::Tile));
+      SmallVector<Value> pPrev;
+      if (!first)
+        pPrev = fragmentA(SmallVector<Value>(carried.drop_front(5)));
+
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      Value s = mmaFresh(flash::Tile, idx(0), kTile,
+                         /*bKMajor=*/true, f.dim / 16);
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      // O += P V of the previous tile.
+      Value o = carried[0];
+      if (!first) {
+        o = mmaRegA(o, pPrev, vPrev, flash::Tile / 16);
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      }
+      // S's group done; PV's may run on.
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, first ? 0 : 1);
+      SmallVector<Value> sv = values(s);
+      // Scores in base 2, hidden keys -inf; the per-element test only
+      // on tiles that may hide a key.
+      auto scores = [&](bool masked) {
+        SmallVector<Value> out(sv.size());
+        for (int64_t j = 0; j < 8; ++j)
+          for (int64_t c = 0; c < 2; ++c) {
+            Value key, keyDocument;
+            if (masked) {
+              key = add(key0, colOf(j, c));
+              keyDocument = documentOf(key);
+            }
+            for (int64_t h = 0; h < 2; ++h) {
+              int64_t i = 4 * j + 2 * h + c;
+              Value x = fmul(sv[i], scale2);
+              out[i] = masked ? select(hidden(rows[h], key,
+                                              /*queries=*/false, rowDocument[h],
+                                              keyDocument),
+                                       negInf, x)
+                              : x;
+            }
+          }
+        return out;
+      };
+      sv = ifElse(
+          SmallVector<Type>(sv.size(), f32()),
+          tileMayHide(q0, key0, /*queries=*/false),
+          [&] { return scores(true); }, [&] { return scores(false); });
+      SmallVector<Value> stats(carried.slice(1, 4));
+      std::array<Value, 2> corr;
+      for (int64_t h = 0; h < 2; ++h) {
+        Value mOld = carried[1 + h], lOld = carried[3 + h];
+        Value m = mOld;
+        for (int64_t j = 0; j < 8; ++j)
+          for (int64_t c = 0; c < 2; ++c)
+            m = fmax(m, sv[4 * j + 2 * h + c]);
+        m = rowReduce(m, /*max=*/true);
+        // With documents a row can see no key of its first tiles (its
+        // document starts later): m stays -inf, and the exponents are
+        // taken from 0 (p = 0, nothing to rescale) instead of
+        // -inf - -inf.
+        Value base = m;
+        if (documents)
+          base = select(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                              m, negInf),
+                        zero, m);
+        corr[h] = exp2(fsub(mOld, base));
+        Value l = fmul(lOld, corr[h]);
+        for (int64_t j = 0; j < 8; ++j)
+          for (int64_t c = 0; c < 2; ++c) {
+            int64_t i = 4 * j + 2 * h + c;
+            sv[i] = exp2(fsub(sv[i], base));
+            l = fadd(l, sv[i]);
+          }
+        stats[h] = m;
+        stats[2 + h] = l;
+      }
+      if (!first) {
+        // The PV MMAs done: O to this tile's max.
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        SmallVector<Value> acc = values(o);
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t j = 0; j < f.dim / 8; ++j)
+            for (int64_t c = 0; c < 2; ++c)
+              acc[4 * j + 2 * h + c] = fmul(acc[4 * j + 2 * h + c], corr[h]);
+        o = accFrom(acc);
+      }
+      // Everyone is done with the slots before the next copies.
+      barrier();
+      SmallVector<Value> yielded = {o};
+      llvm::append_range(yielded, stats);
+      llvm::append_range(yielded, sv);
+      return yielded;
+    };
+    SmallVector<Value> result = step(kFirst, inits, /*first=*/true);
+    result = forLoop(add(kFirst, idx(1)), nk, result,
+                     [&](Value kt, ValueRange carried) {
+                       return step(kt, carried, /*first=*/false);
+                     });
+    // The last tile's PV (every CTA has a tile: its own, at least).
+    SmallVector<Value> pLast = fragmentA(ArrayRef<Value>(result).drop_front(5));
+    Value vLast = add(slotBase(rem(add(nk, idx(-1)), 2)), idx(tileBytes()));
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    fenceAndBarrier();
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    result[0] = mmaRegA(result[0], pLast, vLast, flash::Tile / 16);
+    commitAndWait();
+    result.resize(5);
+    return result;
+  }
 
   void emit(gpu::LaunchOp launch) {
     setUpThread(launch);
@@ -520,7 +673,7 @@ struct QueryTileEmitter : FlashEmitter {
     Value kFirst = idx(0);
     Value nk = f.causal ? add(qt, idx(1)) : idx(tiles);
     if (documents)
-      std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk, pAt());
+      std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk, scratchAt());
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
     Value doG = dq ? baseAddress(dout) : Value();
     Value outG = baseAddress(results[0]);
@@ -533,19 +686,20 @@ struct QueryTileEmitter : FlashEmitter {
       return add(slots, mul(slot, idx(slotBytes())));
     };
     {
-      // The first stage, with Q (and dO).
+      // The first stage, with Q (and dO); the forward's V tiles come a
+      // stage after their K tiles.
       Value k0 = mul(kFirst, idx(flash::Tile));
       Value base = slotBase(rem(kFirst, 2));
       loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
-      loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
+      if (dq)
+        loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
     }
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
     double c2 = f.scale / std::log(2.0);
     Value scale2 = f32c(c2);
-    Value negInf = f32c(-INFINITY);
-    // Per fragment row h: the query, its lse and delta (dQ) or the running
-    // max and partial sum (forward).
+    // Per fragment row h: the query, its document, and (dQ) its lse and
+    // delta.
     SmallVector<Value> rows, rowLse, rowDelta, rowDocument;
     for (int64_t h = 0; h < 2; ++h) {
       rows.push_back(add(q0, rowOf(h)));
@@ -555,134 +709,95 @@ struct QueryTileEmitter : FlashEmitter {
         rowDelta.push_back(loadStat(delta, bb, head, rows[h]));
       }
     }
-    Value zero = f32c(0.0);
-    SmallVector<Value> inits = {zeroAcc(f.dim)};
-    if (!dq)
-      inits.append({negInf, negInf, zero, zero}); // m0, m1, l0, l1
-    SmallVector<Value> result = forLoop(
-        kFirst, nk, inits,
-        [&](Value kt, ValueRange carried) -> SmallVector<Value> {
-          Value next = add(kt, idx(1));
-          ifThen(cmp(P::slt, next, nk), [&] {
-            Value base = slotBase(rem(next, 2));
-            Value k0 = mul(next, idx(flash::Tile));
-            loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
-            loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0,
-                     kvHead);
-          });
-          NVVM::CpAsyncCommitGroupOp::create(b, loc);
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
-          fenceAndBarrier();
-          Value kTile = slotBase(rem(kt, 2));
-          Value vTile = add(kTile, idx(tileBytes()));
-          Value key0 = mul(kt, idx(flash::Tile));
-
-          NVVM::WgmmaFenceAlignedOp::create(b, loc);
-          Value s = mmaFresh(flash::Tile, idx(0), kTile,
-                             /*bKMajor=*/true, f.dim / 16);
-          Value dp;
-          if (dq)
-            dp = mmaFresh(flash::Tile, idx(doAt()), vTile,
-                          /*bKMajor=*/true, f.dim / 16);
-          commitAndWait();
-          SmallVector<Value> sv = values(s);
-          SmallVector<Value> dpv = dq ? values(dp) : SmallVector<Value>();
-          SmallVector<Value> acc = values(carried[0]);
-          SmallVector<Value> next2(carried.begin() + 1, carried.end());
-          // Scores in base 2, hidden keys -inf (forward) or P = 0 (dQ).
-          for (int64_t j = 0; j < 8; ++j)
-            for (int64_t c = 0; c < 2; ++c) {
-              Value key = add(key0, colOf(j, c));
-              Value keyDocument = documentOf(key);
-              for (int64_t h = 0; h < 2; ++h) {
-                int64_t i = 4 * j + 2 * h + c;
-                Value hide = hidden(rows[h], key, /*queries=*/dq,
-                                    rowDocument[h], keyDocument);
-                Value x = fmul(sv[i], scale2);
-                if (dq) {
-                  Value p = exp2(fsub(x, rowLse[h]));
-                  p = select(hide, zero, p);
-                  sv[i] = fmul(p, fsub(dpv[i], rowDelta[h]));
-                } else {
-                  sv[i] = select(hide, negInf, x);
-                }
-              }
-            }
-          if (!dq) {
-            for (int64_t h = 0; h < 2; ++h) {
-              Value mOld = carried[1 + h], lOld = carried[3 + h];
-              Value m = mOld;
-              for (int64_t j = 0; j < 8; ++j)
-                for (int64_t c = 0; c < 2; ++c)
-                  m = fmax(m, sv[4 * j + 2 * h + c]);
-              m = rowReduce(m, /*max=*/true);
-              // With documents a row can see no key of its first tiles
-              // (its document starts later): m stays -inf, and the
-              // exponents are taken from 0 (p = 0, nothing to rescale)
-              // instead of -inf - -inf.
-              Value base = m;
-              if (documents)
-                base = select(arith::CmpFOp::create(
-                                  b, loc, arith::CmpFPredicate::OEQ, m, negInf),
-                              zero, m);
-              Value corr = exp2(fsub(mOld, base));
-              Value l = fmul(lOld, corr);
-              for (int64_t j = 0; j < 8; ++j)
-                for (int64_t c = 0; c < 2; ++c) {
-                  int64_t i = 4 * j + 2 * h + c;
-                  sv[i] = exp2(fsub(sv[i], base));
-                  l = fadd(l, sv[i]);
-                }
-              for (int64_t j = 0; j < f.dim / 8; ++j)
-                for (int64_t c = 0; c < 2; ++c)
-                  acc[4 * j + 2 * h + c] = fmul(acc[4 * j + 2 * h + c], corr);
-              next2[h] = m;
-              next2[2 + h] = l;
-            }
-          }
-          // O += P V, or dQ += dS K: B MN-major (rows are keys). dS is
-          // the A operand in registers; P goes through shared memory (in
-          // registers the forward measured slower: sequence 4096, batch 4,
-          // on an H100, 1.54 -> 1.65 ms, where dQ went 1.57 -> 1.54).
-          Value o;
-          if (dq) {
-            SmallVector<Value> a = fragmentA(sv);
-            NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            o = mmaRegA(accFrom(acc), a, kTile, flash::Tile / 16);
-          } else {
-            storeTileBf16(sv, idx(pAt()));
-            fenceAndBarrier();
-            NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            o = mma(accFrom(acc), idx(pAt()), vTile, /*bKMajor=*/false,
-                    flash::Tile / 16);
-          }
-          commitAndWait();
-          // Everyone is done with P and this slot before they are refilled.
-          barrier();
-          SmallVector<Value> yielded = {o};
-          llvm::append_range(yielded, next2);
-          return yielded;
-        });
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-    SmallVector<Value> o = values(result[0]);
-    if (dq) {
-      Value sc = f32c(f.scale);
-      storeRows(o, {sc, sc}, outG, f.heads, bb, q0, head);
+    if (!dq) {
+      SmallVector<Value> result =
+          forwardLoop(kFirst, nk, slotBase, kG, vG, bb, kvHead, q0, rows,
+                      rowDocument, scale2);
+      SmallVector<Value> o = values(result[0]);
+      std::array<Value, 2> inv;
+      for (int64_t h = 0; h < 2; ++h) {
+        Value l = rowReduce(result[3 + h], /*max=*/false);
+        inv[h] = arith::DivFOp::create(b, loc, f32c(1.0), l);
+        Value lse2 = fadd(result[1 + h], math::Log2Op::create(b, loc, l));
+        ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
+                    cmp(P::eq, rem(lane, 4), idx(0))),
+               [&] {
+                 memref::StoreOp::create(b, loc, lse2, results[1],
+                                         ValueRange{bb, head, rows[h]});
+               });
+      }
+      storeRows(o, inv, outG, f.heads, bb, q0, head);
       return;
     }
-    std::array<Value, 2> inv;
-    for (int64_t h = 0; h < 2; ++h) {
-      Value l = rowReduce(result[3 + h], /*max=*/false);
-      inv[h] = arith::DivFOp::create(b, loc, f32c(1.0), l);
-      Value lse2 = fadd(result[1 + h], math::Log2Op::create(b, loc, l));
-      ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
-                  cmp(P::eq, rem(lane, 4), idx(0))),
-             [&] {
-               memref::StoreOp::create(b, loc, lse2, results[1],
-                                       ValueRange{bb, head, rows[h]});
-             });
-    }
-    storeRows(o, inv, outG, f.heads, bb, q0, head);
+    // dQ: the loop over key tiles, K and V double-buffered.
+    Value zero = f32c(0.0);
+    SmallVector<Value> result =
+        forLoop(kFirst, nk, {zeroAcc(f.dim)},
+                [&](Value kt, ValueRange carried) -> SmallVector<Value> {
+                  Value next = add(kt, idx(1));
+                  ifThen(cmp(P::slt, next, nk), [&] {
+                    Value base = slotBase(rem(next, 2));
+                    Value k0 = mul(next, idx(flash::Tile));
+                    loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
+                    loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0,
+                             kvHead);
+                  });
+                  NVVM::CpAsyncCommitGroupOp::create(b, loc);
+                  NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+                  fenceAndBarrier();
+                  Value kTile = slotBase(rem(kt, 2));
+                  Value vTile = add(kTile, idx(tileBytes()));
+                  Value key0 = mul(kt, idx(flash::Tile));
+
+                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                  Value s = mmaFresh(flash::Tile, idx(0), kTile,
+                                     /*bKMajor=*/true, f.dim / 16);
+                  Value dp = mmaFresh(flash::Tile, idx(doAt()), vTile,
+                                      /*bKMajor=*/true, f.dim / 16);
+                  commitAndWait();
+                  SmallVector<Value> sv = values(s), dpv = values(dp);
+                  // dS = P (dP - delta) with P = exp2(scale' s - lse), hidden
+                  // pairs 0; the per-element test only on tiles that may hide
+                  // one.
+                  auto gradients = [&](bool masked) {
+                    SmallVector<Value> out(sv.size());
+                    for (int64_t j = 0; j < 8; ++j)
+                      for (int64_t c = 0; c < 2; ++c) {
+                        Value key, keyDocument;
+                        if (masked) {
+                          key = add(key0, colOf(j, c));
+                          keyDocument = documentOf(key);
+                        }
+                        for (int64_t h = 0; h < 2; ++h) {
+                          int64_t i = 4 * j + 2 * h + c;
+                          Value p = exp2(fsub(fmul(sv[i], scale2), rowLse[h]));
+                          if (masked)
+                            p = select(hidden(rows[h], key, /*queries=*/true,
+                                              rowDocument[h], keyDocument),
+                                       zero, p);
+                          out[i] = fmul(p, fsub(dpv[i], rowDelta[h]));
+                        }
+                      }
+                    return out;
+                  };
+                  SmallVector<Value> ds = ifElse(
+                      SmallVector<Type>(sv.size(), f32()),
+                      tileMayHide(q0, key0, /*queries=*/true),
+                      [&] { return gradients(true); },
+                      [&] { return gradients(false); });
+                  // dQ += dS K: dS in registers as the A operand, B MN-major
+                  // (rows are keys).
+                  SmallVector<Value> a = fragmentA(ds);
+                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+                  Value dq = mmaRegA(carried[0], a, kTile, flash::Tile / 16);
+                  commitAndWait();
+                  // Everyone is done with this slot before it is refilled.
+                  barrier();
+                  return {dq};
+                });
+    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
+    Value sc = f32c(f.scale);
+    storeRows(values(result[0]), {sc, sc}, outG, f.heads, bb, q0, head);
   }
 };
 
@@ -809,20 +924,39 @@ struct KeyTileEmitter : FlashEmitter {
                   // Overlapped: S^T's group done, dP^T's still running.
                   commitAndWaitFor(f.overlapDkv ? 1 : 0);
                   SmallVector<Value> sv = values(st);
-                  SmallVector<Value> pv(sv.size()), dsv(sv.size());
+                  SmallVector<Value> dsv(sv.size()), lseOf;
                   for (int64_t j = 0; j < 8; ++j)
-                    for (int64_t c = 0; c < 2; ++c) {
-                      Value query = add(q0, colOf(j, c));
-                      Value queryDocument = documentOf(query);
-                      Value l = statAt(stats, /*ofDelta=*/false, j, c);
-                      for (int64_t h = 0; h < 2; ++h) {
-                        int64_t i = 4 * j + 2 * h + c;
-                        Value p = exp2(fsub(fmul(sv[i], scale2), l));
-                        pv[i] = select(hidden(query, keys[h], /*queries=*/true,
+                    for (int64_t c = 0; c < 2; ++c)
+                      lseOf.push_back(statAt(stats, /*ofDelta=*/false, j, c));
+                  // P^T, hidden pairs 0 (tested only on tiles that may
+                  // hide one).
+                  auto probabilities = [&](bool masked) {
+                    SmallVector<Value> pv(sv.size());
+                    for (int64_t j = 0; j < 8; ++j)
+                      for (int64_t c = 0; c < 2; ++c) {
+                        Value query, queryDocument;
+                        if (masked) {
+                          query = add(q0, colOf(j, c));
+                          queryDocument = documentOf(query);
+                        }
+                        for (int64_t h = 0; h < 2; ++h) {
+                          int64_t i = 4 * j + 2 * h + c;
+                          Value p =
+                              exp2(fsub(fmul(sv[i], scale2), lseOf[2 * j + c]));
+                          if (masked)
+                            p = select(hidden(query, keys[h], /*queries=*/true,
                                               queryDocument, keyDocument[h]),
                                        zero, p);
+                          pv[i] = p;
+                        }
                       }
-                    }
+                    return pv;
+                  };
+                  SmallVector<Value> pv = ifElse(
+                      SmallVector<Type>(sv.size(), f32()),
+                      tileMayHide(q0, key0, /*queries=*/true),
+                      [&] { return probabilities(true); },
+                      [&] { return probabilities(false); });
                   // dS^T = P^T (dP^T - delta), once dP^T is there.
                   auto gradients = [&] {
                     SmallVector<Value> dv = values(dpt);
@@ -1002,7 +1136,7 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
   auto outType = RankedTensorType::get(
       cast<RankedTensorType>(q.getType()).getShape(), Float32Type::get(ctx));
   int64_t tile = f.dim / 64 * flash::PanelBytes;
-  int64_t smem = smemOf(tile * 5 + flash::PanelBytes);
+  int64_t smem = smemOf(tile * 5 + flash::ScratchBytes);
   SmallVector<Value> args = {q, k, v};
   if (documents)
     args.append({documents, ranges});
