@@ -1,10 +1,11 @@
 // The flash attention kernels on Hopper at a sequence that is not a tile
 // multiple (200), grouped KV heads and head dim 64: the calls and their
-// launches (a CTA per 64-row tile, head and batch entry; the tiles in
-// shared memory, and the documents' scratch in the forward and dQ), and in
-// the PTX every kernel feeds P (P^T, dS, dS^T) to its second MMA from
-// registers: nothing is stored to shared memory. Nothing of it runs here
-// (test/Integration/GPU/attention.mlir runs it on the GPU).
+// launches (the forward: a CTA of three warpgroups per 128-query tile,
+// head and batch entry, its tensor maps encoded first; dQ and dK/dV: a CTA
+// of one warpgroup per 64-row tile), and in the PTX every kernel feeds P
+// (P^T, dS, dS^T) to its second MMA from registers: nothing is stored to
+// shared memory. Nothing of it runs here (test/Integration/GPU/attention.mlir
+// runs it on the GPU).
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels=chip=sm_90a | FileCheck %s
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
@@ -17,10 +18,14 @@
 // CHECK: call @moe_flash_delta_b2_s200_h4_kv2_d64_causal(
 // CHECK: call @moe_flash_dq_b2_s200_h4_kv2_d64_causal(
 // CHECK: call @moe_flash_dkv_b2_s200_h4_kv2_d64_causal(
-// Forward: Q and two (K, V) slots (8 KiB each), 128 bytes of scratch, 1 KiB
-// alignment slack.
+// Forward: q, k and v as [B][S][heads x D] in boxes of 64 x 64; two Q
+// tiles and three (K, V) stages (8 KiB each), ten mbarriers, 128 bytes of
+// scratch, 1 KiB alignment slack.
 // CHECK-LABEL: func.func private @moe_flash_fwd_b2_s200_h4_kv2_d64_causal(
-// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c42112_i32
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64, %c256_i64, %c200_i64, %c2_i64{{.*}}, %c512_i64, %c102400_i64, %c64_i64{{.*}}, %c64_i64{{.*}})
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64{{.*}}, %c128_i64, %c200_i64{{.*}}, %c2_i64{{.*}}, %c256_i64{{.*}}, %c51200_i64, %c64_i64{{.*}}, %c64_i64{{.*}})
+// CHECK: call @moertTensorMap3D(
+// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c2, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c384, {{.*}} dynamic_shared_memory_size %c66768_i32
 // dQ: Q, dO, two (K, V) slots and 128 bytes of scratch.
 // CHECK-LABEL: func.func private @moe_flash_dq_b2_s200_h4_kv2_d64_causal(
 // CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50304_i32
@@ -30,7 +35,11 @@
 // CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50176_i32
 
 // PTX-LABEL: kernel module moe_flash_fwd_b2_s200_h4_kv2_d64_causal_kernel
-// S = Q K^T by descriptors, PV with P from registers.
+// The producer's copies (two Q tiles, then K and V a stage), the
+// consumers' S = Q K^T by descriptors and PV with P from registers.
+// PTX-COUNT-10: mbarrier.init.shared.b64
+// PTX-NOT: st.shared
+// PTX: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // PTX-NOT: st.shared
 // PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // PTX-NOT: st.shared

@@ -7,12 +7,13 @@
 // gradient of the result bf16 too, f32 results, static shapes, head dim D of
 // 64 or 128, causal or not, any S. Nothing of size [S, S] is ever in memory:
 //
-//   forward   per (64-query tile, head, batch): S = Q K^T a 64-key tile at a
-//             time, an online softmax in base 2 (running row max m, partial
-//             row sums l; the accumulator rescaled by exp2(m_old - m_new)),
-//             O += P V with P rounded to bf16; the result O / l and, per
-//             query row, lse = m + log2(l) (base 2, of scale * q.k) into
-//             [B, N, S] f32 for the backward.
+//   forward   per (128-query tile, head, batch), 64 queries a consumer
+//             warpgroup: S = Q K^T a 64-key tile at a time, an online
+//             softmax in base 2 (running row max m, partial row sums l;
+//             the accumulator rescaled by exp2(m_old - m_new)), O += P V
+//             with P rounded to bf16; the result O / l and, per query row,
+//             lse = m + log2(l) (base 2, of scale * q.k) into [B, N, S] f32
+//             for the backward.
 //   dQ        per (64-query tile, head, batch): P = exp2(scale' s - lse)
 //             recomputed per key tile, dP = dO V^T, dS = P (dP - delta),
 //             dQ += dS K (dS rounded to bf16); dQ = scale dQ at the end.
@@ -35,8 +36,10 @@
 // the scan of the ranges; the dK/dV kernel's each scan them all (shared,
 // its backward measured slower; bench/results/h200-attention.md).
 //
-// CTA: one warpgroup (128 threads); every MMA is m64nNk16 (N = 64 for the
-// score tiles, D for the products with V, K, Q, dO).
+// CTA: the forward's three warpgroups (a TMA producer, two consumers:
+// ForwardEmitter), the backward kernels' one (128 threads); every MMA is
+// m64nNk16 (N = 64 for the score tiles, D for the products with V, K, Q,
+// dO).
 //
 // Shared memory: every tile is 64 rows of bf16 stored as D / 64 panels of
 // 64 rows x 128 bytes (8 KiB), in the 128-byte swizzle of the GEMM kernels
@@ -56,21 +59,25 @@
 // them goes through shared memory and no barrier waits for one (the dK/dV
 // kernel at sequence 4096, batch 4, on an H100: 3.48 -> 2.18 ms).
 //
-// The forward is software-pipelined (as FlashAttention-3 does within a
-// warpgroup): step j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then
-// computes the softmax of S_j while the PV MMAs run, then rescales O.
+// The forward is warp-specialized and software-pipelined, as
+// FlashAttention-3 does (ForwardEmitter): a 128-query tile reads each K/V
+// tile once (the forward at sequence 4096 on an H100: 1.29 -> 1.21 ms, at
+// 16384 5.05 -> 4.53), and within a consumer step j issues
+// S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then computes the softmax of S_j
+// while the PV MMAs run, then rescales O.
 //
 // Masks: only tiles that may hide a pair (causal: the diagonal; the last
 // tile past S; documents) test each element; the others skip the indices
 // and compares (on an H100 at 4096: forward 1.53 -> 1.42 ms, dQ 1.55 ->
 // 1.48).
 //
-// Loads: cp.async of 16 bytes, 8 or 16 consecutive threads per 128 or 256
-// byte row; rows past S are zero-filled (and masked: a zero key gives a
-// score of 0, not -inf). The forward and the dQ kernel double-buffer the
-// key/value tiles (the next tile's copies run under this tile's MMAs; the
-// forward's V tiles a step behind its K tiles); the dK/dV kernel
-// double-buffers Q and dO likewise, over its query tiles.
+// Loads: the forward's by TMA (a box of 64 rows x 64 columns a panel,
+// through a map of the tensor as [B][S][heads x D]) into a ring of three
+// stages; the backward's by cp.async of 16 bytes, 8 or 16 consecutive
+// threads per 128 or 256 byte row. Rows past S are zeros (and masked: a
+// zero key gives a score of 0, not -inf). The dQ kernel double-buffers the
+// key/value tiles (the next tile's copies run under this tile's MMAs); the
+// dK/dV kernel double-buffers Q and dO likewise, over its query tiles.
 //
 // Numerics: bf16 products summed in f32 by the tensor core; P and dS are
 // rounded to bf16 before their products (as FlashAttention does), which the
@@ -173,6 +180,10 @@ struct FlashEmitter : HopperBuilder {
   Value q, k, v, dout{}, lse{}, delta{}, documents{}, ranges{};
   SmallVector<Value> results;
   Value tid{}, warp{}, lane{};
+  /// The warp within its warpgroup (the fragment rows' warp).
+  Value wgWarp{};
+  /// The CTA's threads (loadTile and tilesSharing share their work).
+  int64_t threads = flash::Threads;
   /// The batch entry of the CTA (what `hidden` reads the documents of).
   Value batch{};
 
@@ -191,10 +202,6 @@ struct FlashEmitter : HopperBuilder {
       delta = args[5];
     }
   }
-  /// Whether this is a backward kernel (it reads dO).
-  static bool backward(const FlashAttention &f, ArrayRef<Value> args) {
-    return args.size() - (f.documents ? 2 : 0) == 6;
-  }
 
   int64_t tileBytes() const { return f.dim / 64 * flash::PanelBytes; }
   Type f32() { return b.getF32Type(); }
@@ -212,6 +219,7 @@ struct FlashEmitter : HopperBuilder {
   void setUpThread(gpu::LaunchOp launch) {
     tid = launch.getThreadIds().x;
     warp = div(tid, 32);
+    wgWarp = rem(warp, 4);
     lane = rem(tid, 32);
     setUp(hopper::LBO, hopper::SBO, /*swizzled=*/true);
   }
@@ -226,9 +234,10 @@ struct FlashEmitter : HopperBuilder {
   /// tile 0 is the longest); on an H100 at 4096 its CTAs launched tile
   /// fastest took 3.93 ms, this way 3.48 (with every CTA of a KV head
   /// reading the same Q and dO tiles at once, below).
-  std::array<Value, 3> rankHeadBatch(gpu::LaunchOp launch, int64_t headsOf) {
+  std::array<Value, 3> rankHeadBatch(gpu::LaunchOp launch, int64_t headsOf,
+                                     int64_t rowsPerCta = flash::Tile) {
     gpu::KernelDim3 id = launch.getBlockIds();
-    Value linear = add(id.x, mul(idx(tilesOf(f.seq, flash::Tile)),
+    Value linear = add(id.x, mul(idx(tilesOf(f.seq, rowsPerCta)),
                                  add(id.y, mul(idx(headsOf), id.z))));
     int64_t perRank = headsOf * f.batch;
     Value rest = rem(linear, perRank);
@@ -241,8 +250,8 @@ struct FlashEmitter : HopperBuilder {
   void loadTile(Value tileBase, Value global, int64_t headsOf, Value bb,
                 Value s0, Value head) {
     int64_t chunks = f.dim / 8; // 16-byte chunks a row
-    for (int64_t i = 0; i < flash::Tile * chunks / flash::Threads; ++i) {
-      Value q = add(tid, idx(flash::Threads * i));
+    for (int64_t i = 0; i < flash::Tile * chunks / threads; ++i) {
+      Value q = add(tid, idx(threads * i));
       Value r = div(q, chunks), c = rem(q, chunks);
       Value s = add(s0, r);
       Value valid = cmp(P::slt, s, idx(f.seq));
@@ -318,7 +327,7 @@ struct FlashEmitter : HopperBuilder {
   /// This thread's fragment of an m64nN accumulator: row of register 4 j +
   /// 2 h + c within the tile is rowOf(h), its column colOf(j, c).
   Value rowOf(int64_t h) {
-    return add(add(mul(warp, idx(16)), div(lane, 4)), idx(8 * h));
+    return add(add(mul(wgWarp, idx(16)), div(lane, 4)), idx(8 * h));
   }
   Value colOf(int64_t j, int64_t c) {
     return add(mul(rem(lane, 4), idx(2)), idx(8 * j + c));
@@ -372,9 +381,9 @@ struct FlashEmitter : HopperBuilder {
           .getResult();
     };
     Value lo = rangeAt(t, 0), hi = rangeAt(t, 1);
-    auto scan = scf::ForOp::create(b, loc, scratch ? add(from, tid) : from, to,
-                                   idx(scratch ? flash::Threads : 1),
-                                   ValueRange{to, from});
+    auto scan =
+        scf::ForOp::create(b, loc, scratch ? add(from, tid) : from, to,
+                           idx(scratch ? threads : 1), ValueRange{to, from});
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(scan.getBody());
@@ -410,7 +419,7 @@ struct FlashEmitter : HopperBuilder {
       });
       barrier();
       SmallVector<Value> all = {Value(), Value()};
-      for (int64_t w = 0; w < flash::Threads / 32; ++w)
+      for (int64_t w = 0; w < threads / 32; ++w)
         for (int64_t i = 0; i < 2; ++i) {
           Value x = LLVM::LoadOp::create(
               b, loc, i32(), sharedPtrAt(idx(*scratch + 8 * w + 4 * i)), 4);
@@ -462,6 +471,76 @@ struct FlashEmitter : HopperBuilder {
     return h;
   }
 
+  /// The forward's online softmax of a 64 x 64 score tile (`sv`, an
+  /// accumulator's values) of the keys from `key0` for the fragment rows
+  /// `rows` (the queries from `q0`): scores in base 2, hidden keys -inf
+  /// (tested per element only on tiles that may hide one); `stats` (m0, m1,
+  /// l0, l1: the running row maxima and partial sums) updated, `sv`
+  /// replaced by the probabilities (f32), and each row's factor for the
+  /// accumulator, exp2(m_old - m_new), returned.
+  std::array<Value, 2> softmax(SmallVector<Value> &sv,
+                               SmallVector<Value> &stats, Value key0, Value q0,
+                               ArrayRef<Value> rows,
+                               ArrayRef<Value> rowDocument, Value scale2) {
+    Value negInf = f32c(-INFINITY), zero = f32c(0.0);
+    // Scores in base 2, hidden keys -inf; the per-element test only
+    // on tiles that may hide a key.
+    auto scores = [&](bool masked) {
+      SmallVector<Value> out(sv.size());
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t c = 0; c < 2; ++c) {
+          Value key, keyDocument;
+          if (masked) {
+            key = add(key0, colOf(j, c));
+            keyDocument = documentOf(key);
+          }
+          for (int64_t h = 0; h < 2; ++h) {
+            int64_t i = 4 * j + 2 * h + c;
+            Value x = fmul(sv[i], scale2);
+            out[i] = masked ? select(hidden(rows[h], key,
+                                            /*queries=*/false, rowDocument[h],
+                                            keyDocument),
+                                     negInf, x)
+                            : x;
+          }
+        }
+      return out;
+    };
+    sv = ifElse(
+        SmallVector<Type>(sv.size(), f32()),
+        tileMayHide(q0, key0, /*queries=*/false), [&] { return scores(true); },
+        [&] { return scores(false); });
+    std::array<Value, 2> corr;
+    for (int64_t h = 0; h < 2; ++h) {
+      Value mOld = stats[h], lOld = stats[2 + h];
+      Value m = mOld;
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t c = 0; c < 2; ++c)
+          m = fmax(m, sv[4 * j + 2 * h + c]);
+      m = rowReduce(m, /*max=*/true);
+      // With documents a row can see no key of its first tiles (its
+      // document starts later): m stays -inf, and the exponents are
+      // taken from 0 (p = 0, nothing to rescale) instead of
+      // -inf - -inf.
+      Value base = m;
+      if (documents)
+        base = select(
+            arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, m, negInf),
+            zero, m);
+      corr[h] = exp2(fsub(mOld, base));
+      Value l = fmul(lOld, corr[h]);
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t c = 0; c < 2; ++c) {
+          int64_t i = 4 * j + 2 * h + c;
+          sv[i] = exp2(fsub(sv[i], base));
+          l = fadd(l, sv[i]);
+        }
+      stats[h] = m;
+      stats[2 + h] = l;
+    }
+    return corr;
+  }
+
   /// Stores this thread's rows of an m64nD accumulator (`v`, times `mul`
   /// if given) into the f32 [B, S, H, D] buffer `out` (address `outBase`)
   /// at rows s0 + row, head `head`: pairs of 8 bytes, rows past S skipped.
@@ -496,167 +575,16 @@ struct FlashEmitter : HopperBuilder {
   }
 };
 
-/// The forward kernel (`dq` false) and the dQ kernel (`dq` true): a query
-/// tile, a loop over key/value tiles double-buffered.
-struct QueryTileEmitter : FlashEmitter {
-  bool dq;
+/// The dQ kernel: a query tile, a loop over key/value tiles
+/// double-buffered.
+struct DqEmitter : FlashEmitter {
+  using FlashEmitter::FlashEmitter;
 
-  QueryTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
-                   ArrayRef<Value> args, ArrayRef<Value> results)
-      : FlashEmitter(b, loc, f, args, results), dq(backward(f, args)) {}
-
-  // Shared memory: Q, [dO,] two (K, V) slots, tilesSharing's scratch.
+  // Shared memory: Q, dO, two (K, V) slots, tilesSharing's scratch.
   int64_t doAt() const { return tileBytes(); }
-  int64_t slotsAt() const { return (dq ? 2 : 1) * tileBytes(); }
+  int64_t slotsAt() const { return 2 * tileBytes(); }
   int64_t slotBytes() const { return 2 * tileBytes(); }
   int64_t scratchAt() const { return slotsAt() + 2 * slotBytes(); }
-
-  /// The forward's loop over key tiles [kFirst, nk), software-pipelined:
-  /// step kt issues S = Q K_kt^T and O += P V of tile kt - 1 (P in
-  /// registers), computes tile kt's softmax under the PV MMAs, then waits
-  /// for them and rescales O. K tile kt is copied at step kt - 1, V tile
-  /// kt at step kt (both into slot kt % 2: the slot's K was read by step
-  /// kt - 2's S MMA, its V by step kt - 1's PV MMA). Returns O (without
-  /// the last tile's PV, which follows), m0, m1, l0, l1.
-  SmallVector<Value> forwardLoop(Value kFirst, Value nk,
-                                 function_ref<Value(Value)> slotBase, Value kG,
-                                 Value vG, Value bb, Value kvHead, Value q0,
-                                 ArrayRef<Value> rows,
-                                 ArrayRef<Value> rowDocument, Value scale2) {
-    Value negInf = f32c(-INFINITY), zero = f32c(0.0);
-    SmallVector<Value> inits = {zeroAcc(f.dim), negInf, negInf, zero, zero};
-    // P of the previous tile, f32. (Carried as its bf16 A fragment, the
-    // registers of the in-flight PV MMAs were written by the next
-    // fragment's conversions: ptxas serialized the wgmmas.)
-    inits.append(SmallVector<Value>(accOf(flash::Tile).getBody().size(), zero));
-    auto loadV = [&](Value kt) {
-      loadTile(add(slotBase(rem(kt, 2)), idx(tileBytes())), vG, f.kvHeads, bb,
-               mul(kt, idx(flash::Tile)), kvHead);
-    };
-    // Step kt; the first (`first`) has no PV MMAs. (The first step is
-    // emitted before the loop: the PV MMAs under a branch made ptxas
-    // serialize the wgmmas.)
-    auto step = [&](Value kt, ValueRange carried,
-                    bool first) -> SmallVector<Value> {
-      Value next = add(kt, idx(1));
-      ifThen(cmp(P::slt, next, nk), [&] {
-        loadTile(slotBase(rem(next, 2)), kG, f.kvHeads, bb,
-                 mul(next, idx(flash::Tile)), kvHead);
-      });
-      loadV(kt);
-      NVVM::CpAsyncCommitGroupOp::create(b, loc);
-      // K tile kt and V tile kt - 1 are here.
-      NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
-      fenceAndBarrier();
-      Value kTile = slotBase(rem(kt, 2));
-      Value vPrev = add(slotBase(rem(next, 2)), idx(tileBytes()));
-      Value key0 = mul(kt, idx(flash::Tile));
-      SmallVector<Value> pPrev;
-      if (!first)
-        pPrev = fragmentA(SmallVector<Value>(carried.drop_front(5)));
-
-      NVVM::WgmmaFenceAlignedOp::create(b, loc);
-      Value s = mmaFresh(flash::Tile, idx(0), kTile,
-                         /*bKMajor=*/true, f.dim / 16);
-      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      // O += P V of the previous tile.
-      Value o = carried[0];
-      if (!first) {
-        o = mmaRegA(o, pPrev, vPrev, flash::Tile / 16);
-        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-      }
-      // S's group done; PV's may run on.
-      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, first ? 0 : 1);
-      SmallVector<Value> sv = values(s);
-      // Scores in base 2, hidden keys -inf; the per-element test only
-      // on tiles that may hide a key.
-      auto scores = [&](bool masked) {
-        SmallVector<Value> out(sv.size());
-        for (int64_t j = 0; j < 8; ++j)
-          for (int64_t c = 0; c < 2; ++c) {
-            Value key, keyDocument;
-            if (masked) {
-              key = add(key0, colOf(j, c));
-              keyDocument = documentOf(key);
-            }
-            for (int64_t h = 0; h < 2; ++h) {
-              int64_t i = 4 * j + 2 * h + c;
-              Value x = fmul(sv[i], scale2);
-              out[i] = masked ? select(hidden(rows[h], key,
-                                              /*queries=*/false, rowDocument[h],
-                                              keyDocument),
-                                       negInf, x)
-                              : x;
-            }
-          }
-        return out;
-      };
-      sv = ifElse(
-          SmallVector<Type>(sv.size(), f32()),
-          tileMayHide(q0, key0, /*queries=*/false),
-          [&] { return scores(true); }, [&] { return scores(false); });
-      SmallVector<Value> stats(carried.slice(1, 4));
-      std::array<Value, 2> corr;
-      for (int64_t h = 0; h < 2; ++h) {
-        Value mOld = carried[1 + h], lOld = carried[3 + h];
-        Value m = mOld;
-        for (int64_t j = 0; j < 8; ++j)
-          for (int64_t c = 0; c < 2; ++c)
-            m = fmax(m, sv[4 * j + 2 * h + c]);
-        m = rowReduce(m, /*max=*/true);
-        // With documents a row can see no key of its first tiles (its
-        // document starts later): m stays -inf, and the exponents are
-        // taken from 0 (p = 0, nothing to rescale) instead of
-        // -inf - -inf.
-        Value base = m;
-        if (documents)
-          base = select(arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
-                                              m, negInf),
-                        zero, m);
-        corr[h] = exp2(fsub(mOld, base));
-        Value l = fmul(lOld, corr[h]);
-        for (int64_t j = 0; j < 8; ++j)
-          for (int64_t c = 0; c < 2; ++c) {
-            int64_t i = 4 * j + 2 * h + c;
-            sv[i] = exp2(fsub(sv[i], base));
-            l = fadd(l, sv[i]);
-          }
-        stats[h] = m;
-        stats[2 + h] = l;
-      }
-      if (!first) {
-        // The PV MMAs done: O to this tile's max.
-        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
-        SmallVector<Value> acc = values(o);
-        for (int64_t h = 0; h < 2; ++h)
-          for (int64_t j = 0; j < f.dim / 8; ++j)
-            for (int64_t c = 0; c < 2; ++c)
-              acc[4 * j + 2 * h + c] = fmul(acc[4 * j + 2 * h + c], corr[h]);
-        o = accFrom(acc);
-      }
-      // Everyone is done with the slots before the next copies.
-      barrier();
-      SmallVector<Value> yielded = {o};
-      llvm::append_range(yielded, stats);
-      llvm::append_range(yielded, sv);
-      return yielded;
-    };
-    SmallVector<Value> result = step(kFirst, inits, /*first=*/true);
-    result = forLoop(add(kFirst, idx(1)), nk, result,
-                     [&](Value kt, ValueRange carried) {
-                       return step(kt, carried, /*first=*/false);
-                     });
-    // The last tile's PV (every CTA has a tile: its own, at least).
-    SmallVector<Value> pLast = fragmentA(ArrayRef<Value>(result).drop_front(5));
-    Value vLast = add(slotBase(rem(add(nk, idx(-1)), 2)), idx(tileBytes()));
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
-    fenceAndBarrier();
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    result[0] = mmaRegA(result[0], pLast, vLast, flash::Tile / 16);
-    commitAndWait();
-    result.resize(5);
-    return result;
-  }
 
   void emit(gpu::LaunchOp launch) {
     setUpThread(launch);
@@ -675,61 +603,34 @@ struct QueryTileEmitter : FlashEmitter {
     if (documents)
       std::tie(kFirst, nk) = tilesSharing(qt, kFirst, nk, scratchAt());
     Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
-    Value doG = dq ? baseAddress(dout) : Value();
+    Value doG = baseAddress(dout);
     Value outG = baseAddress(results[0]);
 
     Value slots = idx(slotsAt());
     loadTile(idx(0), qG, f.heads, bb, q0, head);
-    if (dq)
-      loadTile(idx(doAt()), doG, f.heads, bb, q0, head);
+    loadTile(idx(doAt()), doG, f.heads, bb, q0, head);
     auto slotBase = [&](Value slot) {
       return add(slots, mul(slot, idx(slotBytes())));
     };
     {
-      // The first stage, with Q (and dO); the forward's V tiles come a
-      // stage after their K tiles.
+      // The first stage, with Q and dO.
       Value k0 = mul(kFirst, idx(flash::Tile));
       Value base = slotBase(rem(kFirst, 2));
       loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
-      if (dq)
-        loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
+      loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
     }
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
     double c2 = f.scale / std::log(2.0);
     Value scale2 = f32c(c2);
-    // Per fragment row h: the query, its document, and (dQ) its lse and
-    // delta.
+    // Per fragment row h: the query, its document, its lse and delta.
     SmallVector<Value> rows, rowLse, rowDelta, rowDocument;
     for (int64_t h = 0; h < 2; ++h) {
       rows.push_back(add(q0, rowOf(h)));
       rowDocument.push_back(documentOf(rows[h]));
-      if (dq) {
-        rowLse.push_back(loadStat(lse, bb, head, rows[h]));
-        rowDelta.push_back(loadStat(delta, bb, head, rows[h]));
-      }
+      rowLse.push_back(loadStat(lse, bb, head, rows[h]));
+      rowDelta.push_back(loadStat(delta, bb, head, rows[h]));
     }
-    if (!dq) {
-      SmallVector<Value> result =
-          forwardLoop(kFirst, nk, slotBase, kG, vG, bb, kvHead, q0, rows,
-                      rowDocument, scale2);
-      SmallVector<Value> o = values(result[0]);
-      std::array<Value, 2> inv;
-      for (int64_t h = 0; h < 2; ++h) {
-        Value l = rowReduce(result[3 + h], /*max=*/false);
-        inv[h] = arith::DivFOp::create(b, loc, f32c(1.0), l);
-        Value lse2 = fadd(result[1 + h], math::Log2Op::create(b, loc, l));
-        ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
-                    cmp(P::eq, rem(lane, 4), idx(0))),
-               [&] {
-                 memref::StoreOp::create(b, loc, lse2, results[1],
-                                         ValueRange{bb, head, rows[h]});
-               });
-      }
-      storeRows(o, inv, outG, f.heads, bb, q0, head);
-      return;
-    }
-    // dQ: the loop over key tiles, K and V double-buffered.
     Value zero = f32c(0.0);
     SmallVector<Value> result =
         forLoop(kFirst, nk, {zeroAcc(f.dim)},
@@ -798,6 +699,255 @@ struct QueryTileEmitter : FlashEmitter {
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     Value sc = f32c(f.scale);
     storeRows(values(result[0]), {sc, sc}, outG, f.heads, bb, q0, head);
+  }
+};
+
+/// The forward kernel: a 128-query tile of a head and batch entry. The
+/// first thread of the producer warpgroup copies the two Q tiles once and
+/// the K and V tiles through a ring of stages with TMA (each stage's K and
+/// V full on mbarriers of their own, the stage empty once all 256 consumer
+/// threads have arrived); each consumer warpgroup computes 64 queries,
+/// software-pipelined as FlashAttention-3 does within a warpgroup: step i
+/// issues S_i = Q K_i^T and O += P_(i-1) V_(i-1), computes S_i's softmax
+/// while the PV MMAs run, then waits for them, frees their stage and
+/// rescales O. A K/V tile is read once for 128 queries, and the consumers
+/// never wait for each other.
+struct ForwardEmitter : FlashEmitter {
+  static constexpr int64_t Consumers = 2, Stages = 3;
+  static constexpr int64_t Rows = Consumers * flash::Tile; // queries a CTA
+  // Registers a thread with documents (setmaxnreg; 64K a CTA).
+  static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
+  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
+                "flash forward: the register split");
+  /// The tensor maps of q [B, S, N, D] and k, v [B, S, M, D], each as
+  /// [B][S][heads x D] in boxes of 64 rows x 64 columns (one panel).
+  Value mapQ, mapK, mapV;
+
+  ForwardEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
+                 ArrayRef<Value> args, ArrayRef<Value> results, Value mapQ,
+                 Value mapK, Value mapV)
+      : FlashEmitter(b, loc, f, args, results), mapQ(mapQ), mapK(mapK),
+        mapV(mapV) {
+    threads = ctaThreads();
+  }
+
+  static int64_t ctaThreads() { return (1 + Consumers) * flash::Threads; }
+  // Shared memory: the consumers' Q tiles, the stages (K, V), the mbarriers
+  // (Q full; K full, V full and empty a stage), tilesSharing's scratch.
+  static int64_t tileBytesOf(const FlashAttention &f) {
+    return f.dim / 64 * flash::PanelBytes;
+  }
+  static int64_t stagesAt(const FlashAttention &f) {
+    return Consumers * tileBytesOf(f);
+  }
+  static int64_t barriersAt(const FlashAttention &f) {
+    return stagesAt(f) + Stages * 2 * tileBytesOf(f);
+  }
+  static int64_t scratchAt(const FlashAttention &f) {
+    return barriersAt(f) + 8 * (1 + 3 * Stages);
+  }
+  static int64_t smemBytes(const FlashAttention &f) {
+    return scratchAt(f) + flash::ScratchBytes;
+  }
+  Value kTile(Value s) {
+    return add(idx(stagesAt(f)), mul(s, idx(2 * tileBytes())));
+  }
+  Value vTile(Value s) { return add(kTile(s), idx(tileBytes())); }
+  /// mbarrier `first` + s.
+  Value mbarrier(int64_t first, Value s) {
+    return sharedPtrAt(add(idx(barriersAt(f) + 8 * first), mul(s, idx(8))));
+  }
+  Value qFull() { return mbarrier(0, idx(0)); }
+  Value kFull(Value s) { return mbarrier(1, s); }
+  Value vFull(Value s) { return mbarrier(1 + Stages, s); }
+  Value empty(Value s) { return mbarrier(1 + 2 * Stages, s); }
+  void expectBytes(Value bar, int64_t bytes) {
+    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, int32(bytes),
+                                           NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+  }
+  /// Copies rows [s0, s0 + 64) of head `head` through the map `map` (of a
+  /// tensor with `headsOf` heads) into the tile at byte `tile`, a panel a
+  /// box; rows past S read zeros.
+  void tmaTile(Value tile, Value map, Value head, Value s0, Value bb,
+               Value bar) {
+    for (int64_t p = 0; p < f.dim / 64; ++p)
+      tmaLoad(sharedPtrAt(add(tile, idx(p * flash::PanelBytes))), map,
+              {add(mul(head, idx(f.dim)), idx(64 * p)), s0, bb}, bar);
+  }
+
+  void emit(gpu::LaunchOp launch) {
+    setUpThread(launch);
+    int64_t tiles = tilesOf(f.seq, flash::Tile);
+    int64_t group = f.heads / f.kvHeads;
+    // Longest rows (causal) first.
+    std::array<Value, 3> place = rankHeadBatch(launch, f.heads, Rows);
+    Value qt =
+        arith::SubIOp::create(b, loc, idx(tilesOf(f.seq, Rows) - 1), place[0]);
+    Value head = place[1], bb = place[2];
+    batch = bb;
+    Value kvHead = div(head, group);
+    // Key tiles [kFirst, nk): those of the CTA's two 64-query tiles.
+    Value t0 = mul(qt, idx(Consumers));
+    Value t1 = minS(add(t0, idx(1)), idx(tiles - 1));
+    Value kFirst = idx(0);
+    Value nk = f.causal ? add(t1, idx(1)) : idx(tiles);
+    if (documents) {
+      auto [first0, end0] = tilesSharing(t0, kFirst, nk, scratchAt(f));
+      auto [first1, end1] = tilesSharing(t1, kFirst, nk, scratchAt(f));
+      kFirst = minS(first0, first1);
+      nk = maxS(end0, end1);
+    }
+    Value count = arith::SubIOp::create(b, loc, nk, kFirst);
+    ifThen(cmp(P::eq, tid, idx(0)), [&] {
+      NVVM::MBarrierInitOp::create(b, loc, qFull(), int32(1), Value());
+      for (int64_t s = 0; s < Stages; ++s) {
+        NVVM::MBarrierInitOp::create(b, loc, kFull(idx(s)), int32(1), Value());
+        NVVM::MBarrierInitOp::create(b, loc, vFull(idx(s)), int32(1), Value());
+        NVVM::MBarrierInitOp::create(
+            b, loc, empty(idx(s)), int32(Consumers * flash::Threads), Value());
+      }
+    });
+    barrier();
+    // The warpgroup, broadcast from lane 0 so that it is seen to be
+    // warp-uniform (else the wgmmas under the branch are serialized).
+    Value wg =
+        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                                       int32(32), gpu::ShuffleMode::IDX)
+                    .getShuffleResult());
+    // With documents the consumers need more than the 168 registers a
+    // thread of 384 gets (they spilled): the producer warpgroup gives most
+    // of its registers to them.
+    auto setMaxRegisters = [&](int64_t count,
+                               NVVM::SetMaxRegisterAction action) {
+      if (documents)
+        NVVM::SetMaxRegisterOp::create(b, loc, count, action);
+    };
+    ifElseVoid(
+        cmp(P::eq, wg, idx(0)),
+        [&] {
+          setMaxRegisters(ProducerRegs, NVVM::SetMaxRegisterAction::decrease);
+          ifThen(cmp(P::eq, tid, idx(0)),
+                 [&] { produce(qt, head, kvHead, bb, kFirst, count); });
+        },
+        [&] {
+          setMaxRegisters(ConsumerRegs, NVVM::SetMaxRegisterAction::increase);
+          consume(add(wg, idx(-1)), qt, head, bb, kFirst, count);
+        });
+  }
+
+  void produce(Value qt, Value head, Value kvHead, Value bb, Value kFirst,
+               Value count) {
+    expectBytes(qFull(), Consumers * tileBytes());
+    for (int64_t c = 0; c < Consumers; ++c)
+      tmaTile(idx(c * tileBytes()), mapQ, head,
+              add(mul(qt, idx(Rows)), idx(c * flash::Tile)), bb, qFull());
+    forLoop(0, count, {}, [&](Value i, ValueRange) {
+      Value s = rem(i, Stages), n = div(i, Stages);
+      // Its previous use done (the first use waits for nothing).
+      wait(empty(s), rem(add(n, idx(1)), 2));
+      Value key0 = mul(add(kFirst, i), idx(flash::Tile));
+      expectBytes(kFull(s), tileBytes());
+      tmaTile(kTile(s), mapK, kvHead, key0, bb, kFull(s));
+      expectBytes(vFull(s), tileBytes());
+      tmaTile(vTile(s), mapV, kvHead, key0, bb, vFull(s));
+      return SmallVector<Value>{};
+    });
+  }
+
+  void consume(Value c, Value qt, Value head, Value bb, Value kFirst,
+               Value count) {
+    Value qTile = mul(c, idx(tileBytes()));
+    Value q0 = add(mul(qt, idx(Rows)), mul(c, idx(flash::Tile)));
+    Value scale2 = f32c(f.scale / std::log(2.0));
+    SmallVector<Value> rows, rowDocument;
+    for (int64_t h = 0; h < 2; ++h) {
+      rows.push_back(add(q0, rowOf(h)));
+      rowDocument.push_back(documentOf(rows[h]));
+    }
+    wait(qFull(), idx(0));
+    Value negInf = f32c(-INFINITY), zero = f32c(0.0);
+    // O, m0, m1, l0, l1, then the previous tile's P (f32; carried as its
+    // bf16 A fragment, the next fragment's conversions wrote the registers
+    // of the PV MMAs in flight and ptxas serialized every wgmma: C7513).
+    SmallVector<Value> inits = {zeroAcc(f.dim), negInf, negInf, zero, zero};
+    inits.append(SmallVector<Value>(accOf(flash::Tile).getBody().size(), zero));
+    auto stageOf = [&](Value i) {
+      return std::make_pair(rem(i, Stages), rem(div(i, Stages), 2));
+    };
+    // Step i; the first has no PV MMAs (emitted before the loop: the PV
+    // MMAs under a branch made ptxas serialize the wgmmas).
+    auto step = [&](Value i, ValueRange carried,
+                    bool first) -> SmallVector<Value> {
+      auto [s, parity] = stageOf(i);
+      Value key0 = mul(add(kFirst, i), idx(flash::Tile));
+      SmallVector<Value> pPrev;
+      Value sPrev;
+      if (!first) {
+        pPrev = fragmentA(SmallVector<Value>(carried.drop_front(5)));
+        auto [sp, parityPrev] = stageOf(add(i, idx(-1)));
+        sPrev = sp;
+        wait(vFull(sPrev), parityPrev);
+      }
+      wait(kFull(s), parity);
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      Value sAcc =
+          mmaFresh(flash::Tile, qTile, kTile(s), /*bKMajor=*/true, f.dim / 16);
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      Value o = carried[0];
+      if (!first) {
+        // O += P V of the previous tile.
+        o = mmaRegA(o, pPrev, vTile(sPrev), flash::Tile / 16);
+        NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      }
+      // S's group done; PV's may run on.
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, first ? 0 : 1);
+      SmallVector<Value> sv = values(sAcc);
+      SmallVector<Value> stats(carried.slice(1, 4));
+      std::array<Value, 2> corr =
+          softmax(sv, stats, key0, q0, rows, rowDocument, scale2);
+      if (!first) {
+        // The PV MMAs done: their stage is free, O to this tile's max.
+        NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+        NVVM::MBarrierArriveOp::create(b, loc, Type(), empty(sPrev), Value());
+        SmallVector<Value> acc = values(o);
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t j = 0; j < f.dim / 8; ++j)
+            for (int64_t cc = 0; cc < 2; ++cc)
+              acc[4 * j + 2 * h + cc] = fmul(acc[4 * j + 2 * h + cc], corr[h]);
+        o = accFrom(acc);
+      }
+      SmallVector<Value> yielded = {o};
+      llvm::append_range(yielded, stats);
+      llvm::append_range(yielded, sv);
+      return yielded;
+    };
+    SmallVector<Value> result = step(idx(0), inits, /*first=*/true);
+    result = forLoop(1, count, result, [&](Value i, ValueRange carried) {
+      return step(i, carried, /*first=*/false);
+    });
+    // The last tile's PV (every CTA has a tile: its own, at least).
+    SmallVector<Value> pLast = fragmentA(ArrayRef<Value>(result).drop_front(5));
+    auto [sLast, parityLast] = stageOf(add(count, idx(-1)));
+    wait(vFull(sLast), parityLast);
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
+    Value o = mmaRegA(result[0], pLast, vTile(sLast), flash::Tile / 16);
+    commitAndWait();
+
+    SmallVector<Value> ov = values(o);
+    std::array<Value, 2> inv;
+    for (int64_t h = 0; h < 2; ++h) {
+      Value l = rowReduce(result[3 + h], /*max=*/false);
+      inv[h] = arith::DivFOp::create(b, loc, f32c(1.0), l);
+      Value lse2 = fadd(result[1 + h], math::Log2Op::create(b, loc, l));
+      ifThen(land(cmp(P::slt, rows[h], idx(f.seq)),
+                  cmp(P::eq, rem(lane, 4), idx(0))),
+             [&] {
+               memref::StoreOp::create(b, loc, lse2, results[1],
+                                       ValueRange{bb, head, rows[h]});
+             });
+    }
+    storeRows(ov, inv, baseAddress(results[0]), f.heads, bb, q0, head);
   }
 };
 
@@ -1135,19 +1285,37 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
   MLIRContext *ctx = b.getContext();
   auto outType = RankedTensorType::get(
       cast<RankedTensorType>(q.getType()).getShape(), Float32Type::get(ctx));
-  int64_t tile = f.dim / 64 * flash::PanelBytes;
-  int64_t smem = smemOf(tile * 5 + flash::ScratchBytes);
   SmallVector<Value> args = {q, k, v};
   if (documents)
     args.append({documents, ranges});
+  func::FuncOp encode = getOrCreateTensorMap3DDecl(module, symbols);
+  Value mapQ, mapK, mapV;
   func::FuncOp fn = getOrCreateKernelCall(
-      module, symbols, f.name("fwd"), "flash attention forward (wgmma bf16)",
+      module, symbols, f.name("fwd"),
+      "flash attention forward (TMA, warp-specialized wgmma bf16)",
       SmallVector<Type>(ValueRange(args).getTypes()),
       {outType, statType(f, ctx)}, loc,
-      {tilesOf(f.seq, flash::Tile), f.heads, f.batch, flash::Threads, smem},
+      {tilesOf(f.seq, ForwardEmitter::Rows), f.heads, f.batch,
+       ForwardEmitter::ctaThreads(), smemOf(ForwardEmitter::smemBytes(f))},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
+        ForwardEmitter(kb, loc, f, buf, outs, mapQ, mapK, mapV).emit(launch);
+      },
+      [&](OpBuilder &hb, ArrayRef<Value> buf, ArrayRef<Value>) {
+        KernelBuilder h{hb, loc};
+        // [B][S][heads x D] bf16, boxes of 64 rows x 64 columns (128 bytes:
+        // the panels' swizzle), rows past S zeros.
+        auto map = [&](Value array, int64_t heads) {
+          int64_t row = heads * f.dim * 2;
+          SmallVector<Value> a = {
+              h.baseAddress(array), h.int64(2),       h.int64(heads * f.dim),
+              h.int64(f.seq),       h.int64(f.batch), h.int64(row),
+              h.int64(row * f.seq), h.int64(64),      h.int64(flash::Tile)};
+          return func::CallOp::create(hb, loc, encode, a).getResult(0);
+        };
+        mapQ = map(buf[0], f.heads);
+        mapK = map(buf[1], f.kvHeads);
+        mapV = map(buf[2], f.kvHeads);
       });
   auto call = func::CallOp::create(b, loc, fn, args);
   return {call.getResult(0), call.getResult(1)};
@@ -1192,7 +1360,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
        smemOf(tile * 6 + flash::ScratchBytes)},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        QueryTileEmitter(kb, loc, f, buf, outs).emit(launch);
+        DqEmitter(kb, loc, f, buf, outs).emit(launch);
       });
   func::FuncOp dkvFn = getOrCreateKernelCall(
       module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
