@@ -471,6 +471,43 @@ struct FlashEmitter : HopperBuilder {
     return h;
   }
 
+  /// The values fn(i, hide) of the registers i of a 64 x 64 fragment whose
+  /// rows are the queries `rows` and columns the keys from `key0` (or, with
+  /// `transposed`, whose rows are the keys `rows` and columns the queries
+  /// from `q0`); `hide` is the element's hidden() on tiles that may hide a
+  /// pair (tileMayHide) and null on the others, which so skip the
+  /// per-element indices and compares.
+  SmallVector<Value>
+  maskedFragment(Value q0, Value key0, bool queries, bool transposed,
+                 ArrayRef<Value> rows, ArrayRef<Value> rowDocuments,
+                 function_ref<Value(int64_t i, int64_t h, Value hide)> fn) {
+    auto body = [&](bool masked) {
+      SmallVector<Value> out(32);
+      for (int64_t j = 0; j < 8; ++j)
+        for (int64_t c = 0; c < 2; ++c) {
+          Value col, colDocument;
+          if (masked) {
+            col = add(transposed ? q0 : key0, colOf(j, c));
+            colDocument = documentOf(col);
+          }
+          for (int64_t h = 0; h < 2; ++h) {
+            Value hide;
+            if (masked)
+              hide = transposed ? hidden(col, rows[h], queries, colDocument,
+                                         rowDocuments[h])
+                                : hidden(rows[h], col, queries, rowDocuments[h],
+                                         colDocument);
+            int64_t i = 4 * j + 2 * h + c;
+            out[i] = fn(i, h, hide);
+          }
+        }
+      return out;
+    };
+    return ifElse(
+        SmallVector<Type>(32, f32()), tileMayHide(q0, key0, queries),
+        [&] { return body(true); }, [&] { return body(false); });
+  }
+
   /// The forward's online softmax of a 64 x 64 score tile (`sv`, an
   /// accumulator's values) of the keys from `key0` for the fragment rows
   /// `rows` (the queries from `q0`): scores in base 2, hidden keys -inf
@@ -483,33 +520,12 @@ struct FlashEmitter : HopperBuilder {
                                ArrayRef<Value> rows,
                                ArrayRef<Value> rowDocument, Value scale2) {
     Value negInf = f32c(-INFINITY), zero = f32c(0.0);
-    // Scores in base 2, hidden keys -inf; the per-element test only
-    // on tiles that may hide a key.
-    auto scores = [&](bool masked) {
-      SmallVector<Value> out(sv.size());
-      for (int64_t j = 0; j < 8; ++j)
-        for (int64_t c = 0; c < 2; ++c) {
-          Value key, keyDocument;
-          if (masked) {
-            key = add(key0, colOf(j, c));
-            keyDocument = documentOf(key);
-          }
-          for (int64_t h = 0; h < 2; ++h) {
-            int64_t i = 4 * j + 2 * h + c;
-            Value x = fmul(sv[i], scale2);
-            out[i] = masked ? select(hidden(rows[h], key,
-                                            /*queries=*/false, rowDocument[h],
-                                            keyDocument),
-                                     negInf, x)
-                            : x;
-          }
-        }
-      return out;
-    };
-    sv = ifElse(
-        SmallVector<Type>(sv.size(), f32()),
-        tileMayHide(q0, key0, /*queries=*/false), [&] { return scores(true); },
-        [&] { return scores(false); });
+    // Scores in base 2, hidden keys -inf.
+    sv = maskedFragment(q0, key0, /*queries=*/false, /*transposed=*/false, rows,
+                        rowDocument, [&](int64_t i, int64_t, Value hide) {
+                          Value x = fmul(sv[i], scale2);
+                          return hide ? select(hide, negInf, x) : x;
+                        });
     std::array<Value, 2> corr;
     for (int64_t h = 0; h < 2; ++h) {
       Value mOld = stats[h], lOld = stats[2 + h];
@@ -658,34 +674,15 @@ struct DqEmitter : FlashEmitter {
                   commitAndWait();
                   SmallVector<Value> sv = values(s), dpv = values(dp);
                   // dS = P (dP - delta) with P = exp2(scale' s - lse), hidden
-                  // pairs 0; the per-element test only on tiles that may hide
-                  // one.
-                  auto gradients = [&](bool masked) {
-                    SmallVector<Value> out(sv.size());
-                    for (int64_t j = 0; j < 8; ++j)
-                      for (int64_t c = 0; c < 2; ++c) {
-                        Value key, keyDocument;
-                        if (masked) {
-                          key = add(key0, colOf(j, c));
-                          keyDocument = documentOf(key);
-                        }
-                        for (int64_t h = 0; h < 2; ++h) {
-                          int64_t i = 4 * j + 2 * h + c;
-                          Value p = exp2(fsub(fmul(sv[i], scale2), rowLse[h]));
-                          if (masked)
-                            p = select(hidden(rows[h], key, /*queries=*/true,
-                                              rowDocument[h], keyDocument),
-                                       zero, p);
-                          out[i] = fmul(p, fsub(dpv[i], rowDelta[h]));
-                        }
-                      }
-                    return out;
-                  };
-                  SmallVector<Value> ds = ifElse(
-                      SmallVector<Type>(sv.size(), f32()),
-                      tileMayHide(q0, key0, /*queries=*/true),
-                      [&] { return gradients(true); },
-                      [&] { return gradients(false); });
+                  // pairs 0.
+                  SmallVector<Value> ds = maskedFragment(
+                      q0, key0, /*queries=*/true, /*transposed=*/false, rows,
+                      rowDocument, [&](int64_t i, int64_t h, Value hide) {
+                        Value p = exp2(fsub(fmul(sv[i], scale2), rowLse[h]));
+                        if (hide)
+                          p = select(hide, zero, p);
+                        return fmul(p, fsub(dpv[i], rowDelta[h]));
+                      });
                   // dQ += dS K: dS in registers as the A operand, B MN-major
                   // (rows are keys).
                   SmallVector<Value> a = fragmentA(ds);
@@ -719,6 +716,8 @@ struct ForwardEmitter : FlashEmitter {
   static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
   static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
                 "flash forward: the register split");
+  // The consumers' named barriers (PingPong + c; 0 is the CTA's).
+  static constexpr int64_t PingPong = 1;
   /// The tensor maps of q [B, S, N, D] and k, v [B, S, M, D], each as
   /// [B][S][heads x D] in boxes of 64 rows x 64 columns (one panel).
   Value mapQ, mapK, mapV;
@@ -866,6 +865,22 @@ struct ForwardEmitter : FlashEmitter {
       rowDocument.push_back(documentOf(rows[h]));
     }
     wait(qFull(), idx(0));
+    // Ping-pong: a consumer issues its MMAs on its turn (named barrier
+    // PingPong + c: its sync with the other's arrival) and then passes the
+    // turn, so that one consumer's softmax runs under the other's MMAs.
+    // Consumer 1 passes the first turn to consumer 0 and does not pass after
+    // its last MMAs (each barrier gets as many arrivals as syncs).
+    auto myTurn = [&] {
+      NVVM::BarrierOp::create(b, loc, Type(), i32Of(add(c, idx(PingPong))),
+                              int32(Consumers * flash::Threads),
+                              NVVM::BarrierReductionAttr(), Value());
+    };
+    auto passTurn = [&] {
+      NVVM::BarrierArriveOp::create(
+          b, loc, i32Of(arith::SubIOp::create(b, loc, idx(PingPong + 1), c)),
+          int32(Consumers * flash::Threads));
+    };
+    ifThen(cmp(P::eq, c, idx(1)), passTurn);
     Value negInf = f32c(-INFINITY), zero = f32c(0.0);
     // O, m0, m1, l0, l1, then the previous tile's P (f32; carried as its
     // bf16 A fragment, the next fragment's conversions wrote the registers
@@ -890,6 +905,7 @@ struct ForwardEmitter : FlashEmitter {
         wait(vFull(sPrev), parityPrev);
       }
       wait(kFull(s), parity);
+      myTurn();
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
       Value sAcc =
           mmaFresh(flash::Tile, qTile, kTile(s), /*bKMajor=*/true, f.dim / 16);
@@ -900,6 +916,7 @@ struct ForwardEmitter : FlashEmitter {
         o = mmaRegA(o, pPrev, vTile(sPrev), flash::Tile / 16);
         NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
       }
+      passTurn();
       // S's group done; PV's may run on.
       NVVM::WgmmaWaitGroupSyncOp::create(b, loc, first ? 0 : 1);
       SmallVector<Value> sv = values(sAcc);
@@ -930,9 +947,12 @@ struct ForwardEmitter : FlashEmitter {
     SmallVector<Value> pLast = fragmentA(ArrayRef<Value>(result).drop_front(5));
     auto [sLast, parityLast] = stageOf(add(count, idx(-1)));
     wait(vFull(sLast), parityLast);
+    myTurn();
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
     Value o = mmaRegA(result[0], pLast, vTile(sLast), flash::Tile / 16);
-    commitAndWait();
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    ifThen(cmp(P::eq, c, idx(0)), passTurn);
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
 
     SmallVector<Value> ov = values(o);
     std::array<Value, 2> inv;
@@ -1048,107 +1068,86 @@ struct KeyTileEmitter : FlashEmitter {
 
     SmallVector<Value> inits = {zeroAcc(f.dim), zeroAcc(f.dim)};
     llvm::append_range(inits, statsOf(idx(0)));
-    SmallVector<Value> result =
-        forLoop(0, steps, inits,
-                [&](Value it, ValueRange carried) -> SmallVector<Value> {
-                  Value q0 = firstQuery(it);
-                  Value next = add(it, idx(1));
-                  ifThen(cmp(P::slt, next, steps), [&] { loadStep(next); });
-                  SmallVector<Value> stats(carried.drop_front(2));
-                  SmallVector<Value> nextStats = statsOf(next);
-                  NVVM::CpAsyncCommitGroupOp::create(b, loc);
-                  NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
-                  fenceAndBarrier();
-                  Value qTile = slotOf(it);
-                  Value doTile = add(qTile, idx(tileBytes()));
+    SmallVector<Value> result = forLoop(
+        0, steps, inits,
+        [&](Value it, ValueRange carried) -> SmallVector<Value> {
+          Value q0 = firstQuery(it);
+          Value next = add(it, idx(1));
+          ifThen(cmp(P::slt, next, steps), [&] { loadStep(next); });
+          SmallVector<Value> stats(carried.drop_front(2));
+          SmallVector<Value> nextStats = statsOf(next);
+          NVVM::CpAsyncCommitGroupOp::create(b, loc);
+          NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
+          fenceAndBarrier();
+          Value qTile = slotOf(it);
+          Value doTile = add(qTile, idx(tileBytes()));
 
-                  NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                  // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
-                  // queries).
-                  Value st = mmaFresh(flash::Tile, idx(0), qTile,
-                                      /*bKMajor=*/true, f.dim / 16);
-                  if (f.overlapDkv)
-                    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-                  Value dpt = mmaFresh(flash::Tile, idx(vAt()), doTile,
-                                       /*bKMajor=*/true, f.dim / 16);
-                  // Overlapped: S^T's group done, dP^T's still running.
-                  commitAndWaitFor(f.overlapDkv ? 1 : 0);
-                  SmallVector<Value> sv = values(st);
-                  SmallVector<Value> dsv(sv.size()), lseOf;
-                  for (int64_t j = 0; j < 8; ++j)
-                    for (int64_t c = 0; c < 2; ++c)
-                      lseOf.push_back(statAt(stats, /*ofDelta=*/false, j, c));
-                  // P^T, hidden pairs 0 (tested only on tiles that may
-                  // hide one).
-                  auto probabilities = [&](bool masked) {
-                    SmallVector<Value> pv(sv.size());
-                    for (int64_t j = 0; j < 8; ++j)
-                      for (int64_t c = 0; c < 2; ++c) {
-                        Value query, queryDocument;
-                        if (masked) {
-                          query = add(q0, colOf(j, c));
-                          queryDocument = documentOf(query);
-                        }
-                        for (int64_t h = 0; h < 2; ++h) {
-                          int64_t i = 4 * j + 2 * h + c;
-                          Value p =
-                              exp2(fsub(fmul(sv[i], scale2), lseOf[2 * j + c]));
-                          if (masked)
-                            p = select(hidden(query, keys[h], /*queries=*/true,
-                                              queryDocument, keyDocument[h]),
-                                       zero, p);
-                          pv[i] = p;
-                        }
-                      }
-                    return pv;
-                  };
-                  SmallVector<Value> pv = ifElse(
-                      SmallVector<Type>(sv.size(), f32()),
-                      tileMayHide(q0, key0, /*queries=*/true),
-                      [&] { return probabilities(true); },
-                      [&] { return probabilities(false); });
-                  // dS^T = P^T (dP^T - delta), once dP^T is there.
-                  auto gradients = [&] {
-                    SmallVector<Value> dv = values(dpt);
-                    for (int64_t j = 0; j < 8; ++j)
-                      for (int64_t c = 0; c < 2; ++c) {
-                        Value d = statAt(stats, /*ofDelta=*/true, j, c);
-                        for (int64_t h = 0; h < 2; ++h) {
-                          int64_t i = 4 * j + 2 * h + c;
-                          dsv[i] = fmul(pv[i], fsub(dv[i], d));
-                        }
-                      }
-                  };
-                  // dV += P^T dO, dK += dS^T Q: P^T and dS^T in registers as
-                  // the A operands (rows: keys), B MN-major (rows: queries).
-                  Value accV, accK;
-                  if (f.overlapDkv) {
-                    // dV's MMAs run while dS^T is computed.
-                    SmallVector<Value> pa = fragmentA(pv);
-                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
-                    // dP^T's group done, dV's still running.
-                    commitAndWaitFor(1);
-                    gradients();
-                    SmallVector<Value> dsa = fragmentA(dsv);
-                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
-                    commitAndWait();
-                  } else {
-                    gradients();
-                    SmallVector<Value> pa = fragmentA(pv), dsa = fragmentA(dsv);
-                    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-                    accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
-                    accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
-                    commitAndWait();
-                  }
-                  // Everyone is done with this slot before the next step's
-                  // copies into it.
-                  barrier();
-                  SmallVector<Value> out = {accK, accV};
-                  llvm::append_range(out, nextStats);
-                  return out;
-                });
+          NVVM::WgmmaFenceAlignedOp::create(b, loc);
+          // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
+          // queries).
+          Value st = mmaFresh(flash::Tile, idx(0), qTile,
+                              /*bKMajor=*/true, f.dim / 16);
+          if (f.overlapDkv)
+            NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+          Value dpt = mmaFresh(flash::Tile, idx(vAt()), doTile,
+                               /*bKMajor=*/true, f.dim / 16);
+          // Overlapped: S^T's group done, dP^T's still running.
+          commitAndWaitFor(f.overlapDkv ? 1 : 0);
+          SmallVector<Value> sv = values(st);
+          SmallVector<Value> dsv(sv.size()), lseOf;
+          for (int64_t j = 0; j < 8; ++j)
+            for (int64_t c = 0; c < 2; ++c)
+              lseOf.push_back(statAt(stats, /*ofDelta=*/false, j, c));
+          // P^T, hidden pairs 0.
+          SmallVector<Value> pv = maskedFragment(
+              q0, key0, /*queries=*/true, /*transposed=*/true, keys,
+              keyDocument, [&](int64_t i, int64_t, Value hide) {
+                Value p =
+                    exp2(fsub(fmul(sv[i], scale2), lseOf[2 * (i / 4) + i % 2]));
+                return hide ? select(hide, zero, p) : p;
+              });
+          // dS^T = P^T (dP^T - delta), once dP^T is there.
+          auto gradients = [&] {
+            SmallVector<Value> dv = values(dpt);
+            for (int64_t j = 0; j < 8; ++j)
+              for (int64_t c = 0; c < 2; ++c) {
+                Value d = statAt(stats, /*ofDelta=*/true, j, c);
+                for (int64_t h = 0; h < 2; ++h) {
+                  int64_t i = 4 * j + 2 * h + c;
+                  dsv[i] = fmul(pv[i], fsub(dv[i], d));
+                }
+              }
+          };
+          // dV += P^T dO, dK += dS^T Q: P^T and dS^T in registers as
+          // the A operands (rows: keys), B MN-major (rows: queries).
+          Value accV, accK;
+          if (f.overlapDkv) {
+            // dV's MMAs run while dS^T is computed.
+            SmallVector<Value> pa = fragmentA(pv);
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
+            // dP^T's group done, dV's still running.
+            commitAndWaitFor(1);
+            gradients();
+            SmallVector<Value> dsa = fragmentA(dsv);
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
+            commitAndWait();
+          } else {
+            gradients();
+            SmallVector<Value> pa = fragmentA(pv), dsa = fragmentA(dsv);
+            NVVM::WgmmaFenceAlignedOp::create(b, loc);
+            accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
+            accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
+            commitAndWait();
+          }
+          // Everyone is done with this slot before the next step's
+          // copies into it.
+          barrier();
+          SmallVector<Value> out = {accK, accV};
+          llvm::append_range(out, nextStats);
+          return out;
+        });
     NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     Value sc = f32c(f.scale);
     storeRows(values(result[0]), {sc, sc}, baseAddress(results[0]), f.kvHeads,

@@ -235,7 +235,8 @@ void attachNVVMMemoryEffects(MLIRContext *ctx, NVVM::NVVMDialect *) {
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp,
       NVVM::CpAsyncBulkTensorSharedCTAToGlobalOp,
       NVVM::CpAsyncBulkCommitGroupOp, NVVM::CpAsyncBulkWaitGroupOp,
-      NVVM::BarrierOp, NVVM::SetMaxRegisterOp, NVVM::SyncWarpOp>(ctx);
+      NVVM::BarrierOp, NVVM::BarrierArriveOp, NVVM::SetMaxRegisterOp,
+      NVVM::SyncWarpOp>(ctx);
   attachWhereMissing<NoMemoryEffects, NVVM::Tcgen05MmaSmemDescOp,
                      NVVM::ConvertF32x2ToF8x2Op, NVVM::ConvertF8x2ToF16x2Op>(
       ctx);
