@@ -1,7 +1,8 @@
 // Flash attention (Kernels/FlashAttention.cpp) forward and backward on the
 // GPU against the CPU reference (scripts/gpu-check.sh), on bf16 inputs:
 // grouped and one-to-one KV heads, head dims 64 and 128, causal or not,
-// sequences that are not multiples of the 64-row tiles, batch > 1, a scale
+// sequences that are not multiples of the 64-row tiles or shorter than one
+// (the forward's second consumer then has no rows), batch > 1, a scale
 // given, documents (i32 and i64 ids, random: not sorted), and a gradient
 // without its forward (which the kernels then
 // recompute). The kernels round the probabilities and their gradient to
@@ -10,7 +11,7 @@
 // difference.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels | FileCheck %s --check-prefix=KERNELS
 // RUN: moe-compile %s --target=sm_90a --verify-ptx -o %t.so | FileCheck %s
-// CHECK: ptxas accepted 35 kernel modules for sm_90a
+// CHECK: ptxas accepted 39 kernel modules for sm_90a
 // RUN: moe-compile %s --target=cpu -o %t.cpu.so
 // The dK/dV kernel with its MMAs overlapped (flash-dkv-overlap): ptxas
 // accepts it too, and the GPU check compares it with the CPU as well:
@@ -63,6 +64,22 @@ func.func @causal_short_d64_scaled(%q: tensor<3x70x2x64xbf16>, %k: tensor<3x70x1
       : tensor<3x70x2x64xbf16>, tensor<3x70x1x64xbf16>, tensor<3x70x1x64xbf16>, tensor<3x70x2x64xbf16>
       -> tensor<3x70x2x64xf32>, tensor<3x70x1x64xf32>, tensor<3x70x1x64xf32>
   return %o, %dq, %dk, %dv : tensor<3x70x2x64xf32>, tensor<3x70x2x64xf32>, tensor<3x70x1x64xf32>, tensor<3x70x1x64xf32>
+}
+
+// Shorter than one tile: the forward's CTA has 128 query rows, its second
+// consumer none of them (its Q box lies past S: zeros).
+// KERNELS-LABEL: func.func @causal_one_tile_d64
+// KERNELS: call @moe_flash_fwd_b2_s40_h2_kv2_d64_causal(
+func.func @causal_one_tile_d64(%q: tensor<2x40x2x64xbf16>, %k: tensor<2x40x2x64xbf16>,
+                               %v: tensor<2x40x2x64xbf16>, %do: tensor<2x40x2x64xbf16>)
+    -> (tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>)
+    attributes {moe.test_tolerance = [1.0e-2, 1.0e-2, 1.0e-2]} {
+  %o = moe.attention %q, %k, %v causal
+      : tensor<2x40x2x64xbf16>, tensor<2x40x2x64xbf16>, tensor<2x40x2x64xbf16> -> tensor<2x40x2x64xf32>
+  %dq, %dk, %dv = moe.attention_grad %q, %k, %v, %do causal
+      : tensor<2x40x2x64xbf16>, tensor<2x40x2x64xbf16>, tensor<2x40x2x64xbf16>, tensor<2x40x2x64xbf16>
+      -> tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>
+  return %o, %dq, %dk, %dv : tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>, tensor<2x40x2x64xf32>
 }
 
 // A gradient alone: its forward runs first, for the logsumexp.
