@@ -250,6 +250,8 @@ struct FlashEmitter : HopperBuilder {
   void loadTile(Value tileBase, Value global, int64_t headsOf, Value bb,
                 Value s0, Value head) {
     int64_t chunks = f.dim / 8; // 16-byte chunks a row
+    assert(flash::Tile * chunks % threads == 0 &&
+           "loadTile: the CTA's threads must share the chunks evenly");
     for (int64_t i = 0; i < flash::Tile * chunks / threads; ++i) {
       Value q = add(tid, idx(threads * i));
       Value r = div(q, chunks), c = rem(q, chunks);
@@ -707,8 +709,9 @@ struct DqEmitter : FlashEmitter {
 /// software-pipelined as FlashAttention-3 does within a warpgroup: step i
 /// issues S_i = Q K_i^T and O += P_(i-1) V_(i-1), computes S_i's softmax
 /// while the PV MMAs run, then waits for them, frees their stage and
-/// rescales O. A K/V tile is read once for 128 queries, and the consumers
-/// never wait for each other.
+/// rescales O. The two consumers take turns issuing their MMAs (ping-pong,
+/// consume()), so one's softmax runs under the other's MMAs. A K/V tile is
+/// read once for 128 queries.
 struct ForwardEmitter : FlashEmitter {
   static constexpr int64_t Consumers = 2, Stages = 3;
   static constexpr int64_t Rows = Consumers * flash::Tile; // queries a CTA
@@ -882,9 +885,10 @@ struct ForwardEmitter : FlashEmitter {
     };
     ifThen(cmp(P::eq, c, idx(1)), passTurn);
     Value negInf = f32c(-INFINITY), zero = f32c(0.0);
-    // O, m0, m1, l0, l1, then the previous tile's P (f32; carried as its
-    // bf16 A fragment, the next fragment's conversions wrote the registers
-    // of the PV MMAs in flight and ptxas serialized every wgmma: C7513).
+    // O, m0, m1, l0, l1, then the previous tile's P in f32, not as its bf16
+    // A fragment (carried packed, the next fragment's conversions wrote the
+    // registers of the PV MMAs in flight and ptxas serialized every wgmma:
+    // C7513).
     SmallVector<Value> inits = {zeroAcc(f.dim), negInf, negInf, zero, zero};
     inits.append(SmallVector<Value>(accOf(flash::Tile).getBody().size(), zero));
     auto stageOf = [&](Value i) {
