@@ -103,6 +103,8 @@ constexpr int64_t Tile = 64;          // queries or keys per tile (MMA M)
 constexpr int64_t PanelBytes = 8192;  // 64 rows x 128 bytes
 constexpr int64_t ScratchBytes = 128; // tilesSharing's reduction
 constexpr int64_t Threads = 128;      // one warpgroup
+/// The bytes of a 64-row bf16 tile of head dim `dim` (dim / 64 panels).
+inline int64_t tileBytes(int64_t dim) { return dim / 64 * PanelBytes; }
 } // namespace flash
 
 std::string FlashAttention::name(StringRef kind) const {
@@ -203,7 +205,7 @@ struct FlashEmitter : HopperBuilder {
     }
   }
 
-  int64_t tileBytes() const { return f.dim / 64 * flash::PanelBytes; }
+  int64_t tileBytes() const { return flash::tileBytes(f.dim); }
   Type f32() { return b.getF32Type(); }
   Value f32c(double v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(float(v)));
@@ -736,14 +738,11 @@ struct ForwardEmitter : FlashEmitter {
   static int64_t ctaThreads() { return (1 + Consumers) * flash::Threads; }
   // Shared memory: the consumers' Q tiles, the stages (K, V), the mbarriers
   // (Q full; K full, V full and empty a stage), tilesSharing's scratch.
-  static int64_t tileBytesOf(const FlashAttention &f) {
-    return f.dim / 64 * flash::PanelBytes;
-  }
   static int64_t stagesAt(const FlashAttention &f) {
-    return Consumers * tileBytesOf(f);
+    return Consumers * flash::tileBytes(f.dim);
   }
   static int64_t barriersAt(const FlashAttention &f) {
-    return stagesAt(f) + Stages * 2 * tileBytesOf(f);
+    return stagesAt(f) + Stages * 2 * flash::tileBytes(f.dim);
   }
   static int64_t scratchAt(const FlashAttention &f) {
     return barriersAt(f) + 8 * (1 + 3 * Stages);
@@ -1355,7 +1354,7 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
   if (documents)
     args.append({documents, ranges});
   SmallVector<Type> argTypes(ValueRange(args).getTypes());
-  int64_t tile = f.dim / 64 * flash::PanelBytes;
+  int64_t tile = flash::tileBytes(f.dim);
   func::FuncOp dqFn = getOrCreateKernelCall(
       module, symbols, f.name("dq"), "flash attention dQ (wgmma bf16)",
       argTypes, {f32Like(q)}, loc,
