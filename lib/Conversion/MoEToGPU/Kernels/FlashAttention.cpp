@@ -632,13 +632,14 @@ struct DqEmitter : FlashEmitter {
     auto slotBase = [&](Value slot) {
       return add(slots, mul(slot, idx(slotBytes())));
     };
-    {
-      // The first stage, with Q and dO.
-      Value k0 = mul(kFirst, idx(flash::Tile));
-      Value base = slotBase(rem(kFirst, 2));
+    // K and V tile kt into slot kt % 2.
+    auto loadKV = [&](Value kt) {
+      Value base = slotBase(rem(kt, 2));
+      Value k0 = mul(kt, idx(flash::Tile));
       loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
       loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0, kvHead);
-    }
+    };
+    loadKV(kFirst); // the first stage, with Q and dO
     NVVM::CpAsyncCommitGroupOp::create(b, loc);
 
     double c2 = f.scale / std::log(2.0);
@@ -656,13 +657,7 @@ struct DqEmitter : FlashEmitter {
         forLoop(kFirst, nk, {zeroAcc(f.dim)},
                 [&](Value kt, ValueRange carried) -> SmallVector<Value> {
                   Value next = add(kt, idx(1));
-                  ifThen(cmp(P::slt, next, nk), [&] {
-                    Value base = slotBase(rem(next, 2));
-                    Value k0 = mul(next, idx(flash::Tile));
-                    loadTile(base, kG, f.kvHeads, bb, k0, kvHead);
-                    loadTile(add(base, idx(tileBytes())), vG, f.kvHeads, bb, k0,
-                             kvHead);
-                  });
+                  ifThen(cmp(P::slt, next, nk), [&] { loadKV(next); });
                   NVVM::CpAsyncCommitGroupOp::create(b, loc);
                   NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
                   fenceAndBarrier();
