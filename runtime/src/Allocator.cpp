@@ -39,26 +39,33 @@ size_t CachingAllocator::segmentSize(size_t size) {
   return std::max(size, largeSegment);
 }
 
-CachingAllocator::Piece *CachingAllocator::takeFree(size_t size, bool small) {
+CachingAllocator::FreeSet::node_type CachingAllocator::freeNode(Piece *piece) {
+  FreeSet one;
+  one.insert(piece);
+  return one.extract(one.begin());
+}
+
+CachingAllocator::FreeSet::node_type CachingAllocator::takeFree(size_t size,
+                                                                bool small) {
   FreeSet &set = pool(small);
   Piece probe{0, size, small};
   auto it = set.lower_bound(&probe); // the smallest free piece that fits
   if (it == set.end())
-    return nullptr;
-  Piece *piece = *it;
-  set.erase(it);
-  return piece;
+    return {};
+  return set.extract(it);
 }
 
 CachingAllocator::Piece *CachingAllocator::reserveSegment(size_t size,
                                                           bool small) {
+  auto piece = std::make_unique<Piece>(0, size, small);
   void *ptr = backend.allocate(size);
   if (!ptr)
     return nullptr;
+  piece->address = reinterpret_cast<uintptr_t>(ptr);
   ++counters.deviceAllocations;
   reserved += size;
   counters.peakBytesReserved = std::max(counters.peakBytesReserved, reserved);
-  return new Piece{reinterpret_cast<uintptr_t>(ptr), size, small};
+  return piece.release();
 }
 
 void CachingAllocator::waitPending(Piece *piece, void *stream) {
@@ -95,7 +102,18 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
   std::lock_guard<std::mutex> lock(mutex);
   size_t size = roundSize(bytes);
   bool small = isSmall(bytes);
-  Piece *piece = takeFree(size, small);
+  // The host memory the call may need, before anything changes: the
+  // piece's entry among the live ones, and a split's rest and its node.
+  LiveMap::node_type entry;
+  {
+    LiveMap one;
+    one.emplace(0, nullptr);
+    entry = one.extract(one.begin());
+  }
+  auto rest = std::make_unique<Piece>(0, 0, small);
+  FreeSet::node_type restNode = freeNode(rest.get());
+  FreeSet::node_type taken = takeFree(size, small);
+  Piece *piece = taken ? taken.value() : nullptr;
   bool reused = piece != nullptr;
   if (!piece) {
     size_t segment = segmentSize(size);
@@ -106,32 +124,36 @@ void *CachingAllocator::allocate(size_t bytes, void *stream) {
       piece = reserveReleasing(size, small);
     if (!piece)
       return nullptr;
+    // (A new segment has no frees to wait for: nothing below throws.)
   }
   std::vector<Pending> frees; // the rest's, when the piece is split
-  if (piece->size > size)
-    frees = piece->pending;
   try {
+    if (piece->size > size)
+      frees = piece->pending;
     waitPending(piece, stream);
   } catch (...) {
-    pool(small).insert(piece); // still free, as it was
+    pool(small).insert(std::move(taken)); // still free, as it was
     throw;
   }
   if (piece->size > size) {
     // Split: the rest stays free, behind the same frees (another stream
     // taking it waits for them too).
-    Piece *rest = new Piece{piece->address + size, piece->size - size, small};
+    *rest = Piece{piece->address + size, piece->size - size, small};
     rest->free = true;
     rest->pending = std::move(frees);
     rest->prev = piece;
     rest->next = piece->next;
     if (piece->next)
-      piece->next->prev = rest;
-    piece->next = rest;
+      piece->next->prev = rest.get();
+    piece->next = rest.get();
     piece->size = size;
-    pool(small).insert(rest);
+    pool(small).insert(std::move(restNode));
+    rest.release();
   }
   piece->free = false;
-  live[piece->address] = piece;
+  entry.key() = piece->address;
+  entry.mapped() = piece;
+  live.insert(std::move(entry));
   counters.reuses += reused;
   counters.bytesInUse += piece->size;
   counters.peakBytesInUse =
@@ -147,29 +169,39 @@ bool CachingAllocator::free(void *ptr, void *stream) {
   if (it == live.end())
     return false;
   Piece *piece = it->second;
-  void *event = backend.recordEvent(stream); // (may throw: nothing changed)
+  // What may throw, before anything changes: the event (the shared
+  // pointer destroys it if its own allocation fails), room for it among the
+  // frees of the piece it merges into, the merged piece's node.
+  std::shared_ptr<void> event(backend.recordEvent(stream), [this](void *e) {
+    try {
+      backend.destroyEvent(e);
+    } catch (...) {
+      // A lost event handle is not worth ending a step over.
+    }
+  });
+  Piece *prev = piece->prev && piece->prev->free ? piece->prev : nullptr;
+  Piece *next = piece->next && piece->next->free ? piece->next : nullptr;
+  piece->pending.reserve(piece->pending.size() + 1);
+  Piece *merged = prev ? prev : piece;
+  merged->pending.reserve((prev ? prev->pending.size() : 0) +
+                          piece->pending.size() + 1 +
+                          (next ? next->pending.size() : 0));
+  FreeSet::node_type node = freeNode(merged);
   live.erase(it);
   counters.bytesInUse -= piece->size;
-  piece->pending.push_back(
-      Pending{stream, ++frees, std::shared_ptr<void>(event, [this](void *e) {
-                try {
-                  backend.destroyEvent(e);
-                } catch (...) {
-                  // A lost event handle is not worth ending a step over.
-                }
-              })});
+  piece->pending.push_back(Pending{stream, ++frees, std::move(event)});
   piece->free = true;
   FreeSet &set = pool(piece->small);
-  if (Piece *prev = piece->prev; prev && prev->free) {
+  if (prev) {
     set.erase(prev);
     absorb(prev, piece);
     piece = prev;
   }
-  if (Piece *next = piece->next; next && next->free) {
+  if (next) {
     set.erase(next);
     absorb(piece, next);
   }
-  set.insert(piece);
+  set.insert(std::move(node));
   return true;
 }
 

@@ -4,8 +4,11 @@
 // splitting and merging of pieces, stream safety (a piece freed on stream A
 // and reused on stream B makes B wait for A's free), a training step's
 // pattern running without device allocations after its first iteration,
-// out-of-memory recovery and the statistics. Prints one line per check and
-// "N checks, M failed"; exits non-zero on a failure.
+// out-of-memory recovery and the statistics, and that a call failing
+// anywhere for want of host memory (operator new made to throw at its n-th
+// allocation, for every n) leaves the allocator as it was: no piece lost,
+// every segment back to the device in the end. Prints one line per check
+// and "N checks, M failed"; exits non-zero on a failure.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +27,49 @@ using namespace moert;
 
 namespace {
 int checks = 0, failures = 0;
+
+/// Host allocations fail on purpose: while `injecting`, the allocation
+/// that finds `failIn` at 0 throws bad_alloc (`injected` counts them).
+bool injecting = false;
+long failIn = -1, injected = 0;
+} // namespace
+
+void *operator new(size_t bytes) {
+  if (injecting && failIn >= 0 && failIn-- == 0) {
+    ++injected;
+    throw std::bad_alloc();
+  }
+  if (void *p = std::malloc(bytes ? bytes : 1))
+    return p;
+  throw std::bad_alloc();
+}
+void *operator new[](size_t bytes) { return operator new(bytes); }
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
+void operator delete(void *p, size_t) noexcept { std::free(p); }
+void operator delete[](void *p, size_t) noexcept { std::free(p); }
+void *operator new(size_t bytes, const std::nothrow_t &) noexcept {
+  try {
+    return operator new(bytes);
+  } catch (const std::bad_alloc &) {
+    return nullptr;
+  }
+}
+void *operator new[](size_t bytes, const std::nothrow_t &tag) noexcept {
+  return operator new(bytes, tag);
+}
+void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete[](void *p, const std::nothrow_t &) noexcept {
+  std::free(p);
+}
+
+namespace {
+/// No injected failures in its scope (the fake device's bookkeeping).
+struct Uninjected {
+  bool saved = injecting;
+  Uninjected() { injecting = false; }
+  ~Uninjected() { injecting = saved; }
+};
 
 void check(bool ok, const std::string &what) {
   ++checks;
@@ -43,6 +90,7 @@ struct FakeBackend : Backend {
   uintptr_t next = 0x1000;
 
   void *allocate(size_t bytes) override {
+    Uninjected guard;
     if (used + bytes > capacity) {
       log.push_back("oom");
       return nullptr;
@@ -56,11 +104,13 @@ struct FakeBackend : Backend {
     return p;
   }
   void release(void *p) override {
+    Uninjected guard;
     used -= sizes[p];
     live.erase(p);
     log.push_back("release");
   }
   void *recordEvent(void *stream) override {
+    Uninjected guard;
     log.push_back("record s" +
                   std::to_string(reinterpret_cast<uintptr_t>(stream)));
     ++eventsLive;
@@ -69,17 +119,22 @@ struct FakeBackend : Backend {
     return e;
   }
   void waitEvent(void *stream, void *event) override {
+    Uninjected guard;
     misusedEvents += !events.count(event);
     log.push_back("wait s" +
                   std::to_string(reinterpret_cast<uintptr_t>(stream)) + " e" +
                   std::to_string(reinterpret_cast<uintptr_t>(event)));
   }
   void destroyEvent(void *event) override {
+    Uninjected guard;
     misusedEvents += !events.erase(event);
     --eventsLive;
     log.push_back("destroy");
   }
-  void synchronize() override { log.push_back("sync"); }
+  void synchronize() override {
+    Uninjected guard;
+    log.push_back("sync");
+  }
   int count(const std::string &prefix) const {
     return int(std::count_if(log.begin(), log.end(), [&](const std::string &l) {
       return l.rfind(prefix, 0) == 0;
@@ -246,6 +301,93 @@ int main() {
           "first, as many as the request needs");
     alloc.free(w, S(1));
     alloc.free(z, S(1));
+  }
+
+  {
+    // Every host allocation of a sequence that splits, merges, reuses
+    // across streams and runs out of device memory fails in turn, one a
+    // run: the call that fails changes nothing, so at the end every piece
+    // frees and every segment goes back to the device.
+    long runs = 0, failedCalls = 0;
+    bool consistent = true, disjoint = true;
+    for (long n = 0;; ++n) {
+      FakeBackend dev;
+      long thrown = 0;
+      {
+        CachingAllocator alloc(dev);   // 64 MiB
+        std::map<char *, size_t> held; // address -> bytes
+        std::vector<char *> order;
+        auto take = [&](size_t bytes, int stream) {
+          void *p = nullptr;
+          injecting = true;
+          try {
+            p = alloc.allocate(bytes, S(stream));
+          } catch (const std::bad_alloc &) {
+            ++thrown;
+          }
+          injecting = false;
+          if (!p)
+            return;
+          char *c = at(p);
+          auto after = held.lower_bound(c);
+          if ((after != held.end() && after->first < c + bytes) ||
+              (after != held.begin() &&
+               std::prev(after)->first + std::prev(after)->second > c))
+            disjoint = false;
+          held[c] = bytes;
+          order.push_back(c);
+        };
+        auto give = [&](size_t i, int stream) {
+          if (i >= order.size() || !held.count(order[i]))
+            return;
+          bool known = false;
+          injecting = true;
+          try {
+            known = alloc.free(order[i], S(stream));
+          } catch (const std::bad_alloc &) {
+            ++thrown;
+            injecting = false;
+            return; // still held: freed below
+          }
+          injecting = false;
+          consistent &= known;
+          held.erase(order[i]);
+        };
+        failIn = n;
+        take(1000, 1);    // 0: a small segment
+        take(3000, 1);    // 1: split
+        take(3 * MiB, 1); // 2: a large segment, split
+        take(5 * MiB, 2); // 3
+        give(1, 2);       // a free on stream 2
+        give(0, 1);       // merges with it: frees of both streams
+        take(1500, 3);    // 4: waits for both, split
+        give(2, 1);       // large frees merging
+        give(3, 2);
+        take(8 * MiB, 1);  // 5: waits for stream 2
+        take(40 * MiB, 1); // 6: releases free segments to fit, or none
+        give(4, 1);
+        take(700, 2); // 7
+        give(5, 3);
+        give(6, 1);
+        give(7, 2);
+        failIn = -1;
+        for (auto [p, bytes] : std::map<char *, size_t>(held))
+          consistent &= alloc.free(p, S(1));
+        consistent &= alloc.stats().bytesInUse == 0;
+        alloc.emptyCache();
+        consistent &= dev.live.empty();
+      }
+      consistent &= dev.eventsLive == 0 && dev.misusedEvents == 0;
+      ++runs;
+      failedCalls += thrown;
+      if (!thrown)
+        break; // the n-th allocation is past the sequence's last
+    }
+    check(consistent && disjoint && failedCalls > 10,
+          "a call failing at any of its host allocations changes nothing: "
+          "every piece frees, every segment returns (" +
+              std::to_string(runs) + " runs, " + std::to_string(failedCalls) +
+              " failed calls)");
   }
 
   std::printf("%d checks, %d failed\n", checks, failures);

@@ -19,6 +19,11 @@
 // waits for the free (an event); pieces that merge keep the latest free of
 // each stream, so reuse never races with kernels still reading the memory.
 //
+// A call that fails (the backend's error, or the host out of memory for
+// the allocator's own bookkeeping) loses nothing: the host memory a call
+// needs is allocated before it changes any piece, so every piece stays
+// handed out or free, and a failed free leaves the piece handed out.
+//
 // The allocator is written against a small Backend interface so that it can
 // be tested without a GPU.
 //
@@ -28,10 +33,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 namespace moert {
@@ -98,6 +103,8 @@ private:
   };
   /// A piece of a segment; pieces of a segment are linked by address.
   struct Piece {
+    Piece(uintptr_t address, size_t size, bool small)
+        : address(address), size(size), small(small) {}
     uintptr_t address;
     size_t size;
     bool small; ///< in a small-request segment
@@ -111,9 +118,16 @@ private:
     }
   };
   using FreeSet = std::set<Piece *, BySize>;
+  /// The pieces handed out, by address. (Node-based, as FreeSet: a node
+  /// made ahead of a change goes in without allocating.)
+  using LiveMap = std::map<uintptr_t, Piece *>;
 
   FreeSet &pool(bool small) { return small ? freeSmall : freeLarge; }
-  Piece *takeFree(size_t size, bool small);
+  /// A free set's node holding `piece`, in no set (may throw bad_alloc).
+  static FreeSet::node_type freeNode(Piece *piece);
+  /// The free node of the smallest free piece that holds `size` (taken out
+  /// of its set), or an empty node.
+  FreeSet::node_type takeFree(size_t size, bool small);
   Piece *reserveSegment(size_t size, bool small);
   void markFree(Piece *piece);
   void mergePending(Piece *into, Piece *from);
@@ -130,7 +144,7 @@ private:
 
   Backend &backend;
   mutable std::mutex mutex;
-  std::unordered_map<uintptr_t, Piece *> live; ///< handed out, by address
+  LiveMap live;
   FreeSet freeSmall, freeLarge;
   uint64_t frees = 0;
   size_t reserved = 0; ///< segments' bytes
