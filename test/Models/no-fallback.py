@@ -3,14 +3,19 @@
 # No op falls back to the generic kernels at public MoE models' layer dims:
 # each is built as a Qwen3-MoE model (one decoder layer, 4096 tokens, the
 # model's hidden size, expert FFN, experts, top-k, attention heads, head dim
-# and vocabulary), its train step (AdamW) derived under --recipe bf16 and,
-# where the dims are multiples of the MX block (32), mxfp8, and the GPU
+# and vocabulary), its train step (AdamW) derived under --recipe bf16,
+# fp8-blockwise and, where the dims are multiples of the MX block (32),
+# mxfp8, and the GPU
 # pipeline's kernel selection for sm_90a asked for its report
 # (kernel-report=true). Any remark saying "generic kernels on" fails, and the
 # report's count must say 0; and under mxfp8 every expert GEMM's SwiGLU and
 # MX rounding must be in its epilogue (any F a multiple of 32: no remark
-# "not in this GEMM's epilogue"). Also dims nobody tuned for: multiples of 32 but not of
-# the tiles, and a vocabulary that is not even a multiple of 8.
+# "not in this GEMM's epilogue"); under fp8-blockwise (each expert's rows
+# padded to 128, as moe-train pads them) every expert GEMM and weight
+# gradient is on the FP8 wgmma kernels where the hidden size and expert FFN
+# are multiples of 128, and elsewhere each one that is not says so, naming
+# the dim. Also dims nobody tuned for: multiples of 32 but not of the tiles,
+# and a vocabulary that is not even a multiple of 8.
 import json
 import os
 import re
@@ -48,17 +53,22 @@ for name, (hidden, ffn, experts, top_k, heads, kv, head_dim, vocab) in MODELS.it
     path = os.path.join(out, name + ".json")
     with open(path, "w") as f:
         json.dump(config, f)
-    graph = subprocess.run([model_tool, path, "--seq", "4096"], check=True,
-                           capture_output=True, text=True).stdout
-    recipes = ["bf16"] + (["mxfp8"] if hidden % 32 == 0 and ffn % 32 == 0 else [])
+    graphs = {}
+    for pad in (1, 128):
+        graphs[pad] = subprocess.run(
+            [model_tool, path, "--seq", "4096", "--expert-row-padding", str(pad)],
+            check=True, capture_output=True, text=True).stdout
+    recipes = ["bf16", "fp8-blockwise"] + (
+        ["mxfp8"] if hidden % 32 == 0 and ffn % 32 == 0 else [])
     for recipe in recipes:
         step = subprocess.run(
             [opt_tool, f"--moe-train-pipeline=autodiff=true optimizer=adamw recipe={recipe}"],
-            input=graph, check=True, capture_output=True, text=True).stdout
-        report = subprocess.run(
-            [opt_tool, "--moe-gpu-select-kernels=chip=sm_90a kernel-report=true",
-             "-o", os.devnull], input=step, check=True, capture_output=True,
-            text=True).stderr
+            input=graphs[128 if recipe == "fp8-blockwise" else 1], check=True,
+            capture_output=True, text=True).stdout
+        selected = subprocess.run(
+            [opt_tool, "--moe-gpu-select-kernels=chip=sm_90a kernel-report=true"],
+            input=step, check=True, capture_output=True, text=True)
+        report = selected.stderr
         generic = [line for line in report.splitlines() if "generic kernels on" in line]
         summary = re.search(r"kernels for sm_90a: (\d+) calls .*; (\d+) ops on the generic",
                             report)
@@ -73,5 +83,23 @@ for name, (hidden, ffn, experts, top_k, heads, kv, head_dim, vocab) in MODELS.it
             print("\n".join(unfused))
         check(summary is not None and int(summary.group(1)) >= 10,
               f"{name} --recipe {recipe}: the GEMMs, attention and loss on kernels")
+        if recipe == "fp8-blockwise":
+            off_fp8 = [line for line in report.splitlines()
+                       if "not the FP8 wgmma kernel" in line]
+            if hidden % 128 == 0 and ffn % 128 == 0:
+                calls = selected.stdout
+                ok = (not off_fp8 and calls.count("call @moe_tma_fp8block_gmm") >= 6
+                      and calls.count("call @moe_tma_fp8block_wgrad") >= 2)
+                what = "every expert GEMM and weight gradient on FP8 wgmma"
+            else:
+                # The forward GEMMs, data gradients and weight gradients of
+                # the expert MLP: 3 + 3 + 2 (the gate and up projections'
+                # weight gradient is one).
+                ok = len(off_fp8) == 8 and all(
+                    "is not a multiple of 128" in line or
+                    "are not both multiples of 128" in line for line in off_fp8)
+                what = "each expert GEMM off FP8 wgmma says why (a dim not a multiple of 128)"
+            if not check(ok, f"{name} --recipe fp8-blockwise: {what}"):
+                print("\n".join(off_fp8) or report[-2000:])
 
 finish()

@@ -413,9 +413,16 @@ struct MoEGPUDedicatedKernelsPass
     SmallVector<bool> live;
     // Why a GEMM could not be brought to the kernels' form (rewriteForWgmma).
     SmallVector<std::string> whyNot;
+    // Why a blockwise FP8 GEMM is not on the FP8 wgmma kernel (then its
+    // operands take the bf16 kernels through exact round trips: slower).
+    SmallVector<std::string> whyNotFp8;
     for (GroupedMatmulOp &op : candidates) {
       live.push_back(liveRowsOnly.contains(op));
       whyNot.emplace_back();
+      whyNotFp8.emplace_back();
+      if (report && !fp8blockExact &&
+          isa<FP8BlockTensorType>(op.getLhs().getType()))
+        (void)fitsFp8Wgmma(op, &whyNotFp8.back());
       // Block-scaled GEMMs for the FP8 kernels stay as they are for them;
       // the others go to the bf16 kernels where they can.
       if (!onFp8Wgmma(op))
@@ -423,7 +430,8 @@ struct MoEGPUDedicatedKernelsPass
                 rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
     }
-    for (auto [op, live, why] : llvm::zip(candidates, live, whyNot)) {
+    for (auto [op, live, why, whyFp8] :
+         llvm::zip(candidates, live, whyNot, whyNotFp8)) {
       // FP8 wgmma sums each promoted block at reduced precision: blockwise
       // FP8 (the recipe's arithmetic) unless fp8block-exact, MXFP8 only on
       // request (fp8-mma); otherwise block-scaled operands take the bf16
@@ -438,6 +446,11 @@ struct MoEGPUDedicatedKernelsPass
           reporter()->generic(op, why);
         continue;
       }
+      if (report && !whyFp8.empty())
+        reporter()->slower(op,
+                           "the bf16 wgmma kernels (operands rounded to bf16 "
+                           "exactly), not the FP8 wgmma kernel",
+                           whyFp8);
       if (report && !gemm->tma)
         reporter()->slower(op, "the cp.async wgmma kernel, not the TMA one",
                            gemm->whyNotTma());

@@ -323,15 +323,15 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
 /// FP8 wgmma reads K-major); returns the call, or nullptr (nothing
 /// changed).
 Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
-                                  SymbolTable &symbols);
+                                  SymbolTable &symbols, WhyNot why = nullptr);
 
 //===----------------------------------------------------------------------===//
 // Hopper (sm_90a): block-scaled grouped GEMMs on FP8 wgmma with promotion
 //===----------------------------------------------------------------------===//
 
 /// Whether the FP8 wgmma kernel takes `op` (MXFP8 operands, or blockwise
-/// FP8 ones in 1 x 128 and 128 x 128 tiles).
-bool fitsFp8Wgmma(GroupedMatmulOp op);
+/// FP8 ones in 1 x 128 and 128 x 128 tiles); else `why`.
+bool fitsFp8Wgmma(GroupedMatmulOp op, WhyNot why = nullptr);
 
 /// `op` as a call of the FP8 wgmma kernel if it handles the shape; returns
 /// whether it did. Blockwise FP8 GEMMs take the TMA kernel

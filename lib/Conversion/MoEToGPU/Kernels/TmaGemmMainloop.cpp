@@ -1072,25 +1072,42 @@ void lowerBlockwiseTmaGemm(GroupedMatmulOp op, ModuleOp module,
 }
 
 Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
-                                  SymbolTable &symbols) {
+                                  SymbolTable &symbols, WhyNot why) {
   auto lhs = dyn_cast<FP8BlockTensorType>(op.getLhs().getType());
   auto rhs = dyn_cast<FP8BlockTensorType>(op.getRhs().getType());
+  if (!lhs || !rhs)
+    return nullptr; // not blockwise FP8: nothing to say
   auto qx = op.getLhs().getDefiningOp<QuantizeOp>();
   auto qdy = op.getRhs().getDefiningOp<QuantizeOp>();
   RankedTensorType result = op.getType();
-  if (!lhs || !rhs || !qx || !qdy || op->getParentOfType<ExpertsOp>() ||
-      lhs.getShape().size() != 2 || rhs.getShape().size() != 2 ||
+  auto refuse = [&](const char *reason) -> Operation * {
+    noKernel(why, reason);
+    return nullptr;
+  };
+  if (!qx || !qdy)
+    return refuse("an operand is not quantized here (the kernel's quantize "
+                  "writes it transposed)");
+  if (op->getParentOfType<ExpertsOp>())
+    return refuse("inside a moe.experts region (not grouped)");
+  if (lhs.getShape().size() != 2 || rhs.getShape().size() != 2 ||
       lhs.getBlock() != ArrayRef<int64_t>{kFP8BlockTile, 1} ||
       rhs.getBlock() != ArrayRef<int64_t>{kFP8BlockTile, 1} ||
       !result.hasStaticShape() || !result.getElementType().isF32() ||
       result.getRank() != 3)
-    return nullptr;
+    return refuse("not 2-d operands in 128 x 1 tiles with a static f32 "
+                  "result");
   int64_t rows = lhs.getShape()[0], k = lhs.getShape()[1],
           n = rhs.getShape()[1], experts = result.getDimSize(0);
-  if (ShapedType::isDynamic(rows) || rhs.getShape()[0] != rows || k % TileM ||
-      n % TileM || experts < 1 ||
-      !groupsAlignedTo(op.getOffsets(), kFP8BlockTile))
+  if (ShapedType::isDynamic(rows) || rhs.getShape()[0] != rows || experts < 1)
+    return refuse("dynamic or mismatched rows, or no experts");
+  if (k % TileM || n % TileM) {
+    noKernel(why, "K = {0} and N = {1} are not both multiples of {2}", k, n,
+             TileM);
     return nullptr;
+  }
+  if (!groupsAlignedTo(op.getOffsets(), kFP8BlockTile))
+    return refuse("the groups are not known to start at multiples of 128 "
+                  "rows (the row blocks would span two experts)");
   Location loc = op.getLoc();
   OpBuilder b(op);
   // Each operand transposed by its quantize kernel; where the same tensor
@@ -1098,7 +1115,7 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
   // gradient GEMM's operand), one kernel computes both, reading it once.
   // (Both operands are checked before anything is rewritten.)
   if (!quantizeTransposedTakes(qx) || !quantizeTransposedTakes(qdy))
-    return nullptr;
+    return refuse("an operand's quantize cannot write it transposed");
   auto siblingOf = [&](QuantizeOp q) -> QuantizeOp {
     for (Operation *user : q.getInput().getUsers()) {
       auto sibling = dyn_cast<QuantizeOp>(user);

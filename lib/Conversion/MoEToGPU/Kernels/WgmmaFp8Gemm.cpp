@@ -123,10 +123,9 @@ struct WgmmaMxGemm {
 
 /// The shapes both scalings need: 2-d lhs [R, K], 3-d rhs, a static f32
 /// result, integer offsets [E + 1].
-std::optional<WgmmaMxGemm> matchShapes(GroupedMatmulOp op,
-                                       ArrayRef<int64_t> lhs,
-                                       ArrayRef<int64_t> rhs, Type lhsElt,
-                                       Type rhsElt, int64_t kMultiple) {
+std::optional<WgmmaMxGemm>
+matchShapes(GroupedMatmulOp op, ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
+            Type lhsElt, Type rhsElt, int64_t kMultiple, WhyNot why = nullptr) {
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
   RankedTensorType result = op.getType();
   bool t = op.getTransposeRhs();
@@ -135,35 +134,43 @@ std::optional<WgmmaMxGemm> matchShapes(GroupedMatmulOp op,
       !result.getElementType().isF32() || !result.hasStaticShape() ||
       !offsets.hasStaticShape() || !offsets.getElementType().isInteger() ||
       ShapedType::isDynamicShape(lhs) || ShapedType::isDynamicShape(rhs))
-    return std::nullopt;
+    return noKernel(why, "not [R, K] x [E, K, N] FP8 operands of static "
+                         "shapes with an f32 result");
   int64_t rows = lhs[0], k = lhs[1];
   int64_t experts = rhs[0], n = rhs[t ? 1 : 2];
-  if (rows < 1 || k < kMultiple || k % kMultiple || n < hopper::TileN ||
-      n % hopper::TileN || experts < 1 || rhs[t ? 2 : 1] != k ||
+  if (rows < 1 || experts < 1 || rhs[t ? 2 : 1] != k ||
       offsets.getDimSize(0) != experts + 1 || result.getDimSize(0) != rows ||
       result.getDimSize(1) != n)
-    return std::nullopt;
+    return noKernel(why, "mismatched shapes");
+  if (k < kMultiple || k % kMultiple)
+    return noKernel(why, "K = {0} is not a multiple of {1}", k, kMultiple);
+  if (n < hopper::TileN || n % hopper::TileN)
+    return noKernel(why, "N = {0} is not a multiple of {1} (the column tile)",
+                    n, hopper::TileN);
   return WgmmaMxGemm{
       rows, k, n, experts, lhsElt, rhsElt, offsets.getElementType()};
 }
 
-std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
+std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op,
+                                            WhyNot why = nullptr) {
   if (op->getParentOfType<ExpertsOp>())
-    return std::nullopt;
+    return noKernel(why, "inside a moe.experts region (not grouped)");
   if (auto lhs = dyn_cast<FP8BlockTensorType>(op.getLhs().getType())) {
     auto rhs = dyn_cast<FP8BlockTensorType>(op.getRhs().getType());
     if (!rhs || lhs.getBlock() != ArrayRef<int64_t>{1, BlockwiseTile} ||
         rhs.getBlock() != ArrayRef<int64_t>{1, BlockwiseTile, BlockwiseTile})
-      return std::nullopt;
+      return noKernel(why, "not 1 x {0} lhs and {0} x {0} rhs tiles",
+                      BlockwiseTile);
     std::optional<WgmmaMxGemm> g =
         matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
-                    rhs.getElementType(), BlockwiseTile);
+                    rhs.getElementType(), BlockwiseTile, why);
     // The forward's rhs is transposed first (FP8 wgmma reads K-major
     // operands only).
     if (g && !op.getTransposeRhs() &&
         !transposesBytes(
             cast<BlockScaledType>(op.getRhs().getType()).getDataType()))
-      return std::nullopt;
+      return noKernel(why, "the rhs cannot be transposed to K-major (FP8 "
+                           "wgmma reads K-major operands only)");
     if (g)
       g->blockwise = true;
     return g;
@@ -173,9 +180,12 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op) {
   if (op.getTransposeRhs() || !lhs || !rhs || lhs.getAxis() != 1 ||
       rhs.getAxis() != 1 || lhs.getBlockSize() != MXBlock ||
       rhs.getBlockSize() != MXBlock)
-    return std::nullopt;
+    return noKernel(why,
+                    "not MX operands in blocks of {0} along K, the rhs "
+                    "not transposed",
+                    MXBlock);
   return matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
-                     rhs.getElementType(), 64);
+                     rhs.getElementType(), 64, why);
 }
 
 /// Emits the body of the FP8 wgmma grouped GEMM's gpu.launch.
@@ -410,8 +420,8 @@ func::FuncOp getOrCreateWgmmaMxFunction(ModuleOp module, SymbolTable &symbols,
 
 } // namespace
 
-bool fitsFp8Wgmma(GroupedMatmulOp op) {
-  return matchWgmmaMxGemm(op).has_value();
+bool fitsFp8Wgmma(GroupedMatmulOp op, WhyNot why) {
+  return matchWgmmaMxGemm(op, why).has_value();
 }
 
 bool lowerToFp8Wgmma(GroupedMatmulOp op, ModuleOp module,

@@ -198,8 +198,12 @@ getOrCreateWgmmaWgradFunction(ModuleOp module, SymbolTable &symbols,
 Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
                              SymbolTable &symbols, bool fp8Wgmma,
                              KernelReport *report) {
+  // Why blockwise FP8 operands are not on the FP8 wgmma kernel (then they
+  // take the bf16 one through exact round trips: slower).
+  std::string whyNotFp8;
   if (fp8Wgmma)
-    if (Operation *call = lowerBlockwiseTmaWgrad(op, module, symbols))
+    if (Operation *call = lowerBlockwiseTmaWgrad(op, module, symbols,
+                                                 report ? &whyNotFp8 : nullptr))
       return call;
   std::string why;
   WhyNot whyNot = report ? &why : nullptr;
@@ -239,6 +243,11 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
       report->generic(op, why);
     return nullptr;
   }
+  if (report && !whyNotFp8.empty())
+    report->slower(op,
+                   "the bf16 wgmma kernel (operands rounded to bf16 exactly), "
+                   "not the FP8 wgmma kernel",
+                   whyNotFp8);
   if (report && !w->tma) {
     tmaKernelTakes(w->rows, w->n, tma::TileK, &why);
     report->slower(op, "the cp.async wgmma kernel, not the TMA one", why);
