@@ -396,10 +396,13 @@ struct MoEGPUDedicatedKernelsPass
       (void)lowerToSimtMatmul(op, module, symbols, reporter());
   }
 
-  /// Whether `op` runs on the FP8 wgmma kernels (see lowerWgmmaGroupedGemms).
-  bool onFp8Wgmma(GroupedMatmulOp op) {
-    bool blockwise = isa<FP8BlockTensorType>(op.getLhs().getType());
-    return (blockwise ? !fp8blockExact : fp8Mma) && fitsFp8Wgmma(op);
+  /// Whether `op` runs on the FP8 wgmma kernels (see lowerWgmmaGroupedGemms);
+  /// if not, for a blockwise FP8 GEMM that is not fp8block-exact, why
+  /// (`whyNotBlockwise`: the kernel refused it, it is slower elsewhere).
+  bool onFp8Wgmma(GroupedMatmulOp op, WhyNot whyNotBlockwise = nullptr) {
+    if (isa<FP8BlockTensorType>(op.getLhs().getType()))
+      return !fp8blockExact && fitsFp8Wgmma(op, whyNotBlockwise);
+    return fp8Mma && fitsFp8Wgmma(op);
   }
 
   /// The grouped GEMMs on wgmma. Blockwise FP8 (unless fp8block-exact) and,
@@ -420,12 +423,9 @@ struct MoEGPUDedicatedKernelsPass
       live.push_back(liveRowsOnly.contains(op));
       whyNot.emplace_back();
       whyNotFp8.emplace_back();
-      if (report && !fp8blockExact &&
-          isa<FP8BlockTensorType>(op.getLhs().getType()))
-        (void)fitsFp8Wgmma(op, &whyNotFp8.back());
       // Block-scaled GEMMs for the FP8 kernels stay as they are for them;
       // the others go to the bf16 kernels where they can.
-      if (!onFp8Wgmma(op))
+      if (!onFp8Wgmma(op, report ? &whyNotFp8.back() : nullptr))
         if (std::optional<GroupedMatmulOp> rewritten =
                 rewriteForWgmma(op, report ? &whyNot.back() : nullptr))
           op = *rewritten;
@@ -447,10 +447,7 @@ struct MoEGPUDedicatedKernelsPass
         continue;
       }
       if (report && !whyFp8.empty())
-        reporter()->slower(op,
-                           "the bf16 wgmma kernels (operands rounded to bf16 "
-                           "exactly), not the FP8 wgmma kernel",
-                           whyFp8);
+        reporter()->slower(op, kOffFp8Wgmma, whyFp8);
       if (report && !gemm->tma)
         reporter()->slower(op, "the cp.async wgmma kernel, not the TMA one",
                            gemm->whyNotTma());

@@ -329,6 +329,12 @@ Operation *lowerBlockwiseTmaWgrad(GroupedMatmulWgradOp op, ModuleOp module,
 // Hopper (sm_90a): block-scaled grouped GEMMs on FP8 wgmma with promotion
 //===----------------------------------------------------------------------===//
 
+/// The kernel report's name for where a blockwise FP8 GEMM or weight
+/// gradient the FP8 wgmma kernels refuse runs instead.
+constexpr llvm::StringLiteral kOffFp8Wgmma =
+    "the bf16 wgmma kernels (operands rounded to bf16 exactly), not the FP8 "
+    "wgmma kernel";
+
 /// Whether the FP8 wgmma kernel takes `op` (MXFP8 operands, or blockwise
 /// FP8 ones in 1 x 128 and 128 x 128 tiles); else `why`.
 bool fitsFp8Wgmma(GroupedMatmulOp op, WhyNot why = nullptr);

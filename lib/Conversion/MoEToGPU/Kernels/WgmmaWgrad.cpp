@@ -244,10 +244,7 @@ Operation *lowerWgradToWgmma(GroupedMatmulWgradOp op, ModuleOp module,
     return nullptr;
   }
   if (report && !whyNotFp8.empty())
-    report->slower(op,
-                   "the bf16 wgmma kernel (operands rounded to bf16 exactly), "
-                   "not the FP8 wgmma kernel",
-                   whyNotFp8);
+    report->slower(op, kOffFp8Wgmma, whyNotFp8);
   if (report && !w->tma) {
     tmaKernelTakes(w->rows, w->n, tma::TileK, &why);
     report->slower(op, "the cp.async wgmma kernel, not the TMA one", why);
