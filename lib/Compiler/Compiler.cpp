@@ -34,6 +34,7 @@
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FileUtilities.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
@@ -456,14 +457,34 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
         llvm::raw_fd_ostream os(ptxFd, /*shouldClose=*/true);
         os << ptx;
       }
+      // ptxas' own output (its diagnostics) goes to a file read back below.
+      llvm::SmallString<128> notesPath;
+      if (auto ec = llvm::sys::fs::createTemporaryFile("moe-kernel", "txt",
+                                                       notesPath))
+        return fail("cannot create a temporary file: " + ec.message());
+      llvm::FileRemover removeNotes(notesPath);
       std::string arch = "-arch=" + target;
       llvm::SmallVector<llvm::StringRef> args = {*ptxas, arch, "-o",
                                                  "/dev/null", path.str()};
+      std::optional<llvm::StringRef> redirects[] = {
+          std::nullopt, notesPath.str(), notesPath.str()};
       std::string message;
-      if (llvm::sys::ExecuteAndWait(*ptxas, args, std::nullopt, {}, 0, 0,
-                                    &message) != 0)
+      int rc = llvm::sys::ExecuteAndWait(*ptxas, args, std::nullopt, redirects,
+                                         0, 0, &message);
+      auto notes = llvm::MemoryBuffer::getFile(notesPath);
+      llvm::StringRef text = notes ? (*notes)->getBuffer() : "";
+      if (rc != 0)
         return fail("ptxas rejected kernel module " + name +
-                    (message.empty() ? "" : ": " + message));
+                    (message.empty() ? "" : ": " + message) +
+                    (text.empty() ? "" : "\n" + text.rtrim().str()));
+      // What ptxas accepts but reports as slow (setmaxnreg ignored, wgmma
+      // serialized, ...) is worth a line each: the kernel runs, slower.
+      llvm::SmallVector<llvm::StringRef> lines;
+      text.split(lines, '\n', -1, false);
+      for (llvm::StringRef line : lines)
+        if (line.contains("Performance Loss") || line.contains("warning"))
+          log << "ptxas, kernel module " << name << ": "
+              << line.split(" : ").second.trim() << "\n";
     }
     log << "ptxas accepted " << ptxModules.size() << " kernel modules for "
         << target << "\n";

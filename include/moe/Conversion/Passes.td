@@ -293,6 +293,25 @@ def MoEGPUMergeKernels : Pass<"moe-gpu-merge-kernels", "ModuleOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def MoEGPUKernelBounds : Pass<"moe-gpu-kernel-bounds", "ModuleOp"> {
+  let summary = "Give kernels that resize their warpgroups' registers the "
+                "launch bounds ptxas needs";
+  let description = [{
+    Runs after outlining. A warp-specialized kernel hands registers from
+    its producer warpgroup to its consumers with `setmaxnreg`
+    (`nvvm.setmaxregister`). ptxas honours that only when it can tell the
+    register count at the kernel's entry, which it derives from the
+    threads per CTA (known from the launch) and the CTAs per SM; without
+    the latter it may ignore every `setmaxnreg` ("unable to determine
+    register count at entry") and the consumers run on the entry count.
+    Each kernel function that contains `nvvm.setmaxregister` gets
+    `nvvm.minctasm = 1` (`.minnctapersm 1`), which every launch meets.
+    Outlining does not carry a launch's attributes to its kernel, hence
+    this step after it.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def MoEGPUElideHostSyncs : Pass<"moe-gpu-elide-host-syncs", "func::FuncOp"> {
   let summary = "Keep the stream running across calls of host-only functions";
   let description = [{
