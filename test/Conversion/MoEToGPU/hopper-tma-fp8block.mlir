@@ -6,6 +6,7 @@
 // partial, promoted into the f32 accumulators once complete.
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s
 // RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s --check-prefix=WGRAD
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a" | FileCheck %s --check-prefix=PAIR
 // RUN: moe-compile %s --target=sm_90a --emit-ptx=%t.ptx --verify-ptx -o %t.so \
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // VERIFY: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
@@ -179,6 +180,9 @@ func.func @weight_gradient_unpadded(%x: tensor<1024x256xf32>, %dy: tensor<1024x3
 // WGRAD: call @moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32(%[[P]]#2, %[[P]]#3, %[[DY]]#0, %[[DY]]#1, %[[O]])
 // WGRAD-NOT: moe.quantize
 // WGRAD: return
+// A pair's CTA has 512 threads, 8 of the region's rows each.
+// PAIR-LABEL: func.func private @moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32(
+// PAIR: gpu.launch blocks({{.*}}) in (%{{.*}} = %c16, {{.*}}) threads({{.*}}) in (%{{.*}} = %c512, {{.*}}) dynamic_shared_memory_size %c25088_i32
 func.func @paired(%x: tensor<512x256xf32>, %idx: tensor<512x1xi32>,
                   %w: tensor<4x256x384xf32>, %dy: tensor<1020x384xf32>)
     -> (tensor<1020x384xf32>, tensor<4x256x384xf32>) {

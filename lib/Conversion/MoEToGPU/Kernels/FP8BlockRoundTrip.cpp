@@ -34,6 +34,9 @@
 // - 128 x 128: W = 128, RR = 128, 16 rows of 4 columns a thread; the amax by
 //   five xor shuffles, then across the warps (each lane reads one warp's,
 //   three more shuffles).
+// - A pair (both tilings of one input, 1 x 128 and 128 x 1): W = 128,
+//   RR = 128, a CTA of 512 threads, 8 rows of 4 columns a thread, every
+//   row's run loaded at once.
 // A quantize in 128 x 128 tiles (all whole) whose data something transposes
 // (the K-major rhs of a forward FP8 wgmma GEMM, transposeBytes) writes the
 // transposed data too, in place of that transpose: each region's codes go
@@ -62,6 +65,7 @@ namespace mlir::moe::kernels {
 
 namespace {
 
+/// A CTA's threads; a pair's CTA has twice as many (FP8BlockKernel::threads).
 constexpr int64_t Threads = 256;
 constexpr int64_t Warps = Threads / 32;
 static_assert(Warps == 8, "the whole-tile amax reads 8 warps' values");
@@ -114,6 +118,16 @@ struct FP8BlockKernel {
   int64_t half = 0;
 
   bool roundTrip() const { return bool(outElt); }
+  /// A CTA's threads and warps: a pair's thread holds 8 rows of its
+  /// region, every row's run loaded at once, in at most 128 registers (one
+  /// CTA of 16 warps an SM); 16 rows a thread took 247 registers, and its
+  /// 8 warps an SM waited on the loads in turn with the math.
+  int64_t threads() const { return pair() ? 2 * Threads : Threads; }
+  int64_t warps() const { return threads() / 32; }
+  /// The rows whose runs a thread loads together (loadRegion): a pair's
+  /// all (its values are held until the region's columnwise amax anyway),
+  /// else LoadRows.
+  int64_t loadRows() const { return pair() ? rowsPerThread() : LoadRows; }
   ArrayRef<int64_t> shape() const { return type.getShape(); }
   int64_t rank() const { return int64_t(shape().size()); }
   /// The tensor as `matrices()` matrices of rows() x cols().
@@ -134,7 +148,7 @@ struct FP8BlockKernel {
     return pair() ? Tile : tileCols() == 1 ? 32 : tileCols();
   }
   int64_t lanes() const { return width() / 4; }
-  int64_t rowGroups() const { return Threads / lanes(); }
+  int64_t rowGroups() const { return threads() / lanes(); }
   int64_t regionRows() const {
     if (pair())
       return Tile;
@@ -159,12 +173,12 @@ struct FP8BlockKernel {
   int64_t transposedRows() const { return tilesOf(rows(), Tile) * Tile; }
   /// Where the transposed codes of a region start in shared memory.
   int64_t transposedAt() const {
-    return std::max<int64_t>(128, Warps * warpSlots() * 4);
+    return std::max<int64_t>(128, warps() * warpSlots() * 4);
   }
   int64_t smemBytes() const {
     if (transposed != Transposed::no)
       return transposedAt() + width() * TransposedRow;
-    return acrossWarps() ? Warps * warpSlots() * 4 : 0;
+    return acrossWarps() ? warps() * warpSlots() * 4 : 0;
   }
 
   std::string name() const {
@@ -328,15 +342,17 @@ struct FP8BlockEmitter : KernelBuilder {
   /// The region's tile (rows row0.., columns col0..) of element codes,
   /// which emitRegion left transposed in shared memory, as rows of the
   /// transposed data: a row of 128 codes (8 chunks of 16 bytes) for each of
-  /// the region's W columns, thread t writing the W / 32 chunks from
-  /// t W / 32 (W = 128: row col0 + t / 2, 64 bytes from row0 + 64 (t % 2);
-  /// W = 32: row col0 + t / 8, 16 bytes from row0 + 16 (t % 8)), so 16 or 8
-  /// lanes write one row's contiguous bytes. Every region is whole
-  /// (FP8BlockKernel::transposes).
+  /// the region's W columns, thread t of T writing the C = 8 W / T chunks
+  /// from t C (W = 128, T = 256: row col0 + t / 2, 64 bytes from
+  /// row0 + 64 (t % 2); a pair's T = 512: row col0 + t / 4, 32 bytes from
+  /// row0 + 32 (t % 4); W = 32: row col0 + t / 8, 16 bytes from
+  /// row0 + 16 (t % 8)), so 16, 4 or 8 lanes write one row's contiguous
+  /// bytes. Every region is whole (FP8BlockKernel::transposes).
   void storeTransposed(Value m, Value row0, Value col0) {
     NVVM::Barrier0Op::create(b, loc); // every code is in shared memory
     Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-    int64_t chunks = g.width() / 32;
+    int64_t chunks = 8 * g.width() / g.threads();
+    assert(chunks >= 1 && 8 % chunks == 0 && "a thread's chunks in one row");
     Value first = mul(tid, idx(chunks));
     Value n = div(first, 8), at = mul(rem(first, 8), idx(16));
     Value from =
@@ -438,8 +454,8 @@ struct FP8BlockEmitter : KernelBuilder {
       // A valid run is whole. The rows' runs are loaded LoadRows at a
       // time, from element 0 where the row is not valid (so that the loads
       // need no branch and issue back to back), then zeroed.
-      for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
-        int64_t n = std::min(LoadRows, rowsPer - r0);
+      for (int64_t r0 = 0; r0 < rowsPer; r0 += g.loadRows()) {
+        int64_t n = std::min(g.loadRows(), rowsPer - r0);
         SmallVector<Run> runs;
         for (int64_t r = r0; r < r0 + n; ++r)
           runs.push_back({xs, xBase, select(loaded[r], from[r], idx(0))});
@@ -499,8 +515,8 @@ struct FP8BlockEmitter : KernelBuilder {
         isGrad ? select(isGate, col, arith::SubIOp::create(b, loc, col, idx(f)))
                : col;
     Value gradBase = isGrad ? baseAddress(grad) : Value();
-    for (int64_t r0 = 0; r0 < rowsPer; r0 += LoadRows) {
-      int64_t n = std::min(LoadRows, rowsPer - r0);
+    for (int64_t r0 = 0; r0 < rowsPer; r0 += g.loadRows()) {
+      int64_t n = std::min(g.loadRows(), rowsPer - r0);
       // Per row: h's gate run, its up run (F further), d's run.
       int64_t streams = isGrad ? 3 : 2;
       SmallVector<Run> runs;
@@ -580,11 +596,11 @@ struct FP8BlockEmitter : KernelBuilder {
     LLVM::StoreOp::create(b, loc, code, sharedPtrAt(at), /*alignment=*/1);
   }
 
-  /// A pair's region of 128 x 128 (rows row0 + rg + 8 r, r < 16, columns
+  /// A pair's region of 128 x 128 (rows row0 + rg + 16 r, r < 8, columns
   /// col + c, c < 4; a warp holds whole rows): the rowwise quantization
   /// (each row's amax by five xor shuffles; codes to `ds`, the row's scale
   /// by lane 0) and the columnwise one (each column's amax over the thread's
-  /// 16 rows, then across the 8 warps through shared memory; codes staged
+  /// 8 rows, then across the 16 warps through shared memory; codes staged
   /// transposed for storeTransposed, the column's scale by warp 0).
   void emitPairRegion(Value m, Value row0, Value col, Value rg, Value cl,
                       Value lane, Value warp, Value aligned, Value xs, Value ds,
@@ -606,7 +622,7 @@ struct FP8BlockEmitter : KernelBuilder {
                             slot(warp, add(mul(cl, idx(4)), idx(c))), 4);
     NVVM::Barrier0Op::create(b, loc);
     for (int64_t c = 0; c < 4; ++c)
-      for (int64_t w = 0; w < Warps; ++w)
+      for (int64_t w = 0; w < g.warps(); ++w)
         colAmax[c] = arith::MaximumFOp::create(
             b, loc, colAmax[c],
             LLVM::LoadOp::create(
@@ -831,7 +847,7 @@ func::FuncOp getOrCreateFunction(ModuleOp module, SymbolTable &symbols,
   func::FuncOp kernel = getOrCreateKernelCall(
       module, symbols, g.name(),
       g.roundTrip() ? "fp8block round trip" : "fp8block quantize", argTypes,
-      resultTypes, loc, {grid, 1, 1, Threads, smem},
+      resultTypes, loc, {grid, 1, 1, g.threads(), smem},
       [&](OpBuilder &b, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
         // Results: the round trip's; or (data, scales[, transposed data]);
