@@ -1,8 +1,9 @@
 // The flash attention kernels on Hopper at a sequence that is not a tile
 // multiple (200), grouped KV heads and head dim 64: the calls and their
 // launches (the forward: a CTA of three warpgroups per 128-query tile,
-// head and batch entry, its tensor maps encoded first; dQ and dK/dV: a CTA
-// of one warpgroup per 64-row tile), and in the PTX every kernel feeds P
+// head and batch entry, its tensor maps encoded first; dQ: a CTA of one
+// warpgroup per 64-query tile; dK/dV: three warpgroups per 128 keys), and
+// in the PTX every kernel feeds P
 // (P^T, dS, dS^T) to its second MMA from registers: nothing is stored to
 // shared memory. Nothing of it runs here (test/Integration/GPU/attention.mlir
 // runs it on the GPU).
@@ -29,19 +30,25 @@
 // dQ: Q, dO, two (K, V) slots and 128 bytes of scratch.
 // CHECK-LABEL: func.func private @moe_flash_dq_b2_s200_h4_kv2_d64_causal(
 // CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50304_i32
-// dK/dV: a CTA per key tile, KV head and batch entry; K, V, two (Q, dO)
-// slots, 1 KiB slack.
+// dK/dV: a CTA per 128 keys, KV head and batch entry; maps of q, k, v and
+// dO; each consumer's K and V, three (Q, dO) stages, seven mbarriers, 128
+// bytes of scratch, 1 KiB slack.
 // CHECK-LABEL: func.func private @moe_flash_dkv_b2_s200_h4_kv2_d64_causal(
-// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c4{{.*}}, %{{.*}} = %c2{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c128, {{.*}} dynamic_shared_memory_size %c50176_i32
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64, %c256_i64,
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64{{.*}}, %c128_i64,
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64{{.*}}, %c128_i64
+// CHECK: call @moertTensorMap3D(%{{.*}}, %c2_i64{{.*}}, %c256_i64
+// CHECK: gpu.launch {{.*}} in (%{{.*}} = %c2{{.*}}, %{{.*}} = %c2{{.*}}, %{{.*}} = %c2{{.*}}) threads({{.*}} = %c384, {{.*}} dynamic_shared_memory_size %c83128_i32
 
 // PTX-LABEL: kernel module moe_flash_fwd_b2_s200_h4_kv2_d64_causal_kernel
 // The producer's copies (two Q tiles, then K and V a stage), the
-// consumers' S = Q K^T by descriptors and PV with P from registers.
+// consumers' S = Q K^T with Q's fragment in registers (K by descriptor,
+// K-major) and PV with P from registers.
 // PTX-COUNT-10: mbarrier.init.shared.b64
 // PTX-NOT: st.shared
 // PTX: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // PTX-NOT: st.shared
-// PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 0;
 // PTX-NOT: st.shared
 // PTX: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // PTX-NOT: st.shared
@@ -51,8 +58,12 @@
 // PTX-COUNT-4: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // PTX-NOT: st.shared
 // PTX-LABEL: kernel module moe_flash_dkv_b2_s200_h4_kv2_d64_causal_kernel
+// The consumers' branch comes first, the producer's copies after it.
+// PTX-COUNT-7: mbarrier.init.shared.b64
 // PTX-NOT: st.shared
 // PTX-COUNT-8: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// PTX-NOT: st.shared
+// PTX: cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // PTX-NOT: st.shared
 
 func.func @attention(%q: tensor<2x200x4x64xbf16>, %k: tensor<2x200x2x64xbf16>,

@@ -312,13 +312,43 @@ struct FlashEmitter : HopperBuilder {
                steps, /*fresh=*/true);
   }
   /// acc += A B over `steps` contraction steps of 16, A in registers (`a`:
-  /// fragmentA of a 64-row tile), B MN-major at `bTile` (its rows are the
-  /// contraction, N across panels).
-  Value mmaRegA(Value acc, ArrayRef<Value> a, Value bTile, int64_t steps) {
+  /// fragmentA of a 64-row tile, or fragmentOf a tile), B at `bTile`,
+  /// MN-major (its rows are the contraction, N across panels) or K-major
+  /// (`bKMajor`); `fresh`: into a new accumulator (mmaFresh).
+  Value mmaRegA(Value acc, ArrayRef<Value> a, Value bTile, int64_t steps,
+                bool bKMajor = false, bool fresh = false) {
     for (int64_t j = 0; j < steps; ++j)
-      acc = bf16MmaRegA(acc, a.slice(4 * j, 4), desc(bTile, 2048 * j),
-                        NVVM::MMALayout::row);
+      acc = bf16MmaRegA(
+          acc, a.slice(4 * j, 4),
+          desc(bTile,
+               bKMajor ? j / 4 * flash::PanelBytes + 32 * (j % 4) : 2048 * j),
+          bKMajor ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+          /*accumulate=*/!(fresh && j == 0));
     return acc;
+  }
+  /// This thread's A fragment (bf16MmaRegA's layout, as fragmentA makes it)
+  /// of the 64-row K-major tile at `tile`, read from shared memory: step
+  /// j's registers hold rows rowOf(0) and rowOf(1), columns
+  /// 16 j + 2 (l % 4) + {0, 1} and 8 further, each pair one 4-byte word of
+  /// its row's swizzled 16-byte chunk.
+  SmallVector<Value> fragmentOf(Value tile) {
+    SmallVector<Value> regs;
+    for (int64_t j = 0; j < f.dim / 16; ++j)
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t h = 0; h < 2; ++h) {
+          int64_t chunk = 2 * j + half;
+          Value r = rowOf(h);
+          Value at = add(
+              add(tile, idx(chunk / 8 * flash::PanelBytes)),
+              add(add(mul(r, idx(128)),
+                      mul(arith::XOrIOp::create(b, loc, idx(chunk % 8),
+                                                rem(r, 8)),
+                          idx(16))),
+                  mul(rem(lane, 4), idx(4))));
+          regs.push_back(
+              LLVM::LoadOp::create(b, loc, b.getI32Type(), sharedPtrAt(at), 4));
+        }
+    return regs;
   }
   void commitAndWait() { commitAndWaitFor(0); }
   /// Commits the MMAs issued since the last commit as a group and waits
@@ -593,6 +623,21 @@ struct FlashEmitter : HopperBuilder {
     fenceForAsyncProxy();
     barrier();
   }
+  /// Arrives on mbarrier `bar` expecting `bytes` more of TMA copies.
+  void expectBytes(Value bar, int64_t bytes) {
+    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, int32(bytes),
+                                           NVVM::MemScopeKind::CTA,
+                                           /*relaxed=*/false, Value());
+  }
+  /// Copies rows [s0, s0 + 64) of head `head` of batch `bb` through the
+  /// map `map` (tensorMap3D) into the tile at byte `tile`, a panel a box;
+  /// rows past S read zeros. Completes on mbarrier `bar`.
+  void tmaTile(Value tile, Value map, Value head, Value s0, Value bb,
+               Value bar) {
+    for (int64_t p = 0; p < f.dim / 64; ++p)
+      tmaLoad(sharedPtrAt(add(tile, idx(p * flash::PanelBytes))), map,
+              {add(mul(head, idx(f.dim)), idx(64 * p)), s0, bb}, bar);
+  }
 };
 
 /// The dQ kernel: a query tile, a loop over key/value tiles
@@ -757,20 +802,6 @@ struct ForwardEmitter : FlashEmitter {
   Value kFull(Value s) { return mbarrier(1, s); }
   Value vFull(Value s) { return mbarrier(1 + Stages, s); }
   Value empty(Value s) { return mbarrier(1 + 2 * Stages, s); }
-  void expectBytes(Value bar, int64_t bytes) {
-    NVVM::MBarrierArriveExpectTxOp::create(b, loc, Type(), bar, int32(bytes),
-                                           NVVM::MemScopeKind::CTA,
-                                           /*relaxed=*/false, Value());
-  }
-  /// Copies rows [s0, s0 + 64) of head `head` through the map `map` (of a
-  /// tensor with `headsOf` heads) into the tile at byte `tile`, a panel a
-  /// box; rows past S read zeros.
-  void tmaTile(Value tile, Value map, Value head, Value s0, Value bb,
-               Value bar) {
-    for (int64_t p = 0; p < f.dim / 64; ++p)
-      tmaLoad(sharedPtrAt(add(tile, idx(p * flash::PanelBytes))), map,
-              {add(mul(head, idx(f.dim)), idx(64 * p)), s0, bb}, bar);
-  }
 
   void emit(gpu::LaunchOp launch) {
     setUpThread(launch);
@@ -816,8 +847,7 @@ struct ForwardEmitter : FlashEmitter {
     // of its registers to them.
     auto setMaxRegisters = [&](int64_t count,
                                NVVM::SetMaxRegisterAction action) {
-      if (documents)
-        NVVM::SetMaxRegisterOp::create(b, loc, count, action);
+      NVVM::SetMaxRegisterOp::create(b, loc, count, action);
     };
     ifElseVoid(
         cmp(P::eq, wg, idx(0)),
@@ -862,6 +892,9 @@ struct ForwardEmitter : FlashEmitter {
       rowDocument.push_back(documentOf(rows[h]));
     }
     wait(qFull(), idx(0));
+    // Q's A fragment, in registers for every S MMA (A from shared memory,
+    // each m64n64k16 MMA read 2 KiB of Q beside its 2 KiB of K).
+    SmallVector<Value> qFrag = fragmentOf(qTile);
     // Ping-pong: a consumer issues its MMAs on its turn (named barrier
     // PingPong + c: its sync with the other's arrival) and then passes the
     // turn, so that one consumer's softmax runs under the other's MMAs.
@@ -905,8 +938,9 @@ struct ForwardEmitter : FlashEmitter {
       wait(kFull(s), parity);
       myTurn();
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
-      Value sAcc =
-          mmaFresh(flash::Tile, qTile, kTile(s), /*bKMajor=*/true, f.dim / 16);
+      Value sAcc = mmaRegA(LLVM::PoisonOp::create(b, loc, accOf(flash::Tile)),
+                           qFrag, kTile(s), f.dim / 16, /*bKMajor=*/true,
+                           /*fresh=*/true);
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
       Value o = carried[0];
       if (!first) {
@@ -969,59 +1003,159 @@ struct ForwardEmitter : FlashEmitter {
   }
 };
 
-/// The dK/dV kernel: a key tile of a KV head, over the query heads of its
-/// group and the query tiles that see it.
+/// The dK/dV kernel: 128 keys of a KV head a CTA, over the query heads of
+/// its group and the query tiles that see them; warp-specialized as the
+/// forward is. The first thread of the producer warpgroup copies each
+/// consumer's K and V tile once, then each step's Q and dO tiles through a
+/// ring of stages with TMA; each of the two consumer warpgroups takes a
+/// 64-key tile, so a Q and dO tile copied once serves 128 keys.
 struct KeyTileEmitter : FlashEmitter {
-  using FlashEmitter::FlashEmitter;
+  static constexpr int64_t Consumers = 2, Stages = 3;
+  static constexpr int64_t Keys = Consumers * flash::Tile; // keys a CTA
+  // Registers a thread (setmaxnreg; 64K a CTA): the consumers hold dK and
+  // dV (64 x D each) besides S^T and dP^T.
+  static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
+  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
+                "flash dK/dV: the register split");
+  /// The tensor maps of q and dO [B, S, N, D] and k, v [B, S, M, D]
+  /// (tensorMap3D).
+  Value mapQ, mapDO, mapK, mapV;
 
-  // Shared memory: K, V, two (Q, dO) slots (D 128: 97 KiB with the
-  // alignment slack, two CTAs an SM).
-  int64_t vAt() const { return tileBytes(); }
-  int64_t slotsAt() const { return 2 * tileBytes(); }
-  int64_t slotBytes() const { return 2 * tileBytes(); }
+  KeyTileEmitter(OpBuilder &b, Location loc, const FlashAttention &f,
+                 ArrayRef<Value> args, ArrayRef<Value> results, Value mapQ,
+                 Value mapDO, Value mapK, Value mapV)
+      : FlashEmitter(b, loc, f, args, results), mapQ(mapQ), mapDO(mapDO),
+        mapK(mapK), mapV(mapV) {
+    threads = ctaThreads();
+  }
+
+  static int64_t ctaThreads() { return (1 + Consumers) * flash::Threads; }
+  // Shared memory: each consumer's K and V tiles, the stages (Q, dO), the
+  // mbarriers (K/V full; full and empty a stage), tilesSharing's scratch.
+  // D 128: 161 KiB, a CTA an SM.
+  static int64_t stagesAt(const FlashAttention &f) {
+    return Consumers * 2 * flash::tileBytes(f.dim);
+  }
+  static int64_t barriersAt(const FlashAttention &f) {
+    return stagesAt(f) + Stages * 2 * flash::tileBytes(f.dim);
+  }
+  static int64_t scratchAt(const FlashAttention &f) {
+    return barriersAt(f) + 8 * (1 + 2 * Stages);
+  }
+  static int64_t smemBytes(const FlashAttention &f) {
+    return scratchAt(f) + flash::ScratchBytes;
+  }
+  Value kTile(Value c) { return mul(c, idx(2 * tileBytes())); }
+  Value vTile(Value c) { return add(kTile(c), idx(tileBytes())); }
+  Value qTile(Value s) {
+    return add(idx(stagesAt(f)), mul(s, idx(2 * tileBytes())));
+  }
+  Value doTile(Value s) { return add(qTile(s), idx(tileBytes())); }
+  /// mbarrier `first` + s.
+  Value mbarrier(int64_t first, Value s) {
+    return sharedPtrAt(add(idx(barriersAt(f) + 8 * first), mul(s, idx(8))));
+  }
+  Value kvFull() { return mbarrier(0, idx(0)); }
+  Value full(Value s) { return mbarrier(1, s); }
+  Value empty(Value s) { return mbarrier(1 + Stages, s); }
+
+  /// The walk every CTA of a KV head takes: query tiles [first, end) of
+  /// each query head of the group, the last tile first and the group's
+  /// heads innermost (step `it` is query tile end - 1 - it / group of head
+  /// it % group). So every CTA of a KV head reads the same Q and dO tiles at
+  /// the same step, whatever its keys (causal: a CTA ends at its first
+  /// tile's diagonal), and the L2 holds them for all. (Starting each CTA at
+  /// its own diagonal tile spread the CTAs over a KV head's whole Q and dO,
+  /// 16 MiB at sequence 4096, and most copies missed the L2.)
+  struct Walk {
+    Value kvHead, first, end, steps;
+  };
+  Value headOf(const Walk &w, Value it) {
+    return add(mul(w.kvHead, idx(f.heads / f.kvHeads)),
+               rem(it, f.heads / f.kvHeads));
+  }
+  Value firstQuery(const Walk &w, Value it) {
+    return mul(arith::SubIOp::create(b, loc, add(w.end, idx(-1)),
+                                     div(it, f.heads / f.kvHeads)),
+               idx(flash::Tile));
+  }
+  std::pair<Value, Value> stageOf(Value it) {
+    return {rem(it, Stages), rem(div(it, Stages), 2)};
+  }
 
   void emit(gpu::LaunchOp launch) {
     setUpThread(launch);
     int64_t tiles = tilesOf(f.seq, flash::Tile);
-    int64_t group = f.heads / f.kvHeads;
-    std::array<Value, 3> place = rankHeadBatch(launch, f.kvHeads);
-    Value kt = place[0];
-    Value kvHead = place[1], bb = place[2];
+    // Longest (causal: the first keys) first.
+    std::array<Value, 3> place = rankHeadBatch(launch, f.kvHeads, Keys);
+    Walk w;
+    w.kvHead = place[1];
+    Value bb = place[2];
     batch = bb;
-    Value key0 = mul(kt, idx(flash::Tile));
-    Value qG = baseAddress(q), kG = baseAddress(k), vG = baseAddress(v);
-    Value doG = baseAddress(dout);
+    // The consumers' key tiles kt0 and kt0 + 1 (past S with an odd number
+    // of tiles: its keys read zeros, nothing is stored).
+    Value kt0 = mul(place[0], idx(Consumers));
+    w.first = f.causal ? kt0 : idx(0);
+    w.end = idx(tiles);
+    if (documents) {
+      Value kt1 = minS(add(kt0, idx(1)), idx(tiles - 1));
+      auto [first0, end0] = tilesSharing(kt0, w.first, w.end, scratchAt(f));
+      auto [first1, end1] = tilesSharing(kt1, w.first, w.end, scratchAt(f));
+      w.first = minS(first0, first1);
+      w.end = maxS(end0, end1);
+    }
+    w.steps = mul(arith::SubIOp::create(b, loc, w.end, w.first),
+                  idx(f.heads / f.kvHeads));
+    ifThen(cmp(P::eq, tid, idx(0)), [&] {
+      NVVM::MBarrierInitOp::create(b, loc, kvFull(), int32(1), Value());
+      for (int64_t s = 0; s < Stages; ++s) {
+        NVVM::MBarrierInitOp::create(b, loc, full(idx(s)), int32(1), Value());
+        NVVM::MBarrierInitOp::create(
+            b, loc, empty(idx(s)), int32(Consumers * flash::Threads), Value());
+      }
+    });
+    barrier();
+    // The warpgroup, broadcast from lane 0 so that it is seen to be
+    // warp-uniform (else the wgmmas under the branch are serialized).
+    Value wg =
+        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                                       int32(32), gpu::ShuffleMode::IDX)
+                    .getShuffleResult());
+    ifElseVoid(
+        cmp(P::eq, wg, idx(0)),
+        [&] {
+          NVVM::SetMaxRegisterOp::create(
+              b, loc, ProducerRegs, NVVM::SetMaxRegisterAction::decrease);
+          ifThen(cmp(P::eq, tid, idx(0)), [&] { produce(w, bb, kt0); });
+        },
+        [&] {
+          NVVM::SetMaxRegisterOp::create(
+              b, loc, ConsumerRegs, NVVM::SetMaxRegisterAction::increase);
+          consume(w, add(wg, idx(-1)), bb, kt0);
+        });
+  }
 
-    // Query tiles [first, end) of each query head of the group, the last
-    // tile first and the group's heads innermost: step `it` is query tile
-    // end - 1 - it / group of head it % group, its Q and dO in slot it % 2
-    // (the next step's copies run under this step's MMAs). So every CTA of
-    // a KV head reads the same Q and dO tiles at the same step, whatever
-    // its key tile (causal: a CTA ends at its diagonal tile), and the L2
-    // holds them for all. (Starting each CTA at its own diagonal tile
-    // spread the CTAs over a KV head's whole Q and dO, 16 MiB at sequence
-    // 4096, and most copies missed the L2.)
-    Value first = f.causal ? kt : idx(0), end = idx(tiles);
-    if (documents)
-      std::tie(first, end) = tilesSharing(kt, first, end, std::nullopt);
-    Value perHead = arith::SubIOp::create(b, loc, end, first);
-    Value steps = mul(perHead, idx(group));
-    auto headOf = [&](Value it) {
-      return add(mul(kvHead, idx(group)), rem(it, group));
-    };
-    auto firstQuery = [&](Value it) {
-      return mul(
-          arith::SubIOp::create(b, loc, add(end, idx(-1)), div(it, group)),
-          idx(flash::Tile));
-    };
-    auto slotOf = [&](Value it) {
-      return add(idx(slotsAt()), mul(rem(it, 2), idx(slotBytes())));
-    };
-    auto loadStep = [&](Value it) {
-      Value slot = slotOf(it), head = headOf(it), q0 = firstQuery(it);
-      loadTile(slot, qG, f.heads, bb, q0, head);
-      loadTile(add(slot, idx(tileBytes())), doG, f.heads, bb, q0, head);
-    };
+  void produce(const Walk &w, Value bb, Value kt0) {
+    expectBytes(kvFull(), Consumers * 2 * tileBytes());
+    for (int64_t c = 0; c < Consumers; ++c) {
+      Value key0 = mul(add(kt0, idx(c)), idx(flash::Tile));
+      tmaTile(kTile(idx(c)), mapK, w.kvHead, key0, bb, kvFull());
+      tmaTile(vTile(idx(c)), mapV, w.kvHead, key0, bb, kvFull());
+    }
+    forLoop(0, w.steps, {}, [&](Value it, ValueRange) {
+      auto [s, parity] = stageOf(it);
+      // Its previous use done (the first use waits for nothing).
+      wait(empty(s), arith::SubIOp::create(b, loc, idx(1), parity));
+      Value head = headOf(w, it), q0 = firstQuery(w, it);
+      expectBytes(full(s), 2 * tileBytes());
+      tmaTile(qTile(s), mapQ, head, q0, bb, full(s));
+      tmaTile(doTile(s), mapDO, head, q0, bb, full(s));
+      return SmallVector<Value>{};
+    });
+  }
+
+  void consume(const Walk &w, Value c, Value bb, Value kt0) {
+    Value key0 = mul(add(kt0, c), idx(flash::Tile));
     // The lse and delta of the 64 query columns of step `it`: lane l of
     // every warp loads columns l and l + 32 (two coalesced loads each, a
     // step ahead of their use), and a thread takes the values of its 16
@@ -1030,10 +1164,11 @@ struct KeyTileEmitter : FlashEmitter {
     // every step: the step of this kernel took 2.3x that of the dQ kernel
     // for the same MMAs.) `it` is clamped into [0, steps): the step after
     // the last, and step 0 of a CTA without steps, load in bounds.
-    Value lastStep = maxS(arith::SubIOp::create(b, loc, steps, idx(1)), idx(0));
+    Value lastStep =
+        maxS(arith::SubIOp::create(b, loc, w.steps, idx(1)), idx(0));
     auto statsOf = [&](Value it) -> SmallVector<Value> {
       it = minS(it, lastStep);
-      Value head = headOf(it), q0 = maxS(firstQuery(it), idx(0));
+      Value head = headOf(w, it), q0 = maxS(firstQuery(w, it), idx(0));
       SmallVector<Value> v;
       for (Value stat : {lse, delta})
         for (int64_t half = 0; half < 2; ++half)
@@ -1054,41 +1189,33 @@ struct KeyTileEmitter : FlashEmitter {
           .getShuffleResult();
     };
 
-    // K, V and step 0 in one group.
-    loadTile(idx(0), kG, f.kvHeads, bb, key0, kvHead);
-    loadTile(idx(vAt()), vG, f.kvHeads, bb, key0, kvHead);
-    loadStep(idx(0));
-    NVVM::CpAsyncCommitGroupOp::create(b, loc);
     Value scale2 = f32c(f.scale / std::log(2.0));
     Value zero = f32c(0.0);
     SmallVector<Value> keys = {add(key0, rowOf(0)), add(key0, rowOf(1))};
     SmallVector<Value> keyDocument = {documentOf(keys[0]), documentOf(keys[1])};
+    Value kT = kTile(c), vT = vTile(c);
+    wait(kvFull(), idx(0));
 
     SmallVector<Value> inits = {zeroAcc(f.dim), zeroAcc(f.dim)};
     llvm::append_range(inits, statsOf(idx(0)));
     SmallVector<Value> result = forLoop(
-        0, steps, inits,
+        0, w.steps, inits,
         [&](Value it, ValueRange carried) -> SmallVector<Value> {
-          Value q0 = firstQuery(it);
-          Value next = add(it, idx(1));
-          ifThen(cmp(P::slt, next, steps), [&] { loadStep(next); });
+          auto [s, parity] = stageOf(it);
+          Value q0 = firstQuery(w, it);
           SmallVector<Value> stats(carried.drop_front(2));
-          SmallVector<Value> nextStats = statsOf(next);
-          NVVM::CpAsyncCommitGroupOp::create(b, loc);
-          NVVM::CpAsyncWaitGroupOp::create(b, loc, 1);
-          fenceAndBarrier();
-          Value qTile = slotOf(it);
-          Value doTile = add(qTile, idx(tileBytes()));
+          SmallVector<Value> nextStats = statsOf(add(it, idx(1)));
+          Value qT = qTile(s), doT = doTile(s);
+          wait(full(s), parity);
 
           NVVM::WgmmaFenceAlignedOp::create(b, loc);
           // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
           // queries).
-          Value st = mmaFresh(flash::Tile, idx(0), qTile,
-                              /*bKMajor=*/true, f.dim / 16);
+          Value st = mmaFresh(flash::Tile, kT, qT, /*bKMajor=*/true, f.dim / 16);
           if (f.overlapDkv)
             NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-          Value dpt = mmaFresh(flash::Tile, idx(vAt()), doTile,
-                               /*bKMajor=*/true, f.dim / 16);
+          Value dpt =
+              mmaFresh(flash::Tile, vT, doT, /*bKMajor=*/true, f.dim / 16);
           // Overlapped: S^T's group done, dP^T's still running.
           commitAndWaitFor(f.overlapDkv ? 1 : 0);
           SmallVector<Value> sv = values(st);
@@ -1123,35 +1250,33 @@ struct KeyTileEmitter : FlashEmitter {
             // dV's MMAs run while dS^T is computed.
             SmallVector<Value> pa = fragmentA(pv);
             NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
+            accV = mmaRegA(carried[1], pa, doT, flash::Tile / 16);
             // dP^T's group done, dV's still running.
             commitAndWaitFor(1);
             gradients();
             SmallVector<Value> dsa = fragmentA(dsv);
             NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
+            accK = mmaRegA(carried[0], dsa, qT, flash::Tile / 16);
             commitAndWait();
           } else {
             gradients();
             SmallVector<Value> pa = fragmentA(pv), dsa = fragmentA(dsv);
             NVVM::WgmmaFenceAlignedOp::create(b, loc);
-            accV = mmaRegA(carried[1], pa, doTile, flash::Tile / 16);
-            accK = mmaRegA(carried[0], dsa, qTile, flash::Tile / 16);
+            accV = mmaRegA(carried[1], pa, doT, flash::Tile / 16);
+            accK = mmaRegA(carried[0], dsa, qT, flash::Tile / 16);
             commitAndWait();
           }
-          // Everyone is done with this slot before the next step's
-          // copies into it.
-          barrier();
+          // The stage is free once both consumers are done with it.
+          NVVM::MBarrierArriveOp::create(b, loc, Type(), empty(s), Value());
           SmallVector<Value> out = {accK, accV};
           llvm::append_range(out, nextStats);
           return out;
         });
-    NVVM::CpAsyncWaitGroupOp::create(b, loc, 0);
     Value sc = f32c(f.scale);
     storeRows(values(result[0]), {sc, sc}, baseAddress(results[0]), f.kvHeads,
-              bb, key0, kvHead);
+              bb, key0, w.kvHead);
     storeRows(values(result[1]), {Value(), Value()}, baseAddress(results[1]),
-              f.kvHeads, bb, key0, kvHead);
+              f.kvHeads, bb, key0, w.kvHead);
   }
 };
 
@@ -1272,6 +1397,20 @@ RankedTensorType statType(const FlashAttention &f, MLIRContext *ctx) {
 
 int64_t smemOf(int64_t bytes) { return bytes + 1024; }
 
+/// The TMA tensor map (host side, before the launch) of a bf16
+/// [B, S, heads, D] tensor seen as [B][S][heads x D], in boxes of 64 rows x
+/// 64 columns (128 bytes: the panels' swizzle); rows past S read zeros.
+Value tensorMap3D(OpBuilder &hb, Location loc, const FlashAttention &f,
+                  func::FuncOp encode, Value array, int64_t heads) {
+  KernelBuilder h{hb, loc};
+  int64_t row = heads * f.dim * 2;
+  SmallVector<Value> a = {
+      h.baseAddress(array), h.int64(2),       h.int64(heads * f.dim),
+      h.int64(f.seq),       h.int64(f.batch), h.int64(row),
+      h.int64(row * f.seq), h.int64(64),      h.int64(flash::Tile)};
+  return func::CallOp::create(hb, loc, encode, a).getResult(0);
+}
+
 } // namespace
 
 std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
@@ -1299,20 +1438,9 @@ std::pair<Value, Value> createFlashForward(OpBuilder &b, Location loc,
         ForwardEmitter(kb, loc, f, buf, outs, mapQ, mapK, mapV).emit(launch);
       },
       [&](OpBuilder &hb, ArrayRef<Value> buf, ArrayRef<Value>) {
-        KernelBuilder h{hb, loc};
-        // [B][S][heads x D] bf16, boxes of 64 rows x 64 columns (128 bytes:
-        // the panels' swizzle), rows past S zeros.
-        auto map = [&](Value array, int64_t heads) {
-          int64_t row = heads * f.dim * 2;
-          SmallVector<Value> a = {
-              h.baseAddress(array), h.int64(2),       h.int64(heads * f.dim),
-              h.int64(f.seq),       h.int64(f.batch), h.int64(row),
-              h.int64(row * f.seq), h.int64(64),      h.int64(flash::Tile)};
-          return func::CallOp::create(hb, loc, encode, a).getResult(0);
-        };
-        mapQ = map(buf[0], f.heads);
-        mapK = map(buf[1], f.kvHeads);
-        mapV = map(buf[2], f.kvHeads);
+        mapQ = tensorMap3D(hb, loc, f, encode, buf[0], f.heads);
+        mapK = tensorMap3D(hb, loc, f, encode, buf[1], f.kvHeads);
+        mapV = tensorMap3D(hb, loc, f, encode, buf[2], f.kvHeads);
       });
   auto call = func::CallOp::create(b, loc, fn, args);
   return {call.getResult(0), call.getResult(1)};
@@ -1359,14 +1487,24 @@ std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
           ArrayRef<Value> outs) {
         DqEmitter(kb, loc, f, buf, outs).emit(launch);
       });
+  func::FuncOp encode = getOrCreateTensorMap3DDecl(module, symbols);
+  Value mapQ, mapDO, mapK, mapV;
   func::FuncOp dkvFn = getOrCreateKernelCall(
-      module, symbols, f.name("dkv"), "flash attention dK dV (wgmma bf16)",
-      argTypes, {f32Like(k), f32Like(v)}, loc,
-      {tilesOf(f.seq, flash::Tile), f.kvHeads, f.batch, flash::Threads,
-       smemOf(tile * 6)},
+      module, symbols, f.name("dkv"),
+      "flash attention dK dV (TMA, warp-specialized wgmma bf16)", argTypes,
+      {f32Like(k), f32Like(v)}, loc,
+      {tilesOf(f.seq, KeyTileEmitter::Keys), f.kvHeads, f.batch,
+       KeyTileEmitter::ctaThreads(), smemOf(KeyTileEmitter::smemBytes(f))},
       [&](OpBuilder &kb, gpu::LaunchOp launch, ArrayRef<Value> buf,
           ArrayRef<Value> outs) {
-        KeyTileEmitter(kb, loc, f, buf, outs).emit(launch);
+        KeyTileEmitter(kb, loc, f, buf, outs, mapQ, mapDO, mapK, mapV)
+            .emit(launch);
+      },
+      [&](OpBuilder &hb, ArrayRef<Value> buf, ArrayRef<Value>) {
+        mapQ = tensorMap3D(hb, loc, f, encode, buf[0], f.heads);
+        mapK = tensorMap3D(hb, loc, f, encode, buf[1], f.kvHeads);
+        mapV = tensorMap3D(hb, loc, f, encode, buf[2], f.kvHeads);
+        mapDO = tensorMap3D(hb, loc, f, encode, buf[3], f.heads);
       });
   auto dq = func::CallOp::create(b, loc, dqFn, args);
   auto dkv = func::CallOp::create(b, loc, dkvFn, args);
