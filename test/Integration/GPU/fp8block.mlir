@@ -6,8 +6,9 @@
 // quantize) run on the blockwise FP8 kernel (FP8BlockRoundTrip.cpp), which
 // must give the CPU's bytes: elements are compared bit for bit, scales and
 // dequantized values with tolerance 0; special values included.
-// GEMMs in 1 x 128 / 128 x 128 tiles with K and N multiples of 128
-// (@fp8_mma_gemms) run on the TMA kernel's FP8 wgmma form, promoted to f32
+// GEMMs in 1 x 128 / 128 x 128 tiles with K and N multiples of 64
+// (@fp8_mma_gemms, @fp8_partial_gemms) run on the TMA kernel's FP8 wgmma
+// form, promoted to f32
 // every 128 of K, the forward reading the K-major copy of w's elements
 // that w's quantize writes beside them (bound below). Other blockwise GEMMs
 // run on the bf16 wgmma kernels after an exact dequantization to bf16
@@ -17,7 +18,11 @@
 // RUN: moe-compile %s --target=sm_90a --verify-ptx --emit-ptx=%t.ptx -o %t.so | FileCheck %s
 // CHECK: ptxas accepted {{[0-9]+}} kernel modules for sm_90a
 // RUN: FileCheck %s --check-prefix=KERNELS < %t.ptx
-// RUN: not grep -q moe_transpose8 %t.ptx
+// Whole 128 x 128 tiles: the weights' quantize writes their K-major copy
+// itself; the partial ones of @fp8_partial_gemms take the byte transpose.
+// RUN: grep "kernel module moe_transpose8" %t.ptx | FileCheck %s --check-prefix=TRANSPOSE
+// TRANSPOSE: kernel module moe_transpose8_4x320x192_e4m3_kernel
+// TRANSPOSE-NOT: kernel module
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x200x136_e4_bf16_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_gmm_256x136x200_e4_bf16_rhsT_i32_tma_kernel
 // KERNELS-DAG: kernel module moe_wgmma_wgrad_256x200x136_e4_bf16_i32_tma_kernel
@@ -34,6 +39,8 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_4x256x384_t128x128_e4m3_f32s_f32_and_T_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x256x384_e4_e4m3_e4m3_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x384x256_e4_e4m3_e4m3_rhsT_i32_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x320x192_e4_e4m3_e4m3_i32_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_gmm_300x192x320_e4_e4m3_e4m3_rhsT_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
@@ -293,6 +300,32 @@ func.func @fp8_mma_gemms(%x: tensor<300x256xf32>, %w: tensor<4x256x384xf32>,
         !moe.fp8block<4x256x384xf8E4M3FN, block = [1, 128, 128]>, tensor<5xi32>
       -> tensor<300x384xf32>
   return %y, %dx, %yf : tensor<300x384xf32>, tensor<300x256xf32>, tensor<300x384xf32>
+}
+
+// K and N multiples of 64 but not of 128 (gpt-oss-20b's 2880 is one): the
+// same FP8 kernel, its last K stage partial (zeros past K: the last scale
+// block covers 64 values) and its last column tile partial (the first 64
+// columns stored); the bound of @fp8_mma_gemms.
+func.func @fp8_partial_gemms(%x: tensor<300x320xf32>, %w: tensor<4x320x192xf32>,
+                             %dy: tensor<300x192xf32>)
+    -> (tensor<300x192xf32>, tensor<300x320xf32>)
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %o = arith.constant dense<[0, 90, 90, 220, 300]> : tensor<5xi32>
+  %xq = moe.quantize %x : tensor<300x320xf32>
+      -> !moe.fp8block<300x320xf8E4M3FN, block = [1, 128], pow2>
+  %wq = moe.quantize %w : tensor<4x320x192xf32>
+      -> !moe.fp8block<4x320x192xf8E4M3FN, block = [1, 128, 128], pow2>
+  %y = moe.grouped_matmul %xq, %wq, %o
+      : !moe.fp8block<300x320xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x320x192xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x192xf32>
+  %dyq = moe.quantize %dy : tensor<300x192xf32>
+      -> !moe.fp8block<300x192xf8E4M3FN, block = [1, 128], pow2>
+  %dx = moe.grouped_matmul %dyq, %wq, %o transpose_rhs
+      : !moe.fp8block<300x192xf8E4M3FN, block = [1, 128], pow2>,
+        !moe.fp8block<4x320x192xf8E4M3FN, block = [1, 128, 128], pow2>, tensor<5xi32>
+      -> tensor<300x320xf32>
+  return %y, %dx : tensor<300x192xf32>, tensor<300x320xf32>
 }
 
 // The same kernel's MXFP8 form (promotion every 32 of K), under fp8-mma

@@ -338,13 +338,12 @@ struct FlashEmitter : HopperBuilder {
         for (int64_t h = 0; h < 2; ++h) {
           int64_t chunk = 2 * j + half;
           Value r = rowOf(h);
-          Value at = add(
-              add(tile, idx(chunk / 8 * flash::PanelBytes)),
-              add(add(mul(r, idx(128)),
-                      mul(arith::XOrIOp::create(b, loc, idx(chunk % 8),
-                                                rem(r, 8)),
-                          idx(16))),
-                  mul(rem(lane, 4), idx(4))));
+          Value at = add(add(tile, idx(chunk / 8 * flash::PanelBytes)),
+                         add(add(mul(r, idx(128)),
+                                 mul(arith::XOrIOp::create(
+                                         b, loc, idx(chunk % 8), rem(r, 8)),
+                                     idx(16))),
+                             mul(rem(lane, 4), idx(4))));
           regs.push_back(
               LLVM::LoadOp::create(b, loc, b.getI32Type(), sharedPtrAt(at), 4));
         }
@@ -1124,13 +1123,13 @@ struct KeyTileEmitter : FlashEmitter {
     ifElseVoid(
         cmp(P::eq, wg, idx(0)),
         [&] {
-          NVVM::SetMaxRegisterOp::create(
-              b, loc, ProducerRegs, NVVM::SetMaxRegisterAction::decrease);
+          NVVM::SetMaxRegisterOp::create(b, loc, ProducerRegs,
+                                         NVVM::SetMaxRegisterAction::decrease);
           ifThen(cmp(P::eq, tid, idx(0)), [&] { produce(w, bb, kt0); });
         },
         [&] {
-          NVVM::SetMaxRegisterOp::create(
-              b, loc, ConsumerRegs, NVVM::SetMaxRegisterAction::increase);
+          NVVM::SetMaxRegisterOp::create(b, loc, ConsumerRegs,
+                                         NVVM::SetMaxRegisterAction::increase);
           consume(w, add(wg, idx(-1)), bb, kt0);
         });
   }
@@ -1211,7 +1210,8 @@ struct KeyTileEmitter : FlashEmitter {
           NVVM::WgmmaFenceAlignedOp::create(b, loc);
           // S^T = K Q^T and dP^T = V dO^T (rows: keys; columns:
           // queries).
-          Value st = mmaFresh(flash::Tile, kT, qT, /*bKMajor=*/true, f.dim / 16);
+          Value st =
+              mmaFresh(flash::Tile, kT, qT, /*bKMajor=*/true, f.dim / 16);
           if (f.overlapDkv)
             NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
           Value dpt =

@@ -68,14 +68,16 @@
 //
 // Blockwise FP8 (TmaGemm::blockLhs, `moe_tma_fp8block_gmm_*`): DeepSeek-V3's
 // recipe on the FP8 tensor cores. Operands: lhs elements [R, K] (E4M3 or
-// E5M2) with f32 scales [R, K / 128] (1 x 128 tiles), rhs elements K-major
-// [E, N, K] with f32 scales per 128 x 128 tile ([E, N/128, K/128] for a
-// transposed rhs, [E, K/128, N/128] for an untransposed one, whose elements
-// the caller transposed: FP8 wgmma reads K-major operands only); K and N
-// multiples of 128. Tiles of 128 x 128 (a consumer's m64n128 partial and
-// accumulators, 64 + 64 registers a thread, fit beside each other), stages
-// of 128 K values: one 128-byte swizzle row of both operands, so the ring,
-// the boxes (128 x 128 bytes, the copy engine's 128-byte swizzle) and the
+// E5M2) with f32 scales [R, K' / 128] (1 x 128 tiles; K' = K rounded up
+// to 128), rhs elements K-major [E, N, K] with f32 scales per 128 x 128
+// tile ([E, N'/128, K'/128] for a transposed rhs, [E, K'/128, N'/128] for
+// an untransposed one, whose elements the caller transposed: FP8 wgmma reads
+// K-major operands only); K and N multiples of 64: the last stage of K may
+// be half (the copy engine reads zeros past K) and the last column tile
+// half (its first 64 columns stored). Tiles of 128 x 128 (a consumer's m64n128
+// partial and accumulators, 64 + 64 registers a thread, fit beside each other),
+// stages of 128 K values: one 128-byte swizzle row of both operands, so the
+// ring, the boxes (128 x 128 bytes, the copy engine's 128-byte swizzle) and the
 // descriptors (32 bytes along K a wgmma) are the bf16 kernel's, with the
 // B tile in the first 16 KiB of its slot. Each stage's four m64n128k32
 // wgmmas sum into a fresh partial, promoted into the f32 accumulators with
@@ -516,7 +518,9 @@ struct TmaGemmEmitter : TmaEpilogue {
   /// busy.
   Value blockwiseMainloop(const Tile &t, Value g0, Value c, Value row,
                           Value lane) {
-    int64_t kBlocks = g.k / stageK(g), nBlocks = g.n / g.tileN();
+    // Scale blocks along K and N (the last ones partial when K or N % 128:
+    // the forward's K and N are multiples of 64).
+    int64_t kBlocks = kStages(g), nBlocks = g.columnTiles();
     Value saBase = baseAddress(scalesA), sbBase = baseAddress(scalesB);
     Value nTile = div(t.n0, g.tileN());
     auto loadF32 = [&](Value base, Value at) {

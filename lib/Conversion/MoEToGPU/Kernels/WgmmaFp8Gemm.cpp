@@ -125,7 +125,8 @@ struct WgmmaMxGemm {
 /// result, integer offsets [E + 1].
 std::optional<WgmmaMxGemm>
 matchShapes(GroupedMatmulOp op, ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
-            Type lhsElt, Type rhsElt, int64_t kMultiple, WhyNot why = nullptr) {
+            Type lhsElt, Type rhsElt, int64_t kMultiple, int64_t nMultiple,
+            WhyNot why = nullptr) {
   auto offsets = dyn_cast<RankedTensorType>(op.getOffsets().getType());
   RankedTensorType result = op.getType();
   bool t = op.getTransposeRhs();
@@ -144,9 +145,8 @@ matchShapes(GroupedMatmulOp op, ArrayRef<int64_t> lhs, ArrayRef<int64_t> rhs,
     return noKernel(why, "mismatched shapes");
   if (k < kMultiple || k % kMultiple)
     return noKernel(why, "K = {0} is not a multiple of {1}", k, kMultiple);
-  if (n < hopper::TileN || n % hopper::TileN)
-    return noKernel(why, "N = {0} is not a multiple of {1} (the column tile)",
-                    n, hopper::TileN);
+  if (n < nMultiple || n % nMultiple)
+    return noKernel(why, "N = {0} is not a multiple of {1}", n, nMultiple);
   return WgmmaMxGemm{
       rows, k, n, experts, lhsElt, rhsElt, offsets.getElementType()};
 }
@@ -161,9 +161,12 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op,
         rhs.getBlock() != ArrayRef<int64_t>{1, BlockwiseTile, BlockwiseTile})
       return noKernel(why, "not 1 x {0} lhs and {0} x {0} rhs tiles",
                       BlockwiseTile);
-    std::optional<WgmmaMxGemm> g =
-        matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
-                    rhs.getElementType(), BlockwiseTile, why);
+    // K and N multiples of 64 (the byte transpose's tile; rows of 16-byte
+    // multiples for the copy engine): a partial last stage of K reads zeros,
+    // a partial last column tile stores its first columns only.
+    std::optional<WgmmaMxGemm> g = matchShapes(
+        op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
+        rhs.getElementType(), BlockwiseTile / 2, BlockwiseTile / 2, why);
     // The forward's rhs is transposed first (FP8 wgmma reads K-major
     // operands only).
     if (g && !op.getTransposeRhs() &&
@@ -185,7 +188,7 @@ std::optional<WgmmaMxGemm> matchWgmmaMxGemm(GroupedMatmulOp op,
                     "not transposed",
                     MXBlock);
   return matchShapes(op, lhs.getShape(), rhs.getShape(), lhs.getElementType(),
-                     rhs.getElementType(), 64, why);
+                     rhs.getElementType(), 64, hopper::TileN, why);
 }
 
 /// Emits the body of the FP8 wgmma grouped GEMM's gpu.launch.
