@@ -18,9 +18,11 @@
 #   recipe_flags RECIPE                moe-train flags of a bench recipe name:
 #                                      -lf --layer-functions, -rc also
 #                                      --recompute (bf16-rc), -lcN
-#                                      --loss-chunk-rows N (bf16-lc4096);
-#                                      --recipe is the name without that
-#                                      suffix
+#                                      --loss-chunk-rows N (bf16-lc4096),
+#                                      -dense also --dense in the recipe
+#                                      (fp8-blockwise-dense: the dense GEMMs
+#                                      and LM head too); --recipe is the
+#                                      name without that suffix
 bench_args() {
   local defaults=$1 t
   shift
@@ -83,6 +85,7 @@ recipe_flags() {
     return
   fi
   case "$1" in
+    *-dense) echo "--recipe ${1%-dense}"; echo "--dense ${1%-dense}" ;;
     *-lf) echo "--recipe ${1%-lf}"; echo "--layer-functions" ;;
     *-rc) echo "--recipe ${1%-rc}"; echo "--layer-functions --recompute" ;;
     *) echo "--recipe $1" ;;

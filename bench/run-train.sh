@@ -6,7 +6,7 @@
 # LAYERS decoder layers, 1 x 4096 and 4 x 4096 tokens a step. Prints one
 # line per run (tokens/s, MFU against the H200's 989 dense bf16 TFLOP/s,
 # peak memory, the first step's loss: every run starts from the same
-# parameters and data) and the step of the largest bf16 run split by stage
+# parameters and data) and the step of one recipe split by stage
 # (bench/profile_train.py).
 #
 #   bench/run-train.sh prepare [LAYERS...]  # here (MLIR): compile the steps
@@ -16,12 +16,15 @@
 # LAYERS: decoder layer counts (default 2 4). MOE_TRAIN_RECIPES: the
 # recipes compiled and run (default "bf16 mxfp8"; none is f32; a -lf
 # suffix, as in bf16-lf, compiles with --layer-functions, -rc with
-# --layer-functions --recompute, -lcN with --loss-chunk-rows N);
+# --layer-functions --recompute, -lcN with --loss-chunk-rows N, -dense
+# with the dense GEMMs and LM head in the recipe too, as in
+# fp8-blockwise-dense);
 # MOE_TRAIN_SHAPES: BATCHxSEQ shapes (default "1x4096 4x4096").
 # MOE_TRAIN_STEPS: timed steps a run (default 6; the first is not counted).
 # MOE_TRAIN_PEERS: bench/train_peer.py's configurations (default
 # autocast-grouped,bf16-grouped; none runs ours alone).
-# MOE_TRAIN_PROFILE=0: no step by stage.
+# MOE_TRAIN_PROFILE: the recipe whose step (the last shape's) is split by
+# stage (default bf16; 0: none).
 # MOE_TRAIN_CURVE_STEPS=N: also train each recipe N steps (same
 # initialization and data) and print the loss curves side by side, each
 # against the first recipe's.
@@ -113,7 +116,7 @@ run() {
         if "$rt/bin/moert-train" "$w/$(basename "$a")"/train_step-sm_90a*.so "${data[@]}" \
           --steps "${MOE_TRAIN_STEPS:-6}" --eval-every 0 --eval-batches 1 --checkpoint-every 0 \
           --out "$w/$(basename "$a")" --progress none >"$w/$(basename "$a").log" 2>&1; then
-          python3 - "$w/$(basename "$a")" "moe-mlir --recipe $r" $(( ${s%x*} * ${s#*x} )) <<'PY'
+          python3 - "$w/$(basename "$a")" "moe-mlir $(recipe_flags "$r" | tr '\n' ' ')" $(( ${s%x*} * ${s#*x} )) <<'PY'
 import json, statistics, sys
 ms = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 st = [m for m in ms if "loss" in m]
@@ -126,7 +129,7 @@ print(f"{sys.argv[2]:38s} {tps:12.0f} tokens/s {1e3 * int(sys.argv[3]) / tps:10.
       + (f", {reserved:.0f} MiB reserved)" if reserved else ")")
       + f"  first loss {[m for m in ms if 'loss' in m][0]['loss']:.6f}")
 PY
-          [ "$r" = bf16 ] && largest="$w/$(basename "$a")"
+          [ "$r" = "${MOE_TRAIN_PROFILE:-bf16}" ] && largest="$w/$(basename "$a")"
         else
           echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/$(basename "$a").log"
         fi
@@ -140,7 +143,7 @@ PY
       [ -z "${MOE_TRAIN_CURVE_STEPS:-}" ] || curves "$l" "$s"
     done
   done
-  if [ -n "$largest" ] && [ "${MOE_TRAIN_PROFILE:-1}" != 0 ]; then
+  if [ -n "$largest" ]; then
     echo "## the step by stage: $(basename "$largest")"
     PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \
       python3 "$root/bench/profile_train.py" "$largest"/train_step-sm_90a*.so 12 2>&1 | grep -v Warning
