@@ -6,6 +6,8 @@
 
 #include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
+#include "mlir/IR/Matchers.h"
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -16,6 +18,12 @@ bool groupsAlignedTo(Value offsets, int64_t m) {
     return offsets == d.getOffsets() && d.getPadTo() % m == 0;
   if (auto s = offsets.getDefiningOp<SlotOffsetsOp>())
     return s.getPadTo() % m == 0;
+  // Constant offsets (a dense GEMM's one group, [0, rows]).
+  DenseIntElementsAttr values;
+  if (matchPattern(offsets, m_Constant(&values)))
+    return llvm::all_of(values.getValues<APInt>(), [&](const APInt &v) {
+      return v.getSExtValue() % m == 0;
+    });
   return false;
 }
 

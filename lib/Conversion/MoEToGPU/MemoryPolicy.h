@@ -39,7 +39,8 @@ bool readFromTokens(Value rows);
 
 /// Whether every group of `offsets` provably starts (and ends) at a multiple
 /// of `m` rows: the offsets of a moe.dispatch or moe.slot_offsets whose
-/// pad_to is a multiple of m.
+/// pad_to is a multiple of m, or constant offsets that all are (a dense
+/// GEMM's one group, [0, rows]).
 bool groupsAlignedTo(Value offsets, int64_t m);
 
 /// Which of the round-trip pairs `pairs` (each pair's two round trips, in

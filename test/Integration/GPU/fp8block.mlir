@@ -44,6 +44,8 @@
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x256_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_1020x384_t128x1_e4m3_pow2_f32_T_live_i32_kernel
 // KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_1020x256x384_e4_e4m3_e4m3_i32_kernel
+// KERNELS-DAG: kernel module moe_fp8block_quantize_384x256_t128x1_e4m3_pow2_f32_T_live_i32_kernel
+// KERNELS-DAG: kernel module moe_tma_fp8block_wgrad_384x256x128_e1_e4m3_e4m3_i32_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e5m2_f32s_f32_gather_512_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_kernel
 // KERNELS-DAG: kernel module moe_fp8block_quantize_pair_1020x256_e4m3_pow2_e4m3_pow2_f32_live_i32_gather_512_scaled_2_xs_kernel
@@ -364,6 +366,24 @@ func.func @fp8_wgrad(%x: tensor<512x256xf32>,
         !moe.fp8block<1020x384xf8E4M3FN, block = [128, 1], pow2>, tensor<5xi32>
       -> tensor<4x256x384xf32>
   return %dw : tensor<4x256x384xf32>
+}
+
+// A dense GEMM's weight gradient (one group, constant offsets [0, 384]:
+// every row block in it), as moe-train's --dense fp8-blockwise makes it:
+// the same FP8 wgmma kernel. Bound as @fp8_wgrad's.
+func.func @dense_fp8_wgrad(%x: tensor<384x256xf32>, %dy: tensor<384x128xf32>)
+    -> tensor<1x256x128xf32>
+    attributes {moe.test_tolerance = [5.0e-2, 1.0e-2, 1.0e-3]} {
+  %o = arith.constant dense<[0, 384]> : tensor<2xi32>
+  %xq = moe.quantize %x : tensor<384x256xf32>
+      -> !moe.fp8block<384x256xf8E4M3FN, block = [128, 1], pow2>
+  %dyq = moe.quantize %dy : tensor<384x128xf32>
+      -> !moe.fp8block<384x128xf8E4M3FN, block = [128, 1], pow2>
+  %dw = moe.grouped_matmul_wgrad %xq, %dyq, %o
+      : !moe.fp8block<384x256xf8E4M3FN, block = [128, 1], pow2>,
+        !moe.fp8block<384x128xf8E4M3FN, block = [128, 1], pow2>, tensor<2xi32>
+      -> tensor<1x256x128xf32>
+  return %dw : tensor<1x256x128xf32>
 }
 
 // The dispatched rows quantized in both tilings by one pair kernel (the
