@@ -69,7 +69,7 @@ def stage(name, vocab):
     if (experts and int(experts.group(1)) > 1) or "_mlp_" in n or \
             n.startswith(("moe_fp8block_", "moe_mx_")):
         return "experts"
-    if n.startswith("moe_wgmma") or n.startswith("moe_simt"):
+    if n.startswith(("moe_wgmma", "moe_simt", "moe_tma_")):
         return "dense GEMMs"
     return "the rest"
 
