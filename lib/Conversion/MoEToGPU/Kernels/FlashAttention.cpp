@@ -617,6 +617,32 @@ struct FlashEmitter : HopperBuilder {
     return memref::LoadOp::create(
         b, loc, stat, ValueRange{bb, head, minS(s, idx(f.seq - 1))});
   }
+  /// The warp-specialized kernels' roles: warpgroup 0 gives registers
+  /// away (setmaxnreg down to `producerRegs`) and its first thread runs
+  /// `produce`; warpgroup 1 + c raises its count to `consumerRegs` and runs
+  /// `consume(c)`. The warpgroup is broadcast from lane 0 so that it is
+  /// seen to be warp-uniform (else the wgmmas under the branch are
+  /// serialized).
+  void warpSpecialize(int64_t producerRegs, int64_t consumerRegs,
+                      function_ref<void()> produce,
+                      function_ref<void(Value)> consume) {
+    Value wg =
+        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
+                                       int32(32), gpu::ShuffleMode::IDX)
+                    .getShuffleResult());
+    ifElseVoid(
+        cmp(P::eq, wg, idx(0)),
+        [&] {
+          NVVM::SetMaxRegisterOp::create(b, loc, producerRegs,
+                                         NVVM::SetMaxRegisterAction::decrease);
+          ifThen(cmp(P::eq, tid, idx(0)), produce);
+        },
+        [&] {
+          NVVM::SetMaxRegisterOp::create(b, loc, consumerRegs,
+                                         NVVM::SetMaxRegisterAction::increase);
+          consume(add(wg, idx(-1)));
+        });
+  }
   void barrier() { NVVM::Barrier0Op::create(b, loc); }
   void fenceAndBarrier() {
     fenceForAsyncProxy();
@@ -756,7 +782,9 @@ struct DqEmitter : FlashEmitter {
 struct ForwardEmitter : FlashEmitter {
   static constexpr int64_t Consumers = 2, Stages = 3;
   static constexpr int64_t Rows = Consumers * flash::Tile; // queries a CTA
-  // Registers a thread with documents (setmaxnreg; 64K a CTA).
+  // Registers a thread (setmaxnreg; 64K a CTA): the consumers hold O
+  // (64 x D), Q's fragment and the carried P besides S; with documents,
+  // 168 a thread (64K over 384) spilled.
   static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
   static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
                 "flash forward: the register split");
@@ -835,30 +863,10 @@ struct ForwardEmitter : FlashEmitter {
       }
     });
     barrier();
-    // The warpgroup, broadcast from lane 0 so that it is seen to be
-    // warp-uniform (else the wgmmas under the branch are serialized).
-    Value wg =
-        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
-                                       int32(32), gpu::ShuffleMode::IDX)
-                    .getShuffleResult());
-    // With documents the consumers need more than the 168 registers a
-    // thread of 384 gets (they spilled): the producer warpgroup gives most
-    // of its registers to them.
-    auto setMaxRegisters = [&](int64_t count,
-                               NVVM::SetMaxRegisterAction action) {
-      NVVM::SetMaxRegisterOp::create(b, loc, count, action);
-    };
-    ifElseVoid(
-        cmp(P::eq, wg, idx(0)),
-        [&] {
-          setMaxRegisters(ProducerRegs, NVVM::SetMaxRegisterAction::decrease);
-          ifThen(cmp(P::eq, tid, idx(0)),
-                 [&] { produce(qt, head, kvHead, bb, kFirst, count); });
-        },
-        [&] {
-          setMaxRegisters(ConsumerRegs, NVVM::SetMaxRegisterAction::increase);
-          consume(add(wg, idx(-1)), qt, head, bb, kFirst, count);
-        });
+    warpSpecialize(
+        ProducerRegs, ConsumerRegs,
+        [&] { produce(qt, head, kvHead, bb, kFirst, count); },
+        [&](Value c) { consume(c, qt, head, bb, kFirst, count); });
   }
 
   void produce(Value qt, Value head, Value kvHead, Value bb, Value kFirst,
@@ -1114,24 +1122,9 @@ struct KeyTileEmitter : FlashEmitter {
       }
     });
     barrier();
-    // The warpgroup, broadcast from lane 0 so that it is seen to be
-    // warp-uniform (else the wgmmas under the branch are serialized).
-    Value wg =
-        toIndex(gpu::ShuffleOp::create(b, loc, i32Of(div(tid, 128)), int32(0),
-                                       int32(32), gpu::ShuffleMode::IDX)
-                    .getShuffleResult());
-    ifElseVoid(
-        cmp(P::eq, wg, idx(0)),
-        [&] {
-          NVVM::SetMaxRegisterOp::create(b, loc, ProducerRegs,
-                                         NVVM::SetMaxRegisterAction::decrease);
-          ifThen(cmp(P::eq, tid, idx(0)), [&] { produce(w, bb, kt0); });
-        },
-        [&] {
-          NVVM::SetMaxRegisterOp::create(b, loc, ConsumerRegs,
-                                         NVVM::SetMaxRegisterAction::increase);
-          consume(w, add(wg, idx(-1)), bb, kt0);
-        });
+    warpSpecialize(
+        ProducerRegs, ConsumerRegs, [&] { produce(w, bb, kt0); },
+        [&](Value c) { consume(w, c, bb, kt0); });
   }
 
   void produce(const Walk &w, Value bb, Value kt0) {
