@@ -21,8 +21,8 @@
 #                                      --loss-chunk-rows N (bf16-lc4096),
 #                                      -dense also --dense in the recipe
 #                                      (fp8-blockwise-dense: the dense GEMMs
-#                                      and LM head too); --recipe is the
-#                                      name without that suffix
+#                                      and LM head too), in any combination;
+#                                      --recipe is the name without them
 bench_args() {
   local defaults=$1 t
   shift
@@ -79,17 +79,25 @@ train_data_args() {
 }
 
 recipe_flags() {
-  if [[ "$1" =~ ^(.*)-lc([0-9]+)$ ]]; then
-    echo "--recipe ${BASH_REMATCH[1]}"
-    echo "--loss-chunk-rows ${BASH_REMATCH[2]}"
-    return
-  fi
-  case "$1" in
-    *-dense) echo "--recipe ${1%-dense}"; echo "--dense ${1%-dense}" ;;
-    *-lf) echo "--recipe ${1%-lf}"; echo "--layer-functions" ;;
-    *-rc) echo "--recipe ${1%-rc}"; echo "--layer-functions --recompute" ;;
-    *) echo "--recipe $1" ;;
-  esac
+  # Suffixes in any order and combination (bf16-lf-lc4096,
+  # fp8-blockwise-dense-rc); what is left is the recipe.
+  local name=$1 flags=()
+  while :; do
+    if [[ "$name" =~ ^(.*)-lc([0-9]+)$ ]]; then
+      name=${BASH_REMATCH[1]}; flags+=("--loss-chunk-rows ${BASH_REMATCH[2]}")
+    elif [[ "$name" == *-lf ]]; then
+      name=${name%-lf}; flags+=("--layer-functions")
+    elif [[ "$name" == *-rc ]]; then
+      name=${name%-rc}; flags+=("--layer-functions --recompute")
+    elif [[ "$name" == *-dense ]]; then
+      name=${name%-dense}; flags+=("--dense DENSE")
+    else
+      break
+    fi
+  done
+  echo "--recipe $name"
+  local f
+  for f in "${flags[@]}"; do echo "${f/DENSE/$name}"; done
 }
 
 check_shapes() {

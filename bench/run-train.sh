@@ -71,7 +71,7 @@ curves() {
       --out "$w/curve-$r" --progress none >"$w/curve-$r.log" 2>&1; then
       runs+=("$r=$w/curve-$r/metrics.jsonl")
     else
-      echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/curve-$r.log"
+      echo "moe-mlir $(recipe_flags "$r" | tr '\n' ' '): failed"; tail -n 3 "$w/curve-$r.log"
     fi
     rm -f "$w/curve-$r"/checkpoint*
   done
@@ -111,7 +111,7 @@ run() {
       echo "## Qwen3-30B-A3B dims, $l layers, $s tokens"
       for r in "${recipes[@]}"; do
         local a="$dir/qwen-$l-$s-$r"
-        [ -d "$a" ] || { echo "moe-mlir --recipe $r: not prepared ($a)"; continue; }
+        [ -d "$a" ] || { echo "moe-mlir $(recipe_flags "$r" | tr '\n' ' '): not prepared ($a)"; continue; }
         cp -r "$a" "$w/"
         if "$rt/bin/moert-train" "$w/$(basename "$a")"/train_step-sm_90a*.so "${data[@]}" \
           --steps "${MOE_TRAIN_STEPS:-6}" --eval-every 0 --eval-batches 1 --checkpoint-every 0 \
@@ -131,7 +131,7 @@ print(f"{sys.argv[2]:38s} {tps:12.0f} tokens/s {1e3 * int(sys.argv[3]) / tps:10.
 PY
           [ "$r" = "${MOE_TRAIN_PROFILE:-bf16}" ] && largest="$w/$(basename "$a")"
         else
-          echo "moe-mlir --recipe $r: failed"; tail -n 3 "$w/$(basename "$a").log"
+          echo "moe-mlir $(recipe_flags "$r" | tr '\n' ' '): failed"; tail -n 3 "$w/$(basename "$a").log"
         fi
         # The run's checkpoint (parameters and moments, 22 GB at 4 layers)
         # is not needed here; three of them filled the GPU machine's disk.
@@ -143,6 +143,9 @@ PY
       [ -z "${MOE_TRAIN_CURVE_STEPS:-}" ] || curves "$l" "$s"
     done
   done
+  local profile=${MOE_TRAIN_PROFILE:-bf16}
+  [ -n "$largest" ] || [ "$profile" = 0 ] ||
+    echo "no step by stage: MOE_TRAIN_PROFILE=$profile is not a recipe that ran (MOE_TRAIN_RECIPES: ${recipes[*]})"
   if [ -n "$largest" ]; then
     echo "## the step by stage: $(basename "$largest")"
     PYTHONPATH="$root/python" MOERT_LIBRARY="$rt/lib/libmoert.so" \

@@ -484,7 +484,8 @@ LogicalResult mlir::moe::compileToSharedObject(ModuleOp moduleOp,
       for (llvm::StringRef line : lines)
         if (line.contains("Performance Loss") || line.contains("warning"))
           log << "ptxas, kernel module " << name << ": "
-              << line.split(" : ").second.trim() << "\n";
+              << (line.contains(" : ") ? line.split(" : ").second : line).trim()
+              << "\n";
     }
     log << "ptxas accepted " << ptxModules.size() << " kernel modules for "
         << target << "\n";

@@ -17,8 +17,9 @@
 //   dQ        per (64-query tile, head, batch): P = exp2(scale' s - lse)
 //             recomputed per key tile, dP = dO V^T, dS = P (dP - delta),
 //             dQ += dS K (dS rounded to bf16); dQ = scale dQ at the end.
-//   dK, dV    per (64-key tile, KV head, batch), over the query heads of the
-//             group and every query tile that sees the keys: S^T = K Q^T,
+//   dK, dV    per (128-key tile, KV head, batch), 64 keys a consumer
+//             warpgroup, over the query heads of the group and every query
+//             tile that sees the keys: S^T = K Q^T,
 //             P^T, dP^T = V dO^T, dS^T, dV += P^T dO, dK += dS^T Q (both
 //             summed over the group in registers: no atomics, the results
 //             are deterministic); dK = scale dK at the end.
@@ -32,14 +33,13 @@
 // ([B, tiles, 2]); a CTA then visits only the tiles from the first to the
 // last whose range meets its own tile's (tiles outside share no document
 // with it: exact for any ids, and for the sorted ids of packed rows the
-// tiles of its documents alone). The forward and dQ kernels' threads share
-// the scan of the ranges; the dK/dV kernel's each scan them all (shared,
-// its backward measured slower; bench/results/h200-attention.md).
+// tiles of its documents alone). The threads of a CTA share the scan of the
+// ranges (tilesSharing).
 //
-// CTA: the forward's three warpgroups (a TMA producer, two consumers:
-// ForwardEmitter), the backward kernels' one (128 threads); every MMA is
-// m64nNk16 (N = 64 for the score tiles, D for the products with V, K, Q,
-// dO).
+// CTA: the forward's and the dK/dV kernel's three warpgroups (a TMA
+// producer, two consumers: ForwardEmitter, KeyTileEmitter), the dQ
+// kernel's one (128 threads); every MMA is m64nNk16 (N = 64 for the score
+// tiles, D for the products with V, K, Q, dO).
 //
 // Shared memory: every tile is 64 rows of bf16 stored as D / 64 panels of
 // 64 rows x 128 bytes (8 KiB), in the 128-byte swizzle of the GEMM kernels
@@ -62,22 +62,26 @@
 // The forward is warp-specialized and software-pipelined, as
 // FlashAttention-3 does (ForwardEmitter): a 128-query tile reads each K/V
 // tile once (the forward at sequence 4096 on an H100: 1.29 -> 1.21 ms, at
-// 16384 5.05 -> 4.53), and within a consumer step j issues
+// 16384 5.05 -> 4.53), S = Q K^T takes Q's fragment from registers, and
+// within a consumer step j issues
 // S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then computes the softmax of S_j
-// while the PV MMAs run, then rescales O.
+// while the PV MMAs run, then rescales O. The dK/dV kernel is
+// warp-specialized the same way (KeyTileEmitter): its producer copies each
+// consumer's K and V tile once, then the Q and dO tiles, which serve both
+// consumers' 64 keys (on an H200 at 4096: 2.07 -> 1.90 ms).
 //
 // Masks: only tiles that may hide a pair (causal: the diagonal; the last
 // tile past S; documents) test each element; the others skip the indices
 // and compares (on an H100 at 4096: forward 1.53 -> 1.42 ms, dQ 1.55 ->
 // 1.48).
 //
-// Loads: the forward's by TMA (a box of 64 rows x 64 columns a panel,
-// through a map of the tensor as [B][S][heads x D]) into a ring of three
-// stages; the backward's by cp.async of 16 bytes, 8 or 16 consecutive
-// threads per 128 or 256 byte row. Rows past S are zeros (and masked: a
-// zero key gives a score of 0, not -inf). The dQ kernel double-buffers the
-// key/value tiles (the next tile's copies run under this tile's MMAs); the
-// dK/dV kernel double-buffers Q and dO likewise, over its query tiles.
+// Loads: the forward's and dK/dV's by TMA (a box of 64 rows x 64 columns a
+// panel, through a map of the tensor as [B][S][heads x D]) into a ring of
+// three stages; the dQ kernel's by cp.async of 16 bytes, 8 or 16
+// consecutive threads per 128 or 256 byte row, double-buffering the
+// key/value tiles (the next tile's copies run under this tile's MMAs).
+// Rows past S are zeros (and masked: a zero key gives a score of 0, not
+// -inf).
 //
 // Numerics: bf16 products summed in f32 by the tensor core; P and dS are
 // rounded to bf16 before their products (as FlashAttention does), which the
@@ -782,11 +786,12 @@ struct DqEmitter : FlashEmitter {
 struct ForwardEmitter : FlashEmitter {
   static constexpr int64_t Consumers = 2, Stages = 3;
   static constexpr int64_t Rows = Consumers * flash::Tile; // queries a CTA
-  // Registers a thread (setmaxnreg; 64K a CTA): the consumers hold O
+  // Registers a thread (setmaxnreg; hopper::registerPool): the consumers hold O
   // (64 x D), Q's fragment and the carried P besides S; with documents,
   // 168 a thread (64K over 384) spilled.
   static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
-  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
+  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <=
+                    hopper::registerPool(384),
                 "flash forward: the register split");
   // The consumers' named barriers (PingPong + c; 0 is the CTA's).
   static constexpr int64_t PingPong = 1;
@@ -1019,10 +1024,11 @@ struct ForwardEmitter : FlashEmitter {
 struct KeyTileEmitter : FlashEmitter {
   static constexpr int64_t Consumers = 2, Stages = 3;
   static constexpr int64_t Keys = Consumers * flash::Tile; // keys a CTA
-  // Registers a thread (setmaxnreg; 64K a CTA): the consumers hold dK and
-  // dV (64 x D each) besides S^T and dP^T.
+  // Registers a thread (setmaxnreg; hopper::registerPool): the consumers hold
+  // dK and dV (64 x D each) besides S^T and dP^T.
   static constexpr int64_t ProducerRegs = 40, ConsumerRegs = 232;
-  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <= 65536,
+  static_assert(128 * ProducerRegs + 256 * ConsumerRegs <=
+                    hopper::registerPool(384),
                 "flash dK/dV: the register split");
   /// The tensor maps of q and dO [B, S, N, D] and k, v [B, S, M, D]
   /// (tensorMap3D).

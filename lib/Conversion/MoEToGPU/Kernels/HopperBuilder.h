@@ -39,6 +39,13 @@ constexpr int64_t SmemBytes = Stages * StageBytes + 1024; // 99328
 constexpr int64_t LBO = 8192;          // next 64 MN values (MN-major, swizzled)
 constexpr int64_t SBO = 1024;          // next 8 rows (one swizzle atom)
 constexpr int64_t AccRegs = TileN / 2; // f32 per thread per MMA half
+/// The registers a CTA of `threads` threads holds, which setmaxnreg moves
+/// between its warpgroups (an increase past the pool waits forever): every
+/// thread starts with 64K / threads rounded down to a multiple of 8 (168 at
+/// 384 threads: 64512, not 65536).
+constexpr int64_t registerPool(int64_t threads) {
+  return 65536 / threads / 8 * 8 * threads;
+}
 
 /// What the Hopper wgmma emitters share: global and shared addresses,
 } // namespace hopper

@@ -58,14 +58,16 @@ constexpr int64_t TileAF8Bytes = TileM * TileK;
 constexpr int64_t Converters = 96;
 constexpr int64_t ConvertUnits = TileM * TileK / 16;
 constexpr int64_t ConverterBarrier = 8;
-// Registers a thread (setmaxnreg; 64K a CTA): the SwiGLU kernels' producer
-// warpgroup keeps 40 and its consumers get 232; with an 8-bit lhs the
+// Registers a thread (setmaxnreg; hopper::registerPool): the SwiGLU kernels'
+// producer warpgroup keeps 40 and its consumers get 232; with an 8-bit lhs the
 // producer warpgroup keeps 120 (the converters spill below that) and the
 // consumers get 184.
 constexpr int64_t ProducerRegs = 40, SwigluConsumerRegs = 232;
 constexpr int64_t ConverterRegs = 120, ConverterConsumerRegs = 184;
-static_assert(128 * ProducerRegs + 256 * SwigluConsumerRegs <= 65536 &&
-                  128 * ConverterRegs + 256 * ConverterConsumerRegs <= 65536,
+static_assert(128 * ProducerRegs + 256 * SwigluConsumerRegs <=
+                      hopper::registerPool(384) &&
+                  128 * ConverterRegs + 256 * ConverterConsumerRegs <=
+                      hopper::registerPool(384),
               "TMA kernel: the register split");
 static_assert(Barriers + 3 * Stages * 8 <= StagingAt,
               "TMA kernel: the 8-bit lhs's barriers before the staging boxes");
