@@ -13,6 +13,7 @@
 //   WgmmaFp8Gemm.cpp            Hopper: MXFP8 grouped GEMM on FP8 wgmma
 //   ByteTranspose.cpp           8-bit transposes (K-major FP8 operands)
 //   FlashAttention.cpp          Hopper: flash attention forward, dQ, dK/dV
+//   FlashAttentionRows.cpp      its row kernels: delta, document ranges
 //   CrossEntropy.cpp            cross-entropy over the vocabulary, a CTA a row
 //   SimtMatmul.cpp              f32 dense matmul on CUDA cores
 //   MatrixVector.cpp            grouped matrix-vector products, CUDA cores
@@ -431,6 +432,8 @@ Value transposeBytes(OpBuilder &b, Location loc, Value data, ModuleOp module,
 /// One attention shape the flash kernels handle: bf16 query [B, S, N, D],
 /// key and value [B, S, M, D], D of 64 or 128, static shapes.
 struct FlashAttention {
+  /// Queries or keys per tile (the MMAs' M; the documents' ranges).
+  static constexpr int64_t Tile = 64;
   int64_t batch, seq, heads, kvHeads, dim;
   bool causal;
   double scale;
@@ -442,6 +445,8 @@ struct FlashAttention {
   bool overlapDkv = false;
   /// The kernel `kind` (fwd, dq, dkv) of this shape.
   std::string name(StringRef kind) const;
+  /// The per-row statistics' type (lse, delta): f32 [B, N, S].
+  RankedTensorType statType(MLIRContext *ctx) const;
 };
 
 /// The shape of `op` (moe.attention or moe.attention_grad) if the flash
@@ -466,9 +471,15 @@ Value createDocumentRanges(OpBuilder &b, Location loc, const FlashAttention &f,
                            Value documents, ModuleOp module,
                            SymbolTable &symbols);
 
-/// Calls of the backward kernels: delta = rowsum(dout * out) (f32
-/// [B, N, S]), then dQ, dK, dV (f32), given the result's gradient `dout`
-/// (bf16) and the forward's result `out` and `lse`.
+/// A call of the kernel delta = rowsum(dout * out) (f32 [B, N, S]), which
+/// the backward kernels read (FlashAttentionRows.cpp).
+Value createFlashDelta(OpBuilder &b, Location loc, const FlashAttention &f,
+                       Value dout, Value out, ModuleOp module,
+                       SymbolTable &symbols);
+
+/// Calls of the backward kernels: delta (createFlashDelta), then dQ, dK,
+/// dV (f32), given the result's gradient `dout` (bf16) and the forward's
+/// result `out` and `lse`.
 std::array<Value, 3> createFlashBackward(OpBuilder &b, Location loc,
                                          const FlashAttention &f, Value q,
                                          Value k, Value v, Value dout,
