@@ -4,6 +4,7 @@
 #include "MemoryPolicy.h"
 #include "Kernels/TmaGemm.h"
 
+#include "moe/Dialect/MoE/Transforms/GemmRecipe.h"
 #include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/IR/Matchers.h"
@@ -148,14 +149,19 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
     Operation *user = use.getOwner();
     if (activation)
       break;
+    // An f32 result (rounded by a quantize, or to bf16, after it) or a bf16
+    // one (the rounding itself).
+    auto f32OrBf16 = [](Type t) {
+      Type elt = cast<RankedTensorType>(t).getElementType();
+      return elt.isF32() || elt.isBF16();
+    };
     if (auto s = dyn_cast<SwigluOp>(user);
         s && !g.rhsTransposed && s.getLayout() == SwigluLayout::split &&
-        s.getType().getElementType().isF32())
+        f32OrBf16(s.getType()))
       activation = s;
     if (auto s = dyn_cast<SwigluGradOp>(user);
         s && g.rhsTransposed && use.getOperandNumber() == 1 &&
-        s.getLayout() == SwigluLayout::split &&
-        s.getType().getElementType().isF32() &&
+        s.getLayout() == SwigluLayout::split && f32OrBf16(s.getType()) &&
         s.getInput().getType().getElementType().isF32() && result.hasOneUse())
       activation = s;
   }
@@ -164,6 +170,35 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   SwigluFusion fusion{activation, {}, {}, {}, {}, {}};
   fusion.epilogue.grad = g.rhsTransposed;
   Value values = activation->getResult(0);
+  // The bf16 recipe: the values in bf16 (SwigluEpilogue without f8), as the
+  // activation's result type or as the only use of its f32 result.
+  auto roundedToBF16 = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getElementType().isBF16() ||
+           onlyRoundedToBF16(v);
+  };
+  if (roundedToBF16(values)) {
+    if (!g.tma)
+      return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
+                           "epilogues");
+    // The epilogue stores whole runs of 32 outputs.
+    int64_t f = fusion.epilogue.grad ? g.n : g.n / 2;
+    if (f % tma::SwigluBlock)
+      return noKernel(why, "the SwiGLU's width {0} is not a multiple of {1}", f,
+                      tma::SwigluBlock);
+    if (!fusion.epilogue.grad)
+      for (Operation *user : result.getUsers())
+        if (auto s = dyn_cast<SwigluOp>(user);
+            s && s != activation && s.getLayout() == SwigluLayout::split &&
+            s.getInput() == result && roundedToBF16(s.getResult()) &&
+            !llvm::is_contained(fusion.twins, s.getOperation()))
+          fusion.twins.push_back(s);
+    fusion.epilogue.keepH =
+        !fusion.epilogue.grad &&
+        llvm::any_of(result.getUsers(), [&](Operation *u) {
+          return u != activation && !llvm::is_contained(fusion.twins, u);
+        });
+    return fusion;
+  }
   for (Operation *user : values.getUsers()) {
     auto q = dyn_cast<QuantizeOp>(user);
     if (!q || fusion.quantize)

@@ -19,7 +19,9 @@ namespace mlir::moe::kernels {
 /// epilogue, with the epilogue chosen for memory (`mxAlways`: the MX
 /// encoding wherever the readers can take it, and the backward's columnwise
 /// rounding where it lowers the block's peak; else the encoding only where
-/// it lowers the peak, and no backward columnwise rounding). A GEMM read by a
+/// it lowers the peak, and no backward columnwise rounding); or, where the
+/// activation is only rounded to bf16 (the bf16 recipe), that rounding and
+/// no MX one. A GEMM read by a
 /// SwiGLU whose dims the epilogue does not take says why (`why`); other misses
 /// are no SwiGLU pattern and say nothing.
 std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,

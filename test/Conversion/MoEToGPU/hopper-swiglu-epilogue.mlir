@@ -18,7 +18,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 41 kernel modules for sm_90a
+// VERIFY: ptxas accepted 48 kernel modules for sm_90a
 
 // Forward: h and the f32 activation are never materialized; the activation
 // only as its MX encoding, which the second GEMM reads (the rounding would
@@ -253,6 +253,71 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
   %y = moe.grouped_matmul %q, %w2, %off
       : !moe.mx<300x192xf8E4M3FN, axis = 1>, tensor<3x192x256xbf16>, tensor<4xi32> -> tensor<300x256xf32>
   return %y : tensor<300x256xf32>
+}
+
+// The bf16 recipe: the activation only rounded to bf16, as the swiglu's
+// result type (the forward) or by truncf ops (the backward's recomputation,
+// a twin of the same GEMM result: one kernel returns the rounding for both,
+// and h for the gradient); the gradient's rounding likewise.
+// CHECK-LABEL: func.func @bf16_train(
+// CHECK-NEXT: %[[A:.*]]:2 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_bf16_h(%{{.*}}) : ({{.*}}) -> (tensor<320x256xbf16>, tensor<320x512xf32>)
+// CHECK-NOT: moe.swiglu
+// CHECK-NOT: linalg.generic
+// CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma(%[[A]]#0,
+// CHECK: %[[DH:.*]] = call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %[[A]]#1) : ({{.*}}) -> tensor<320x512xbf16>
+// CHECK-NOT: linalg.generic
+// CHECK: call @moe_wgmma_wgrad_320x256x256_e3_bf16_i32_tma(%[[A]]#0,
+// CHECK: return %[[Y]], %[[DH]], %{{.*}}
+func.func @bf16_train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                      %w2: tensor<3x256x256xbf16>, %dy: tensor<320x256xbf16>,
+                      %off: tensor<4xi32>)
+    -> (tensor<320x256xf32>, tensor<320x512xbf16>, tensor<3x256x256xf32>) {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<320x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x512xf32>
+  %a = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xbf16>
+  %y = moe.grouped_matmul %a, %w2, %off
+      : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %a2 = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xf32>
+  %e = tensor.empty() : tensor<320x256xbf16>
+  %ar = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                        iterator_types = ["parallel", "parallel"]}
+      ins(%a2 : tensor<320x256xf32>) outs(%e : tensor<320x256xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<320x256xbf16>
+  %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
+      : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
+  %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
+  %e2 = tensor.empty() : tensor<320x512xbf16>
+  %dhr = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                         iterator_types = ["parallel", "parallel"]}
+      ins(%dh : tensor<320x512xf32>) outs(%e2 : tensor<320x512xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<320x512xbf16>
+  %dw2 = moe.grouped_matmul_wgrad %ar, %dy, %off
+      : tensor<320x256xbf16>, tensor<320x256xbf16>, tensor<4xi32> -> tensor<3x256x256xf32>
+  return %y, %dhr, %dw2 : tensor<320x256xf32>, tensor<320x512xbf16>, tensor<3x256x256xf32>
+}
+// Not fused: an activation also read in f32, and a width (F = 48) that is
+// no multiple of 32.
+// CHECK-LABEL: func.func @bf16_unfused(
+// CHECK: call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma(
+// CHECK: moe.swiglu
+// CHECK: call @moe_wgmma_gmm_320x128x96_e3_bf16_i32
+// CHECK: moe.swiglu
+func.func @bf16_unfused(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                        %w3: tensor<3x128x96xbf16>, %off: tensor<4xi32>)
+    -> (tensor<320x256xf32>, tensor<320x48xbf16>) {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<320x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x512xf32>
+  %a = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xf32>
+  %h3 = moe.grouped_matmul %x, %w3, %off
+      : tensor<320x128xbf16>, tensor<3x128x96xbf16>, tensor<4xi32> -> tensor<320x96xf32>
+  %a3 = moe.swiglu %h3 : tensor<320x96xf32> -> tensor<320x48xbf16>
+  return %a, %a3 : tensor<320x256xf32>, tensor<320x48xbf16>
 }
 
 // The kernel: the same launch as the plain TMA kernel; the B tile's four

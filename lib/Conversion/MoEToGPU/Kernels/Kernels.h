@@ -194,6 +194,9 @@ void lowerWgmmaGemm(GroupedMatmulOp op, const WgmmaGemm &g, ModuleOp module,
 ///   are the whole array's (rows 32 q .. 32 q + 31), which the tiles hold
 ///   whole only when every group starts at a multiple of 32: the caller
 ///   proves that (a dispatch's pad_to).
+/// Without `f8` (the bf16 recipe's), the first result is the plain bf16
+/// rounding (to nearest even) of a, or of dh, instead of the MX rounding:
+/// no blocks, no `mx`, no `col`.
 struct SwigluEpilogue {
   bool grad = false;
   Type f8;
@@ -209,10 +212,14 @@ struct SwigluEpilogue {
                             stringifyScaleMode(colMode))
                   .str()
             : "";
-    return llvm::formatv(
-               "_{0}_{1}_{2}{3}{4}{5}{6}", grad ? "swiglu_grad" : "swiglu",
-               elementName(f8), stringifyScaleMode(mode), mx ? "_mx" : "",
-               keepH ? "_h" : "", keepF32 ? (grad ? "_dh" : "_a") : "", colName)
+    std::string rounding =
+        f8 ? llvm::formatv("{0}_{1}", elementName(f8), stringifyScaleMode(mode))
+                 .str()
+           : "bf16";
+    return llvm::formatv("_{0}_{1}{2}{3}{4}{5}",
+                         grad ? "swiglu_grad" : "swiglu", rounding,
+                         mx ? "_mx" : "", keepH ? "_h" : "",
+                         keepF32 ? (grad ? "_dh" : "_a") : "", colName)
         .str();
   }
 };
@@ -285,11 +292,15 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
 /// columnwise round trip (blocks of 32 rows, bf16), if dh has one.
 struct SwigluFusion {
   Operation *activation; // moe.swiglu or moe.swiglu_grad
-  QuantizeOp quantize;
+  QuantizeOp quantize;   // null for the bf16 rounding (SwigluEpilogue::f8)
   SmallVector<DequantizeOp> roundTrips; // the bf16 dequantizes of `quantize`
   SwigluEpilogue epilogue;
   QuantizeOp colQuantize{};                // backward, blocks along the rows
   SmallVector<DequantizeOp> colRoundTrips; // its bf16 dequantizes
+  /// The bf16 rounding's other SwiGLUs of the same GEMM result, rounded to
+  /// bf16 alike (a train step's forward and its backward's recomputation):
+  /// the kernel's first result replaces them too.
+  SmallVector<Operation *> twins;
 };
 
 /// Replaces `op` (the GEMM of `fusion`) and the SwiGLU (or its gradient) and

@@ -9,7 +9,8 @@
 //   64 x 64 bf16 ones, in two 8 KiB staging buffers a warpgroup,
 //   tma::StagingAt);
 // - storeSwiglu / storeSwigluGrad: computes SwiGLU (or its gradient) and the
-//   MX rounding or encoding of the result, rowwise (blocks of 32 along a row:
+//   bf16 rounding, or the MX rounding or encoding, of the result: the MX
+//   one rowwise (blocks of 32 along a row:
 //   8 values in each of 4 lanes, xor-shuffle amaxes) and, with `col`,
 //   columnwise (blocks of 32 rows: a warp pair's amaxes exchanged through
 //   shared memory, tma::ColAmaxAt, 4 KiB), storing with 8-byte vector stores.
@@ -229,6 +230,9 @@ TmaEpilogue::ColumnExchange TmaEpilogue::columnExchange(Value c, Value warp) {
 }
 
 SmallVector<Value> TmaEpilogue::roundRowBlock(ArrayRef<Value> values) {
+  // The bf16 rounding: the stores round each value.
+  if (!g.swiglu->f8)
+    return SmallVector<Value>(values);
   Value amax = warpMax(amaxOf(values), {1, 2});
   return mxRoundTrip(values, amax, g.swiglu->f8, g.swiglu->mode,
                      b.getF32Type());

@@ -939,7 +939,8 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
   const SwigluEpilogue &e = fusion.epilogue;
   Operation *activation = fusion.activation;
   auto valuesType = cast<RankedTensorType>(activation->getResult(0).getType());
-  auto mxType = cast<MXTensorType>(fusion.quantize.getType());
+  auto mxType = fusion.quantize ? cast<MXTensorType>(fusion.quantize.getType())
+                                : MXTensorType();
   SmallVector<RankedTensorType> resultTypes;
   if (e.mx)
     resultTypes = {cast<RankedTensorType>(mxType.getDataType()),
@@ -976,6 +977,21 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
     fusion.quantize.getResult().replaceAllUsesWith(pack.getResult());
     fusion.quantize.erase();
     next = 2;
+  } else if (!fusion.quantize) {
+    // The bf16 rounding: the activation's bf16 result, or its roundings; the
+    // same of its twins, which are then gone.
+    auto replace = [&](Operation *swiglu) {
+      Value values = swiglu->getResult(0);
+      if (cast<RankedTensorType>(values.getType()).getElementType().isBF16())
+        values.replaceAllUsesWith(call.getResult(0));
+      else
+        replaceRoundings(values, call.getResult(0));
+    };
+    replace(activation);
+    for (Operation *twin : fusion.twins) {
+      replace(twin);
+      twin->erase();
+    }
   } else {
     for (DequantizeOp dq : fusion.roundTrips) {
       dq.getResult().replaceAllUsesWith(call.getResult(0));
