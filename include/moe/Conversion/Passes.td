@@ -361,7 +361,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
     kind some kernel below computes that stays on the generic kernels gets a
     remark naming why (the first condition it fails: a type, a dim that is
     not a multiple of a tile), and so does every GEMM that takes the cp.async
-    kernel instead of the TMA one, or whose SwiGLU (and MX rounding) its
+    kernel instead of the TMA one, or whose SwiGLU (and the rounding after it) its
     epilogue cannot take (`moe-compile --kernel-report`):
 
     ```

@@ -460,10 +460,11 @@ struct MoEGPUDedicatedKernelsPass
         continue;
       }
       if (!unfused.empty())
-        reporter()->slower(op,
-                           "its SwiGLU (and MX rounding) on the generic "
-                           "kernels, not in this GEMM's epilogue",
-                           unfused);
+        reporter()->slower(
+            op,
+            "its SwiGLU (and the rounding after it) on the generic "
+            "kernels, not in this GEMM's epilogue",
+            unfused);
       if (auto f8 = f8LhsOf(op, *gemm)) {
         lowerF8LhsGemm(op, *gemm, f8->first, f8->second, module, symbols);
         continue;

@@ -302,7 +302,10 @@ func.func @bf16_train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
   return %y, %dhr, %dw2 : tensor<320x256xf32>, tensor<320x512xbf16>, tensor<3x256x256xf32>
 }
 // Not fused: an activation also read in f32, and a width (F = 48) that is
-// no multiple of 32.
+// no multiple of 32 (which the kernel report names).
+// RUN: moe-opt %s --moe-gpu-dedicated-kernels="chip=sm_90a report=true" -o /dev/null 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=REPORT
+// REPORT: hopper-swiglu-epilogue.mlir:[[@LINE+12]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<320x96xf32>): its SwiGLU (and the rounding after it) on the generic kernels, not in this GEMM's epilogue: the SwiGLU's width 48 is not a multiple of 32
 // CHECK-LABEL: func.func @bf16_unfused(
 // CHECK: call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma(
 // CHECK: moe.swiglu

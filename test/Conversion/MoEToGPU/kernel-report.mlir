@@ -96,7 +96,7 @@ func.func @dynamic_matmul(%a: tensor<?x32xf32>, %b: tensor<32x64xf32>, %c: tenso
 // both GEMMs on the cp.async kernel, which has no epilogues, so the SwiGLU
 // and the MX rounding run separately.
 // CHECK-DAG: kernel-report.mlir:[[@LINE+4]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<100x512xf32>): the cp.async wgmma kernel, not the TMA one: 100 rows, under the TMA kernel's 128
-// CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<100x512xf32>): its SwiGLU (and MX rounding) on the generic kernels, not in this GEMM's epilogue: the GEMM is on the cp.async kernel, which has no epilogues
+// CHECK-DAG: kernel-report.mlir:[[@LINE+3]]:{{[0-9]+}}: remark: moe.grouped_matmul (tensor<100x512xf32>): its SwiGLU (and the rounding after it) on the generic kernels, not in this GEMM's epilogue: the GEMM is on the cp.async kernel, which has no epilogues
 func.func @mlp_unfused(%x: tensor<100x128xbf16>, %w1: tensor<3x128x512xbf16>,
                        %w2: tensor<3x256x256xbf16>, %off: tensor<4xi32>) -> tensor<100x256xf32> {
   %h = moe.grouped_matmul %x, %w1, %off

@@ -819,8 +819,11 @@ func::FuncOp getOrCreateWgmmaTmaFunction(ModuleOp module, SymbolTable &symbols,
           t.wgrad && t.blockLhs
               ? "cp.async.bulk.tensor + wgmma.mma_async f8 weight gradient, "
                 "promoted every 128"
-          : t.wgrad  ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
-                       "gradient"
+          : t.wgrad ? "cp.async.bulk.tensor + wgmma.mma_async bf16 weight "
+                      "gradient"
+          : t.swiglu && !t.swiglu->f8
+              ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU and bf16 "
+                "rounding epilogue"
           : t.swiglu ? "cp.async.bulk.tensor + wgmma.mma_async bf16, SwiGLU "
                        "and MX rounding epilogue"
           : t.lhsF8  ? "cp.async.bulk.tensor + wgmma.mma_async bf16, MX lhs "
