@@ -81,7 +81,7 @@ train_data_args() {
 recipe_flags() {
   # Suffixes in any order and combination (bf16-lf-lc4096,
   # fp8-blockwise-dense-rc); what is left is the recipe.
-  local name=$1 flags=()
+  local name=$1 flags=() dense=0
   while :; do
     if [[ "$name" =~ ^(.*)-lc([0-9]+)$ ]]; then
       name=${BASH_REMATCH[1]}; flags+=("--loss-chunk-rows ${BASH_REMATCH[2]}")
@@ -90,14 +90,15 @@ recipe_flags() {
     elif [[ "$name" == *-rc ]]; then
       name=${name%-rc}; flags+=("--layer-functions --recompute")
     elif [[ "$name" == *-dense ]]; then
-      name=${name%-dense}; flags+=("--dense DENSE")
+      name=${name%-dense}; dense=1
     else
       break
     fi
   done
   echo "--recipe $name"
+  [ "$dense" = 0 ] || echo "--dense $name"
   local f
-  for f in "${flags[@]}"; do echo "${f/DENSE/$name}"; done
+  for f in ${flags[@]+"${flags[@]}"}; do echo "$f"; done
 }
 
 check_shapes() {

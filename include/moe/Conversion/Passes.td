@@ -430,9 +430,7 @@ def MoEGPUDedicatedKernels : Pass<"moe-gpu-dedicated-kernels", "ModuleOp"> {
       forms, where the activation (or dh) is only rounded to bf16 (its
       result type, or `arith.truncf` ops reading it), store that rounding
       instead (`..._swiglu_bf16`, `..._swiglu_grad_bf16`; F a multiple of
-      32); another `moe.swiglu` of the same GEMM result rounded so (a train
-      step's forward and its backward's recomputation) takes the same
-      result.
+      32).
       h, the activation and dh become further results only where other ops
       read them (`_h`, `_a`, `_dh`). When every group starts at a multiple
       of 32 rows (the offsets of a dispatch or `moe.slot_offsets` with such

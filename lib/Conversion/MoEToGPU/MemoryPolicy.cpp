@@ -145,16 +145,16 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
                                               WhyNot why) {
   Value result = op.getResult();
   Operation *activation = nullptr;
+  // An f32 result (rounded by a quantize, or to bf16, after it) or a bf16
+  // one (the rounding itself).
+  auto f32OrBf16 = [](Type t) {
+    Type elt = cast<RankedTensorType>(t).getElementType();
+    return elt.isF32() || elt.isBF16();
+  };
   for (OpOperand &use : result.getUses()) {
     Operation *user = use.getOwner();
     if (activation)
       break;
-    // An f32 result (rounded by a quantize, or to bf16, after it) or a bf16
-    // one (the rounding itself).
-    auto f32OrBf16 = [](Type t) {
-      Type elt = cast<RankedTensorType>(t).getElementType();
-      return elt.isF32() || elt.isBF16();
-    };
     if (auto s = dyn_cast<SwigluOp>(user);
         s && !g.rhsTransposed && s.getLayout() == SwigluLayout::split &&
         f32OrBf16(s.getType()))
@@ -171,56 +171,47 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   fusion.epilogue.grad = g.rhsTransposed;
   Value values = activation->getResult(0);
   // The bf16 recipe: the values in bf16 (SwigluEpilogue without f8), as the
-  // activation's result type or as the only use of its f32 result.
-  auto roundedToBF16 = [](Value v) {
-    return cast<RankedTensorType>(v.getType()).getElementType().isBF16() ||
-           onlyRoundedToBF16(v);
-  };
-  if (roundedToBF16(values)) {
-    if (!g.tma)
-      return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
-                           "epilogues");
-    // The epilogue stores whole runs of 32 outputs.
+  // activation's result type or as the only use of its f32 result; else
+  // their rowwise MX round trip.
+  bool bf16 =
+      cast<RankedTensorType>(values.getType()).getElementType().isBF16() ||
+      onlyRoundedToBF16(values);
+  if (!bf16) {
+    for (Operation *user : values.getUsers()) {
+      auto q = dyn_cast<QuantizeOp>(user);
+      if (!q || fusion.quantize)
+        continue;
+      auto mx = dyn_cast<MXTensorType>(q.getType());
+      if (!mx || mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock)
+        continue;
+      for (Operation *qUser : q->getUsers())
+        if (auto dq = dyn_cast<DequantizeOp>(qUser))
+          if (dq.getType().getElementType().isBF16())
+            fusion.roundTrips.push_back(dq);
+      if (!fusion.roundTrips.empty())
+        fusion.quantize = q;
+    }
+    if (!fusion.quantize)
+      return std::nullopt;
+  }
+  // Any K and F (the TMA kernel's partial stages and column tiles; the
+  // epilogue stores whole runs of 32 outputs: an MX block, of which F, the
+  // quantize's blocked dim, is a multiple; for the bf16 rounding, F must
+  // be one).
+  if (!g.tma)
+    return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
+                         "epilogues");
+  if (bf16) {
     int64_t f = fusion.epilogue.grad ? g.n : g.n / 2;
     if (f % tma::SwigluBlock)
       return noKernel(why, "the SwiGLU's width {0} is not a multiple of {1}", f,
                       tma::SwigluBlock);
-    if (!fusion.epilogue.grad)
-      for (Operation *user : result.getUsers())
-        if (auto s = dyn_cast<SwigluOp>(user);
-            s && s != activation && s.getLayout() == SwigluLayout::split &&
-            s.getInput() == result && roundedToBF16(s.getResult()) &&
-            !llvm::is_contained(fusion.twins, s.getOperation()))
-          fusion.twins.push_back(s);
-    fusion.epilogue.keepH =
-        !fusion.epilogue.grad &&
-        llvm::any_of(result.getUsers(), [&](Operation *u) {
-          return u != activation && !llvm::is_contained(fusion.twins, u);
-        });
+    fusion.epilogue.keepH = !fusion.epilogue.grad &&
+                            llvm::any_of(result.getUsers(), [&](Operation *u) {
+                              return u != activation;
+                            });
     return fusion;
   }
-  for (Operation *user : values.getUsers()) {
-    auto q = dyn_cast<QuantizeOp>(user);
-    if (!q || fusion.quantize)
-      continue;
-    auto mx = dyn_cast<MXTensorType>(q.getType());
-    if (!mx || mx.getAxis() != 1 || mx.getBlockSize() != tma::SwigluBlock)
-      continue;
-    for (Operation *qUser : q->getUsers())
-      if (auto dq = dyn_cast<DequantizeOp>(qUser))
-        if (dq.getType().getElementType().isBF16())
-          fusion.roundTrips.push_back(dq);
-    if (!fusion.roundTrips.empty())
-      fusion.quantize = q;
-  }
-  if (!fusion.quantize)
-    return std::nullopt;
-  // Any K and F (the TMA kernel's partial stages and column tiles; the
-  // epilogue stores whole MX blocks of 32 outputs, which F, the quantize's
-  // blocked dim, is a multiple of).
-  if (!g.tma)
-    return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
-                         "epilogues");
   fusion.epilogue.f8 =
       cast<MXTensorType>(fusion.quantize.getType()).getElementType();
   fusion.epilogue.mode = fusion.quantize.getScaleMode();

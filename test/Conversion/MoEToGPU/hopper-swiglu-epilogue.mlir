@@ -18,7 +18,7 @@
 // RUN:   | FileCheck %s --check-prefix=VERIFY
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
 
-// VERIFY: ptxas accepted 48 kernel modules for sm_90a
+// VERIFY: ptxas accepted 49 kernel modules for sm_90a
 
 // Forward: h and the f32 activation are never materialized; the activation
 // only as its MX encoding, which the second GEMM reads (the rounding would
@@ -256,9 +256,9 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 }
 
 // The bf16 recipe: the activation only rounded to bf16, as the swiglu's
-// result type (the forward) or by truncf ops (the backward's recomputation,
-// a twin of the same GEMM result: one kernel returns the rounding for both,
-// and h for the gradient); the gradient's rounding likewise.
+// result type (a step's forward and its backward's recomputation, one op
+// after CSE: the kernel also returns h for the gradient), and dh only
+// rounded by truncf ops: the epilogues store those roundings.
 // CHECK-LABEL: func.func @bf16_train(
 // CHECK-NEXT: %[[A:.*]]:2 = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_bf16_h(%{{.*}}) : ({{.*}}) -> (tensor<320x256xbf16>, tensor<320x512xf32>)
 // CHECK-NOT: moe.swiglu
@@ -266,8 +266,8 @@ func.func @narrow(%x: tensor<300x128xbf16>, %w1: tensor<3x128x384xbf16>,
 // CHECK: %[[Y:.*]] = call @moe_wgmma_gmm_320x256x256_e3_bf16_i32_tma(%[[A]]#0,
 // CHECK: %[[DH:.*]] = call @moe_wgmma_gmm_320x256x256_e3_bf16_rhsT_i32_tma_swiglu_grad_bf16(%{{.*}}, %{{.*}}, %{{.*}}, %[[A]]#1) : ({{.*}}) -> tensor<320x512xbf16>
 // CHECK-NOT: linalg.generic
-// CHECK: call @moe_wgmma_wgrad_320x256x256_e3_bf16_i32_tma(%[[A]]#0,
-// CHECK: return %[[Y]], %[[DH]], %{{.*}}
+// CHECK: %[[DW2:.*]] = call @moe_wgmma_wgrad_320x256x256_e3_bf16_i32_tma(%[[A]]#0,
+// CHECK: return %[[Y]], %[[DH]], %[[DW2]]
 func.func @bf16_train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
                       %w2: tensor<3x256x256xbf16>, %dy: tensor<320x256xbf16>,
                       %off: tensor<4xi32>)
@@ -277,15 +277,6 @@ func.func @bf16_train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
   %a = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xbf16>
   %y = moe.grouped_matmul %a, %w2, %off
       : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
-  %a2 = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xf32>
-  %e = tensor.empty() : tensor<320x256xbf16>
-  %ar = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
-                        iterator_types = ["parallel", "parallel"]}
-      ins(%a2 : tensor<320x256xf32>) outs(%e : tensor<320x256xbf16>) {
-  ^bb0(%in: f32, %out: bf16):
-    %t = arith.truncf %in : f32 to bf16
-    linalg.yield %t : bf16
-  } -> tensor<320x256xbf16>
   %da = moe.grouped_matmul %dy, %w2, %off transpose_rhs
       : tensor<320x256xbf16>, tensor<3x256x256xbf16>, tensor<4xi32> -> tensor<320x256xf32>
   %dh = moe.swiglu_grad %h, %da : tensor<320x512xf32>, tensor<320x256xf32> -> tensor<320x512xf32>
@@ -297,9 +288,30 @@ func.func @bf16_train(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
     %t = arith.truncf %in : f32 to bf16
     linalg.yield %t : bf16
   } -> tensor<320x512xbf16>
-  %dw2 = moe.grouped_matmul_wgrad %ar, %dy, %off
+  %dw2 = moe.grouped_matmul_wgrad %a, %dy, %off
       : tensor<320x256xbf16>, tensor<320x256xbf16>, tensor<4xi32> -> tensor<3x256x256xf32>
   return %y, %dhr, %dw2 : tensor<320x256xf32>, tensor<320x512xbf16>, tensor<3x256x256xf32>
+}
+// The forward's activation in f32, read only by its bf16 rounding (truncf):
+// the kernel's bf16 result replaces the rounding.
+// CHECK-LABEL: func.func @bf16_rounded(
+// CHECK-NEXT: %[[A:.*]] = call @moe_wgmma_gmm_320x128x512_e3_bf16_i32_tma_swiglu_bf16(%{{.*}}) : ({{.*}}) -> tensor<320x256xbf16>
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[A]]
+func.func @bf16_rounded(%x: tensor<320x128xbf16>, %w1: tensor<3x128x512xbf16>,
+                        %off: tensor<4xi32>) -> tensor<320x256xbf16> {
+  %h = moe.grouped_matmul %x, %w1, %off
+      : tensor<320x128xbf16>, tensor<3x128x512xbf16>, tensor<4xi32> -> tensor<320x512xf32>
+  %a = moe.swiglu %h : tensor<320x512xf32> -> tensor<320x256xf32>
+  %e = tensor.empty() : tensor<320x256xbf16>
+  %ar = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                        iterator_types = ["parallel", "parallel"]}
+      ins(%a : tensor<320x256xf32>) outs(%e : tensor<320x256xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<320x256xbf16>
+  return %ar : tensor<320x256xbf16>
 }
 // Not fused: an activation also read in f32, and a width (F = 48) that is
 // no multiple of 32 (which the kernel report names).

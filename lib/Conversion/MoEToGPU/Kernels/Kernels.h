@@ -297,10 +297,6 @@ struct SwigluFusion {
   SwigluEpilogue epilogue;
   QuantizeOp colQuantize{};                // backward, blocks along the rows
   SmallVector<DequantizeOp> colRoundTrips; // its bf16 dequantizes
-  /// The bf16 rounding's other SwiGLUs of the same GEMM result, rounded to
-  /// bf16 alike (a train step's forward and its backward's recomputation):
-  /// the kernel's first result replaces them too.
-  SmallVector<Operation *> twins;
 };
 
 /// Replaces `op` (the GEMM of `fusion`) and the SwiGLU (or its gradient) and

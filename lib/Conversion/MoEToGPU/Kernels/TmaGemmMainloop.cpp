@@ -981,20 +981,12 @@ void lowerSwigluFusion(GroupedMatmulOp op, WgmmaGemm g, SwigluFusion &fusion,
     fusion.quantize.erase();
     next = 2;
   } else if (!fusion.quantize) {
-    // The bf16 rounding: the activation's bf16 result, or its roundings; the
-    // same of its twins, which are then gone.
-    auto replace = [&](Operation *swiglu) {
-      Value values = swiglu->getResult(0);
-      if (cast<RankedTensorType>(values.getType()).getElementType().isBF16())
-        values.replaceAllUsesWith(call.getResult(0));
-      else
-        replaceRoundings(values, call.getResult(0));
-    };
-    replace(activation);
-    for (Operation *twin : fusion.twins) {
-      replace(twin);
-      twin->erase();
-    }
+    // The bf16 rounding: the activation's bf16 result, or its roundings.
+    Value values = activation->getResult(0);
+    if (valuesType.getElementType().isBF16())
+      values.replaceAllUsesWith(call.getResult(0));
+    else
+      replaceRoundings(values, call.getResult(0));
   } else {
     for (DequantizeOp dq : fusion.roundTrips) {
       dq.getResult().replaceAllUsesWith(call.getResult(0));

@@ -98,8 +98,13 @@ struct ExpandGroupedMlpBackward : OpRewritePattern<GroupedMlpBackwardOp> {
     Type f32 = rewriter.getF32Type();
     auto hType = RankedTensorType::get({rows, twoF}, f32);
     auto daType = RankedTensorType::get({rows, twoF / 2}, f32);
-    Type aElt =
-        isMXElementType(gemmType) ? f32 : op.getW2().getType().getElementType();
+    // The activation as the forward's expansion computes it (rounded once,
+    // when bf16 GEMMs read it), so that a step's forward and this
+    // recomputation are one op after CSE.
+    Type aElt = isMXElementType(gemmType) ? f32
+                : gemmType && gemmType.isBF16()
+                    ? gemmType
+                    : op.getW2().getType().getElementType();
     Value h = GroupedMatmulOp::create(rewriter, loc, hType, q(x, 1), q(w1, 1),
                                       off, /*transpose_rhs=*/false);
     Value a = SwigluOp::create(rewriter, loc,

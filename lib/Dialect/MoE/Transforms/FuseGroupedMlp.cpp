@@ -240,7 +240,8 @@ struct FuseGroupedMlpBackward : OpRewritePattern<SwigluGradOp> {
       return failure();
 
     // The w2 gradient: wgrad(Q(a, 0), Q(dy, 0)) with a = swiglu(h) of the
-    // definition (f32 before an MX quantize, else w2's element type).
+    // definition (f32 before an MX quantize, bf16 under bf16, else w2's
+    // element type).
     Type aElt = isMXElementType(recipe.gemmType)
                     ? rewriter.getF32Type()
                     : cast<RankedTensorType>(w2.getType()).getElementType();

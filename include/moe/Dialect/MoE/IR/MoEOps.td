@@ -579,7 +579,8 @@ def MoE_GroupedMlpBackwardOp : MoE_Op<"grouped_mlp_backward", [Pure]> {
     ```
     h   = moe.grouped_matmul(Q(x, 1), Q(w1, 1), offsets)          // [R, 2F], f32
     a   = moe.swiglu(h) {layout}     // [R, F]: f32 if gemm_type is an f8 type,
-                                     //         else w2's element type
+                                     //         bf16 if it is bf16 (Q(a) the
+                                     //         same), else w2's element type
     da  = moe.grouped_matmul(Q(dy, 1), Q(w2, 2), offsets) transpose_rhs
                                                                    // [R, F],  f32
     dh  = moe.swiglu_grad(h, da) {layout}                         // [R, 2F], f32
