@@ -204,7 +204,15 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
     static bound needs fewer. A trip count read from device memory (the
     live rows of an expert computation) is read again inside the kernel,
     the launch sized by its static bound; views are folded into the loads
-    and stores, so nothing sized on the host reaches a kernel. Where a
+    and stores, so nothing sized on the host reaches a kernel. Where the
+    innermost index of the loop body's accesses moves with the iterations
+    (elementwise ops, casts, row gathers, updates in place), a thread takes
+    a group of consecutive iterations where it took one, with one vector
+    load or store of up to `vector-bytes` for each such access (the other
+    accesses once a group where they are the same for all of it), when the
+    buffers are aligned to the vectors (checked in the kernel; otherwise,
+    and for the iterations after the last whole group, the scalar loop
+    below runs). Where a
     thread has several iterations and its loop body is loads, arithmetic
     and stores into an allocation it does not load from (copies, gathers,
     elementwise ops), it runs 4 iterations at a time, their loads before
@@ -218,11 +226,16 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
            "Threads per block along the innermost parallel dimension">,
     Option<"maxBlocks", "max-blocks", "int64_t", /*default=*/"4096",
-           "Most blocks of one kernel; larger loops stride">
+           "Most blocks of one kernel; larger loops stride">,
+    Option<"vectorBytes", "vector-bytes", "int64_t", /*default=*/"16",
+           "Widest vector load or store of a thread, in bytes (a power of "
+           "two; below 2: scalar accesses only)">
   ];
   let dependentDialects = ["::mlir::scf::SCFDialect",
                            "::mlir::gpu::GPUDialect",
-                           "::mlir::linalg::LinalgDialect"];
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect"];
 }
 
 def MoEGPUDeviceBuffers : Pass<"moe-gpu-device-buffers", "ModuleOp"> {

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/SCF/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
@@ -449,6 +450,323 @@ std::vector<unsigned> coalescingOrder(scf::ParallelOp loop) {
   return order;
 }
 
+/// How a value of a thread's loop body changes over a group of `width`
+/// consecutive iterations whose first is a multiple of `width`.
+enum class Lanes {
+  /// The same in every iteration of the group.
+  Uniform,
+  /// k * width + l in the group's iteration l, for some k >= 0.
+  Consecutive,
+  /// Anything else.
+  Varying,
+};
+
+/// Lanes of the values of a straight-line loop body whose induction
+/// variable `iv` is non-negative, moves by one, and starts groups at
+/// multiples of `width`.
+class LaneKinds {
+public:
+  LaneKinds(Block *body, Value iv, int64_t width)
+      : body(body), iv(iv), width(width) {}
+
+  Lanes of(Value v) {
+    if (v == iv)
+      return Lanes::Consecutive;
+    Operation *def = v.getDefiningOp();
+    if (!def || def->getBlock() != body)
+      return Lanes::Uniform; // defined before the loop
+    auto [it, inserted] = kinds.try_emplace(v, Lanes::Varying);
+    if (inserted)
+      it->second = compute(def);
+    return kinds.lookup(v);
+  }
+
+  /// Whether every lane of `op`'s results is the same value.
+  bool uniform(Operation *op) {
+    return op->getNumResults() != 0 &&
+           llvm::all_of(op->getResults(),
+                        [&](Value r) { return of(r) == Lanes::Uniform; });
+  }
+
+private:
+  /// A uniform, non-negative multiple of `width`.
+  bool alignedOffset(Value v) {
+    std::function<bool(Value)> multiple = [&](Value x) {
+      if (std::optional<int64_t> c = getConstantIntValue(x))
+        return *c % width == 0;
+      if (auto mul = x.getDefiningOp<arith::MulIOp>())
+        return multiple(mul.getLhs()) || multiple(mul.getRhs());
+      if (auto add = x.getDefiningOp<arith::AddIOp>())
+        return multiple(add.getLhs()) && multiple(add.getRhs());
+      return false;
+    };
+    Range r = rangeOf(v);
+    return of(v) == Lanes::Uniform && r.lo && *r.lo >= 0 && multiple(v);
+  }
+
+  Lanes compute(Operation *def) {
+    auto allUniform = [&](ValueRange values) {
+      return llvm::all_of(values,
+                          [&](Value x) { return of(x) == Lanes::Uniform; });
+    };
+    // k * width + l divided by, or modulo, a positive multiple of width.
+    auto byMultiple = [&]() {
+      std::optional<int64_t> c = getConstantIntValue(def->getOperand(1));
+      return of(def->getOperand(0)) == Lanes::Consecutive && c && *c > 0 &&
+             *c % width == 0;
+    };
+    if (auto add = dyn_cast<arith::AddIOp>(def)) {
+      Value a = add.getLhs(), b = add.getRhs();
+      if (allUniform({a, b}))
+        return Lanes::Uniform;
+      if ((of(a) == Lanes::Consecutive && alignedOffset(b)) ||
+          (of(b) == Lanes::Consecutive && alignedOffset(a)))
+        return Lanes::Consecutive;
+      return Lanes::Varying;
+    }
+    if (isa<arith::RemSIOp, arith::RemUIOp>(def) && byMultiple())
+      return Lanes::Consecutive;
+    if (isa<arith::DivSIOp, arith::DivUIOp, arith::FloorDivSIOp>(def) &&
+        byMultiple())
+      return Lanes::Uniform;
+    if (auto load = dyn_cast<memref::LoadOp>(def))
+      return allUniform(load.getIndices()) ? Lanes::Uniform : Lanes::Varying;
+    if (isMemoryEffectFree(def) && allUniform(def->getOperands()))
+      return Lanes::Uniform;
+    return Lanes::Varying;
+  }
+
+  Block *body;
+  Value iv;
+  int64_t width;
+  DenseMap<Value, Lanes> kinds;
+};
+
+/// The memory accesses of a loop body that vectorizeLoop turns into vector
+/// loads and stores, `width` elements each.
+struct VectorPlan {
+  int64_t width = 1;
+  SmallPtrSet<Operation *, 8> vectorized;
+};
+
+/// Bytes of an element a vector access can hold (integers and floats of
+/// whole bytes), else 0.
+int64_t vectorElementBytes(Type type) {
+  if (!isa<IntegerType, FloatType>(type) || type.getIntOrFloatBitWidth() % 8)
+    return 0;
+  return type.getIntOrFloatBitWidth() / 8;
+}
+
+/// Whether an access of `type` at indices whose last is consecutive and
+/// whose others are uniform starts its group at a multiple of `width`
+/// elements from the buffer's aligned pointer (vectorizeLoop checks that
+/// pointer's alignment at run time).
+bool alignedLayout(MemRefType type, int64_t width) {
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (type.getRank() == 0 || failed(type.getStridesAndOffset(strides, offset)))
+    return false;
+  if (strides.back() != 1 || ShapedType::isDynamic(offset) || offset % width)
+    return false;
+  return llvm::all_of(ArrayRef(strides).drop_back(), [&](int64_t s) {
+    return !ShapedType::isDynamic(s) && s % width == 0;
+  });
+}
+
+/// The widest vectors (at most `vectorBytes` an access) in which a thread
+/// can run groups of `width` consecutive iterations of the loop `body`
+/// (induction variable `iv`, starting at a non-negative multiple of the
+/// width, step 1): every access whose innermost index moves with the
+/// iterations (Lanes::Consecutive, the other indices uniform) becomes one
+/// vector access of the group, the rest stays scalar, once for the group
+/// where uniform. Every store must become a vector store, every buffer be
+/// distinct (isDistinctBuffer), and a stored buffer be loaded only at the
+/// element the iteration stores (an update in place): the group's loads
+/// then run before its stores without reading what another iteration
+/// stored. Width 1: none.
+VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
+  SmallVector<Operation *> accesses;
+  for (Operation &op : body->without_terminator()) {
+    if (op.getNumRegions() != 0)
+      return {};
+    if (isa<memref::LoadOp, memref::StoreOp>(op))
+      accesses.push_back(&op);
+    else if (!isMemoryEffectFree(&op))
+      return {};
+  }
+  auto memrefOf = [](Operation *op) {
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      return load.getMemRef();
+    return cast<memref::StoreOp>(op).getMemRef();
+  };
+  auto indicesOf = [](Operation *op) -> ValueRange {
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      return load.getIndices();
+    return cast<memref::StoreOp>(op).getIndices();
+  };
+  // Every buffer distinct; a stored one loaded and stored at one element.
+  DenseMap<Value, Operation *> storeOf;
+  for (Operation *op : accesses) {
+    Value root = rootOf(memrefOf(op));
+    if (!isDistinctBuffer(root))
+      return {};
+    if (isa<memref::StoreOp>(op) && !storeOf.try_emplace(root, op).second) {
+      Operation *first = storeOf.lookup(root);
+      if (memrefOf(first) != memrefOf(op) || indicesOf(first) != indicesOf(op))
+        return {};
+    }
+  }
+  for (Operation *op : accesses) {
+    Operation *store = storeOf.lookup(rootOf(memrefOf(op)));
+    if (isa<memref::LoadOp>(op) && store &&
+        (memrefOf(store) != memrefOf(op) || indicesOf(store) != indicesOf(op)))
+      return {};
+  }
+  for (int64_t width = vectorBytes; width >= 2; width /= 2) {
+    LaneKinds lanes(body, iv, width);
+    VectorPlan plan{width, {}};
+    bool fits = true;
+    for (Operation *op : accesses) {
+      ValueRange indices = indicesOf(op);
+      auto type = cast<MemRefType>(memrefOf(op).getType());
+      bool consecutive =
+          !indices.empty() && lanes.of(indices.back()) == Lanes::Consecutive &&
+          llvm::all_of(indices.drop_back(),
+                       [&](Value i) { return lanes.of(i) == Lanes::Uniform; });
+      int64_t bytes = vectorElementBytes(type.getElementType());
+      if (consecutive && bytes && bytes * width <= vectorBytes &&
+          alignedLayout(type, width))
+        plan.vectorized.insert(op);
+      else if (consecutive || isa<memref::StoreOp>(op))
+        fits = false; // too wide, or a store that stays scalar
+    }
+    if (fits && !plan.vectorized.empty())
+      return plan;
+  }
+  return {};
+}
+
+/// Runs a thread's strided loop (from mapToGrid, `linear` the thread's
+/// index in the grid, iterations from `lb` by one)
+///
+///   scf.for %i = lb + linear to end step S { body }
+///
+/// as groups of plan.width consecutive iterations, each with vector loads
+/// and stores (planVectors), thread `linear` taking the groups at
+/// lb + linear * width, then every S * width after it; the iterations past
+/// the last whole group stay in the scalar loop. The vectors are aligned
+/// to their size, so the groups run where every vectorized buffer's pointer
+/// is; otherwise (a caller's view at an odd offset) the scalar loop runs
+/// everything. The same operations on the same elements: results are
+/// unchanged bit for bit.
+void vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
+                   Value linear, const VectorPlan &plan) {
+  int64_t width = plan.width;
+  Location loc = loop.getLoc();
+  rewriter.setInsertionPoint(loop);
+  auto c = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(rewriter, loc, v);
+  };
+  Value lb = c(lbC);
+  auto memrefOf = [](Operation *op) {
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      return load.getMemRef();
+    return cast<memref::StoreOp>(op).getMemRef();
+  };
+  // Every vectorized buffer aligned to its vectors.
+  Value aligned = arith::ConstantIntOp::create(rewriter, loc, 1, 1);
+  DenseSet<Value> checked;
+  for (Operation &op : *loop.getBody()) {
+    if (!plan.vectorized.contains(&op) || !checked.insert(memrefOf(&op)).second)
+      continue;
+    auto type = cast<MemRefType>(memrefOf(&op).getType());
+    Value pointer = memref::ExtractAlignedPointerAsIndexOp::create(
+        rewriter, loc, memrefOf(&op));
+    Value misalignment = arith::RemUIOp::create(
+        rewriter, loc, pointer,
+        c(width * vectorElementBytes(type.getElementType())));
+    aligned = arith::AndIOp::create(
+        rewriter, loc, aligned,
+        arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::eq,
+                              misalignment, c(0)));
+  }
+  Value end = loop.getUpperBound(), step = loop.getStep();
+  Value groups = arith::DivSIOp::create(
+      rewriter, loc,
+      arith::MaxSIOp::create(
+          rewriter, loc, arith::SubIOp::create(rewriter, loc, end, lb), c(0)),
+      c(width));
+  Value groupsEnd = arith::SelectOp::create(
+      rewriter, loc, aligned,
+      arith::AddIOp::create(
+          rewriter, loc, lb,
+          arith::MulIOp::create(rewriter, loc, groups, c(width))),
+      lb);
+  Value first = arith::AddIOp::create(
+      rewriter, loc, lb,
+      arith::MulIOp::create(rewriter, loc, linear, c(width)));
+  auto vectorLoop =
+      scf::ForOp::create(rewriter, loc, first, groupsEnd,
+                         arith::MulIOp::create(rewriter, loc, step, c(width)));
+  {
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPoint(vectorLoop.getBody()->getTerminator());
+    LaneKinds kinds(loop.getBody(), loop.getInductionVar(), width);
+    SmallVector<IRMapping> lanes(width);
+    Value start = vectorLoop.getInductionVar();
+    for (int64_t l = 0; l < width; ++l)
+      lanes[l].map(
+          loop.getInductionVar(),
+          l == 0
+              ? start
+              : arith::AddIOp::create(rewriter, loc, start, c(l)).getResult());
+    auto firstLane = [&](ValueRange values) {
+      return llvm::map_to_vector(
+          values, [&](Value v) { return lanes[0].lookupOrDefault(v); });
+    };
+    for (Operation &op : loop.getBody()->without_terminator()) {
+      if (plan.vectorized.contains(&op)) {
+        auto type = cast<MemRefType>(memrefOf(&op).getType());
+        auto vectorType = VectorType::get({width}, type.getElementType());
+        llvm::MaybeAlign alignment(width *
+                                   vectorElementBytes(type.getElementType()));
+        if (auto load = dyn_cast<memref::LoadOp>(op)) {
+          Value vector = vector::LoadOp::create(
+              rewriter, loc, vectorType, load.getMemRef(),
+              firstLane(load.getIndices()), /*nontemporal=*/false, alignment);
+          for (int64_t l = 0; l < width; ++l)
+            lanes[l].map(load.getResult(),
+                         vector::ExtractOp::create(rewriter, loc, vector, l)
+                             .getResult());
+          continue;
+        }
+        auto store = cast<memref::StoreOp>(op);
+        SmallVector<Value> elements;
+        for (int64_t l = 0; l < width; ++l)
+          elements.push_back(lanes[l].lookupOrDefault(store.getValueToStore()));
+        Value vector =
+            vector::FromElementsOp::create(rewriter, loc, vectorType, elements);
+        vector::StoreOp::create(rewriter, loc, vector, store.getMemRef(),
+                                firstLane(store.getIndices()),
+                                /*nontemporal=*/false, alignment);
+        continue;
+      }
+      if (kinds.uniform(&op)) {
+        Operation *once = rewriter.clone(op, lanes[0]);
+        for (int64_t l = 1; l < width; ++l)
+          lanes[l].map(op.getResults(), once->getResults());
+        continue;
+      }
+      for (int64_t l = 0; l < width; ++l)
+        rewriter.clone(op, lanes[l]);
+    }
+  }
+  // The scalar loop takes what follows the groups.
+  rewriter.modifyOpInPlace(loop, [&] {
+    loop.setLowerBound(arith::AddIOp::create(rewriter, loc, groupsEnd, linear));
+  });
+}
+
 /// Maps a one-dimensional parallel loop onto a grid: `blocks` blocks of
 /// `threads` threads, each thread striding over the iterations
 ///
@@ -467,7 +785,8 @@ std::vector<unsigned> coalescingOrder(scf::ParallelOp loop) {
 /// computed on the host; one read from memory is an error). Returns failure
 /// with a diagnostic.
 LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
-                        int64_t threads, int64_t maxBlocks) {
+                        int64_t threads, int64_t maxBlocks,
+                        int64_t vectorBytes) {
   Value lb = loop.getLowerBound()[0], ub = loop.getUpperBound()[0],
         step = loop.getStep()[0];
   std::optional<int64_t> lbC = getConstantIntValue(lb),
@@ -483,8 +802,16 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
     return success();
   }
   int64_t trips = std::max<int64_t>(0, (*hi - *lbC + *stepC - 1) / *stepC);
+  // Groups of consecutive iterations in vectors where the accesses allow;
+  // a thread then takes a group where it took an iteration.
+  VectorPlan plan;
+  if (*stepC == 1 && *lbC >= 0 && vectorBytes >= 2)
+    plan = planVectors(loop.getBody(), loop.getInductionVars()[0], vectorBytes);
+  if (*lbC % plan.width)
+    plan = {};
+  int64_t units = (trips + plan.width - 1) / plan.width;
   int64_t blocks =
-      std::clamp<int64_t>((trips + threads - 1) / threads, 1, maxBlocks);
+      std::clamp<int64_t>((units + threads - 1) / threads, 1, maxBlocks);
   Location loc = loop.getLoc();
   auto c = [&](int64_t v) -> Value {
     return arith::ConstantIndexOp::create(rewriter, loc, v);
@@ -516,7 +843,16 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
     return strided->isProperAncestor(use.getOwner());
   });
   rewriter.eraseOp(loop);
-  // Threads with several iterations run them kUnroll at a time.
+  if (plan.width > 1) {
+    // Recomputed on the moved body (the analysis keys on its values).
+    plan =
+        planVectors(strided.getBody(), strided.getInductionVar(), vectorBytes);
+    if (plan.width > 1)
+      vectorizeLoop(rewriter, strided, *lbC, linear, plan);
+  }
+  // Threads with several iterations run them kUnroll at a time (with
+  // vectors: those past the groups, or all where the buffers are not
+  // aligned to the vectors).
   if (trips > blocks * threads)
     interleave(rewriter, strided, kUnroll);
   return success();
@@ -530,13 +866,21 @@ struct MoEGPUMapLoopsPass : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
     IRRewriter rewriter(&getContext());
     if (blockSize < 1 || blockSize > 1024) {
       func.emitError("moe-gpu-map-loops: block-size must be in [1, 1024], got ")
-          << blockSize;
+          << int64_t(blockSize);
       return signalPassFailure();
     }
     if (maxBlocks < 1 || maxBlocks > (int64_t(1) << 31) - 1) {
       func.emitError("moe-gpu-map-loops: max-blocks must be in [1, 2^31 - 1], "
                      "got ")
-          << maxBlocks;
+          << int64_t(maxBlocks);
+      return signalPassFailure();
+    }
+
+    if (vectorBytes >= 2 &&
+        (!llvm::isPowerOf2_64(vectorBytes) || vectorBytes > 128)) {
+      func.emitError("moe-gpu-map-loops: vector-bytes must be a power of two "
+                     "up to 128 (or below 2 for scalar accesses), got ")
+          << int64_t(vectorBytes);
       return signalPassFailure();
     }
 
@@ -601,7 +945,7 @@ struct MoEGPUMapLoopsPass : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
         outer.push_back(op);
     });
     for (scf::ParallelOp loop : outer)
-      if (failed(mapToGrid(rewriter, loop, blockSize, maxBlocks)))
+      if (failed(mapToGrid(rewriter, loop, blockSize, maxBlocks, vectorBytes)))
         return signalPassFailure();
   }
 };

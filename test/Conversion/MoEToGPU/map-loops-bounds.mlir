@@ -1,4 +1,4 @@
-// RUN: moe-opt %s --split-input-file --moe-gpu-map-loops=block-size=32 --verify-diagnostics | FileCheck %s
+// RUN: moe-opt %s --split-input-file --moe-gpu-map-loops="block-size=32 vector-bytes=0" --verify-diagnostics | FileCheck %s
 
 // A trip count read from (device) memory, with a static bound (64): the
 // grid is sized for the bound (2 blocks of 32), each thread strides up to
@@ -41,7 +41,8 @@ func.func @unbounded(%count: memref<1xindex>, %out: memref<64xf32>) {
 // of 32 at --max-blocks=2, 1024 iterations: 16 a thread): each thread runs
 // 4 iterations together, their loads first and their stores after (the
 // stored buffer is an allocation nothing loads from), then the rest.
-// RUN: moe-opt %s --split-input-file --verify-diagnostics --moe-gpu-map-loops="block-size=32 max-blocks=2" --canonicalize | FileCheck %s --check-prefix=UNROLL
+// (Scalar accesses, vector-bytes=0: map-loops-vectors.mlir has the vectors.)
+// RUN: moe-opt %s --split-input-file --verify-diagnostics --moe-gpu-map-loops="block-size=32 max-blocks=2 vector-bytes=0" --canonicalize | FileCheck %s --check-prefix=UNROLL
 // UNROLL-LABEL: func.func @gather
 // UNROLL: scf.for %[[I:.*]] = %[[FIRST:.*]] to %[[MAIN:.*]] step %c256
 // UNROLL: %[[A:.*]] = memref.load %arg1

@@ -3,12 +3,13 @@
 // RUN:   --lower-affine --canonicalize --moe-gpu-device-buffers --gpu-kernel-outlining | FileCheck %s
 
 // Every elementwise generic becomes one kernel over the flattened iteration
-// space: 512 x 128 / 64 threads = 1024 blocks of 64 threads. Buffers live on
+// space, each thread taking 4 consecutive elements in 16-byte vectors:
+// 512 x 128 / 4 / 64 threads = 256 blocks of 64 threads. Buffers live on
 // the device; nothing is loaded or stored on the host.
 // CHECK-LABEL: func.func @swiglu
 // CHECK-NOT: memref.alloc
 // CHECK: %[[OUT:.*]] = gpu.alloc () : memref<512x128xf32>
-// CHECK: gpu.launch_func @swiglu_kernel::@swiglu_kernel blocks in (%c1024, %c1, %c1) threads in (%c64, %c1, %c1)
+// CHECK: gpu.launch_func @swiglu_kernel::@swiglu_kernel blocks in (%c256, %c1, %c1) threads in (%c64, %c1, %c1)
 // CHECK-NOT: memref.load
 // CHECK: return %[[OUT]]
 func.func @swiglu(%h: tensor<512x256xf32>) -> tensor<512x128xf32> {

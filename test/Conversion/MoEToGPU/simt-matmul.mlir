@@ -18,6 +18,7 @@
 // PTX-DAG: ld.shared.v4.b32
 // PTX-DAG: fma.rn.f32
 // PTX-NOT: ld.global.v4
+// PTX: kernel module mm_kernel
 // NOKERNEL-NOT: moe_simt_matmul
 
 // CHECK-LABEL: func.func @mm

@@ -45,26 +45,30 @@ func.func @layer(%x: tensor<8x32xf32>, %idx: tensor<8x2xi32>, %w: tensor<8x2xf32
 // OFF: return
 
 // On the GPU every kernel of the live rows launches for the worst case (16
-// rows x 32 = 4 blocks of 128) and reads the row count from offsets[4] in
-// device memory; its threads stride over the live elements only (the
-// gather: rows x 32 of them). The host reads no device buffer (its only
-// loads are the deallocation's ownership flags, in host memory). The MXFP8
-// round trip is one kernel that reads offsets[4] likewise.
+// rows x 32, in vectors of 4: one block of 128) and reads the row count
+// from offsets[4] in device memory; its threads stride over the live
+// elements only (the gather: rows x 32 of them, 4 at a time). The host
+// reads no device buffer (its only loads are the deallocation's ownership
+// flags, in host memory). The MXFP8 round trip is one kernel that reads
+// offsets[4] likewise.
 // GPU-LABEL: func.func @layer(
 // GPU-NOT: memref.load %{{(memref|arg)}}
-// GPU: gpu.launch_func @layer_kernel_[[GATHER:[0-9]+]]::@layer_kernel blocks in (%c4, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[O:.*]] : memref<5xi32>,
+// GPU: gpu.launch_func @layer_kernel_[[GATHER:[0-9]+]]::@layer_kernel blocks in (%c1, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[O:.*]] : memref<5xi32>, %{{.*}} : memref<8x32xf32>
 // GPU-NOT: memref.load %{{(memref|arg)}}
 // GPU: gpu.launch_func @moe_mx_round_trip_16x32_a1_e4m3_rceil_f32_to_bf16_live_i32_kernel::@moe_mx_round_trip_16x32_a1_e4m3_rceil_f32_to_bf16_live_i32_kernel {{.*}} args(%[[O]] : memref<5xi32>, %{{.*}}, %{{.*}})
 // GPU-NOT: memref.load %{{(memref|arg)}}
 // GPU: return
 // GPU: gpu.module @layer_kernel_[[GATHER]]
-// GPU: known_grid_size = array<i32: 4, 1, 1>
+// GPU: known_grid_size = array<i32: 1, 1, 1>
 // GPU: %[[END:.*]] = memref.load %arg0[%c4] : memref<5xi32>
 // GPU: %[[C:.*]] = arith.index_cast %[[END]] : i32 to index
 // GPU: %[[LO:.*]] = arith.maxsi %[[C]], %c0
 // GPU: %[[N:.*]] = arith.minsi %[[LO]], %c16
 // GPU: %[[ELTS:.*]] = arith.muli %[[N]], %c32
-// GPU: scf.for %{{.*}} = %{{.*}} to %[[ELTS]] step %c512
+// GPU: %[[GROUPS:.*]] = arith.select %{{.*}}, %{{.*}}, %c0
+// GPU: scf.for %{{.*}} = %{{.*}} to %[[GROUPS]] step %c512
+// GPU: vector.load
+// GPU: scf.for %{{.*}} = %{{.*}} to %[[ELTS]] step %c128
 
 // -----
 

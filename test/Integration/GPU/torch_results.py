@@ -5,7 +5,8 @@ Results come back without a copy where torch can take them
 (__cuda_array_interface__: f32, f16, i32, i64) and are copied otherwise (bf16).
 Checked here: the values equal the numpy path's (host in, copied host out);
 results held across later calls keep their values (the allocation is not
-reused while torch holds it); results sharing a call are independent; and
+reused while torch holds it); an input at an address that is not a multiple
+of 16 bytes gives the same result; results sharing a call are independent; and
 when the tensors go, their memory returns to libmoert's cache (bytes in use
 back to where they were).
 
@@ -55,6 +56,13 @@ def main(path):
     check("the results' memory returns to libmoert's cache", in_use() == base)
     check("torch work queued on a result before it went completes",
           np.array_equal(doubled.cpu().numpy(), want[0] * 2))
+
+    # A tensor 4 bytes past a 16-byte boundary: the generic kernels' 16-byte
+    # vector accesses do not apply to it, their scalar loops run instead.
+    odd = torch.empty(512 * 256 + 1, device="cuda")[1:].view(512, 256)
+    odd.copy_(hd[0])
+    check("an input off the vectors' alignment gives the same result",
+          odd.data_ptr() % 16 != 0 and np.array_equal(art.swiglu(odd).cpu().numpy(), want[0]))
 
     # Two results of one call: bf16 (copied) and f32 (no copy). The first
     # call (numpy) places the function's constants on the device for good.
