@@ -212,7 +212,11 @@ def MoEGPUMapLoops : Pass<"moe-gpu-map-loops", "func::FuncOp"> {
     accesses once a group where they are the same for all of it), when the
     buffers are aligned to the vectors (checked in the kernel; otherwise,
     and for the iterations after the last whole group, the scalar loop
-    below runs). Where a
+    below runs); two groups at a time, loads before stores, where the
+    interleaving below applies. Collapses of buffers of static shape become
+    views of the same memory (`memref.reinterpret_cast`), so that accesses
+    through them keep their flat index instead of dividing it by every
+    dimension. Where a
     thread has several iterations and its loop body is loads, arithmetic
     and stores into an allocation it does not load from (copies, gathers,
     elementwise ops), it runs 4 iterations at a time, their loads before

@@ -40,6 +40,8 @@ namespace {
 
 /// Iterations of a thread's strided loop run together (see interleave).
 constexpr int64_t kUnroll = 4;
+/// Groups of vector iterations run together likewise.
+constexpr int64_t kVectorUnroll = 2;
 
 /// Known bounds [lo, hi] of an index value, where its definition gives them.
 struct Range {
@@ -151,6 +153,31 @@ bool isDistinctBuffer(Value root) {
          root.getDefiningOp<memref::GetGlobalOp>();
 }
 
+/// Collapses of a buffer of static shape and identity layout become views
+/// of the same memory with the collapsed shape (memref.reinterpret_cast).
+/// Loads and stores through a collapse are folded into the buffer's own
+/// indices (runOnOperation), each access dividing its flat index by the
+/// dimensions: 64-bit divisions, a dozen instructions each where a
+/// dimension is not a power of two (the global norm's sum of squares of a
+/// [128, 2048, 1536] gradient spent more on them than on its loads).
+/// Through the view they keep the flat index.
+void collapsesAsViews(RewriterBase &rewriter, func::FuncOp func) {
+  SmallVector<memref::CollapseShapeOp> collapses;
+  func.walk([&](memref::CollapseShapeOp op) { collapses.push_back(op); });
+  for (memref::CollapseShapeOp op : collapses) {
+    MemRefType source = op.getSrcType(), result = op.getResultType();
+    if (!source.hasStaticShape() || !source.getLayout().isIdentity() ||
+        !result.getLayout().isIdentity())
+      continue;
+    SmallVector<int64_t> strides(result.getRank(), 1);
+    for (int64_t d = result.getRank() - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * result.getDimSize(d + 1);
+    rewriter.setInsertionPoint(op);
+    rewriter.replaceOpWithNewOp<memref::ReinterpretCastOp>(
+        op, result, op.getSrc(), /*offset=*/0, result.getShape(), strides);
+  }
+}
+
 /// Whether the strided loop's body may run `unroll` iterations with all
 /// their loads before any of their stores: a straight line of loads,
 /// stores and ops free of memory effects, where nothing stored can be
@@ -168,8 +195,12 @@ bool canInterleave(Block *body) {
       return false;
     if (auto load = dyn_cast<memref::LoadOp>(op))
       loaded.push_back(rootOf(load.getMemRef()));
+    else if (auto load = dyn_cast<vector::LoadOp>(op))
+      loaded.push_back(rootOf(load.getBase()));
     else if (auto store = dyn_cast<memref::StoreOp>(op))
       stored.push_back(rootOf(store.getMemRef()));
+    else if (auto store = dyn_cast<vector::StoreOp>(op))
+      stored.push_back(rootOf(store.getBase()));
     else if (!isMemoryEffectFree(&op))
       return false;
   }
@@ -320,7 +351,7 @@ void interleave(RewriterBase &rewriter, scf::ForOp loop, int64_t unroll) {
       map.map(loop.getInductionVar(), iv);
       for (Operation &op : loop.getBody()->without_terminator()) {
         Operation *copy = rewriter.clone(op, map);
-        if (isa<memref::StoreOp>(copy))
+        if (isa<memref::StoreOp, vector::StoreOp>(copy))
           stores.push_back(copy);
       }
     }
@@ -659,8 +690,8 @@ VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
 /// is; otherwise (a caller's view at an odd offset) the scalar loop runs
 /// everything. The same operations on the same elements: results are
 /// unchanged bit for bit.
-void vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
-                   Value linear, const VectorPlan &plan) {
+scf::ForOp vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
+                         Value linear, const VectorPlan &plan) {
   int64_t width = plan.width;
   Location loc = loop.getLoc();
   rewriter.setInsertionPoint(loop);
@@ -765,6 +796,7 @@ void vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
   rewriter.modifyOpInPlace(loop, [&] {
     loop.setLowerBound(arith::AddIOp::create(rewriter, loc, groupsEnd, linear));
   });
+  return vectorLoop;
 }
 
 /// Maps a one-dimensional parallel loop onto a grid: `blocks` blocks of
@@ -847,8 +879,11 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
     // Recomputed on the moved body (the analysis keys on its values).
     plan =
         planVectors(strided.getBody(), strided.getInductionVar(), vectorBytes);
-    if (plan.width > 1)
-      vectorizeLoop(rewriter, strided, *lbC, linear, plan);
+    if (plan.width > 1) {
+      scf::ForOp groups = vectorizeLoop(rewriter, strided, *lbC, linear, plan);
+      if (units > blocks * threads)
+        interleave(rewriter, groups, kVectorUnroll);
+    }
   }
   // Threads with several iterations run them kUnroll at a time (with
   // vectors: those past the groups, or all where the buffers are not
@@ -908,6 +943,7 @@ struct MoEGPUMapLoopsPass : moe::impl::MoEGPUMapLoopsBase<MoEGPUMapLoopsPass> {
       }
       rewriter.eraseOp(op);
     }
+    collapsesAsViews(rewriter, func);
     // Loads and stores through views (the rows [0, n) of a buffer that an
     // op computes) go to the buffer itself, and sizes of views are the
     // values they were made from: the views, sized on the host, are then

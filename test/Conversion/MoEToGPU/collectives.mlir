@@ -46,7 +46,7 @@ func.func @exchange(%x: tensor<8x16xf32>, %c: tensor<4xi32>) -> (tensor<16x16xf3
 // read (here, the return: the rank is asked of the runtime in between).
 // CHECK-LABEL: func.func @sum
 // CHECK-SAME: (%[[G:.*]]: memref<32x8xf32>)
-// CHECK-DAG: %[[GF:.*]] = memref.collapse_shape %[[G]] {{\[}}[0, 1]] : memref<32x8xf32> into memref<256xf32>
+// CHECK-DAG: %[[GF:.*]] = memref.reinterpret_cast %[[G]] to offset: [0], sizes: [256], strides: [1] : memref<32x8xf32> to memref<256xf32>
 // CHECK-DAG: %[[GD:.*]] = memref.cast %[[GF]] : memref<256xf32> to memref<?xf32>
 // CHECK: %[[OUT:.*]], %[[T:.*]] = gpu.alloc async [%{{.*}}] () : memref<256xf32>
 // CHECK: %[[OD:.*]] = memref.cast %[[OUT]] : memref<256xf32> to memref<?xf32>

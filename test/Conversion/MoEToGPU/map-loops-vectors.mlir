@@ -5,7 +5,8 @@
 // Elementwise kernels move 16 bytes a thread at a time: a thread takes
 // groups of consecutive elements (here 4 f32: 16-byte loads, 8-byte bf16
 // stores) where it took one element, the grid sized for the groups (64 x 48
-// / 4 = 768 groups, 2 blocks of 32 at --max-blocks=2). The vectors run
+// / 4 = 768 groups, 2 blocks of 32 at --max-blocks=2), two groups at a time
+// (their loads before their stores) while it has two. The vectors run
 // where both buffers are aligned to them (checked in the kernel); the
 // scalar loop takes the elements after the last whole group, or all of
 // them where a buffer is not aligned (a caller's view at an odd offset).
@@ -18,11 +19,19 @@
 // CHECK: arith.remui %[[Q]], %c8
 // CHECK: %[[END:.*]] = arith.select %{{.*}}, %c3072, %c0
 // CHECK: %[[FIRST:.*]] = arith.muli %[[LIN]], %c4
-// CHECK: scf.for %[[G:.*]] = %[[FIRST]] to %[[END]] step %c256
+// CHECK: %[[PAIRS:.*]] = arith.subi %[[END]], %c256
+// CHECK: scf.for %[[G:.*]] = %[[FIRST]] to %[[PAIRS]] step %c512
 // CHECK: %[[V:.*]] = vector.load %arg0[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<64x48xf32>, vector<4xf32>
 // CHECK-COUNT-4: arith.truncf
 // CHECK: %[[W:.*]] = vector.from_elements
-// CHECK: vector.store %[[W]], %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 8 : i64} : memref<64x48xbf16>, vector<4xbf16>
+// CHECK: %[[G2:.*]] = arith.addi %[[G]], %c256
+// CHECK: %[[V2:.*]] = vector.load %arg0[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<64x48xf32>, vector<4xf32>
+// CHECK: %[[W2:.*]] = vector.from_elements
+// CHECK-NEXT: vector.store %[[W]], %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 8 : i64} : memref<64x48xbf16>, vector<4xbf16>
+// CHECK-NEXT: vector.store %[[W2]], %[[OUT]]
+// The last group, if odd:
+// CHECK: scf.for %{{.*}} to %[[END]] step %c256
+// CHECK: vector.load
 // CHECK: %[[REST:.*]] = arith.addi %[[END]], %[[LIN]]
 // CHECK: scf.for %{{.*}} = %[[REST]] to
 // CHECK: memref.load %arg0
@@ -156,4 +165,26 @@ func.func @through_transpose(%x: memref<32x32xf32>) -> memref<32x32xf32> {
     linalg.yield %v : f32
   }
   return %out : memref<32x32xf32>
+}
+
+// -----
+
+// A sum over all elements of a [6, 8, 12] buffer through a collapse to one
+// dimension reads the buffer at the flat index (a view of the same memory,
+// memref.reinterpret_cast), not at indices divided out of it.
+// CHECK-LABEL: func.func @flat_sum
+// CHECK: %[[FLAT:.*]] = memref.reinterpret_cast %arg0 to offset: [0], sizes: [576], strides: [1] : memref<6x8x12xf32> to memref<576xf32>
+// CHECK-NOT: arith.divsi
+// CHECK: memref.load %[[FLAT]][
+func.func @flat_sum(%x: memref<6x8x12xf32>, %out: memref<f32>) {
+  %flat = memref.collapse_shape %x [[0, 1, 2]] : memref<6x8x12xf32> into memref<576xf32>
+  linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> ()>],
+                  iterator_types = ["reduction"]}
+      ins(%flat : memref<576xf32>) outs(%out : memref<f32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.mulf %a, %a : f32
+    %v = arith.addf %o, %s : f32
+    linalg.yield %v : f32
+  }
+  return
 }
