@@ -141,6 +141,18 @@ Value rootOf(Value memref) {
   return memref;
 }
 
+/// The buffer a memref.load or memref.store accesses, and at which indices.
+Value accessedMemRef(Operation *access) {
+  if (auto load = dyn_cast<memref::LoadOp>(access))
+    return load.getMemRef();
+  return cast<memref::StoreOp>(access).getMemRef();
+}
+ValueRange accessIndices(Operation *access) {
+  if (auto load = dyn_cast<memref::LoadOp>(access))
+    return load.getIndices();
+  return cast<memref::StoreOp>(access).getIndices();
+}
+
 /// Whether `root` (a rootOf) is a buffer of its own: an allocation, a
 /// global, or an argument of the function (which no allocation made inside
 /// it can alias).
@@ -239,13 +251,8 @@ void promoteAccumulator(RewriterBase &rewriter, scf::ForOp loop) {
   });
   if (walk.wasInterrupted())
     return;
-  auto memrefOf = [](Operation *op) {
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      return load.getMemRef();
-    return cast<memref::StoreOp>(op).getMemRef();
-  };
   if (!llvm::all_of(accesses, [&](Operation *op) {
-        return isDistinctBuffer(rootOf(memrefOf(op)));
+        return isDistinctBuffer(rootOf(accessedMemRef(op)));
       }))
     return;
   for (Operation &op : *loop.getBody()) {
@@ -260,7 +267,7 @@ void promoteAccumulator(RewriterBase &rewriter, scf::ForOp loop) {
     memref::LoadOp load;
     bool other = false;
     for (Operation *access : accesses) {
-      if (access == store || rootOf(memrefOf(access)) != root)
+      if (access == store || rootOf(accessedMemRef(access)) != root)
         continue;
       auto l = dyn_cast<memref::LoadOp>(access);
       if (!load && l && l->getBlock() == loop.getBody() &&
@@ -625,32 +632,24 @@ VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
     else if (!isMemoryEffectFree(&op))
       return {};
   }
-  auto memrefOf = [](Operation *op) {
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      return load.getMemRef();
-    return cast<memref::StoreOp>(op).getMemRef();
-  };
-  auto indicesOf = [](Operation *op) -> ValueRange {
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      return load.getIndices();
-    return cast<memref::StoreOp>(op).getIndices();
-  };
   // Every buffer distinct; a stored one loaded and stored at one element.
   DenseMap<Value, Operation *> storeOf;
   for (Operation *op : accesses) {
-    Value root = rootOf(memrefOf(op));
+    Value root = rootOf(accessedMemRef(op));
     if (!isDistinctBuffer(root))
       return {};
     if (isa<memref::StoreOp>(op) && !storeOf.try_emplace(root, op).second) {
       Operation *first = storeOf.lookup(root);
-      if (memrefOf(first) != memrefOf(op) || indicesOf(first) != indicesOf(op))
+      if (accessedMemRef(first) != accessedMemRef(op) ||
+          accessIndices(first) != accessIndices(op))
         return {};
     }
   }
   for (Operation *op : accesses) {
-    Operation *store = storeOf.lookup(rootOf(memrefOf(op)));
+    Operation *store = storeOf.lookup(rootOf(accessedMemRef(op)));
     if (isa<memref::LoadOp>(op) && store &&
-        (memrefOf(store) != memrefOf(op) || indicesOf(store) != indicesOf(op)))
+        (accessedMemRef(store) != accessedMemRef(op) ||
+         accessIndices(store) != accessIndices(op)))
       return {};
   }
   for (int64_t width = vectorBytes; width >= 2; width /= 2) {
@@ -658,8 +657,8 @@ VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
     VectorPlan plan{width, {}};
     bool fits = true;
     for (Operation *op : accesses) {
-      ValueRange indices = indicesOf(op);
-      auto type = cast<MemRefType>(memrefOf(op).getType());
+      ValueRange indices = accessIndices(op);
+      auto type = cast<MemRefType>(accessedMemRef(op).getType());
       bool consecutive =
           !indices.empty() && lanes.of(indices.back()) == Lanes::Consecutive &&
           llvm::all_of(indices.drop_back(),
@@ -699,20 +698,16 @@ scf::ForOp vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
     return arith::ConstantIndexOp::create(rewriter, loc, v);
   };
   Value lb = c(lbC);
-  auto memrefOf = [](Operation *op) {
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      return load.getMemRef();
-    return cast<memref::StoreOp>(op).getMemRef();
-  };
   // Every vectorized buffer aligned to its vectors.
   Value aligned = arith::ConstantIntOp::create(rewriter, loc, 1, 1);
   DenseSet<Value> checked;
   for (Operation &op : *loop.getBody()) {
-    if (!plan.vectorized.contains(&op) || !checked.insert(memrefOf(&op)).second)
+    if (!plan.vectorized.contains(&op) ||
+        !checked.insert(accessedMemRef(&op)).second)
       continue;
-    auto type = cast<MemRefType>(memrefOf(&op).getType());
+    auto type = cast<MemRefType>(accessedMemRef(&op).getType());
     Value pointer = memref::ExtractAlignedPointerAsIndexOp::create(
-        rewriter, loc, memrefOf(&op));
+        rewriter, loc, accessedMemRef(&op));
     Value misalignment = arith::RemUIOp::create(
         rewriter, loc, pointer,
         c(width * vectorElementBytes(type.getElementType())));
@@ -757,7 +752,7 @@ scf::ForOp vectorizeLoop(RewriterBase &rewriter, scf::ForOp loop, int64_t lbC,
     };
     for (Operation &op : loop.getBody()->without_terminator()) {
       if (plan.vectorized.contains(&op)) {
-        auto type = cast<MemRefType>(memrefOf(&op).getType());
+        auto type = cast<MemRefType>(accessedMemRef(&op).getType());
         auto vectorType = VectorType::get({width}, type.getElementType());
         llvm::MaybeAlign alignment(width *
                                    vectorElementBytes(type.getElementType()));
