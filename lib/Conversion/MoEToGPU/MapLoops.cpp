@@ -513,10 +513,13 @@ public:
     Operation *def = v.getDefiningOp();
     if (!def || def->getBlock() != body)
       return Lanes::Uniform; // defined before the loop
-    auto [it, inserted] = kinds.try_emplace(v, Lanes::Varying);
-    if (inserted)
-      it->second = compute(def);
-    return kinds.lookup(v);
+    if (auto known = kinds.find(v); known != kinds.end())
+      return known->second;
+    // (compute looks up operands, which may grow the map: no iterator into
+    // it is held across the call.)
+    Lanes lanes = compute(def);
+    kinds[v] = lanes;
+    return lanes;
   }
 
   /// Whether every lane of `op`'s results is the same value.
