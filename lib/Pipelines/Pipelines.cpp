@@ -212,6 +212,8 @@ void mlir::moe::buildGPUPipeline(OpPassManager &pm,
   pm.addPass(createGpuKernelOutliningPass());
   // Each layer's copy of a kernel compiled once.
   pm.addPass(moe::createMoEGPUMergeKernels());
+  if (options.trafficReport)
+    pm.addPass(moe::createMoEGPUTrafficReport());
   // Warp-specialized kernels' setmaxnreg honoured by ptxas.
   pm.addPass(moe::createMoEGPUKernelBounds());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());

@@ -310,6 +310,22 @@ def MoEGPUMergeKernels : Pass<"moe-gpu-merge-kernels", "ModuleOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def MoEGPUTrafficReport : Pass<"moe-gpu-traffic-report", "ModuleOp"> {
+  let summary = "Remark the bytes each generic kernel reads and writes";
+  let description = [{
+    Runs after outlining. For every kernel function whose memory accesses
+    are memref or vector loads and stores (the generic kernels), a remark
+    `generic kernel NAME: reads R bytes, writes W bytes (whole buffers)`:
+    the buffers it loads from and those it stores to, each counted whole
+    and once (`?` where a size is not static). With a profile's time per
+    launch, `bench/kernel_traffic.py` turns these into each kernel's memory
+    rate. An upper bound where a kernel touches part of a buffer (the live
+    rows of one sized for the worst case), a lower one where it reads
+    elements more than once (a gather of rows, each row read once per
+    copy). The dedicated kernels (built on LLVM pointers) are not reported.
+  }];
+}
+
 def MoEGPUKernelBounds : Pass<"moe-gpu-kernel-bounds", "ModuleOp"> {
   let summary = "Give kernels that resize their warpgroups' registers the "
                 "launch bounds ptxas needs";

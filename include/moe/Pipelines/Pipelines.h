@@ -99,6 +99,12 @@ struct GPUPipelineOptions : public PassPipelineOptions<GPUPipelineOptions> {
                      "allocated and not yet freed, in program order) and the "
                      "largest of them (-moe-buffer-report)"),
       llvm::cl::init(false)};
+  PassOptions::Option<bool> trafficReport{
+      *this, "traffic-report",
+      llvm::cl::desc("Print the bytes each generic kernel reads and writes, "
+                     "whole buffers counted once (-moe-gpu-traffic-report; "
+                     "bench/kernel_traffic.py joins them with a profile)"),
+      llvm::cl::init(false)};
 };
 
 /// `moe` + tensor-level upstream IR -> the LLVM dialect with embedded GPU
