@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Conversion/Passes.h"
+#include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -29,20 +30,6 @@ namespace mlir::moe {
 using namespace mlir;
 
 namespace {
-
-/// Bytes of a memref of static shape, or nullopt.
-std::optional<int64_t> bufferBytes(Value memref) {
-  auto type = dyn_cast<MemRefType>(memref.getType());
-  if (!type || !type.hasStaticShape())
-    return std::nullopt;
-  Type element = type.getElementType();
-  int64_t bits = element.isIndex()        ? 64
-                 : element.isIntOrFloat() ? element.getIntOrFloatBitWidth()
-                                          : 0;
-  if (bits == 0)
-    return std::nullopt;
-  return (type.getNumElements() * bits + 7) / 8;
-}
 
 struct MoEGPUTrafficReportPass
     : moe::impl::MoEGPUTrafficReportBase<MoEGPUTrafficReportPass> {
@@ -90,7 +77,8 @@ struct MoEGPUTrafficReportPass
           [](const llvm::SetVector<Value> &buffers) -> std::optional<int64_t> {
         int64_t sum = 0;
         for (Value buffer : buffers) {
-          std::optional<int64_t> bytes = bufferBytes(buffer);
+          std::optional<int64_t> bytes =
+              moe::shapedBytes(dyn_cast<ShapedType>(buffer.getType()));
           if (!bytes)
             return std::nullopt;
           sum += *bytes;
