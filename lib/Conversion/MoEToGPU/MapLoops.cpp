@@ -1,5 +1,6 @@
 //===- MapLoops.cpp - linalg on buffers -> loops mapped to the GPU --------===//
 
+#include "BufferAccesses.h"
 #include "SingleThread.h"
 
 #include "moe/Conversion/Passes.h"
@@ -134,12 +135,7 @@ Range rangeOf(Value v, int depth = 0) {
   return {};
 }
 
-/// The allocation or argument a memref is a view of.
-Value rootOf(Value memref) {
-  while (auto view = memref.getDefiningOp<ViewLikeOpInterface>())
-    memref = view.getViewSource();
-  return memref;
-}
+using moe::detail::viewRoot;
 
 /// The buffer a memref.load or memref.store accesses, and at which indices.
 Value accessedMemRef(Operation *access) {
@@ -153,7 +149,7 @@ ValueRange accessIndices(Operation *access) {
   return cast<memref::StoreOp>(access).getIndices();
 }
 
-/// Whether `root` (a rootOf) is a buffer of its own: an allocation, a
+/// Whether `root` (a viewRoot) is a buffer of its own: an allocation, a
 /// global, or an argument of the function (which no allocation made inside
 /// it can alias).
 bool isDistinctBuffer(Value root) {
@@ -205,16 +201,17 @@ bool canInterleave(Block *body) {
   for (Operation &op : body->without_terminator()) {
     if (op.getNumRegions() != 0)
       return false;
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      loaded.push_back(rootOf(load.getMemRef()));
-    else if (auto load = dyn_cast<vector::LoadOp>(op))
-      loaded.push_back(rootOf(load.getBase()));
-    else if (auto store = dyn_cast<memref::StoreOp>(op))
-      stored.push_back(rootOf(store.getMemRef()));
-    else if (auto store = dyn_cast<vector::StoreOp>(op))
-      stored.push_back(rootOf(store.getBase()));
-    else if (!isMemoryEffectFree(&op))
+    std::optional<moe::detail::BufferAccess> access =
+        moe::detail::bufferAccess(&op);
+    if (!access) {
+      if (!isMemoryEffectFree(&op))
+        return false;
+      continue;
+    }
+    // (An atomic update reads what other iterations write.)
+    if (access->reads && access->writes)
       return false;
+    (access->reads ? loaded : stored).push_back(viewRoot(access->memref));
   }
   if (stored.empty() || !llvm::all_of(loaded, isDistinctBuffer))
     return false;
@@ -252,7 +249,7 @@ void promoteAccumulator(RewriterBase &rewriter, scf::ForOp loop) {
   if (walk.wasInterrupted())
     return;
   if (!llvm::all_of(accesses, [&](Operation *op) {
-        return isDistinctBuffer(rootOf(accessedMemRef(op)));
+        return isDistinctBuffer(viewRoot(accessedMemRef(op)));
       }))
     return;
   for (Operation &op : *loop.getBody()) {
@@ -263,11 +260,11 @@ void promoteAccumulator(RewriterBase &rewriter, scf::ForOp loop) {
             [&](Value i) { return loop.isDefinedOutsideOfLoop(i); }) ||
         !loop.isDefinedOutsideOfLoop(store.getMemRef()))
       continue;
-    Value root = rootOf(store.getMemRef());
+    Value root = viewRoot(store.getMemRef());
     memref::LoadOp load;
     bool other = false;
     for (Operation *access : accesses) {
-      if (access == store || rootOf(accessedMemRef(access)) != root)
+      if (access == store || viewRoot(accessedMemRef(access)) != root)
         continue;
       auto l = dyn_cast<memref::LoadOp>(access);
       if (!load && l && l->getBlock() == loop.getBody() &&
@@ -638,7 +635,7 @@ VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
   // Every buffer distinct; a stored one loaded and stored at one element.
   DenseMap<Value, Operation *> storeOf;
   for (Operation *op : accesses) {
-    Value root = rootOf(accessedMemRef(op));
+    Value root = viewRoot(accessedMemRef(op));
     if (!isDistinctBuffer(root))
       return {};
     if (isa<memref::StoreOp>(op) && !storeOf.try_emplace(root, op).second) {
@@ -649,7 +646,7 @@ VectorPlan planVectors(Block *body, Value iv, int64_t vectorBytes) {
     }
   }
   for (Operation *op : accesses) {
-    Operation *store = storeOf.lookup(rootOf(accessedMemRef(op)));
+    Operation *store = storeOf.lookup(viewRoot(accessedMemRef(op)));
     if (isa<memref::LoadOp>(op) && store &&
         (accessedMemRef(store) != accessedMemRef(op) ||
          accessIndices(store) != accessIndices(op)))
@@ -873,15 +870,11 @@ LogicalResult mapToGrid(RewriterBase &rewriter, scf::ParallelOp loop,
     return strided->isProperAncestor(use.getOwner());
   });
   rewriter.eraseOp(loop);
+  // (The plan's operations moved into the strided loop with the body.)
   if (plan.width > 1) {
-    // Recomputed on the moved body (the analysis keys on its values).
-    plan =
-        planVectors(strided.getBody(), strided.getInductionVar(), vectorBytes);
-    if (plan.width > 1) {
-      scf::ForOp groups = vectorizeLoop(rewriter, strided, *lbC, linear, plan);
-      if (units > blocks * threads)
-        interleave(rewriter, groups, kVectorUnroll);
-    }
+    scf::ForOp groups = vectorizeLoop(rewriter, strided, *lbC, linear, plan);
+    if (units > blocks * threads)
+      interleave(rewriter, groups, kVectorUnroll);
   }
   // Threads with several iterations run them kUnroll at a time (with
   // vectors: those past the groups, or all where the buffers are not

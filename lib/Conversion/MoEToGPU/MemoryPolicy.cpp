@@ -201,15 +201,17 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
   if (!g.tma)
     return noKernel(why, "the GEMM is on the cp.async kernel, which has no "
                          "epilogues");
+  // h (forward) stays a result for any other user (a train step's backward
+  // reads it).
+  fusion.epilogue.keepH = !fusion.epilogue.grad &&
+                          llvm::any_of(result.getUsers(), [&](Operation *u) {
+                            return u != activation;
+                          });
   if (bf16) {
     int64_t f = fusion.epilogue.grad ? g.n : g.n / 2;
     if (f % tma::SwigluBlock)
       return noKernel(why, "the SwiGLU's width {0} is not a multiple of {1}", f,
                       tma::SwigluBlock);
-    fusion.epilogue.keepH = !fusion.epilogue.grad &&
-                            llvm::any_of(result.getUsers(), [&](Operation *u) {
-                              return u != activation;
-                            });
     return fusion;
   }
   fusion.epilogue.f8 =
@@ -258,13 +260,8 @@ std::optional<SwigluFusion> matchSwigluFusion(GroupedMatmulOp op,
       fusion.colRoundTrips.clear();
     }
   }
-  // h (forward) and the f32 values stay results for any other user (a
-  // train step's backward reads h; the weight gradients quantize a and dh
-  // along the rows).
-  fusion.epilogue.keepH = !fusion.epilogue.grad &&
-                          llvm::any_of(result.getUsers(), [&](Operation *u) {
-                            return u != activation;
-                          });
+  // The f32 values stay a result for any other user (the weight gradients
+  // quantize a and dh along the rows).
   fusion.epilogue.keepF32 = f32Read(fusion.colQuantize);
   // The MX encoding itself when only GEMMs read the rowwise rounding, as
   // their lhs, and each can read it 8-bit (half the bytes of the bf16

@@ -11,16 +11,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BufferAccesses.h"
+
 #include "moe/Conversion/Passes.h"
 #include "moe/Dialect/MoE/Utils/TensorLiveness.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/Interfaces/ViewLikeInterface.h"
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEGPUTRAFFICREPORT
@@ -52,23 +51,14 @@ struct MoEGPUTrafficReportPass
       // The buffer (a kernel argument, or a view of one) each access
       // reads or writes.
       llvm::SetVector<Value> read, written;
-      auto root = [](Value memref) {
-        while (auto view = memref.getDefiningOp<ViewLikeOpInterface>())
-          memref = view.getViewSource();
-        return memref;
-      };
       func.walk([&](Operation *op) {
-        if (auto load = dyn_cast<memref::LoadOp>(op))
-          read.insert(root(load.getMemRef()));
-        else if (auto load = dyn_cast<vector::LoadOp>(op))
-          read.insert(root(load.getBase()));
-        else if (auto store = dyn_cast<memref::StoreOp>(op))
-          written.insert(root(store.getMemRef()));
-        else if (auto store = dyn_cast<vector::StoreOp>(op))
-          written.insert(root(store.getBase()));
-        else if (auto rmw = dyn_cast<memref::AtomicRMWOp>(op)) {
-          read.insert(root(rmw.getMemref()));
-          written.insert(root(rmw.getMemref()));
+        if (std::optional<moe::detail::BufferAccess> access =
+                moe::detail::bufferAccess(op)) {
+          Value buffer = moe::detail::viewRoot(access->memref);
+          if (access->reads)
+            read.insert(buffer);
+          if (access->writes)
+            written.insert(buffer);
         }
       });
       if (read.empty() && written.empty())
